@@ -1,0 +1,1 @@
+"""Experiment configs, the suite registry and the environment-override layer."""

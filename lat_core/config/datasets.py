@@ -1,0 +1,24 @@
+"""Dataset names a plan may use. The trainer owns loading; here we only check names early so a
+typo fails at plan time, not after the countdown. A local directory path is accepted too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
+KNOWN_DATASETS = frozenset(
+    [f"glue-tvt_{t}" for t in GLUE_TASKS] + ["samsum", "dart", "spider", "tiny-sst2", "tiny-cola"]
+)
+
+
+def check_dataset(name: str, base: Path) -> str | None:
+    """None when usable, else what is wrong (unknown name or missing directory)."""
+    if name in KNOWN_DATASETS:
+        return None
+    if "/" in name or name.startswith("."):
+        path = (base / name).expanduser()
+        if path.is_dir():
+            return None
+        return f"dataset directory {str(path)!r} does not exist"
+    known = ", ".join(sorted(KNOWN_DATASETS))
+    return f"unknown dataset {name!r} (known: {known}; or a directory path)"

@@ -1,0 +1,94 @@
+"""Environment overrides with the meanings the seeds' launch scripts gave them.
+
+Known variables map onto config fields with a type; a value that does not parse is an error naming
+the variable. Every plan env value (known or not) is also passed to the job's environment, as an
+argv/env pair, never through a shell string. Secret values are masked wherever they are shown.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("expected one of 1/0, true/false, yes/no, on/off")
+
+
+def _parse_int(text: str) -> int:
+    return int(text.strip())
+
+
+def _parse_positive_int(text: str) -> int:
+    value = int(text.strip())
+    if value <= 0:
+        raise ValueError("expected a positive integer")
+    return value
+
+
+def _parse_float(text: str) -> float:
+    return float(text.strip())
+
+
+@dataclass(frozen=True)
+class EnvField:
+    field: str  # dotted path in the job config
+    parse: Callable[[str], object]
+    expected: str
+
+
+ENV_FIELDS: dict[str, EnvField] = {
+    "HP_BATCH_SIZE": EnvField("train.batch_size", _parse_positive_int, "a positive integer"),
+    "HP_LR": EnvField("train.lr", _parse_float, "a number"),
+    "HP_LEARNING_RATE": EnvField("train.lr", _parse_float, "a number"),
+    "HP_MAX_STEPS": EnvField("train.max_steps", _parse_positive_int, "a positive integer"),
+    "HP_EVAL_EVERY": EnvField("train.eval_every", _parse_positive_int, "a positive integer"),
+    "HP_SAVE_EVERY": EnvField("train.save_every", _parse_positive_int, "a positive integer"),
+    "HP_MAX_SEQ_LEN": EnvField("train.max_seq_len", _parse_positive_int, "a positive integer"),
+    "HP_PEFT_R": EnvField("peft.r", _parse_positive_int, "a positive integer"),
+    "HP_PEFT_ALPHA": EnvField("peft.alpha", _parse_float, "a number"),
+    "HP_PEFT_DROPOUT": EnvField("peft.dropout", _parse_float, "a number"),
+    "NUM_DATA_WORKERS": EnvField("train.num_workers", _parse_int, "an integer"),
+    "GRADIENT_CHECKPOINTING": EnvField("train.gradient_checkpointing", _parse_bool, "a boolean (1/0, true/false)"),
+}
+
+#: Prefixes the seeds used; variables with them are picked up from the launching shell too.
+ENV_PREFIXES = ("HP_", "DATALOADER_", "GLA_", "EVAL_GEN_", "LR_", "SWANLAB_", "WANDB_", "LAT_JOB_")
+EXTRA_NAMES = ("NUM_DATA_WORKERS", "GRADIENT_CHECKPOINTING", "PYTORCH_CUDA_ALLOC_CONF")
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_RE = re.compile(r"(API_?KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|SMTP_PASS|MAIL_PASS)", re.I)
+MASK = "***"
+
+
+def is_valid_name(name: str) -> bool:
+    return bool(_NAME_RE.match(name))
+
+
+def is_secret(name: str) -> bool:
+    return bool(_SECRET_RE.search(name)) or name in {"SWANLAB_KEY", "WANDB_KEY"}
+
+
+def mask_env(env: dict[str, str]) -> dict[str, str]:
+    """A copy safe to show, log or save: secret values replaced by ``***``."""
+    return {k: (MASK if is_secret(k) else v) for k, v in env.items()}
+
+
+def parse_env_value(name: str, value: str):
+    """Typed value of a known variable; ValueError with the expectation when it does not parse."""
+    spec = ENV_FIELDS[name]
+    try:
+        return spec.parse(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}={value!r}: expected {spec.expected}") from exc
+
+
+def shell_overrides(environ: dict[str, str]) -> dict[str, str]:
+    """The variables of the launching shell that the seeds' scripts honoured."""
+    return {k: v for k, v in environ.items() if k.startswith(ENV_PREFIXES) or k in EXTRA_NAMES}

@@ -1,0 +1,35 @@
+"""Turn a plan's ``gpus`` + ``slots`` into the devices a run schedules on.
+
+GPUs are addressed by UUID in ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``) when
+NVML knows them, so NVML's and CUDA's numbering can never disagree.
+"""
+
+from __future__ import annotations
+
+from lat_core.errors import GpuError
+from lat_core.monitor.gpu import GpuSnapshot
+from lat_core.plan import Plan
+
+
+def resolve_devices(plan: Plan, snapshot: GpuSnapshot) -> list[dict]:
+    """One dict per device: id (shown), slots, and the env that pins a job to it."""
+    slots = plan.slot_plan()
+    if plan.gpus == "cpu":
+        return [{"id": "cpu", "label": "cpu", "slots": slots[0], "env": {"CUDA_VISIBLE_DEVICES": ""}}]
+    if not snapshot.available:
+        raise GpuError(f"the plan names GPUs {plan.gpus} but {snapshot.reason}; use 'gpus: cpu' on this machine")
+    missing = [g for g in plan.gpus if snapshot.by_index(g) is None]
+    if missing:
+        have = ", ".join(str(g.index) for g in snapshot.gpus)
+        raise GpuError(f"GPU {missing[0]} does not exist (this machine has GPUs {have})", where="plan field 'gpus'")
+    return [_gpu_device(snapshot.by_index(g), n) for g, n in zip(plan.gpus, slots)]
+
+
+def _gpu_device(gpu, slots: int) -> dict:
+    visible = gpu.uuid or str(gpu.index)
+    return {
+        "id": f"gpu{gpu.index}",
+        "label": f"GPU {gpu.index} {gpu.name}",
+        "slots": slots,
+        "env": {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+    }

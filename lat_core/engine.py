@@ -1,0 +1,288 @@
+"""The scheduler loop: countdown, admission into free slots, reaping, commands.
+
+No round barrier: whenever a slot frees, the next queued job (plan order) takes it at once, and a
+failed job never stops the others. The engine is the only writer of job state; it reads commands
+that front ends append to the journal. ``python -m lat_core.engine --state-dir DIR`` runs it as its
+own detached process (see :mod:`lat_core.service`), holding a lock so two engines never share a
+state directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from lat_core.config.env import MASK
+from lat_core.launch import is_same_process, launch, read_exit_record, signal_group
+from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
+
+CANCEL_GRACE_S = 10.0
+
+
+class Engine:
+    def __init__(self, store: Store, *, launch_fn=launch, clock=time.time, secrets: dict | None = None):
+        self.store = store
+        self._launch = launch_fn
+        self._clock = clock
+        self._secrets = dict(os.environ if secrets is None else secrets)
+        self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
+        self._cancel_deadline: dict[int, float] = {}  # attempt id -> when to SIGKILL
+        self._events_offset: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ loop
+    def tick(self) -> bool:
+        """One pass over every active run; True while any run is still active."""
+        for run in self.store.active_runs():
+            self._tick_run(run)
+        return bool(self.store.active_runs())
+
+    def run(self, poll_interval: float = 0.5, on_tick=None) -> None:
+        while self.tick():
+            if on_tick:
+                on_tick()
+            time.sleep(poll_interval)
+        if on_tick:
+            on_tick()
+
+    def _tick_run(self, run: RunRow) -> None:
+        self._handle_commands(run)
+        run = self.store.run(run.id)
+        self._reap(run)
+        self._read_progress(run)
+        if run.state == "countdown" and self._clock() >= run.countdown_until:
+            self.store.set_run_state(run.id, "running", "countdown over")
+            run = self.store.run(run.id)
+        if run.state == "running" and not run.paused:
+            self._admit(run)
+        self._finish_if_drained(run)
+
+    def _finish_if_drained(self, run: RunRow) -> None:
+        if run.state not in ("running", "countdown"):
+            return
+        jobs = self.store.jobs(run.id)
+        if jobs and all(j.state in JOB_FINAL for j in jobs) and not self.store.open_attempts(run.id):
+            failed = sum(j.state != "succeeded" for j in jobs)
+            self.store.set_run_state(run.id, "finished", f"{len(jobs) - failed} succeeded, {failed} not")
+
+    # ------------------------------------------------------------------ admission
+    def _admit(self, run: RunRow) -> None:
+        jobs = self.store.jobs(run.id)
+        queued = [j for j in jobs if j.state == "queued"]
+        if not queued:
+            return
+        busy = _running_per_device(jobs)
+        for job in queued:
+            device = _pick_device(run.devices, busy)
+            if device is None:
+                return
+            busy[device["id"]] = busy.get(device["id"], 0) + 1
+            self._start(job, device)
+
+    def _start(self, job: JobRow, device: dict) -> None:
+        job_dir = Path(job.job_dir)
+        exit_path = job_dir / ".lat" / f"attempt-{job.attempts + 1}.exit.json"
+        attempt_id, n = self.store.start_attempt(job.id, device["id"], str(exit_path))
+        self.store.set_job_state(job.id, "running", f"attempt {n} on {device['id']}", device=device["id"],
+                                 started=self._clock(), ended=None, returncode=None, error=None)
+        env = {**self._unmask(job.env), **device["env"], "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
+        try:
+            launched = self._launch(job.argv, env, job_dir, exit_path)
+        except OSError as exc:
+            self.store.end_attempt(attempt_id, None)
+            self.store.set_job_state(job.id, "failed", f"launch failed: {exc}", ended=self._clock(), error=str(exc))
+            return
+        self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start)
+        if launched.popen is not None:
+            self._popens[attempt_id] = launched.popen
+
+    def _unmask(self, env: dict) -> dict:
+        """The journal holds secrets masked; their values come from the engine's own environment."""
+        return {k: (self._secrets.get(k, "") if v == MASK else v) for k, v in env.items()}
+
+    # ------------------------------------------------------------------ reaping
+    def _reap(self, run: RunRow) -> None:
+        for attempt in self.store.open_attempts(run.id):
+            popen = self._popens.get(attempt.id)
+            if popen is not None:
+                popen.poll()  # reap our own child so it does not linger as a zombie
+            record = read_exit_record(Path(attempt.exit_path))
+            if record is not None:
+                self._record_exit(attempt, record.get("returncode"))
+            elif attempt.pid and not is_same_process(attempt.pid, attempt.pid_start):
+                record = read_exit_record(Path(attempt.exit_path))  # it may have just been written
+                self._record_exit(attempt, record.get("returncode") if record else None)
+            else:
+                self._enforce_cancel_grace(attempt)
+
+    def _record_exit(self, attempt: AttemptRow, returncode: int | None) -> None:
+        self._popens.pop(attempt.id, None)
+        cancelled = self._cancel_deadline.pop(attempt.id, None) is not None
+        self.store.end_attempt(attempt.id, returncode)
+        job = self.store.job(attempt.job_id)
+        if job.state != "running":
+            return
+        if returncode == 0:
+            state, error = "succeeded", None
+        elif cancelled:
+            state, error = "cancelled", "cancelled by user"
+        else:
+            state, error = "failed", describe_exit(returncode, Path(job.job_dir))
+        self.store.set_job_state(job.id, state, error or "exit 0", ended=self._clock(),
+                                 returncode=returncode, error=error)
+
+    def _enforce_cancel_grace(self, attempt: AttemptRow) -> None:
+        deadline = self._cancel_deadline.get(attempt.id)
+        if deadline is not None and self._clock() >= deadline and attempt.pid:
+            signal_group(attempt.pid, signal.SIGKILL)
+
+    # ------------------------------------------------------------------ progress
+    def _read_progress(self, run: RunRow) -> None:
+        for job in self.store.jobs(run.id):
+            if job.state == "running":
+                self._read_events(job)
+
+    def _read_events(self, job: JobRow) -> None:
+        path = Path(job.job_dir) / "events.jsonl"
+        offset = self._events_offset.get(job.id, 0)
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._events_offset[job.id] = offset + len(complete)
+        last = _last_step(complete)
+        if last is not None:
+            self.store.set_progress(job.id, *last)
+
+    # ------------------------------------------------------------------ commands
+    def _handle_commands(self, run: RunRow) -> None:
+        for command in self.store.pending_commands(run.id):
+            handler = getattr(self, f"_cmd_{command['verb']}", None)
+            if handler is None:
+                self.store.finish_command(command["id"], "rejected", f"unknown command {command['verb']!r}")
+                continue
+            status, result = handler(run, command)
+            self.store.finish_command(command["id"], status, result)
+
+    def _cmd_skip_countdown(self, run: RunRow, _command) -> tuple[str, str]:
+        if run.state != "countdown":
+            return "rejected", "no countdown is running"
+        self.store.set_countdown(run.id, self._clock())
+        return "done", "countdown skipped"
+
+    def _cmd_extend_countdown(self, run: RunRow, command) -> tuple[str, str]:
+        if run.state != "countdown":
+            return "rejected", "no countdown is running"
+        minutes = float(command["args"].get("minutes", 5))
+        self.store.set_countdown(run.id, run.countdown_until + minutes * 60)
+        return "done", f"countdown extended by {minutes:g} min"
+
+    def _cmd_cancel_run(self, run: RunRow, _command) -> tuple[str, str]:
+        for job in self.store.jobs(run.id):
+            self._cancel(job)
+        self.store.set_run_state(run.id, "cancelled" if run.state == "countdown" else run.state, "cancelled by user")
+        return "done", "run cancelled"
+
+    def _cmd_cancel_job(self, run: RunRow, command) -> tuple[str, str]:
+        job = self.store.job(command["job_id"])
+        if job.state in JOB_FINAL:
+            return "rejected", f"job is already {job.state}"
+        self._cancel(job)
+        return "done", f"cancel sent to {job.key}"
+
+    def _cancel(self, job: JobRow) -> None:
+        if job.state == "queued":
+            self.store.set_job_state(job.id, "cancelled", "cancelled before start", ended=self._clock())
+            return
+        for attempt in self.store.open_attempts(job.run_id):
+            if attempt.job_id == job.id and attempt.pid:
+                self._cancel_deadline[attempt.id] = self._clock() + CANCEL_GRACE_S
+                signal_group(attempt.pid, signal.SIGTERM)
+
+
+def _running_per_device(jobs: list[JobRow]) -> dict[str, int]:
+    busy: dict[str, int] = {}
+    for job in jobs:
+        if job.state == "running" and job.device:
+            busy[job.device] = busy.get(job.device, 0) + 1
+    return busy
+
+
+def _pick_device(devices: list[dict], busy: dict[str, int]) -> dict | None:
+    """The device with the most free slots (spreads load); None when every slot is taken."""
+    best, best_free = None, 0
+    for device in devices:
+        free = device["slots"] - busy.get(device["id"], 0)
+        if free > best_free:
+            best, best_free = device, free
+    return best
+
+
+def _last_step(chunk: bytes) -> tuple[int, float] | None:
+    last = None
+    for line in chunk.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a corrupt line must not stop progress reading
+        if isinstance(event, dict) and event.get("event") == "step" and "loss" in event:
+            last = (int(event.get("step", 0)), float(event["loss"]))
+    return last
+
+
+def describe_exit(returncode: int | None, job_dir: Path) -> str:
+    """A one-line reason for a failed exit; full triage (OOM, NCCL, ...) lives in triage.py."""
+    if returncode is None:
+        what = "the job's runner vanished without an exit record"
+    elif returncode < 0:
+        what = f"killed by {signal.Signals(-returncode).name}"
+    else:
+        what = f"exit code {returncode}"
+    last = _last_log_line(job_dir / "train.log")
+    return f"{what}: {last}" if last else what
+
+
+def _last_log_line(log: Path) -> str:
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the detached engine process: lock, drain every active run, exit."""
+    import argparse
+
+    from lat_core.service import EngineLock, open_store
+
+    parser = argparse.ArgumentParser(prog="lat_core.engine")
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--poll", type=float, default=0.5)
+    args = parser.parse_args(argv)
+    lock = EngineLock(Path(args.state_dir))
+    if not lock.acquire():
+        print(f"another engine already serves {args.state_dir}; exiting", flush=True)
+        return 0
+    store = open_store(Path(args.state_dir))
+    print(f"engine {os.getpid()} serving {args.state_dir}", flush=True)
+    engine = Engine(store)
+    while True:
+        engine.run(poll_interval=args.poll)
+        lock.release()
+        # A front end may have added a run while we were finishing and saw our lock held.
+        if not store.active_runs() or not lock.acquire():
+            break
+    print("no active run left; engine exits", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""Expand a Plan into jobs and lay out each job's directory.
+
+One job per (suite config x seed x dataset), in plan order: suites, then rounds, then configs, then
+pairs. Each job lives in ``<output_root>/<data>_seed<seed>/<config_stem>/`` (``__repK`` added when a
+config repeats for the same pair) and holds its resolved config (``job.yaml``), where each
+overridden value came from (``overrides.json``), its command line (``command.json``, secrets masked),
+``train.log``, ``events.jsonl`` and the trainer's outputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from lat_core.config.env import ENV_FIELDS, mask_env, parse_env_value
+from lat_core.config.suites import SuiteRegistry
+from lat_core.errors import ConfigError, OutputPathError
+from lat_core.plan import Plan
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass
+class JobSpec:
+    key: str  # "<data>_seed<seed>/<stem>": unique inside a run, also the job's relative directory
+    suite: str
+    round: int
+    config_path: str
+    stem: str
+    seed: int
+    dataset: str
+    job_dir: Path
+    config: dict
+    provenance: list[dict] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "lat_core.train", "--cfg", str(self.job_dir / "job.yaml")]
+
+
+def safe_component(name: str, what: str) -> str:
+    """A single path component from a config-provided name; never ``..``, absolute, or NUL."""
+    if "\x00" in name:
+        raise OutputPathError(f"{what} {name!r} contains a NUL byte")
+    cleaned = _SAFE_NAME.sub("_", Path(name).name if "/" in name else name).strip("._")
+    if not cleaned:
+        raise OutputPathError(f"{what} {name!r} gives an empty directory name")
+    return cleaned
+
+
+def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None = None) -> list[JobSpec]:
+    """All jobs of the plan, configs resolved; raises ConfigError naming the config file."""
+    root = Path(plan.output_root).expanduser().resolve()
+    env = {**plan.env, **(shell_env or {})}
+    jobs: list[JobSpec] = []
+    seen: dict[str, int] = {}
+    for ref in plan.suites:
+        suite = registry.get(ref.name)
+        for round_no, cfg_path in suite.configs_for(plan.round_list(ref)):
+            base_cfg = _load_experiment(cfg_path)
+            for pair in plan.pairs:
+                jobs.append(_make_job(plan, root, env, suite.name, round_no, cfg_path, base_cfg, pair, seen))
+    return jobs
+
+
+def _make_job(plan, root, env, suite, round_no, cfg_path, base_cfg, pair, seen) -> JobSpec:
+    group = f"{safe_component(pair.dataset, 'dataset')}_seed{pair.seed}"
+    stem = safe_component(cfg_path.stem, "config name")
+    count = seen.get(f"{group}/{stem}", 0) + 1
+    seen[f"{group}/{stem}"] = count
+    if count > 1:
+        stem = f"{stem}__rep{count}"
+    job_dir = root / group / stem
+    config, provenance = resolve_config(base_cfg, cfg_path, plan, env, pair, job_dir, stem)
+    return JobSpec(f"{group}/{stem}", suite, round_no, str(cfg_path), stem, pair.seed, pair.dataset,
+                   job_dir, config, provenance, dict(env))
+
+
+def _load_experiment(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read experiment config: {exc}", where=str(path)) from exc
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping (model, peft, train, ...)", where=str(path))
+    return data
+
+
+def resolve_config(base, cfg_path, plan: Plan, env, pair, job_dir: Path, stem: str):
+    """defaults < suite YAML < plan overrides < environment; returns (config, provenance)."""
+    config = copy.deepcopy(base)
+    provenance: list[dict] = []
+    for dotted, value in _flatten(plan.overrides):
+        _set(config, dotted, value)
+        provenance.append({"field": dotted, "value": value, "source": "plan.overrides"})
+    for name, value in env.items():
+        if name in ENV_FIELDS:
+            typed = parse_env_value(name, value)
+            _set(config, ENV_FIELDS[name].field, typed)
+            provenance.append({"field": ENV_FIELDS[name].field, "value": typed, "source": f"env:{name}"})
+    injected = {"name": stem, "data": pair.dataset, "seed": pair.seed, "output_dir": str(job_dir)}
+    for key, value in injected.items():
+        config[key] = value
+        provenance.append({"field": key, "value": value, "source": "plan"})
+    provenance.insert(0, {"field": "*", "value": str(cfg_path), "source": "suite config"})
+    return config, provenance
+
+
+def _flatten(mapping: dict, prefix: str = ""):
+    for key, value in mapping.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, dotted + ".")
+        else:
+            yield dotted, value
+
+
+def _set(config: dict, dotted: str, value) -> None:
+    node = config
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+def materialize(job: JobSpec) -> None:
+    """Create the job directory and write job.yaml, overrides.json and command.json."""
+    try:
+        job.job_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputPathError(f"cannot create job directory: {exc.strerror}", where=str(job.job_dir)) from exc
+    _write_atomic(job.job_dir / "job.yaml", yaml.safe_dump(job.config, sort_keys=False))
+    _write_atomic(job.job_dir / "overrides.json", json.dumps(job.provenance, indent=1, default=str))
+    record = {"argv": job.command(), "env": mask_env(job.env), "cwd": str(job.job_dir)}
+    _write_atomic(job.job_dir / "command.json", json.dumps(record, indent=1))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -1,0 +1,78 @@
+"""Launch a job detached: its own session, stdio appended to ``train.log``, exit record in a file.
+
+The engine records the attempt in the journal before calling :func:`launch`, and afterwards the
+runner's pid with its start time (so a reused pid is never mistaken for the job).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Launched:
+    pid: int
+    pid_start: float
+    popen: subprocess.Popen | None = None
+
+
+def launch(argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path) -> Launched:
+    """Start ``argv`` under the runner, detached, with ``env`` added to the current environment."""
+    exit_path.parent.mkdir(parents=True, exist_ok=True)
+    exit_path.unlink(missing_ok=True)
+    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    runner = [sys.executable, "-m", "lat_core.runner", "--exit-file", str(exit_path), "--", *argv]
+    with open(job_dir / "train.log", "ab") as log:
+        popen = subprocess.Popen(
+            runner, cwd=str(job_dir), env=full_env, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+        )
+    return Launched(popen.pid, process_start_time(popen.pid) or 0.0, popen)
+
+
+def process_start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def is_same_process(pid: int | None, pid_start: float | None) -> bool:
+    """True while the process we launched is alive (pid alive and started at the recorded time)."""
+    if not pid:
+        return False
+    started = process_start_time(pid)
+    if started is None:
+        return False
+    try:
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.NoSuchProcess:
+        return False
+    return pid_start is None or abs(started - pid_start) < 1.0
+
+
+def read_exit_record(exit_path: Path) -> dict | None:
+    try:
+        return json.loads(exit_path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None
+
+
+def signal_group(pid: int, signum: int = signal.SIGTERM) -> bool:
+    """Signal the job's whole process group (runner, trainer, dataloader workers)."""
+    try:
+        os.killpg(pid, signum)
+        return True
+    except ProcessLookupError:
+        return False

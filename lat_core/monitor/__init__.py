@@ -1,0 +1,1 @@
+"""GPU and host probes. Every probe returns immutable snapshots and never raises on a missing GPU."""

@@ -1,0 +1,58 @@
+"""A fake of the pynvml calls GpuProbe uses, for tests and for demos on machines without GPUs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+
+class FakeNvmlError(Exception):
+    pass
+
+
+@dataclass
+class FakeGpu:
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = ""
+    total: int = 80 * 2**30
+    used: int = 0
+    util: int = 0
+    temperature: int = 40
+
+
+@dataclass
+class FakeNvml:
+    gpus: list[FakeGpu] = field(default_factory=list)
+    init_error: str | None = None
+
+    @classmethod
+    def with_gpus(cls, count: int, **kwargs) -> "FakeNvml":
+        return cls([FakeGpu(uuid=f"GPU-fake-{i:04d}", **kwargs) for i in range(count)])
+
+    def nvmlInit(self):
+        if self.init_error:
+            raise FakeNvmlError(self.init_error)
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self.gpus[index]
+
+    def nvmlDeviceGetUUID(self, gpu):
+        return gpu.uuid
+
+    def nvmlDeviceGetName(self, gpu):
+        return gpu.name
+
+    def nvmlDeviceGetMemoryInfo(self, gpu):
+        return SimpleNamespace(total=gpu.total, used=gpu.used, free=gpu.total - gpu.used)
+
+    def nvmlDeviceGetUtilizationRates(self, gpu):
+        return SimpleNamespace(gpu=gpu.util, memory=0)
+
+    def nvmlDeviceGetTemperature(self, gpu, _sensor):
+        return gpu.temperature
+
+    def nvmlDeviceGetPowerUsage(self, gpu):
+        raise FakeNvmlError("Not Supported")

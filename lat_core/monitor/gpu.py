@@ -1,0 +1,102 @@
+"""NVML behind one small adapter.
+
+Initialises lazily, degrades to "no GPU: <reason>" instead of raising, and returns immutable
+snapshots. ``nvml`` is the ``pynvml`` module (from nvidia-ml-py) or, in tests, a fake with the same
+calls (:mod:`lat_core.monitor.fake_nvml`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    uuid: str
+    name: str
+    memory_used: int
+    memory_total: int
+    utilization: int | None = None
+    temperature: int | None = None
+    power_watts: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    gpus: tuple[GpuInfo, ...]
+    reason: str = ""  # why there is no GPU, when ``gpus`` is empty
+
+    @property
+    def available(self) -> bool:
+        return bool(self.gpus)
+
+    def by_index(self, index: int) -> GpuInfo | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+
+class GpuProbe:
+    """Reads GPUs through NVML; all NVML errors become a reason, never an exception."""
+
+    def __init__(self, nvml=None):
+        self._nvml = nvml
+        self._ready = False
+        self._reason = ""
+
+    def _init(self) -> bool:
+        if self._ready:
+            return True
+        if self._reason:
+            return False
+        try:
+            if self._nvml is None:
+                import pynvml  # from nvidia-ml-py; light, no CUDA runtime needed
+
+                self._nvml = pynvml
+            self._nvml.nvmlInit()
+            self._ready = True
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ImportError, ...
+            self._reason = _describe(exc)
+        return self._ready
+
+    def snapshot(self) -> GpuSnapshot:
+        if not self._init():
+            return GpuSnapshot((), self._reason)
+        try:
+            count = self._nvml.nvmlDeviceGetCount()
+            return GpuSnapshot(tuple(self._read(i) for i in range(count)), "" if count else "no GPU: NVML sees 0 devices")
+        except Exception as exc:  # a device falling off the bus must not crash a monitor
+            return GpuSnapshot((), _describe(exc))
+
+    def _read(self, index: int) -> GpuInfo:
+        nv = self._nvml
+        handle = nv.nvmlDeviceGetHandleByIndex(index)
+        memory = nv.nvmlDeviceGetMemoryInfo(handle)
+        return GpuInfo(
+            index=index,
+            uuid=_text(nv.nvmlDeviceGetUUID(handle)),
+            name=_text(nv.nvmlDeviceGetName(handle)),
+            memory_used=int(memory.used),
+            memory_total=int(memory.total),
+            utilization=_optional(lambda: nv.nvmlDeviceGetUtilizationRates(handle).gpu),
+            temperature=_optional(lambda: nv.nvmlDeviceGetTemperature(handle, 0)),
+            power_watts=_optional(lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0),
+        )
+
+
+def _optional(read):
+    """Values some GPUs do not report (NOT_SUPPORTED) become None."""
+    try:
+        return read()
+    except Exception:  # NVMLError_NotSupported and friends: the field is simply absent
+        return None
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ImportError):
+        return "no GPU: nvidia-ml-py is not installed"
+    return f"no GPU: {exc or type(exc).__name__}"

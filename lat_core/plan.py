@@ -1,0 +1,313 @@
+"""The Plan: what to run (suites x rounds x seed:dataset pairs), where (GPUs and slots) and when.
+
+A plan comes from ``plan.yaml`` or from the seeds' flags (``--suite E4 --round all --pairs
+"87:glue-tvt_cola" --gpus "2 3 5 6" --gpu-plan "3,3,1,3" --sleep-mins 5``); both produce the same
+model. Validation collects every problem, each naming the file and the field, so nothing starts
+from a plan that does not validate.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from lat_core.config.datasets import KNOWN_DATASETS, check_dataset
+from lat_core.config.env import ENV_FIELDS, is_valid_name, parse_env_value
+from lat_core.config.suites import SuiteRegistry
+from lat_core.errors import LatError, PlanError
+
+_PAIR_RE = re.compile(r"^\s*(-?\d+)\s*:\s*(\S+)\s*$")
+
+
+class SuiteRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    rounds: Union[Literal["all"], list[int]] = "all"
+
+    @field_validator("rounds", mode="before")
+    @classmethod
+    def _rounds(cls, value):
+        return parse_rounds(value)
+
+
+class Pair(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    seed: int = Field(ge=0)
+    dataset: str = Field(min_length=1)
+
+    def __str__(self) -> str:
+        return f"{self.seed}:{self.dataset}"
+
+
+class Plan(BaseModel):
+    """A validated plan. ``gpus == "cpu"`` runs jobs on the CPU in ``slots`` slots."""
+
+    model_config = ConfigDict(extra="forbid")
+    suites: list[SuiteRef] = Field(min_length=1)
+    pairs: list[Pair] = Field(min_length=1)
+    gpus: Union[Literal["cpu"], list[int]] = "cpu"
+    slots: Union[int, list[int]] = 1
+    countdown_minutes: float = Field(default=0.0, ge=0, le=7 * 24 * 60)
+    env: dict[str, str] = Field(default_factory=dict)
+    output_root: str = Field(default="runs", min_length=1)
+    overrides: dict = Field(default_factory=dict)
+
+    @field_validator("suites", mode="before")
+    @classmethod
+    def _suites(cls, value):
+        if isinstance(value, str):
+            value = value.split()
+        if isinstance(value, list):
+            return [{"name": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("pairs", mode="before")
+    @classmethod
+    def _pairs(cls, value):
+        if isinstance(value, str):
+            value = value.split()
+        if isinstance(value, list):
+            return [parse_pair(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("pairs")
+    @classmethod
+    def _unique_pairs(cls, value):
+        seen = set()
+        for pair in value:
+            if pair in seen:
+                raise ValueError(f"pair {pair} is listed twice")
+            seen.add(pair)
+        return value
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, value):
+        if isinstance(value, str) and value.strip().lower() != "cpu":
+            value = _split_numbers(value, "GPU index")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_valid(cls, value):
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("expected at least one GPU index, or 'cpu'")
+            if any(g < 0 for g in value):
+                raise ValueError("GPU indices must be >= 0")
+            if len(set(value)) != len(value):
+                raise ValueError("a GPU is listed twice")
+        return value
+
+    @field_validator("slots", mode="before")
+    @classmethod
+    def _slots(cls, value):
+        if isinstance(value, str):
+            numbers = _split_numbers(value, "slot count")
+            return numbers[0] if len(numbers) == 1 else numbers
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, value):
+        if isinstance(value, dict):
+            return {k: _env_scalar(k, v) for k, v in value.items()}
+        return value
+
+    def slot_plan(self) -> list[int]:
+        """Slots per device, one entry per GPU (or one for the CPU)."""
+        count = 1 if self.gpus == "cpu" else len(self.gpus)
+        return [self.slots] * count if isinstance(self.slots, int) else list(self.slots)
+
+    def round_list(self, ref: SuiteRef) -> "list[int] | None":
+        return None if ref.rounds == "all" else list(ref.rounds)
+
+    def to_yaml(self) -> str:
+        data = self.model_dump(mode="json", exclude_defaults=False)
+        data["pairs"] = [str(p) for p in self.pairs]
+        data["suites"] = [{"name": s.name, "rounds": s.rounds} for s in self.suites]
+        if not data["overrides"]:
+            del data["overrides"]
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def parse_rounds(value):
+    if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
+        return "all"
+    if isinstance(value, bool):
+        raise ValueError("expected 'all', a round number or a list of round numbers")
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, str):
+        return _split_numbers(value, "round number")
+    return value
+
+
+def parse_pair(text: str) -> dict:
+    match = _PAIR_RE.match(text)
+    if not match:
+        raise ValueError(f"pair {text!r}: expected 'seed:dataset', e.g. '87:glue-tvt_cola'")
+    return {"seed": int(match.group(1)), "dataset": match.group(2)}
+
+
+def _split_numbers(text: str, what: str) -> list[int]:
+    parts = [p for p in re.split(r"[,\s]+", text.strip()) if p]
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"{text!r}: expected {what}s separated by spaces or commas") from None
+
+
+def _env_scalar(key, value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise ValueError(f"env.{key}: expected a string or number, got {type(value).__name__}")
+
+
+# ---------------------------------------------------------------- loading and checking
+
+
+def load_plan(path: str | Path, registry: SuiteRegistry) -> Plan:
+    """Read, parse and fully validate a plan file; PlanError lists every problem with its field."""
+    path = Path(path)
+    return plan_from_mapping(load_plan_mapping(path), registry, where=str(path), base=path.parent)
+
+
+def load_plan_mapping(path: Path) -> dict:
+    """The raw mapping of a plan file; PlanError for unreadable files, bad YAML or a non-mapping."""
+    where = str(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PlanError([f"cannot read plan: {exc.strerror}"], where=where) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PlanError([f"not valid YAML: {_yaml_problem(exc)}"], where=where) from exc
+    if not isinstance(data, dict):
+        raise PlanError([f"expected a mapping of plan fields, got {type(data).__name__}"], where=where)
+    return data
+
+
+def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path | None = None) -> Plan:
+    if not isinstance(data, dict):
+        raise PlanError([f"expected a mapping of plan fields, got {type(data).__name__}"], where=where)
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as exc:
+        raise PlanError(_pydantic_problems(exc), where=where) from None
+    base = base or Path.cwd()
+    problems = check_plan(plan, registry, base)
+    if problems:
+        raise PlanError(problems, where=where)
+    # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.
+    plan.pairs = [_absolute_dataset(p, base) for p in plan.pairs]
+    return plan
+
+
+def _absolute_dataset(pair: Pair, base: Path) -> Pair:
+    if pair.dataset in KNOWN_DATASETS:
+        return pair
+    return Pair(seed=pair.seed, dataset=str((base / pair.dataset).expanduser().resolve()))
+
+
+def check_plan(plan: Plan, registry: SuiteRegistry, base: Path) -> list[str]:
+    """Checks that need the outside world: suites, rounds, datasets, slot shape, env values."""
+    return _check_suites(plan, registry) + _check_datasets(plan, base) + _check_slots(plan) + _check_env(plan)
+
+
+def _check_suites(plan: Plan, registry: SuiteRegistry) -> list[str]:
+    problems = []
+    for i, ref in enumerate(plan.suites):
+        try:
+            suite = registry.get(ref.name)
+        except LatError as exc:
+            problems.append(f"field 'suites[{i}]': {exc}")
+            continue
+        if ref.rounds != "all":
+            missing = [r for r in ref.rounds if r not in suite.rounds]
+            if missing:
+                have = ", ".join(str(r) for r in sorted(suite.rounds))
+                problems.append(
+                    f"field 'suites[{i}].rounds': suite {ref.name!r} has no round {missing[0]} (rounds: {have})"
+                )
+    return problems
+
+
+def _check_datasets(plan: Plan, base: Path) -> list[str]:
+    problems = []
+    for i, pair in enumerate(plan.pairs):
+        problem = check_dataset(pair.dataset, base)
+        if problem:
+            problems.append(f"field 'pairs[{i}]' ({pair}): {problem}")
+    return problems
+
+
+def _check_slots(plan: Plan) -> list[str]:
+    slots = plan.slots if isinstance(plan.slots, list) else [plan.slots]
+    if any(s < 0 for s in slots):
+        return ["field 'slots': slot counts must be >= 0"]
+    devices = 1 if plan.gpus == "cpu" else len(plan.gpus)
+    if isinstance(plan.slots, list) and len(plan.slots) != devices:
+        what = "the CPU" if plan.gpus == "cpu" else f"{devices} GPUs {plan.gpus}"
+        return [f"field 'slots': expected one number or {devices} (one per device) for {what}, got {len(plan.slots)}"]
+    if sum(slots) == 0:
+        return ["field 'slots': every device has 0 slots, so no job could ever start"]
+    return []
+
+
+def _check_env(plan: Plan) -> list[str]:
+    problems = []
+    for key, value in plan.env.items():
+        if not is_valid_name(key):
+            problems.append(f"field 'env': {key!r} is not a valid environment variable name")
+        elif key in ENV_FIELDS:
+            try:
+                parse_env_value(key, value)
+            except ValueError as exc:
+                problems.append(f"field 'env.{key}': {exc}")
+    return problems
+
+
+def _pydantic_problems(exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        loc = _format_loc(err["loc"])
+        if err["type"] == "extra_forbidden":
+            problems.append(f"unknown field {loc!r}")
+        elif err["type"] == "missing":
+            problems.append(f"field {loc!r} is required")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"field {loc!r}: {msg} (got {err.get('input')!r})")
+    return _dedupe(problems)
+
+
+def _format_loc(loc) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in {"list[int]", "literal['all']", "list[Pair]", "int", "literal['cpu']", "str", "float"}:
+            continue  # union branch names: noise for a user
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _dedupe(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem

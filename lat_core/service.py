@@ -1,0 +1,155 @@
+"""What front ends call: state directory, starting runs, the detached engine, commands.
+
+Everything that can fail (plan validation, unknown suite, missing GPU, unwritable output root,
+config errors) is checked before the run is written to the journal, so nothing starts half-way.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lat_core.config.env import mask_env, shell_overrides
+from lat_core.config.paths import configs_root
+from lat_core.config.suites import SuiteRegistry
+from lat_core.devices import resolve_devices
+from lat_core.errors import JournalError, OutputPathError
+from lat_core.jobs import JobSpec, expand, materialize
+from lat_core.monitor.gpu import GpuProbe
+from lat_core.plan import Plan
+from lat_core.store import Store
+
+JOURNAL_NAME = "journal.sqlite"
+LOCK_NAME = "engine.lock"
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("LAT_STATE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "lat"
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    plan: Plan
+    jobs: list[JobSpec]
+    devices: list[dict]
+
+
+def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: GpuProbe | None = None,
+                environ: dict[str, str] | None = None) -> PreparedRun:
+    """Resolve devices and expand jobs without touching the journal or the disk."""
+    registry = registry or SuiteRegistry(configs_root())
+    devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
+    jobs = expand(plan, registry, shell_overrides(dict(os.environ if environ is None else environ)))
+    _check_output_root(Path(plan.output_root))
+    return PreparedRun(plan, jobs, devices)
+
+
+def _check_output_root(root: Path) -> None:
+    root = root.expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputPathError(f"cannot create output root: {exc.strerror}", where=str(root)) from exc
+    if not os.access(root, os.W_OK):
+        raise OutputPathError("output root is not writable", where=str(root))
+
+
+def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None) -> int:
+    """Write job directories, then the run and its jobs into the journal; returns the run id."""
+    for job in prepared.jobs:
+        materialize(job)
+    now = time.time() if now is None else now
+    countdown_until = now + prepared.plan.countdown_minutes * 60
+    root = str(Path(prepared.plan.output_root).expanduser().resolve())
+    run_id = store.create_run(prepared.plan.to_yaml(), root, prepared.devices, countdown_until)
+    store.add_jobs(run_id, [_job_record(j) for j in prepared.jobs])
+    return run_id
+
+
+def _job_record(job: JobSpec) -> dict:
+    return {
+        "key": job.key, "suite": job.suite, "round": job.round, "stem": job.stem, "seed": job.seed,
+        "dataset": job.dataset, "job_dir": str(job.job_dir), "argv": job.command(), "env": mask_env(job.env),
+    }
+
+
+# ---------------------------------------------------------------- the detached engine
+
+
+class EngineLock:
+    """An exclusive flock on ``<state_dir>/engine.lock``: one engine per state directory."""
+
+    def __init__(self, state_dir: Path):
+        self.path = Path(state_dir) / LOCK_NAME
+        self._fh = None
+
+    def acquire(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            return False
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._fh = fh
+        return True
+
+    def release(self) -> None:
+        if self._fh:
+            self._fh.close()
+            self._fh = None
+
+    def is_held(self) -> bool:
+        """True when another process (an engine) holds the lock."""
+        if not self.path.exists():
+            return False
+        with open(self.path, "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
+
+
+def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> int:
+    """Start ``python -m lat_core.engine`` in its own session; it outlives the front end."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **(extra_env or {})}
+    with open(state_dir / "engine.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lat_core.engine", "--state-dir", str(state_dir)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True, close_fds=True,
+        )
+    return proc.pid
+
+
+def ensure_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> bool:
+    """Start an engine unless one already holds the lock; True when one was started."""
+    if EngineLock(state_dir).is_held():
+        return False
+    spawn_engine(state_dir, extra_env)
+    return True
+
+
+def open_store(state_dir: Path) -> Store:
+    try:
+        return Store(Path(state_dir) / JOURNAL_NAME)
+    except JournalError:
+        raise
+    except OSError as exc:
+        raise JournalError(f"cannot open state directory: {exc.strerror}", where=str(state_dir)) from exc

@@ -1,0 +1,334 @@
+"""The journal: one SQLite database (WAL) per state directory, the single source of truth.
+
+The engine is the only writer of job and run state; front ends read it and append commands. Every
+state change is recorded as a transition, so a job's whole history can be shown.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from lat_core.errors import JournalError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+  id INTEGER PRIMARY KEY, created REAL NOT NULL, state TEXT NOT NULL, plan_yaml TEXT NOT NULL,
+  output_root TEXT NOT NULL, devices_json TEXT NOT NULL, countdown_until REAL NOT NULL DEFAULT 0,
+  started REAL, ended REAL, paused INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS jobs (
+  id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL,
+  key TEXT NOT NULL, suite TEXT NOT NULL, round INTEGER NOT NULL, stem TEXT NOT NULL,
+  seed INTEGER NOT NULL, dataset TEXT NOT NULL, job_dir TEXT NOT NULL, argv_json TEXT NOT NULL,
+  env_json TEXT NOT NULL, state TEXT NOT NULL, device TEXT, attempts INTEGER NOT NULL DEFAULT 0,
+  started REAL, ended REAL, returncode INTEGER, last_step INTEGER, last_loss REAL, error TEXT,
+  UNIQUE (run_id, key)
+);
+CREATE TABLE IF NOT EXISTS attempts (
+  id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), n INTEGER NOT NULL,
+  device TEXT NOT NULL, pid INTEGER, pid_start REAL, launched REAL NOT NULL, ended REAL,
+  returncode INTEGER, exit_path TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS transitions (
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, run_id INTEGER NOT NULL, job_id INTEGER,
+  old_state TEXT, new_state TEXT NOT NULL, detail TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS commands (
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, run_id INTEGER NOT NULL, job_id INTEGER,
+  verb TEXT NOT NULL, args_json TEXT NOT NULL DEFAULT '{}', status TEXT NOT NULL DEFAULT 'pending',
+  handled REAL, result TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
+CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
+"""
+
+JOB_FINAL = ("succeeded", "failed", "cancelled")
+RUN_ACTIVE = ("countdown", "running")
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: int
+    created: float
+    state: str
+    plan_yaml: str
+    output_root: str
+    devices: list
+    countdown_until: float
+    started: float | None
+    ended: float | None
+    paused: bool
+
+
+@dataclass(frozen=True)
+class JobRow:
+    id: int
+    run_id: int
+    seq: int
+    key: str
+    suite: str
+    round: int
+    stem: str
+    seed: int
+    dataset: str
+    job_dir: str
+    argv: list
+    env: dict
+    state: str
+    device: str | None
+    attempts: int
+    started: float | None
+    ended: float | None
+    returncode: int | None
+    last_step: int | None
+    last_loss: float | None
+    error: str | None
+
+    def elapsed(self, now: float | None = None) -> float | None:
+        if self.started is None:
+            return None
+        return (self.ended or now or time.time()) - self.started
+
+
+@dataclass(frozen=True)
+class Transition:
+    id: int
+    ts: float
+    run_id: int
+    job_id: int | None
+    old_state: str | None
+    new_state: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    id: int
+    job_id: int
+    n: int
+    device: str
+    pid: int | None
+    pid_start: float | None
+    launched: float
+    ended: float | None
+    returncode: int | None
+    exit_path: str
+
+
+class Store:
+    """A connection to one journal file. Cheap to open; one per process/thread."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise JournalError(f"cannot open journal: {exc}", where=str(self.path)) from exc
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _tx(self):
+        return _Transaction(self._db)
+
+    # ------------------------------------------------------------------ runs
+    def create_run(self, plan_yaml: str, output_root: str, devices: list[dict], countdown_until: float) -> int:
+        now = time.time()
+        state = "countdown" if countdown_until > now else "running"
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO runs (created, state, plan_yaml, output_root, devices_json, countdown_until)"
+                " VALUES (?,?,?,?,?,?)",
+                (now, state, plan_yaml, output_root, json.dumps(devices), countdown_until),
+            )
+            run_id = cur.lastrowid
+            _transition(db, run_id, None, None, state, "run created")
+        return run_id
+
+    def run(self, run_id: int) -> RunRow:
+        row = self._db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            raise JournalError(f"no run {run_id}", where=str(self.path))
+        return _run_row(row)
+
+    def runs(self) -> list[RunRow]:
+        return [_run_row(r) for r in self._db.execute("SELECT * FROM runs ORDER BY id")]
+
+    def latest_run(self) -> RunRow | None:
+        row = self._db.execute("SELECT * FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+        return _run_row(row) if row else None
+
+    def active_runs(self) -> list[RunRow]:
+        marks = ",".join("?" * len(RUN_ACTIVE))
+        rows = self._db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id", RUN_ACTIVE)
+        return [_run_row(r) for r in rows]
+
+    def set_run_state(self, run_id: int, state: str, detail: str = "") -> None:
+        with self._tx() as db:
+            old = db.execute("SELECT state FROM runs WHERE id=?", (run_id,)).fetchone()["state"]
+            if old == state:
+                return
+            ended = time.time() if state in ("finished", "cancelled") else None
+            started = time.time() if state == "running" else None
+            db.execute(
+                "UPDATE runs SET state=?, ended=COALESCE(?, ended), started=COALESCE(started, ?) WHERE id=?",
+                (state, ended, started, run_id),
+            )
+            _transition(db, run_id, None, old, state, detail)
+
+    def set_countdown(self, run_id: int, until: float) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET countdown_until=? WHERE id=?", (until, run_id))
+
+    def set_devices(self, run_id: int, devices: list[dict]) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET devices_json=? WHERE id=?", (json.dumps(devices), run_id))
+
+    # ------------------------------------------------------------------ jobs
+    def add_jobs(self, run_id: int, jobs: Iterable[dict]) -> list[int]:
+        """Insert jobs in order (dicts with key, suite, round, stem, seed, dataset, job_dir, argv, env)."""
+        ids = []
+        with self._tx() as db:
+            start = db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs WHERE run_id=?", (run_id,)).fetchone()[0]
+            for offset, job in enumerate(jobs, start=1):
+                cur = db.execute(
+                    "INSERT INTO jobs (run_id, seq, key, suite, round, stem, seed, dataset, job_dir,"
+                    " argv_json, env_json, state) VALUES (?,?,?,?,?,?,?,?,?,?,?, 'queued')",
+                    (run_id, start + offset, job["key"], job["suite"], job["round"], job["stem"], job["seed"],
+                     job["dataset"], job["job_dir"], json.dumps(job["argv"]), json.dumps(job["env"])),
+                )
+                ids.append(cur.lastrowid)
+                _transition(db, run_id, cur.lastrowid, None, "queued", "")
+        return ids
+
+    def jobs(self, run_id: int) -> list[JobRow]:
+        rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? ORDER BY seq", (run_id,))
+        return [_job_row(r) for r in rows]
+
+    def job(self, job_id: int) -> JobRow:
+        row = self._db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if row is None:
+            raise JournalError(f"no job {job_id}", where=str(self.path))
+        return _job_row(row)
+
+    def set_job_state(self, job_id: int, state: str, detail: str = "", **fields) -> None:
+        allowed = {"device", "started", "ended", "returncode", "error", "attempts"}
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValueError(f"unknown job fields {sorted(unknown)}")
+        with self._tx() as db:
+            row = db.execute("SELECT run_id, state FROM jobs WHERE id=?", (job_id,)).fetchone()
+            sets = ", ".join(f"{k}=?" for k in ["state", *fields])
+            db.execute(f"UPDATE jobs SET {sets} WHERE id=?", (state, *fields.values(), job_id))
+            _transition(db, row["run_id"], job_id, row["state"], state, detail)
+
+    def set_progress(self, job_id: int, step: int | None, loss: float | None) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET last_step=?, last_loss=? WHERE id=?", (step, loss, job_id))
+
+    # ------------------------------------------------------------------ attempts
+    def start_attempt(self, job_id: int, device: str, exit_path: str) -> tuple[int, int]:
+        """Record an attempt before launching it (so a crash never loses a launch). Returns (id, n)."""
+        with self._tx() as db:
+            n = db.execute("SELECT attempts FROM jobs WHERE id=?", (job_id,)).fetchone()[0] + 1
+            cur = db.execute(
+                "INSERT INTO attempts (job_id, n, device, launched, exit_path) VALUES (?,?,?,?,?)",
+                (job_id, n, device, time.time(), exit_path),
+            )
+            db.execute("UPDATE jobs SET attempts=? WHERE id=?", (n, job_id))
+        return cur.lastrowid, n
+
+    def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET pid=?, pid_start=? WHERE id=?", (pid, pid_start, attempt_id))
+
+    def end_attempt(self, attempt_id: int, returncode: int | None) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET ended=?, returncode=? WHERE id=?", (time.time(), returncode, attempt_id))
+
+    def open_attempts(self, run_id: int) -> list[AttemptRow]:
+        rows = self._db.execute(
+            "SELECT a.* FROM attempts a JOIN jobs j ON a.job_id=j.id WHERE j.run_id=? AND a.ended IS NULL",
+            (run_id,),
+        )
+        return [AttemptRow(**dict(r)) for r in rows]
+
+    def attempts(self, job_id: int) -> list[AttemptRow]:
+        rows = self._db.execute("SELECT * FROM attempts WHERE job_id=? ORDER BY n", (job_id,))
+        return [AttemptRow(**dict(r)) for r in rows]
+
+    # ------------------------------------------------------------------ history and commands
+    def transitions(self, run_id: int, after_id: int = 0, job_id: int | None = None) -> list[Transition]:
+        sql = "SELECT * FROM transitions WHERE run_id=? AND id>?"
+        args: list = [run_id, after_id]
+        if job_id is not None:
+            sql += " AND job_id=?"
+            args.append(job_id)
+        return [Transition(**dict(r)) for r in self._db.execute(sql + " ORDER BY id", args)]
+
+    def add_command(self, run_id: int, verb: str, job_id: int | None = None, **args) -> int:
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO commands (ts, run_id, job_id, verb, args_json) VALUES (?,?,?,?,?)",
+                (time.time(), run_id, job_id, verb, json.dumps(args)),
+            )
+        return cur.lastrowid
+
+    def pending_commands(self, run_id: int) -> list[dict]:
+        rows = self._db.execute(
+            "SELECT * FROM commands WHERE run_id=? AND status='pending' ORDER BY id", (run_id,)
+        )
+        return [{**dict(r), "args": json.loads(r["args_json"])} for r in rows]
+
+    def finish_command(self, command_id: int, status: str, result: str = "") -> None:
+        with self._tx() as db:
+            row = db.execute("SELECT run_id, job_id, verb FROM commands WHERE id=?", (command_id,)).fetchone()
+            db.execute("UPDATE commands SET status=?, handled=?, result=? WHERE id=?",
+                       (status, time.time(), result, command_id))
+            _transition(db, row["run_id"], row["job_id"], None, f"command:{row['verb']}", f"{status} {result}".strip())
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, so concurrent writers serialise instead of failing mid-way."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _transition(db, run_id, job_id, old, new, detail) -> None:
+    db.execute(
+        "INSERT INTO transitions (ts, run_id, job_id, old_state, new_state, detail) VALUES (?,?,?,?,?,?)",
+        (time.time(), run_id, job_id, old, new, detail),
+    )
+
+
+def _run_row(row) -> RunRow:
+    data = dict(row)
+    data["devices"] = json.loads(data.pop("devices_json"))
+    data["paused"] = bool(data["paused"])
+    return RunRow(**data)
+
+
+def _job_row(row) -> JobRow:
+    data = dict(row)
+    data["argv"] = json.loads(data.pop("argv_json"))
+    data["env"] = json.loads(data.pop("env_json"))
+    return JobRow(**data)

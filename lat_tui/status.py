@@ -1,0 +1,33 @@
+"""``lat-tui status``: the state of a run, printed without the TUI (works over any SSH shell)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from lat_core.service import EngineLock, default_state_dir, open_store
+from lat_tui.format import fmt_elapsed, job_table
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lat-tui status")
+    parser.add_argument("--state-dir")
+    parser.add_argument("--run", type=int, help="run id (default: the latest)")
+    args = parser.parse_args(argv)
+    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    store = open_store(state_dir)
+    run = store.run(args.run) if args.run else store.latest_run()
+    if run is None:
+        print(f"no run in {state_dir}")
+        return 1
+    engine = "running" if EngineLock(state_dir).is_held() else "not running"
+    print(f"run {run.id}: {run.state}; engine {engine}; outputs in {run.output_root}")
+    if run.state == "countdown":
+        print(f"countdown: {fmt_elapsed(max(0.0, run.countdown_until - time.time()))} left")
+    jobs = store.jobs(run.id)
+    print(job_table(jobs))
+    for job in jobs:
+        if job.error:
+            print(f"  {job.key}: {job.error}")
+    return 0

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One-step set-up for a fresh machine.
+#   bash scripts/setup.sh demo   install, then run the demo plan (4 tiny CPU jobs, headless)
+#   bash scripts/setup.sh test   install with test extras, then run the test suite (GPU tests skipped)
+# Creates .venv in the repository. Where no NVIDIA GPU is visible the CPU build of torch is
+# installed first, so the dependency range never pulls a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-demo}
+PY=${PYTHON:-python3}
+[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+. .venv/bin/activate
+pip() { python -m pip --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+if ! python -c "import torch" 2>/dev/null; then
+  if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    pip install "torch==${LAT_CPU_TORCH:-2.13.0}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+  fi
+fi
+case "$what" in
+  demo)
+    pip install -e .
+    python -c "import lat_core, lat_tui" # fail loudly if the install did not take
+    exec lat-tui --plan configs/plans/demo.yaml ;;
+  test)
+    pip install -e ".[test]"
+    python -c "import lat_core, lat_tui, pytest"
+    exec python -m pytest -m "not gpu" -q ;;
+  *) echo "usage: bash scripts/setup.sh demo|test" >&2; exit 2 ;;
+esac

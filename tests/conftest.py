@@ -1,0 +1,46 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_TRAINER = ROOT / "tests" / "helpers" / "fake_trainer.py"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path, monkeypatch):
+    """No test touches the user's ~/.local/state/lat."""
+    monkeypatch.setenv("LAT_STATE_DIR", str(tmp_path / "state"))
+
+
+def fake_job(tmp_path: Path, name: str, *, sleep=0.3, exit_code=0, env=None, extra=()):
+    """A job record for Store.add_jobs that runs the fake trainer in its own directory."""
+    job_dir = tmp_path / "out" / name
+    job_dir.mkdir(parents=True, exist_ok=True)
+    record = tmp_path / "record"
+    record.mkdir(exist_ok=True)
+    argv = [sys.executable, str(FAKE_TRAINER), "--sleep", str(sleep), "--exit", str(exit_code),
+            "--record", str(record), "--name", name, *extra]
+    return {"key": name, "suite": "t", "round": 1, "stem": name, "seed": 1, "dataset": "tiny-sst2",
+            "job_dir": str(job_dir), "argv": argv, "env": env or {}}
+
+
+def intervals(tmp_path: Path) -> dict[str, tuple[float, float]]:
+    """name -> (start, end) from the fake trainers' own records."""
+    out = {}
+    for log in (tmp_path / "record").glob("*.log"):
+        lines = log.read_text().split("\n")
+        start = float(lines[0].split()[1])
+        end = float(next(l for l in lines if l.startswith("end")).split()[1])
+        out[log.stem] = (start, end)
+    return out
+
+
+def max_overlap(spans) -> int:
+    points = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda p: (p[0], p[1]))
+    cur = best = 0
+    for _, d in points:
+        cur += d
+        best = max(best, cur)
+    return best

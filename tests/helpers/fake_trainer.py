@@ -1,0 +1,45 @@
+"""A stand-in trainer for engine tests: real process, controllable duration and exit code.
+
+    python fake_trainer.py --sleep 0.3 --exit 0 --record DIR
+
+It appends "start <t> <pid>" / "end <t>" lines to DIR/<name>.log so tests can check concurrency,
+writes a few step events to ./events.jsonl (cwd is the job dir), and exits as told.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--sleep", type=float, default=0.2)
+    p.add_argument("--exit", type=int, default=0)
+    p.add_argument("--record", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--print-env", help="write this variable's value to ./env.txt")
+    a = p.parse_args()
+    if a.print_env:
+        with open("env.txt", "w") as fh:
+            fh.write(os.environ.get(a.print_env, "<unset>") + "\n")
+    log = os.path.join(a.record, f"{a.name}.log")
+    with open(log, "a") as fh:
+        fh.write(f"start {time.time()} {os.getpid()}\n")
+    with open("events.jsonl", "a") as ev:
+        ev.write(json.dumps({"t": time.time(), "event": "started", "pid": os.getpid()}) + "\n")
+        for step in range(1, 4):
+            time.sleep(a.sleep / 3)
+            ev.write(json.dumps({"t": time.time(), "event": "step", "step": step, "loss": 2.0 / step}) + "\n")
+            ev.flush()
+    print(f"fake trainer {a.name} done, exiting {a.exit}", flush=True)
+    if a.exit:
+        print(f"RuntimeError: injected failure of {a.name}", file=sys.stderr, flush=True)
+    with open(log, "a") as fh:
+        fh.write(f"end {time.time()}\n")
+    return a.exit
+
+
+if __name__ == "__main__":
+    sys.exit(main())
