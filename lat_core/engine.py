@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         engine.run(poll_interval=args.poll)
         lock.release()
         # A front end may have added a run while we were finishing and saw our lock held.
-        if not store.active_runs() or not lock.acquire():
+        if not store.active_runs() or not lock.acquire(timeout=0.2):
             break
     print("no active run left; engine exits", flush=True)
     return 0

@@ -20,7 +20,7 @@ from lat_core.config.env import ENV_FIELDS, is_valid_name, parse_env_value
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
 
-_PAIR_RE = re.compile(r"^\s*(-?\d+)\s*:\s*(\S+)\s*$")
+_PAIR_RE = re.compile(r"^\s*(-?\d+)\s*:\s*(\S.*?)\s*$")
 
 
 class SuiteRef(BaseModel):

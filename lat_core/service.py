@@ -92,14 +92,20 @@ class EngineLock:
         self.path = Path(state_dir) / LOCK_NAME
         self._fh = None
 
-    def acquire(self) -> bool:
+    def acquire(self, timeout: float = 1.0) -> bool:
+        """Retries briefly: a front end's :meth:`is_held` probe holds the lock for an instant."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(self.path, "a+")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.close()
-            return False
+        deadline = time.time() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.time() >= deadline:
+                    fh.close()
+                    return False
+                time.sleep(0.05)
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))
@@ -125,8 +131,9 @@ class EngineLock:
             return False
 
 
-def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> int:
-    """Start ``python -m lat_core.engine`` in its own session; it outlives the front end."""
+def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_s: float = 15.0) -> int:
+    """Start ``python -m lat_core.engine`` in its own session (it outlives the front end) and wait
+    until it holds the engine lock or has exited, so the caller sees a consistent state."""
     state_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **(extra_env or {})}
     with open(state_dir / "engine.log", "ab") as log:
@@ -135,15 +142,24 @@ def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> in
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True, close_fds=True,
         )
+    lock, deadline = EngineLock(state_dir), time.time() + wait_s
+    while proc.poll() is None and not lock.is_held() and time.time() < deadline:
+        time.sleep(0.05)
     return proc.pid
 
 
 def ensure_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> bool:
-    """Start an engine unless one already holds the lock; True when one was started."""
-    if EngineLock(state_dir).is_held():
-        return False
-    spawn_engine(state_dir, extra_env)
-    return True
+    """Start an engine unless one already holds the lock; True when one was started.
+
+    A second lock (``spawn.lock``) serialises front ends starting at the same moment, so only one
+    of them spawns; the other then sees the engine's lock held and attaches."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / "spawn.lock", "a+") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if EngineLock(state_dir).is_held():
+            return False
+        spawn_engine(state_dir, extra_env)
+        return True
 
 
 def open_store(state_dir: Path) -> Store:

@@ -1,0 +1,135 @@
+"""Plan validation: every bad plan gets a message naming the file, the field and the expectation."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lat_core.config.suites import SuiteRegistry
+from lat_core.errors import PlanError
+from lat_core.plan import load_plan
+from lat_tui.cli import build_parser, plan_from_args
+
+
+@pytest.fixture
+def configs(tmp_path) -> Path:
+    root = tmp_path / "configs"
+    (root / "experiments" / "gla").mkdir(parents=True)
+    (root / "suites").mkdir()
+    for stem in ("a", "b", "c"):
+        (root / "experiments" / "gla" / f"{stem}.yaml").write_text("model: {family: gla}\ntrain: {lr: 0.001}\n")
+    suite = {"name": "E4", "rounds": {1: ["gla/a.yaml", "gla/b.yaml"], 2: ["gla/c.yaml", "gla/c.yaml"]}}
+    (root / "suites" / "E4.yaml").write_text(yaml.safe_dump(suite))
+    (root / "suites" / "demo.yaml").write_text(yaml.safe_dump({"rounds": {1: ["gla/a.yaml"]}}))
+    return root
+
+
+GOOD = {"suites": [{"name": "E4", "rounds": "all"}], "pairs": ["87:glue-tvt_cola"], "gpus": [2, 3, 5, 6],
+        "slots": [3, 3, 1, 3], "countdown_minutes": 5, "output_root": "runs/x"}
+
+
+def write_plan(tmp_path, data) -> Path:
+    path = tmp_path / "plan.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def with_(**changes):
+    data = {**GOOD, **changes}
+    return {k: v for k, v in data.items() if v is not _DROP}
+
+
+_DROP = object()
+
+BAD_PLANS = [
+    ("suites: [E4\npairs: x", "not valid YAML: line"),
+    ("- just\n- a list\n", "expected a mapping of plan fields, got list"),
+    (with_(gpu_plan="3,3"), "unknown field 'gpu_plan'"),
+    (with_(suites=_DROP), "field 'suites' is required"),
+    (with_(suites=[]), "field 'suites'"),
+    (with_(suites=["E5"]), "field 'suites[0]'"),
+    (with_(suites=[{"name": "E4", "rounds": [3]}]), "suite 'E4' has no round 3 (rounds: 1, 2)"),
+    (with_(suites=[{"name": "E4", "rounds": "first"}]), "field 'suites[0].rounds'"),
+    (with_(suites=[{"name": "E4", "round": 1}]), "unknown field 'suites[0].round'"),
+    (with_(pairs=["87-glue-tvt_cola"]), "expected 'seed:dataset'"),
+    (with_(pairs=["x:glue-tvt_cola"]), "expected 'seed:dataset'"),
+    (with_(pairs=["87:glue-tvt_cola", "87:glue-tvt_cola"]), "pair 87:glue-tvt_cola is listed twice"),
+    (with_(pairs=["87:glue_cola"]), "unknown dataset 'glue_cola'"),
+    (with_(pairs=["87:./missing_dir"]), "dataset directory"),
+    (with_(pairs=[]), "field 'pairs'"),
+    (with_(gpus=[2, 2, 5, 6]), "a GPU is listed twice"),
+    (with_(gpus=[-1, 3, 5, 6]), "GPU indices must be >= 0"),
+    (with_(gpus="two three"), "expected GPU indexs separated"),
+    (with_(slots=[3, 3, 1]), "field 'slots': expected one number or 4 (one per device)"),
+    (with_(slots=[3, -1, 1, 3]), "slot counts must be >= 0"),
+    (with_(slots=0), "every device has 0 slots"),
+    (with_(gpus="cpu", slots=[1, 2]), "expected one number or 1 (one per device) for the CPU"),
+    (with_(countdown_minutes=-5), "field 'countdown_minutes'"),
+    (with_(countdown_minutes="soon"), "field 'countdown_minutes'"),
+    (with_(env={"HP_BATCH_SIZE": "eight"}), "field 'env.HP_BATCH_SIZE': HP_BATCH_SIZE='eight': expected a positive integer"),
+    (with_(env={"GRADIENT_CHECKPOINTING": "maybe"}), "GRADIENT_CHECKPOINTING='maybe': expected a boolean"),
+    (with_(env={"BAD-NAME": "1"}), "'BAD-NAME' is not a valid environment variable name"),
+    (with_(env={"HP_LR": [1, 2]}), "env.HP_LR: expected a string or number"),
+    (with_(output_root=""), "field 'output_root'"),
+]
+
+
+@pytest.mark.parametrize("data,expected", BAD_PLANS, ids=[f"bad{i}" for i in range(len(BAD_PLANS))])
+def test_bad_plans_are_rejected_with_a_clear_message(tmp_path, configs, data, expected):
+    path = write_plan(tmp_path, data)
+    with pytest.raises(PlanError) as info:
+        load_plan(path, SuiteRegistry(configs))
+    message = str(info.value)
+    assert str(path) in message  # names the file
+    assert expected in message, message
+
+
+def test_every_problem_is_reported_at_once(tmp_path, configs):
+    path = write_plan(tmp_path, with_(gpus=[1, 1], countdown_minutes=-1, bogus=True))
+    with pytest.raises(PlanError) as info:
+        load_plan(path, SuiteRegistry(configs))
+    assert len(info.value.problems) == 3
+
+
+def test_good_plan_loads(tmp_path, configs):
+    plan = load_plan(write_plan(tmp_path, GOOD), SuiteRegistry(configs))
+    assert plan.slot_plan() == [3, 3, 1, 3]
+    assert plan.gpus == [2, 3, 5, 6]
+    assert [str(p) for p in plan.pairs] == ["87:glue-tvt_cola"]
+
+
+def test_seed_flags_give_the_same_plan_as_yaml(tmp_path, configs):
+    argv = ["--configs", str(configs), "--suite", "E4", "--round", "all", "--pairs",
+            "87:glue-tvt_cola 13:glue-tvt_rte", "--gpus", "2 3 5 6", "--gpu-plan", "3,3,1,3",
+            "--sleep-mins", "5", "--output-root", "runs/x", "--env", "HP_BATCH_SIZE=4"]
+    from_flags = plan_from_args(build_parser().parse_args(argv))
+    yaml_plan = load_plan(write_plan(tmp_path, with_(pairs=["87:glue-tvt_cola", "13:glue-tvt_rte"],
+                                                    env={"HP_BATCH_SIZE": 4})), SuiteRegistry(configs))
+    assert from_flags == yaml_plan
+
+
+def test_save_plan_round_trips(tmp_path, configs):
+    out = tmp_path / "saved.yaml"
+    argv = ["--configs", str(configs), "--suite", "E4", "--round", "1,2", "--pairs", "87:glue-tvt_cola",
+            "--gpus", "0 1", "--gpu-plan", "2", "--save-plan", str(out)]
+    from lat_tui.cli import main
+
+    assert main(argv) == 0
+    reloaded = load_plan(out, SuiteRegistry(configs))
+    assert reloaded.suites[0].rounds == [1, 2] and reloaded.slot_plan() == [2, 2]
+
+
+def test_flag_errors_name_the_flag(configs, capsys):
+    from lat_tui.cli import main
+
+    code = main(["--configs", str(configs), "--suite", "E4", "--pairs", "87:glue-tvt_cola", "--gpus", "0 1",
+                 "--gpu-plan", "1,2,3", "--save-plan", "/dev/null"])
+    assert code == 2
+    assert "--gpu-plan: expected one number or 2" in capsys.readouterr().err
+
+
+def test_plan_file_plus_flag_overrides(tmp_path, configs):
+    path = write_plan(tmp_path, GOOD)
+    args = build_parser().parse_args(["--configs", str(configs), "--plan", str(path), "--gpus", "0", "--gpu-plan", "1"])
+    plan = plan_from_args(args)
+    assert plan.gpus == [0] and plan.slot_plan() == [1] and plan.countdown_minutes == 5
