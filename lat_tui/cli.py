@@ -102,7 +102,7 @@ def plan_from_args(args):
     try:
         return plan_from_mapping(data, _registry(args), where=where, base=base if args.plan else Path.cwd())
     except PlanError as exc:
-        raise PlanError([_name_flags(p) for p in exc.problems], where=exc.where) from None
+        raise PlanError([_name_flags(p, set(flags)) for p in exc.problems], where=exc.where) from None
 
 
 def _read_plan_mapping(path: Path) -> dict:
@@ -141,9 +141,12 @@ def _parse_env_flags(items: list[str]) -> dict:
     return env
 
 
-def _name_flags(problem: str) -> str:
-    """``field 'slots': ...`` -> ``--gpu-plan: ...`` (``--suite (suites[0].rounds): ...`` when nested)."""
+def _name_flags(problem: str, from_flags: set[str]) -> str:
+    """``field 'slots': ...`` -> ``--gpu-plan: ...`` (``--suite (suites[0].rounds): ...`` when nested),
+    for the fields the flags set; fields from the plan file keep their YAML names."""
     for flag, field in FLAG_FIELDS.items():
+        if field not in from_flags:
+            continue
         option = "--" + flag.replace("_", "-")
         problem = re.sub(rf"field '{field}((?:\[\d+\])?(?:\.[\w.]+)?)'",
                          lambda m: f"{option} ({field}{m.group(1)})" if m.group(1) else option, problem)

@@ -20,8 +20,9 @@ from lat_tui.format import job_table, progress_line
 EXIT_OK, EXIT_FAILED, EXIT_DETACHED = 0, 1, 130
 
 
-def run_headless(plan: Plan, state_dir: Path, *, registry=None, probe=None, out: TextIO = sys.stdout,
+def run_headless(plan: Plan, state_dir: Path, *, registry=None, probe=None, out: TextIO | None = None,
                  poll: float = 0.5) -> int:
+    out = out or sys.stdout  # looked up at call time, so redirections apply
     prepared = prepare_run(plan, registry=registry, probe=probe)
     store = open_store(state_dir)
     run_id = create_run(store, prepared)

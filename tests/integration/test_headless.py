@@ -1,0 +1,88 @@
+"""``lat-tui --plan`` end to end: real engine process, real tiny trainers, exit codes, summary."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lat_core.service import open_store
+from lat_tui.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def configs(tmp_path) -> Path:
+    """The shipped configs plus a suite holding one config that fails at run time."""
+    root = tmp_path / "configs"
+    shutil.copytree(ROOT / "configs", root)
+    broken = yaml.safe_load((root / "experiments" / "mamba" / "tiny_lora.yaml").read_text())
+    broken["peft"]["target_modules"] = ["no_such_proj"]
+    (root / "experiments" / "mamba" / "broken.yaml").write_text(yaml.safe_dump(broken))
+    suite = {"rounds": {1: ["mamba/tiny_lora.yaml", "mamba/broken.yaml"]}}
+    (root / "suites" / "mixed.yaml").write_text(yaml.safe_dump(suite))
+    return root
+
+
+@pytest.mark.slow
+def test_demo_plan_succeeds_with_exit_code_0(tmp_path, configs, capsys):
+    out_root = tmp_path / "runs"
+    code = main(["--plan", str(configs / "plans" / "demo.yaml"), "--configs", str(configs),
+                 "--output-root", str(out_root), "--state-dir", str(tmp_path / "state")])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "4/4 jobs succeeded" in text
+    assert text.count("-> succeeded") == 4
+    for job_dir in [out_root / f"tiny-sst2_seed{s}" / c for s in (1, 2) for c in ("tiny_lora_qkvo", "tiny_lora")]:
+        events = [json.loads(l)["event"] for l in (job_dir / "events.jsonl").read_text().splitlines()]
+        assert events[0] == "started" and events[-1] == "finished"
+        assert (job_dir / "train.log").stat().st_size > 0
+        assert yaml.safe_load((job_dir / "job.yaml").read_text())["seed"] in (1, 2)
+
+
+@pytest.mark.slow
+def test_a_failed_job_gives_exit_code_1_and_is_named(tmp_path, configs, capsys):
+    code = main(["--suite", "mixed", "--pairs", "3:tiny-sst2", "--gpus", "cpu", "--gpu-plan", "2",
+                 "--configs", str(configs), "--output-root", str(tmp_path / "runs"),
+                 "--state-dir", str(tmp_path / "state")])
+    text = capsys.readouterr().out
+    assert code == 1, text
+    assert "1/2 jobs succeeded" in text
+    failed_line = next(l for l in text.splitlines() if l.strip().startswith("failed:"))
+    assert "tiny-sst2_seed3/broken" in failed_line and "no_such_proj" in failed_line
+
+
+def test_invalid_plan_exits_2_and_starts_nothing(tmp_path, configs, capsys):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("suites: [demo]\npairs: ['1:tiny-sst2']\ngpus: cpu\nslots: [1, 2]\n"
+                    f"output_root: {tmp_path / 'runs'}\n")
+    code = main(["--plan", str(plan), "--configs", str(configs), "--state-dir", str(tmp_path / "state")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{plan}" in err and "field 'slots'" in err
+    assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "state").exists()
+
+
+def test_gpus_on_a_machine_without_them_exit_2(tmp_path, configs, capsys, monkeypatch):
+    from lat_core.monitor import gpu
+
+    monkeypatch.setattr(gpu.GpuProbe, "snapshot", lambda self: gpu.GpuSnapshot((), "no GPU: driver not loaded"))
+    code = main(["--suite", "demo", "--pairs", "1:tiny-sst2", "--gpus", "0 1", "--gpu-plan", "1",
+                 "--configs", str(configs), "--output-root", str(tmp_path / "runs"),
+                 "--state-dir", str(tmp_path / "state")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no GPU: driver not loaded" in err
+    assert not (tmp_path / "state").exists()
+
+
+def test_status_prints_the_latest_run(tmp_path, capsys):
+    store = open_store(tmp_path / "state")
+    run_id = store.create_run("p", str(tmp_path), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}], 0)
+    store.add_jobs(run_id, [{"key": "d_seed1/a", "suite": "s", "round": 1, "stem": "a", "seed": 1,
+                             "dataset": "d", "job_dir": str(tmp_path), "argv": ["x"], "env": {}}])
+    assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
+    text = capsys.readouterr().out
+    assert f"run {run_id}: running" in text and "d_seed1/a" in text and "queued" in text
