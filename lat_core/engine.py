@@ -15,11 +15,13 @@ import signal
 import time
 from pathlib import Path
 
+from lat_core.commands import Commands
 from lat_core.config.env import MASK
 from lat_core.launch import is_same_process, launch, read_exit_record, signal_group
 from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
 
 CANCEL_GRACE_S = 10.0
+LAUNCH_GRACE_S = 30.0
 
 
 class Engine:
@@ -29,12 +31,19 @@ class Engine:
         self._clock = clock
         self._secrets = dict(os.environ if secrets is None else secrets)
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
-        self._cancel_deadline: dict[int, float] = {}  # attempt id -> when to SIGKILL
         self._events_offset: dict[int, int] = {}
+        self._commands = Commands(self)
+
+    def now(self) -> float:
+        return self._clock()
 
     # ------------------------------------------------------------------ loop
     def tick(self) -> bool:
-        """One pass over every active run; True while any run is still active."""
+        """One pass over every active run; True while any run is still active.
+
+        Commands to ended runs (requeue, add jobs) are applied first: they may make a run active."""
+        for run_id in self.store.runs_with_pending_commands():
+            self._handle_commands(self.store.run(run_id))
         for run in self.store.active_runs():
             self._tick_run(run)
         return bool(self.store.active_runs())
@@ -60,12 +69,11 @@ class Engine:
         self._finish_if_drained(run)
 
     def _finish_if_drained(self, run: RunRow) -> None:
-        if run.state not in ("running", "countdown"):
-            return
         jobs = self.store.jobs(run.id)
-        if jobs and all(j.state in JOB_FINAL for j in jobs) and not self.store.open_attempts(run.id):
+        if all(j.state in JOB_FINAL for j in jobs) and not self.store.open_attempts(run.id):
             failed = sum(j.state != "succeeded" for j in jobs)
-            self.store.set_run_state(run.id, "finished", f"{len(jobs) - failed} succeeded, {failed} not")
+            final = "cancelled" if run.state == "cancelling" else "finished"
+            self.store.set_run_state(run.id, final, f"{len(jobs) - failed} succeeded, {failed} not")
 
     # ------------------------------------------------------------------ admission
     def _admit(self, run: RunRow) -> None:
@@ -89,7 +97,7 @@ class Engine:
                                  started=self._clock(), ended=None, returncode=None, error=None)
         env = {**self._unmask(job.env), **device["env"], "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
         try:
-            launched = self._launch(job.argv, env, job_dir, exit_path)
+            launched = self._launch(job.argv, env, job_dir, exit_path, tuple(job.env))
         except OSError as exc:
             self.store.end_attempt(attempt_id, None)
             self.store.set_job_state(job.id, "failed", f"launch failed: {exc}", ended=self._clock(), error=str(exc))
@@ -108,6 +116,8 @@ class Engine:
             popen = self._popens.get(attempt.id)
             if popen is not None:
                 popen.poll()  # reap our own child so it does not linger as a zombie
+            if attempt.pid is None:
+                attempt = self._recover_pid(attempt)
             record = read_exit_record(Path(attempt.exit_path))
             if record is not None:
                 self._record_exit(attempt, record.get("returncode"))
@@ -117,9 +127,22 @@ class Engine:
             else:
                 self._enforce_cancel_grace(attempt)
 
+    def _recover_pid(self, attempt: AttemptRow) -> AttemptRow:
+        """An engine that died between recording an attempt and its pid: the runner's own pid file
+        says whether the launch happened. Never relaunch: no pid file after a grace = failed."""
+        started = read_exit_record(Path(attempt.exit_path + ".pid"))
+        if started:
+            self.store.set_attempt_pid(attempt.id, started["pid"], started["pid_start"])
+            return self.store.attempts(attempt.job_id)[-1]
+        if self._clock() - attempt.launched > LAUNCH_GRACE_S:
+            self.store.end_attempt(attempt.id, None)
+            self.store.set_job_state(attempt.job_id, "failed", "launch interrupted by an engine crash",
+                                     ended=self._clock(), error="launch interrupted by an engine crash; requeue it")
+        return attempt
+
     def _record_exit(self, attempt: AttemptRow, returncode: int | None) -> None:
         self._popens.pop(attempt.id, None)
-        cancelled = self._cancel_deadline.pop(attempt.id, None) is not None
+        cancelled = attempt.cancel_at is not None
         self.store.end_attempt(attempt.id, returncode)
         job = self.store.job(attempt.job_id)
         if job.state != "running":
@@ -134,8 +157,7 @@ class Engine:
                                  returncode=returncode, error=error)
 
     def _enforce_cancel_grace(self, attempt: AttemptRow) -> None:
-        deadline = self._cancel_deadline.get(attempt.id)
-        if deadline is not None and self._clock() >= deadline and attempt.pid:
+        if attempt.cancel_at is not None and self._clock() >= attempt.cancel_at + CANCEL_GRACE_S and attempt.pid:
             signal_group(attempt.pid, signal.SIGKILL)
 
     # ------------------------------------------------------------------ progress
@@ -162,46 +184,21 @@ class Engine:
     # ------------------------------------------------------------------ commands
     def _handle_commands(self, run: RunRow) -> None:
         for command in self.store.pending_commands(run.id):
-            handler = getattr(self, f"_cmd_{command['verb']}", None)
+            handler = getattr(self._commands, f"cmd_{command['verb']}", None)
             if handler is None:
                 self.store.finish_command(command["id"], "rejected", f"unknown command {command['verb']!r}")
                 continue
             status, result = handler(run, command)
             self.store.finish_command(command["id"], status, result)
 
-    def _cmd_skip_countdown(self, run: RunRow, _command) -> tuple[str, str]:
-        if run.state != "countdown":
-            return "rejected", "no countdown is running"
-        self.store.set_countdown(run.id, self._clock())
-        return "done", "countdown skipped"
-
-    def _cmd_extend_countdown(self, run: RunRow, command) -> tuple[str, str]:
-        if run.state != "countdown":
-            return "rejected", "no countdown is running"
-        minutes = float(command["args"].get("minutes", 5))
-        self.store.set_countdown(run.id, run.countdown_until + minutes * 60)
-        return "done", f"countdown extended by {minutes:g} min"
-
-    def _cmd_cancel_run(self, run: RunRow, _command) -> tuple[str, str]:
-        for job in self.store.jobs(run.id):
-            self._cancel(job)
-        self.store.set_run_state(run.id, "cancelled" if run.state == "countdown" else run.state, "cancelled by user")
-        return "done", "run cancelled"
-
-    def _cmd_cancel_job(self, run: RunRow, command) -> tuple[str, str]:
-        job = self.store.job(command["job_id"])
-        if job.state in JOB_FINAL:
-            return "rejected", f"job is already {job.state}"
-        self._cancel(job)
-        return "done", f"cancel sent to {job.key}"
-
-    def _cancel(self, job: JobRow) -> None:
+    def cancel(self, job: JobRow) -> None:
+        """Queued: cancelled at once. Running: SIGTERM to its process group, SIGKILL after a grace."""
         if job.state == "queued":
             self.store.set_job_state(job.id, "cancelled", "cancelled before start", ended=self._clock())
             return
         for attempt in self.store.open_attempts(job.run_id):
             if attempt.job_id == job.id and attempt.pid:
-                self._cancel_deadline[attempt.id] = self._clock() + CANCEL_GRACE_S
+                self.store.request_cancel(attempt.id, self._clock())
                 signal_group(attempt.pid, signal.SIGTERM)
 
 

@@ -24,12 +24,16 @@ class Launched:
     popen: subprocess.Popen | None = None
 
 
-def launch(argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path) -> Launched:
-    """Start ``argv`` under the runner, detached, with ``env`` added to the current environment."""
+def launch(argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path,
+           show_env: tuple[str, ...] = ()) -> Launched:
+    """Start ``argv`` under the runner, detached, with ``env`` added to the current environment.
+    ``show_env`` names the overrides the runner echoes (masked) at the top of the attempt's log."""
     exit_path.parent.mkdir(parents=True, exist_ok=True)
     exit_path.unlink(missing_ok=True)
+    Path(f"{exit_path}.pid").unlink(missing_ok=True)
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-    runner = [sys.executable, "-m", "lat_core.runner", "--exit-file", str(exit_path), "--", *argv]
+    runner = [sys.executable, "-m", "lat_core.runner", "--exit-file", str(exit_path),
+              "--show-env", ",".join(show_env), "--", *argv]
     with open(job_dir / "train.log", "ab") as log:
         popen = subprocess.Popen(
             runner, cwd=str(job_dir), env=full_env, stdin=subprocess.DEVNULL, stdout=log,

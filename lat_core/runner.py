@@ -26,15 +26,34 @@ def write_exit_record(path: str, record: dict) -> None:
     os.replace(tmp, path)
 
 
+def _own_start_time() -> float:
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+def _echo(command: list[str], names: str) -> None:
+    """The header of each attempt in train.log: what ran, with which overrides (secrets masked)."""
+    from lat_core.config.env import mask_env
+
+    shown = mask_env({n: os.environ.get(n, "") for n in names.split(",") if n})
+    print(f"[lat] {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(command)}", flush=True)
+    if shown:
+        print("[lat] env overrides: " + " ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lat_core.runner")
     parser.add_argument("--exit-file", required=True)
+    parser.add_argument("--show-env", default="", help="comma-separated names of the job's env overrides")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given after --")
     started = time.time()
+    write_exit_record(f"{args.exit_file}.pid", {"pid": os.getpid(), "pid_start": _own_start_time()})
+    _echo(command, args.show_env)
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
 
     def forward(signum, _frame):

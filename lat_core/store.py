@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE TABLE IF NOT EXISTS attempts (
   id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), n INTEGER NOT NULL,
   device TEXT NOT NULL, pid INTEGER, pid_start REAL, launched REAL NOT NULL, ended REAL,
-  returncode INTEGER, exit_path TEXT NOT NULL
+  returncode INTEGER, exit_path TEXT NOT NULL, cancel_at REAL
 );
 CREATE TABLE IF NOT EXISTS transitions (
   id INTEGER PRIMARY KEY, ts REAL NOT NULL, run_id INTEGER NOT NULL, job_id INTEGER,
@@ -48,7 +48,7 @@ CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
 """
 
 JOB_FINAL = ("succeeded", "failed", "cancelled")
-RUN_ACTIVE = ("countdown", "running")
+RUN_ACTIVE = ("countdown", "running", "cancelling")
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,7 @@ class AttemptRow:
     ended: float | None
     returncode: int | None
     exit_path: str
+    cancel_at: float | None = None
 
 
 class Store:
@@ -148,9 +149,10 @@ class Store:
         state = "countdown" if countdown_until > now else "running"
         with self._tx() as db:
             cur = db.execute(
-                "INSERT INTO runs (created, state, plan_yaml, output_root, devices_json, countdown_until)"
-                " VALUES (?,?,?,?,?,?)",
-                (now, state, plan_yaml, output_root, json.dumps(devices), countdown_until),
+                "INSERT INTO runs (created, state, plan_yaml, output_root, devices_json, countdown_until, started)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (now, state, plan_yaml, output_root, json.dumps(devices), countdown_until,
+                 now if state == "running" else None),
             )
             run_id = cur.lastrowid
             _transition(db, run_id, None, None, state, "run created")
@@ -190,6 +192,11 @@ class Store:
     def set_countdown(self, run_id: int, until: float) -> None:
         with self._tx() as db:
             db.execute("UPDATE runs SET countdown_until=? WHERE id=?", (until, run_id))
+
+    def set_paused(self, run_id: int, paused: bool) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET paused=? WHERE id=?", (int(paused), run_id))
+            _transition(db, run_id, None, None, "paused" if paused else "resumed", "admission")
 
     def set_devices(self, run_id: int, devices: list[dict]) -> None:
         with self._tx() as db:
@@ -257,6 +264,11 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE attempts SET ended=?, returncode=? WHERE id=?", (time.time(), returncode, attempt_id))
 
+    def request_cancel(self, attempt_id: int, when: float) -> None:
+        """Persisted, so an engine restarted mid-cancel still records the job as cancelled."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET cancel_at=COALESCE(cancel_at, ?) WHERE id=?", (when, attempt_id))
+
     def open_attempts(self, run_id: int) -> list[AttemptRow]:
         rows = self._db.execute(
             "SELECT a.* FROM attempts a JOIN jobs j ON a.job_id=j.id WHERE j.run_id=? AND a.ended IS NULL",
@@ -284,6 +296,9 @@ class Store:
                 (time.time(), run_id, job_id, verb, json.dumps(args)),
             )
         return cur.lastrowid
+
+    def runs_with_pending_commands(self) -> list[int]:
+        return [r[0] for r in self._db.execute("SELECT DISTINCT run_id FROM commands WHERE status='pending'")]
 
     def pending_commands(self, run_id: int) -> list[dict]:
         rows = self._db.execute(

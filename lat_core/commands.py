@@ -1,0 +1,96 @@
+"""Commands front ends send through the journal, applied by the engine (the only state writer).
+
+Each handler returns (status, result); the journal records it as a transition, so every command
+shows up in the run's (and, for job commands, the job's) history.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lat_core.store import JOB_FINAL, RunRow
+
+if TYPE_CHECKING:
+    from lat_core.engine import Engine
+
+Result = tuple[str, str]
+
+
+class Commands:
+    def __init__(self, engine: "Engine"):
+        self.engine = engine
+        self.store = engine.store
+
+    # ---------------------------------------------------------------- countdown
+    def cmd_skip_countdown(self, run: RunRow, _command) -> Result:
+        if run.state != "countdown":
+            return "rejected", "no countdown is running"
+        self.store.set_countdown(run.id, self.engine.now())
+        return "done", "countdown skipped"
+
+    def cmd_extend_countdown(self, run: RunRow, command) -> Result:
+        if run.state != "countdown":
+            return "rejected", "no countdown is running"
+        minutes = float(command["args"].get("minutes", 5))
+        self.store.set_countdown(run.id, run.countdown_until + minutes * 60)
+        return "done", f"countdown extended by {minutes:g} min"
+
+    # ---------------------------------------------------------------- run
+    def cmd_cancel_run(self, run: RunRow, _command) -> Result:
+        for job in self.store.jobs(run.id):
+            if job.state not in JOB_FINAL:
+                self.engine.cancel(job)
+        self.store.set_run_state(run.id, "cancelling", "cancelled by user")
+        return "done", "run cancelled: nothing new starts, running jobs are stopped"
+
+    def cmd_pause(self, run: RunRow, _command) -> Result:
+        if run.paused:
+            return "rejected", "admission is already paused"
+        self.store.set_paused(run.id, True)
+        return "done", "admission paused; running jobs go on"
+
+    def cmd_resume(self, run: RunRow, _command) -> Result:
+        if not run.paused:
+            return "rejected", "admission is not paused"
+        self.store.set_paused(run.id, False)
+        return "done", "admission resumed"
+
+    def cmd_set_slots(self, run: RunRow, command) -> Result:
+        device_id, slots = command["args"].get("device"), command["args"].get("slots")
+        if not isinstance(slots, int) or slots < 0:
+            return "rejected", f"slots must be an integer >= 0, got {slots!r}"
+        devices = [dict(d) for d in run.devices]
+        match = next((d for d in devices if d["id"] == device_id), None)
+        if match is None:
+            return "rejected", f"no device {device_id!r} in this run ({', '.join(d['id'] for d in devices)})"
+        old, match["slots"] = match["slots"], slots
+        self.store.set_devices(run.id, devices)
+        return "done", f"{device_id}: {old} -> {slots} slots"
+
+    def cmd_add_jobs(self, run: RunRow, command) -> Result:
+        jobs = command["args"].get("jobs") or []
+        existing = {j.key for j in self.store.jobs(run.id)}
+        clash = [j["key"] for j in jobs if j["key"] in existing]
+        if clash:
+            return "rejected", f"jobs already in this run: {', '.join(clash[:3])}"
+        self.store.add_jobs(run.id, jobs)
+        if run.state in ("finished", "cancelled"):
+            self.store.set_run_state(run.id, "running", "jobs added")
+        return "done", f"{len(jobs)} jobs added"
+
+    # ---------------------------------------------------------------- jobs
+    def cmd_cancel_job(self, run: RunRow, command) -> Result:
+        job = self.store.job(command["job_id"])
+        if job.state in JOB_FINAL:
+            return "rejected", f"job is already {job.state}"
+        self.engine.cancel(job)
+        return "done", f"cancel sent to {job.key}"
+
+    def cmd_requeue(self, run: RunRow, command) -> Result:
+        job = self.store.job(command["job_id"])
+        if job.state not in JOB_FINAL:
+            return "rejected", f"job is {job.state}; only finished, failed or cancelled jobs are requeued"
+        self.store.set_job_state(job.id, "queued", "requeued by user", ended=None, returncode=None, error=None)
+        if run.state in ("finished", "cancelled"):
+            self.store.set_run_state(run.id, "running", "job requeued")
+        return "done", f"{job.key} requeued"

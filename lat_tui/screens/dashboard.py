@@ -1,0 +1,264 @@
+"""The dashboard: run status, devices, the job table and the selected job's live log.
+
+One poll at a time: a thread worker reads the journal, the GPUs and the log tail, posts the result,
+and the handler re-arms the timer only after it has updated the widgets.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import yaml
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Log
+
+from lat_core.errors import LatError
+from lat_core.service import open_store
+from lat_core.store import JOB_FINAL, RUN_ACTIVE, JobRow, RunRow
+from lat_tui.context import AppContext
+from lat_tui.poll import DashboardData, read_dashboard
+from lat_tui.screens.plan import PlanScreen
+from lat_tui.tail import TailState
+from lat_tui.widgets.job_detail import JobDetail
+from lat_tui.widgets.job_table import JobTable
+from lat_tui.widgets.status import DeviceBar, RunStatus
+
+POLL_SECONDS = 1.0
+LOG_MAX_LINES = 2000
+CONFIRM_SECONDS = 3.0
+
+
+class Polled(Message):
+    def __init__(self, data: DashboardData):
+        super().__init__()
+        self.data = data
+
+
+class PollFailed(Message):
+    def __init__(self, run_id: int, text: str):
+        super().__init__()
+        self.run_id = run_id
+        self.text = text
+
+
+class DashboardScreen(Screen):
+    BINDINGS = [
+        Binding("s", "skip_countdown", "Start now"),
+        Binding("c", "cancel_job", "Cancel job"),
+        Binding("C", "cancel_run", "Cancel run", key_display="C"),
+        Binding("n", "new_run", "New run"),
+        Binding("e", "start_engine", "Engine", show=False),
+        Binding("q", "app.quit", "Quit (jobs go on)"),
+    ]
+
+    def __init__(self, context: AppContext, run_id: int, *, engine_just_started: bool = False):
+        super().__init__()
+        self.context = context
+        self.run_id = run_id
+        self._reset_run_state()
+        self._engine_checked = engine_just_started
+
+    def _reset_run_state(self) -> None:
+        self._run: RunRow | None = None
+        self._jobs: dict[int, JobRow] = {}
+        self._selected: int | None = None
+        self._tail = TailState()
+        self._engine_checked = False
+        self._confirm_cancel_until = 0.0
+        self._polling = False
+        self._poll_again = False
+        self._timer: Timer | None = None
+
+    def compose(self) -> ComposeResult:
+        yield RunStatus(id="run-status")
+        yield DeviceBar(id="device-bar")
+        yield JobTable(id="jobs")
+        yield JobDetail(id="job-detail")
+        yield Log(id="job-log", max_lines=LOG_MAX_LINES, auto_scroll=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(JobTable).focus()
+        self.query_one("#job-log", Log).border_title = "log"
+        self.poll_now()
+
+    # ------------------------------------------------------------------ polling
+    def poll_now(self) -> None:
+        """Poll at once, or right after the poll in flight."""
+        if self._polling:
+            self._poll_again = True
+            return
+        if self._timer is not None:
+            self._timer.stop()
+        self._polling = True
+        self._poll(self.run_id, self._tail)
+
+    @work(thread=True, group="dashboard-poll")
+    def _poll(self, run_id: int, tail: TailState) -> None:
+        try:
+            data = read_dashboard(self.context.state_dir, run_id, self.context.probe, tail)
+        except (LatError, OSError, sqlite3.Error) as exc:
+            self.post_message(PollFailed(run_id, str(exc)))
+        else:
+            self.post_message(Polled(data))
+
+    @on(Polled)
+    def _polled(self, message: Polled) -> None:
+        data = message.data
+        if data.run.id == self.run_id:
+            self._show(data)
+        self._rearm()
+
+    @on(PollFailed)
+    def _poll_failed(self, message: PollFailed) -> None:
+        if message.run_id == self.run_id:
+            self.query_one(RunStatus).update(f"[b]cannot read the journal:[/b] {message.text}")
+        self._rearm()
+
+    def _rearm(self) -> None:
+        self._polling = False
+        if self._poll_again:
+            self._poll_again = False
+            self.call_later(self.poll_now)
+        else:
+            self._timer = self.set_timer(POLL_SECONDS, self.poll_now)
+
+    def _show(self, data: DashboardData) -> None:
+        if self._run is None or self._run.state != data.run.state:
+            self.refresh_bindings()
+        self._run = data.run
+        self._jobs = {job.id: job for job in data.jobs}
+        self.query_one(RunStatus).show(data.run, data.jobs, data.engine_alive)
+        self.query_one(DeviceBar).show(data.gpus, data.memory)
+        table = self.query_one(JobTable)
+        table.show_jobs(data.jobs)
+        if self._selected is None and table.row_count:
+            self._select(table.selected_job_id())
+        self._show_detail()
+        if data.tail.generation == self._tail.generation and data.log_lines:
+            self.query_one("#job-log", Log).write_lines(data.log_lines)
+        if data.tail.generation == self._tail.generation:
+            self._tail = data.tail
+        self._check_engine_once(data)
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """Keys that cannot act on the run as it is now are shown dimmed."""
+        state = self._run.state if self._run else None
+        if action == "skip_countdown":
+            return state == "countdown" or None
+        if action in ("cancel_run", "cancel_job"):
+            return state in RUN_ACTIVE or None
+        return True
+
+    def _check_engine_once(self, data: DashboardData) -> None:
+        """On re-attach, an active run whose engine died gets a new one (it adopts running jobs)."""
+        if self._engine_checked:
+            return
+        self._engine_checked = True
+        if data.run.state in RUN_ACTIVE and not data.engine_alive:
+            self.action_start_engine()
+
+    # ------------------------------------------------------------------ selection
+    @on(DataTable.RowHighlighted, "#jobs")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None:
+            self._select(int(event.row_key.value))
+
+    def _select(self, job_id: int | None) -> None:
+        if job_id is None or job_id == self._selected:
+            return
+        self._selected = job_id
+        job = self._jobs.get(job_id)
+        log = self.query_one("#job-log", Log)
+        log.clear()
+        log.border_title = f"log · {job.key}" if job else "log"
+        path = Path(job.job_dir) / "train.log" if job else None
+        self._tail = TailState(path=path, generation=self._tail.generation + 1)
+        self._show_detail()
+        self.poll_now()
+
+    def _show_detail(self) -> None:
+        self.query_one(JobDetail).show(self._jobs.get(self._selected) if self._selected else None)
+
+    def load_run(self, run_id: int) -> None:
+        """Show another run (a new one from the plan screen)."""
+        if self._timer is not None:
+            self._timer.stop()
+        polling = self._polling
+        self.run_id = run_id
+        self._reset_run_state()
+        self._engine_checked = True  # the plan screen has just made sure of the engine
+        self._polling = polling
+        self.query_one(JobTable).clear_jobs()
+        log = self.query_one("#job-log", Log)
+        log.clear()
+        log.border_title = "log"
+        self.poll_now()
+
+    # ------------------------------------------------------------------ commands
+    def _command(self, verb: str, job_id: int | None = None, **args) -> bool:
+        try:
+            store = open_store(self.context.state_dir)
+            try:
+                store.add_command(self.run_id, verb, job_id, **args)
+            finally:
+                store.close()
+        except (LatError, sqlite3.Error) as exc:
+            self.notify(str(exc), title="Command not sent", severity="error")
+            return False
+        return True
+
+    def action_skip_countdown(self) -> None:
+        if self._run is None or self._run.state != "countdown":
+            self.notify("No countdown is running.", severity="warning")
+        elif self._command("skip_countdown"):
+            self.notify("Asked the engine to start the run now.")
+
+    def action_cancel_job(self) -> None:
+        job = self._jobs.get(self._selected) if self._selected else None
+        if job is None:
+            return
+        if job.state in JOB_FINAL:
+            self.notify(f"{job.key} is already {job.state}.", severity="warning")
+        elif self._command("cancel_job", job.id):
+            self.notify(f"Cancelling {job.key} ...")
+
+    def action_cancel_run(self) -> None:
+        if self._run is None or self._run.state not in RUN_ACTIVE:
+            self.notify("This run is not active.", severity="warning")
+            return
+        if time.monotonic() > self._confirm_cancel_until:
+            self._confirm_cancel_until = time.monotonic() + CONFIRM_SECONDS
+            self.notify("Press C again to cancel the whole run.", severity="warning")
+            return
+        self._confirm_cancel_until = 0.0
+        if self._command("cancel_run"):
+            self.notify(f"Cancelling run {self.run_id} ...")
+
+    def action_start_engine(self) -> None:
+        env = _plan_env(self._run.plan_yaml) if self._run else {}
+        started = self.context.engine_starter(self.context.state_dir, extra_env=env)
+        self.notify("Engine started." if started else "An engine is already running.")
+
+    def action_new_run(self) -> None:
+        self.app.push_screen(PlanScreen(self.context, can_go_back=True), self._plan_done)
+
+    def _plan_done(self, run_id: int | None) -> None:
+        if run_id is not None:
+            self.load_run(run_id)
+
+
+def _plan_env(plan_yaml: str) -> dict[str, str]:
+    try:
+        data = yaml.safe_load(plan_yaml) or {}
+    except yaml.YAMLError:
+        return {}
+    env = data.get("env") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}

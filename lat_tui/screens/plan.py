@@ -1,0 +1,171 @@
+"""The plan screen: pick suites, rounds, seed:dataset pairs, devices and slots, then start."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Input, Label, SelectionList, Static
+
+from lat_core.config.datasets import KNOWN_DATASETS
+from lat_core.errors import LatError
+from lat_core.monitor.gpu import GpuSnapshot
+from lat_tui import fmt
+from lat_tui.context import AppContext
+from lat_tui.plan_form import CPU, PlanForm, problem_lines, start_run
+
+
+class RunStarted(Message):
+    def __init__(self, run_id: int):
+        super().__init__()
+        self.run_id = run_id
+
+
+class PlanRejected(Message):
+    def __init__(self, problems: list[str], title: str):
+        super().__init__()
+        self.problems = problems
+        self.title = title
+
+
+def _field(label: str, widget, hint: str = "") -> Horizontal:
+    parts = [Label(label, classes="field-label"), widget]
+    if hint:
+        parts.append(Label(hint, classes="field-hint"))
+    return Horizontal(*parts, classes="field")
+
+
+def datasets_hint() -> str:
+    glue = sorted(d.removeprefix("glue-tvt_") for d in KNOWN_DATASETS if d.startswith("glue-tvt_"))
+    other = sorted(d for d in KNOWN_DATASETS if not d.startswith("glue-tvt_"))
+    return f"datasets: {' '.join(other)} glue-tvt_{{{','.join(glue)}}} or a directory"
+
+
+class PlanScreen(Screen[int | None]):
+    """Dismisses with the new run's id, or None when left with escape."""
+
+    BINDINGS = [
+        Binding("ctrl+s", "start", "Start run", priority=True),
+        Binding("escape", "back", "Back"),
+        Binding("ctrl+q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self, context: AppContext, *, can_go_back: bool = False):
+        super().__init__()
+        self.context = context
+        self.can_go_back = can_go_back
+        self._starting = False
+
+    def compose(self) -> ComposeResult:
+        snapshot = self.context.probe.snapshot()
+        yield Static("[b]New run[/b]  tab: next field · space: toggle · ctrl+s: start", id="plan-title")
+        with VerticalScroll(id="plan-form", can_focus=False):
+            yield _field("Suites", self._suite_list())
+            yield _field("Rounds", Input("all", id="rounds", compact=True), "all, or 1 2")
+            yield _field("Pairs", Input(id="pairs", placeholder="seed:dataset, e.g. 1:tiny-sst2 2:tiny-sst2",
+                                        compact=True))
+            yield Static(datasets_hint(), classes="hint")
+            yield _field("Devices", _device_list(snapshot))
+            if not snapshot.available:
+                yield Static(f"{snapshot.reason}: jobs run on the CPU", classes="hint")
+            yield _field("Slots", Input("1", id="slots", compact=True), "one number, or one per GPU")
+            yield _field("Countdown", Input("0", id="countdown", compact=True), "minutes before start")
+            yield _field("Output", Input("runs", id="output", compact=True))
+            yield _field("Env", Input(id="env", placeholder="KEY=VALUE ...", compact=True))
+            yield Static(id="problems")
+            yield Button("Start run", id="start", variant="primary", compact=True)
+        yield Footer()
+
+    def _suite_list(self) -> SelectionList:
+        options = []
+        for name in self.context.registry.names():
+            options.append((f"{escape(name)}  [dim]{escape(self._suite_summary(name))}[/dim]", name))
+        return SelectionList(*options, id="suites", compact=True)
+
+    def _suite_summary(self, name: str) -> str:
+        try:
+            suite = self.context.registry.get(name)
+        except LatError as exc:
+            return f"unusable: {exc.message}"
+        jobs = sum(len(configs) for configs in suite.rounds.values())
+        return f"{len(suite.rounds)} round(s), {jobs} config(s) · {suite.description.strip()}"[:60]
+
+    def on_mount(self) -> None:
+        self.query_one("#suites", SelectionList).focus()
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "back":
+            return self.can_go_back
+        return True
+
+    @on(Input.Submitted)
+    def _next_field(self) -> None:
+        self.focus_next()
+
+    @on(Button.Pressed, "#start")
+    def _start_pressed(self) -> None:
+        self.action_start()
+
+    def action_back(self) -> None:
+        if self.can_go_back:
+            self.dismiss(None)
+
+    def action_start(self) -> None:
+        if self._starting:
+            return
+        self._starting = True
+        self._show_problems(["checking the plan ..."], busy=True)
+        self._start_in_background(self.read_form())
+
+    def read_form(self) -> PlanForm:
+        value = lambda wid: self.query_one(f"#{wid}", Input).value  # noqa: E731
+        return PlanForm(
+            suites=list(self.query_one("#suites", SelectionList).selected),
+            rounds=value("rounds"), pairs=value("pairs"),
+            devices=list(self.query_one("#devices", SelectionList).selected),
+            slots=value("slots"), countdown=value("countdown"), output_root=value("output"), env=value("env"),
+        )
+
+    @work(thread=True, group="start-run", exclusive=True)
+    def _start_in_background(self, form: PlanForm) -> None:
+        ctx = self.context
+        try:
+            run_id = start_run(form, ctx.state_dir, ctx.registry, ctx.probe, ctx.engine_starter)
+        except LatError as exc:
+            self.post_message(PlanRejected(problem_lines(exc), exc.title))
+        else:
+            self.post_message(RunStarted(run_id))
+
+    @on(PlanRejected)
+    def _rejected(self, message: PlanRejected) -> None:
+        self._starting = False
+        self._show_problems([message.title, *message.problems])
+
+    @on(RunStarted)
+    def _started(self, message: RunStarted) -> None:
+        self._starting = False
+        self.dismiss(message.run_id)
+
+    def _show_problems(self, lines: list[str], busy: bool = False) -> None:
+        box = self.query_one("#problems", Static)
+        box.set_class(not busy, "-error")
+        box.update(Text("\n".join(lines)))
+        box.display = bool(lines)
+        if not busy:
+            box.scroll_visible()
+
+
+def _device_list(snapshot: GpuSnapshot) -> SelectionList:
+    options = [(_gpu_label(gpu), gpu.index) for gpu in snapshot.gpus]
+    options.append(("cpu", CPU, not snapshot.available))
+    return SelectionList(*options, id="devices", compact=True)
+
+
+def _gpu_label(gpu) -> str:
+    util = "" if gpu.utilization is None else f" · {gpu.utilization}% busy"
+    return f"GPU {gpu.index} {gpu.name} · {fmt.gib(gpu.memory_used, gpu.memory_total)} used{util}"

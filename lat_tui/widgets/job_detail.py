@@ -1,0 +1,26 @@
+"""A short description of the selected job under the table; a failed job's error in full."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from lat_core.store import JobRow
+
+
+class JobDetail(Static):
+    def show(self, job: JobRow | None) -> None:
+        self.set_class(bool(job and job.error), "-error")
+        self.update(describe_job(job) if job else Text("no job selected"))
+
+
+def describe_job(job: JobRow) -> Text:
+    head = [job.key, job.state]
+    if job.returncode is not None:
+        head.append(f"exit {job.returncode}")
+    text = Text(" · ".join(head), style="bold")
+    if job.error:
+        text.append(f"\n{job.error}")
+    else:
+        text.append(f"\n{job.job_dir}", style="dim")
+    return text

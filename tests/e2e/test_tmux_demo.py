@@ -1,0 +1,114 @@
+"""lat-tui as a person uses it: in tmux, fill the plan form by keys, start the demo, read the table.
+
+Keys go one at a time with a short pause: a burst of escape sequences (shift+tab, arrows) can reach
+the app as one read and be taken for something else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+KEY_PAUSE = 0.3
+
+
+def lat_tui_command() -> str:
+    exe = shutil.which("lat-tui", path=str(Path(sys.executable).parent)) or shutil.which("lat-tui")
+    if exe is None:
+        pytest.skip("lat-tui is not installed (pip install -e .)")
+    return exe
+
+
+class Tmux:
+    def __init__(self, name: str):
+        self.name = name
+
+    def start(self, command: str, env: dict[str, str], cwd: Path) -> None:
+        args = ["tmux", "new-session", "-d", "-s", self.name, "-x", "100", "-y", "30", "-c", str(cwd)]
+        for key, value in env.items():
+            args += ["-e", f"{key}={value}"]
+        subprocess.run([*args, command], check=True)
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        for key in keys:
+            subprocess.run(["tmux", "send-keys", "-t", self.name, *(["-l"] if literal else []), key], check=True)
+            time.sleep(KEY_PAUSE)
+
+    def screen(self) -> str:
+        out = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
+        return out.stdout
+
+    def wait_for(self, predicate, timeout: float, what: str) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.screen()
+            if predicate(text):
+                return text
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}; screen:\n{self.screen()}")
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+@pytest.fixture
+def tmux():
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    session = Tmux(f"lat-e2e-{uuid.uuid4().hex[:8]}")
+    yield session
+    session.kill()
+
+
+JOB_STATES = {"queued", "running", "succeeded", "failed", "cancelled"}
+
+
+def job_rows(screen: str) -> list[str]:
+    """Table rows: a job key, then its state (the detail line and the log title have a '·')."""
+    rows = []
+    for line in screen.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].startswith("tiny-sst2_seed") and words[1] in JOB_STATES:
+            rows.append(line)
+    return rows
+
+
+def test_demo_plan_from_the_form_runs_to_success(tmux, tmp_path):
+    state_dir = tmp_path / "state"
+    env = {"LAT_STATE_DIR": str(state_dir), "PATH": os.environ.get("PATH", "")}
+    tmux.start(f"{lat_tui_command()} --configs {REPO / 'configs'}; sleep 600", env, tmp_path)
+    screen = tmux.wait_for(lambda s: "New run" in s and "Suites" in s, 30, "the plan screen")
+    assert "demo" in screen
+    tmux.keys("Space", "Tab", "Tab")
+    tmux.keys("1:tiny-sst2 2:tiny-sst2", literal=True)
+    tmux.keys("Tab")
+    if "jobs run on the CPU" not in screen:  # a GPU machine: pick the cpu choice, the last one
+        tmux.keys("End", "Space")
+    tmux.keys("Tab")
+    tmux.keys("2", literal=True)
+    tmux.keys("Tab", "Tab")
+    tmux.keys(str(tmp_path / "runs"), literal=True)
+    tmux.keys("Tab")
+    tmux.keys("NUM_DATA_WORKERS=0", literal=True)
+    tmux.keys("C-s")
+    tmux.wait_for(lambda s: "run 1" in s and len(job_rows(s)) == 4, 60, "the dashboard with 4 jobs")
+    final = tmux.wait_for(
+        lambda s: sum("succeeded" in row for row in job_rows(s)) == 4 or "failed" in s, 240, "all jobs succeeded"
+    )
+    print(final)
+    rows = job_rows(final)
+    assert len(rows) == 4 and all("succeeded" in row for row in rows), final
+    assert re.search(r"run 1 · finished after \d\d:\d\d · 4 succeeded", final), final
+    tmux.keys("q")
+    tmux.wait_for(lambda s: "lat-tui: run 1 finished; outputs in" in s, 15, "the exit message")

@@ -1,0 +1,179 @@
+"""The dashboard at 80x24, fed through the journal API as the engine would write it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Log
+
+from lat_core.service import open_store
+from lat_tui.screens.dashboard import DashboardScreen
+from lat_tui.widgets.job_detail import JobDetail
+from lat_tui.widgets.job_table import JobTable
+from lat_tui.widgets.status import DeviceBar, RunStatus
+
+SIZE = (80, 24)
+PLAN_YAML = "suites: [{name: demo, rounds: all}]\npairs: ['1:tiny-sst2']\nenv: {NUM_DATA_WORKERS: '0'}\n"
+
+
+@pytest.fixture
+def journal(state_dir):
+    store = open_store(state_dir)
+    yield store
+    store.close()
+
+
+def make_run(store, root: Path, keys=("tiny-sst2_seed1/a", "tiny-sst2_seed2/a"), countdown: float = 0.0):
+    run_id = store.create_run(PLAN_YAML, str(root), [{"id": "cpu", "label": "cpu", "slots": 2, "env": {}}],
+                              time.time() + countdown)
+    jobs = []
+    for n, key in enumerate(keys, start=1):
+        job_dir = root / key
+        job_dir.mkdir(parents=True)
+        jobs.append({"key": key, "suite": "demo", "round": 1, "stem": "a", "seed": n, "dataset": "tiny-sst2",
+                     "job_dir": str(job_dir), "argv": [], "env": {}})
+    return run_id, store.add_jobs(run_id, jobs)
+
+
+async def wait_for(pilot, predicate, tries: int = 60) -> None:
+    for _ in range(tries):
+        if predicate():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def cell(app, job_id: int, column: str) -> str:
+    return str(app.screen.query_one(JobTable).get_cell(str(job_id), column))
+
+
+def log_lines(app) -> list[str]:
+    return list(app.screen.query_one("#job-log", Log).lines)
+
+
+def text_of(app, widget_type) -> str:
+    return str(app.screen.query_one(widget_type).render())
+
+
+async def test_reattaches_to_latest_run_and_shows_jobs(make_app, journal, tmp_path):
+    run_id, (first, second) = make_run(journal, tmp_path / "out")
+    app = make_app(gpus=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 2)
+        assert cell(app, first, "state") == "queued"
+        assert f"run {run_id}" in text_of(app, RunStatus)
+        devices = text_of(app, DeviceBar)
+        assert "GPU0 0.0/80G 0%" in devices and "GPU1" in devices and "RAM" in devices
+
+
+async def test_table_and_log_follow_the_journal(make_app, journal, tmp_path):
+    run_id, (first, second) = make_run(journal, tmp_path / "out")
+    log_path = tmp_path / "out" / "tiny-sst2_seed1/a" / "train.log"
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 2)
+        journal.set_run_state(run_id, "running")
+        journal.set_job_state(first, "running", device="cpu", started=time.time() - 65, attempts=1)
+        journal.set_progress(first, 20, 1.23456)
+        log_path.write_text("loading model\nstep 20/40 loss 1.2346\n")
+        await wait_for(pilot, lambda: cell(app, first, "state") == "running")
+        await wait_for(pilot, lambda: cell(app, first, "loss") == "1.2346")
+        assert cell(app, first, "step") == "20"
+        assert cell(app, first, "device") == "cpu"
+        assert cell(app, first, "elapsed").startswith("01:0")
+        await wait_for(pilot, lambda: log_lines(app) == ["loading model", "step 20/40 loss 1.2346"])
+        with log_path.open("a") as fh:
+            fh.write("step 25/40 loss 1.1\nhalf a li")
+        await wait_for(pilot, lambda: log_lines(app)[-1] == "step 25/40 loss 1.1")
+        with log_path.open("a") as fh:
+            fh.write("ne\n")
+        await wait_for(pilot, lambda: log_lines(app)[-1] == "half a line")
+        assert "1 running" in text_of(app, RunStatus)
+
+
+async def test_selecting_another_job_switches_the_log(make_app, journal, tmp_path):
+    run_id, (first, second) = make_run(journal, tmp_path / "out")
+    (tmp_path / "out" / "tiny-sst2_seed1/a" / "train.log").write_text("first job\n")
+    (tmp_path / "out" / "tiny-sst2_seed2/a" / "train.log").write_text("second job\n")
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: log_lines(app) == ["first job"])
+        await pilot.press("down")
+        await wait_for(pilot, lambda: log_lines(app) == ["second job"])
+        assert "tiny-sst2_seed2/a" in str(app.screen.query_one("#job-log", Log).border_title)
+
+
+async def test_failed_job_shows_its_error(make_app, journal, tmp_path):
+    run_id, (first, second) = make_run(journal, tmp_path / "out")
+    journal.set_job_state(first, "failed", returncode=1, error="CUDA out of memory (exit 1)", attempts=2)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "CUDA out of memory" in text_of(app, JobDetail))
+        assert cell(app, first, "state") == "failed"
+        assert cell(app, first, "attempts") == "2"
+        detail = app.screen.query_one(JobDetail)
+        assert detail.has_class("-error") and detail.region.height >= 2
+
+
+async def test_countdown_keys_send_commands(make_app, journal, tmp_path):
+    run_id, (first, second) = make_run(journal, tmp_path / "out", countdown=600)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "starts in" in text_of(app, RunStatus))
+        await pilot.press("s", "c")
+        await pilot.press("C")
+        assert [c["verb"] for c in journal.pending_commands(run_id)] == ["skip_countdown", "cancel_job"]
+        await pilot.press("C")  # the second press confirms
+    commands = journal.pending_commands(run_id)
+    assert [c["verb"] for c in commands] == ["skip_countdown", "cancel_job", "cancel_run"]
+    assert commands[1]["job_id"] == first
+
+
+async def test_finished_run_refuses_commands(make_app, journal, tmp_path):
+    run_id, (first, second) = make_run(journal, tmp_path / "out")
+    journal.set_run_state(run_id, "finished")
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "finished" in text_of(app, RunStatus))
+        await pilot.press("s", "c", "C", "C")
+    assert journal.pending_commands(run_id) == []
+
+
+async def test_reattach_restarts_a_dead_engine_once(make_app, journal, tmp_path, engine_spy, state_dir):
+    make_run(journal, tmp_path / "out")
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: engine_spy.calls)
+        await pilot.pause(1.5)
+    assert engine_spy.calls == [(state_dir, {"NUM_DATA_WORKERS": "0"})]
+
+
+async def test_layout_fits_80x24(make_app, journal, tmp_path):
+    keys = [f"tiny-sst2_seed{n}/a_rather_long_config_name_for_the_table" for n in range(1, 16)]
+    make_run(journal, tmp_path / "out", keys=keys)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 15)
+        await pilot.pause(0.3)
+        screen = app.screen
+        table, log = screen.query_one(JobTable), screen.query_one("#job-log", Log)
+        assert table.region.height >= 6 and log.region.height >= 5
+        assert log.region.bottom <= 23 and table.region.right <= 80
+        assert screen.query_one(RunStatus).region.y == 0
+
+
+async def test_n_opens_plan_and_a_new_run_replaces_the_shown_one(make_app, journal, tmp_path):
+    run_id, _ = make_run(journal, tmp_path / "out")
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 2)
+        await pilot.press("n", "space")
+        app.screen.query_one("#pairs").value = "7:tiny-sst2"
+        app.screen.query_one("#output").value = str(tmp_path / "new")
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.run_id == run_id + 1)
+        await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 1)
+        assert len(app.screen_stack) == 2
