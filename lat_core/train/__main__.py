@@ -1,0 +1,54 @@
+"""CLI: `python -m lat_core.train --cfg job.yaml [--resume | --overwrite] [--debug]`.
+
+Why the exit codes: the engine treats exit 2 as "the job as written cannot
+run" (bad config, nothing to resume, already finished) and anything else
+non-zero as a crash worth retrying or reporting.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(prog="python -m lat_core.train", description=__doc__)
+    p.add_argument("--cfg", required=True, help="job YAML file")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    mode.add_argument("--overwrite", action="store_true", help="discard previous events and checkpoints")
+    p.add_argument("--debug", action="store_true", help="log every step, print tracebacks")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    """Parse, check the output dir, train; map config problems to exit 2."""
+    t_start = time.time()
+    args = parse_args(argv)
+    from .config import TrainConfigError, load_config
+    from .events import EventWriter
+    from .loop import failed, log, prepare_output_dir, run
+
+    events = None
+    try:
+        cfg = load_config(args.cfg)
+        prepare_output_dir(cfg.output_dir, args.resume, args.overwrite)
+        events = EventWriter(cfg.output_dir / "events.jsonl")
+        run(cfg, events, resume=args.resume, debug=args.debug)
+    except TrainConfigError as exc:
+        failed(events, exc)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except BaseException as exc:
+        failed(events, exc)
+        raise
+    finally:
+        if events is not None:
+            events.close()
+    log(f"total wall time {time.time() - t_start:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Build the base model (tiny random or pretrained) and wrap it with a PEFT adapter.
+
+Why one module: GLA (fla) and Mamba (transformers) differ in config classes,
+CPU support and module names, and everything family-specific should live in
+one place so the training loop stays generic.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .config import JobConfig, TrainConfigError
+
+TINY = "tiny-random"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TINY_DEFAULTS = {
+    "gla": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 2},
+    "mamba": {"hidden_size": 64, "num_hidden_layers": 2, "state_size": 8},
+}
+
+
+def _gla_classes():
+    """Import fla lazily (it is slow, ~10 s) and install the CPU path where no GPU exists."""
+    from fla.models import GLAConfig, GLAForCausalLM
+
+    from .gla_cpu import enable_cpu_gla
+    if not torch.cuda.is_available():
+        enable_cpu_gla()
+    return GLAConfig, GLAForCausalLM
+
+
+def _mamba_classes():
+    """transformers' Mamba; without mamba_ssm kernels it takes the pure-PyTorch slow path."""
+    from transformers import MambaConfig, MambaForCausalLM
+    return MambaConfig, MambaForCausalLM
+
+
+def _tiny_model(cfg: JobConfig, tokenizer) -> nn.Module:
+    """A randomly initialised small model sized from model.tiny, vocab from the tokenizer."""
+    family = cfg.model.family
+    sizes = {**TINY_DEFAULTS[family], **cfg.model.tiny}
+    sizes.setdefault("vocab_size", len(tokenizer))
+    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id,
+           "bos_token_id": tokenizer.eos_token_id}
+    if family == "gla":
+        config_cls, model_cls = _gla_classes()
+        # the loop computes its own loss, so fla's fused (Triton) cross entropy is never needed
+        config = config_cls(**sizes, **ids, fuse_cross_entropy=False, tie_word_embeddings=False)
+    else:
+        config_cls, model_cls = _mamba_classes()
+        config = config_cls(**sizes, **ids, tie_word_embeddings=False)
+    return model_cls(config).to(DTYPES[cfg.model.dtype])
+
+
+def _pretrained_model(cfg: JobConfig) -> nn.Module:
+    """Load a hub id or a local directory written by save_pretrained."""
+    config_cls, model_cls = _gla_classes() if cfg.model.family == "gla" else _mamba_classes()
+    kwargs = {"dtype": DTYPES[cfg.model.dtype]}
+    if cfg.model.family == "gla" and not torch.cuda.is_available():
+        kwargs["fuse_cross_entropy"] = False
+    try:
+        return model_cls.from_pretrained(cfg.model.name_or_path, **kwargs)
+    except OSError as exc:
+        raise TrainConfigError(f"model.name_or_path: cannot load {cfg.model.name_or_path!r}: {exc}") from exc
+
+
+def load_tokenizer(cfg: JobConfig, built):
+    """The checkpoint's own tokenizer when it ships one, else the locally built one."""
+    if cfg.model.name_or_path == TINY:
+        return built
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+    local = Path(cfg.model.name_or_path).expanduser()
+    if local.is_dir() and not any((local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        return built  # a bare save_pretrained dir: AutoTokenizer would invent an empty one
+    try:
+        tok = AutoTokenizer.from_pretrained(cfg.model.name_or_path)
+    except Exception:  # noqa: BLE001 - a dir without tokenizer files raises various errors
+        return built
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def build_base_model(cfg: JobConfig, tokenizer) -> nn.Module:
+    """Base model for the job, checked against the tokenizer's vocabulary."""
+    torch.manual_seed(cfg.seed)
+    if cfg.model.name_or_path == TINY:
+        model = _tiny_model(cfg, tokenizer)
+    else:
+        model = _pretrained_model(cfg)
+    n_vocab = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > n_vocab:
+        raise TrainConfigError(f"model.name_or_path: tokenizer has {len(tokenizer)} tokens but the "
+                               f"model's embedding only {n_vocab}")
+    return model
+
+
+def linear_module_names(model: nn.Module) -> list[str]:
+    """Distinct short names of the model's nn.Linear layers (what LoRA can target)."""
+    return sorted({name.rsplit(".", 1)[-1] for name, mod in model.named_modules()
+                   if isinstance(mod, nn.Linear) and name})
+
+
+def check_targets(model: nn.Module, targets: list[str]) -> None:
+    """Fail with the list of valid names when a target module does not exist as a Linear."""
+    full = [name for name, mod in model.named_modules() if isinstance(mod, nn.Linear)]
+    for t in targets:
+        if not any(n == t or n.endswith("." + t) for n in full):
+            raise TrainConfigError(
+                f"peft.target_modules: model has no linear module named {t!r} "
+                f"(linear modules: {', '.join(linear_module_names(model))})")
+
+
+def wrap_peft(model: nn.Module, cfg: JobConfig) -> nn.Module:
+    """Attach a LoRA adapter; only the adapter's weights stay trainable."""
+    from peft import LoraConfig, get_peft_model
+
+    check_targets(model, cfg.peft.target_modules)
+    lora = LoraConfig(r=cfg.peft.r, lora_alpha=cfg.peft.alpha, lora_dropout=cfg.peft.dropout,
+                      target_modules=list(cfg.peft.target_modules), bias="none",
+                      task_type="CAUSAL_LM")
+    if cfg.train.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.enable_input_require_grads()
+    return get_peft_model(model, lora)
+
+
+def count_params(model: nn.Module) -> tuple[int, int]:
+    """(trainable, total) parameter counts."""
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, total
