@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lat_core.remedy import apply_remedy
 from lat_core.store import JOB_FINAL, RunRow
 
 if TYPE_CHECKING:
@@ -90,7 +91,14 @@ class Commands:
         job = self.store.job(command["job_id"])
         if job.state not in JOB_FINAL:
             return "rejected", f"job is {job.state}; only finished, failed or cancelled jobs are requeued"
-        self.store.set_job_state(job.id, "queued", "requeued by user", ended=None, returncode=None, error=None)
+        remedy = command["args"].get("remedy")
+        if remedy:
+            try:
+                applied = apply_remedy(self.store, run, job, remedy)
+            except ValueError as exc:
+                return "rejected", str(exc)
+        detail = f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user"
+        self.store.set_job_state(job.id, "queued", detail, ended=None, returncode=None, error=None)
         if run.state in ("finished", "cancelled"):
             self.store.set_run_state(run.id, "running", "job requeued")
         return "done", f"{job.key} requeued"

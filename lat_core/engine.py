@@ -18,14 +18,19 @@ from pathlib import Path
 from lat_core.commands import Commands
 from lat_core.config.env import MASK
 from lat_core.launch import is_same_process, launch, read_exit_record, signal_group
+from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
+from lat_core.monitor.usage import job_usage
 from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
+from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
 
 CANCEL_GRACE_S = 10.0
+SAMPLE_EVERY_S = 2.0
 LAUNCH_GRACE_S = 30.0
 
 
 class Engine:
-    def __init__(self, store: Store, *, launch_fn=launch, clock=time.time, secrets: dict | None = None):
+    def __init__(self, store: Store, *, launch_fn=launch, clock=time.time, secrets: dict | None = None,
+                 gpu_probe: GpuProbe | None = None, sample_every_s: float = SAMPLE_EVERY_S):
         self.store = store
         self._launch = launch_fn
         self._clock = clock
@@ -33,6 +38,9 @@ class Engine:
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
         self._events_offset: dict[int, int] = {}
         self._commands = Commands(self)
+        self._gpu_probe = gpu_probe or GpuProbe()
+        self._sample_every_s = sample_every_s
+        self._last_sample = 0.0
 
     def now(self) -> float:
         return self._clock()
@@ -61,6 +69,7 @@ class Engine:
         run = self.store.run(run.id)
         self._reap(run)
         self._read_progress(run)
+        self._sample_usage(run)
         if run.state == "countdown" and self._clock() >= run.countdown_until:
             self.store.set_run_state(run.id, "running", "countdown over")
             run = self.store.run(run.id)
@@ -103,6 +112,9 @@ class Engine:
             self.store.set_job_state(job.id, "failed", f"launch failed: {exc}", ended=self._clock(), error=str(exc))
             return
         self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start)
+        counter = read_oom_kill_count(launched.pid)
+        if counter.known:
+            self.store.set_attempt_oom_counter(attempt_id, counter.source, counter.count)
         if launched.popen is not None:
             self._popens[attempt_id] = launched.popen
 
@@ -148,17 +160,36 @@ class Engine:
         if job.state != "running":
             return
         if returncode == 0:
-            state, error = "succeeded", None
+            state, error, diagnosis = "succeeded", None, None
         elif cancelled:
-            state, error = "cancelled", "cancelled by user"
+            state, error, diagnosis = "cancelled", "cancelled by user", None
         else:
-            state, error = "failed", describe_exit(returncode, Path(job.job_dir))
-        self.store.set_job_state(job.id, state, error or "exit 0", ended=self._clock(),
-                                 returncode=returncode, error=error)
+            state = "failed"
+            diagnosis = self._triage(job, attempt, returncode)
+            error = describe_exit(returncode, Path(job.job_dir), diagnosis)
+        self.store.set_job_state(job.id, state, error or "exit 0", ended=self._clock(), returncode=returncode,
+                                 error=error, diagnosis_json=json.dumps(diagnosis.to_json()) if diagnosis else None)
+
+    def _triage(self, job: JobRow, attempt: AttemptRow, returncode: int | None):
+        after = reread_oom_kill_count(attempt.oom_source).count if attempt.oom_source else None
+        return classify(Path(job.job_dir), returncode, oom_kills_before=attempt.oom_before, oom_kills_after=after)
 
     def _enforce_cancel_grace(self, attempt: AttemptRow) -> None:
         if attempt.cancel_at is not None and self._clock() >= attempt.cancel_at + CANCEL_GRACE_S and attempt.pid:
             signal_group(attempt.pid, signal.SIGKILL)
+
+    # ------------------------------------------------------------------ usage
+    def _sample_usage(self, run: RunRow) -> None:
+        """Process-tree RSS and GPU memory of running jobs, so peaks survive into status and results."""
+        if self._clock() - self._last_sample < self._sample_every_s:
+            return
+        self._last_sample = self._clock()
+        pids = {a.job_id: a.pid for a in self.store.open_attempts(run.id) if a.pid}
+        if not pids:
+            return
+        gpus = self._gpu_probe.snapshot() if any(d["id"] != "cpu" for d in run.devices) else GpuSnapshot(())
+        usage = job_usage(pids, gpus)
+        self.store.record_usage({job_id: (u.rss_bytes, u.gpu_bytes) for job_id, u in usage.items()})
 
     # ------------------------------------------------------------------ progress
     def _read_progress(self, run: RunRow) -> None:
@@ -232,15 +263,19 @@ def _last_step(chunk: bytes) -> tuple[int, float] | None:
     return last
 
 
-def describe_exit(returncode: int | None, job_dir: Path) -> str:
-    """A one-line reason for a failed exit; full triage (OOM, NCCL, ...) lives in triage.py."""
+def describe_exit(returncode: int | None, job_dir: Path, diagnosis=None) -> str:
+    """One line for the job row: how it ended, the triage class, and the log's last words
+    (unless triage already names the cause precisely)."""
     if returncode is None:
         what = "the job's runner vanished without an exit record"
     elif returncode < 0:
         what = f"killed by {signal.Signals(-returncode).name}"
     else:
         what = f"exit code {returncode}"
-    last = _last_log_line(job_dir / "train.log")
+    if diagnosis is not None:
+        what = f"{what}: {diagnosis.one_line()}"
+    precise = diagnosis is not None and diagnosis.cls in ("cuda_oom", "host_oom", "python_exception")
+    last = "" if precise else _last_log_line(job_dir / "train.log")
     return f"{what}: {last}" if last else what
 
 

@@ -71,11 +71,12 @@ def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None)
     countdown_until = now + prepared.plan.countdown_minutes * 60
     root = str(Path(prepared.plan.output_root).expanduser().resolve())
     run_id = store.create_run(prepared.plan.to_yaml(), root, prepared.devices, countdown_until)
-    store.add_jobs(run_id, [_job_record(j) for j in prepared.jobs])
+    store.add_jobs(run_id, [job_record(j) for j in prepared.jobs])
     return run_id
 
 
-def _job_record(job: JobSpec) -> dict:
+def job_record(job: JobSpec) -> dict:
+    """The journal's view of a job: secrets in its env masked."""
     return {
         "key": job.key, "suite": job.suite, "round": job.round, "stem": job.stem, "seed": job.seed,
         "dataset": job.dataset, "job_dir": str(job.job_dir), "argv": job.command(), "env": mask_env(job.env),

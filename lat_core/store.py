@@ -27,12 +27,13 @@ CREATE TABLE IF NOT EXISTS jobs (
   seed INTEGER NOT NULL, dataset TEXT NOT NULL, job_dir TEXT NOT NULL, argv_json TEXT NOT NULL,
   env_json TEXT NOT NULL, state TEXT NOT NULL, device TEXT, attempts INTEGER NOT NULL DEFAULT 0,
   started REAL, ended REAL, returncode INTEGER, last_step INTEGER, last_loss REAL, error TEXT,
+  diagnosis_json TEXT, rss INTEGER, gpu_mem INTEGER, peak_rss INTEGER, peak_gpu INTEGER,
   UNIQUE (run_id, key)
 );
 CREATE TABLE IF NOT EXISTS attempts (
   id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), n INTEGER NOT NULL,
   device TEXT NOT NULL, pid INTEGER, pid_start REAL, launched REAL NOT NULL, ended REAL,
-  returncode INTEGER, exit_path TEXT NOT NULL, cancel_at REAL
+  returncode INTEGER, exit_path TEXT NOT NULL, cancel_at REAL, oom_source TEXT, oom_before INTEGER
 );
 CREATE TABLE IF NOT EXISTS transitions (
   id INTEGER PRIMARY KEY, ts REAL NOT NULL, run_id INTEGER NOT NULL, job_id INTEGER,
@@ -42,6 +43,9 @@ CREATE TABLE IF NOT EXISTS commands (
   id INTEGER PRIMARY KEY, ts REAL NOT NULL, run_id INTEGER NOT NULL, job_id INTEGER,
   verb TEXT NOT NULL, args_json TEXT NOT NULL DEFAULT '{}', status TEXT NOT NULL DEFAULT 'pending',
   handled REAL, result TEXT
+);
+CREATE TABLE IF NOT EXISTS samples (
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, job_id INTEGER NOT NULL, rss INTEGER, gpu_mem INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
 CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
@@ -88,6 +92,11 @@ class JobRow:
     last_step: int | None
     last_loss: float | None
     error: str | None
+    diagnosis: dict | None = None
+    rss: int | None = None
+    gpu_mem: int | None = None
+    peak_rss: int | None = None
+    peak_gpu: int | None = None
 
     def elapsed(self, now: float | None = None) -> float | None:
         if self.started is None:
@@ -119,6 +128,8 @@ class AttemptRow:
     returncode: int | None
     exit_path: str
     cancel_at: float | None = None
+    oom_source: str | None = None
+    oom_before: int | None = None
 
 
 class Store:
@@ -230,7 +241,7 @@ class Store:
         return _job_row(row)
 
     def set_job_state(self, job_id: int, state: str, detail: str = "", **fields) -> None:
-        allowed = {"device", "started", "ended", "returncode", "error", "attempts"}
+        allowed = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json"}
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"unknown job fields {sorted(unknown)}")
@@ -240,9 +251,33 @@ class Store:
             db.execute(f"UPDATE jobs SET {sets} WHERE id=?", (state, *fields.values(), job_id))
             _transition(db, row["run_id"], job_id, row["state"], state, detail)
 
+    def set_job_env(self, job_id: int, env: dict) -> None:
+        from lat_core.config.env import mask_env
+
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET env_json=? WHERE id=?", (json.dumps(mask_env(env)), job_id))
+
+    def set_job_argv(self, job_id: int, argv: list[str]) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET argv_json=? WHERE id=?", (json.dumps(argv), job_id))
+
     def set_progress(self, job_id: int, step: int | None, loss: float | None) -> None:
         with self._tx() as db:
             db.execute("UPDATE jobs SET last_step=?, last_loss=? WHERE id=?", (step, loss, job_id))
+
+    def record_usage(self, usage: dict) -> None:
+        """Latest and peak RSS / GPU memory per job, plus a sample row for later plots."""
+        now = time.time()
+        with self._tx() as db:
+            for job_id, (rss, gpu) in usage.items():
+                db.execute(
+                    "UPDATE jobs SET rss=?, gpu_mem=?, peak_rss=MAX(COALESCE(peak_rss, 0), ?),"
+                    " peak_gpu=MAX(COALESCE(peak_gpu, 0), ?) WHERE id=?", (rss, gpu, rss, gpu, job_id))
+                db.execute("INSERT INTO samples (ts, job_id, rss, gpu_mem) VALUES (?,?,?,?)", (now, job_id, rss, gpu))
+
+    def samples(self, job_id: int) -> list[tuple[float, int, int]]:
+        rows = self._db.execute("SELECT ts, rss, gpu_mem FROM samples WHERE job_id=? ORDER BY id", (job_id,))
+        return [tuple(r) for r in rows]
 
     # ------------------------------------------------------------------ attempts
     def start_attempt(self, job_id: int, device: str, exit_path: str) -> tuple[int, int]:
@@ -259,6 +294,11 @@ class Store:
     def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float) -> None:
         with self._tx() as db:
             db.execute("UPDATE attempts SET pid=?, pid_start=? WHERE id=?", (pid, pid_start, attempt_id))
+
+    def set_attempt_oom_counter(self, attempt_id: int, source: str, count: int | None) -> None:
+        """The kernel's OOM-kill count at launch, so a later SIGKILL can be proven a host OOM."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET oom_source=?, oom_before=? WHERE id=?", (source, count, attempt_id))
 
     def end_attempt(self, attempt_id: int, returncode: int | None) -> None:
         with self._tx() as db:
@@ -306,6 +346,9 @@ class Store:
         )
         return [{**dict(r), "args": json.loads(r["args_json"])} for r in rows]
 
+    def command(self, command_id: int) -> dict:
+        return dict(self._db.execute("SELECT * FROM commands WHERE id=?", (command_id,)).fetchone())
+
     def finish_command(self, command_id: int, status: str, result: str = "") -> None:
         with self._tx() as db:
             row = db.execute("SELECT run_id, job_id, verb FROM commands WHERE id=?", (command_id,)).fetchone()
@@ -346,4 +389,6 @@ def _job_row(row) -> JobRow:
     data = dict(row)
     data["argv"] = json.loads(data.pop("argv_json"))
     data["env"] = json.loads(data.pop("env_json"))
+    diagnosis = data.pop("diagnosis_json")
+    data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
     return JobRow(**data)

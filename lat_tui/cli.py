@@ -20,6 +20,7 @@ import yaml
 from lat_core.errors import LatError, PlanError
 
 EXIT_USAGE = 2
+CONTROL_VERBS = ("cancel", "pause", "resume", "requeue", "slots", "countdown", "add")
 
 # seeds' flag -> plan field, so errors about a flag name the flag the user typed
 FLAG_FIELDS = {
@@ -52,6 +53,18 @@ def main(argv: list[str] | None = None) -> int:
         from lat_tui.status import main as status_main
 
         return status_main(argv[1:])
+    if argv[:1] == ["triage"]:
+        from lat_tui.triage_cli import main as triage_main
+
+        return triage_main(argv[1:])
+    if argv[:1] == ["results"]:
+        from lat_tui.results_cli import main as results_main
+
+        return results_main(argv[1:])
+    if argv[:1] and argv[0] in CONTROL_VERBS:
+        from lat_tui.control_cli import main as control_main
+
+        return control_main(argv)
     if argv[:1] == ["attach"]:
         argv = argv[1:]
     args = build_parser().parse_args(argv)

@@ -18,6 +18,7 @@ class FakeGpu:
     used: int = 0
     util: int = 0
     temperature: int = 40
+    processes: list = field(default_factory=list)  # [(pid, used bytes)]
 
 
 @dataclass
@@ -53,6 +54,9 @@ class FakeNvml:
 
     def nvmlDeviceGetTemperature(self, gpu, _sensor):
         return gpu.temperature
+
+    def nvmlDeviceGetComputeRunningProcesses(self, gpu):
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
 
     def nvmlDeviceGetPowerUsage(self, gpu):
         raise FakeNvmlError("Not Supported")

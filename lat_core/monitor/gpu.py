@@ -20,6 +20,7 @@ class GpuInfo:
     utilization: int | None = None
     temperature: int | None = None
     power_watts: float | None = None
+    processes: tuple[tuple[int, int], ...] = ()  # (pid, used GPU memory in bytes)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,14 @@ class GpuProbe:
             utilization=_optional(lambda: nv.nvmlDeviceGetUtilizationRates(handle).gpu),
             temperature=_optional(lambda: nv.nvmlDeviceGetTemperature(handle, 0)),
             power_watts=_optional(lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0),
+            processes=_optional(lambda: _processes(nv, handle)) or (),
         )
+
+
+def _processes(nv, handle) -> tuple[tuple[int, int], ...]:
+    procs = list(nv.nvmlDeviceGetComputeRunningProcesses(handle))
+    # usedGpuMemory is None where the driver hides it (e.g. inside some containers)
+    return tuple((int(p.pid), int(p.usedGpuMemory or 0)) for p in procs)
 
 
 def _optional(read):

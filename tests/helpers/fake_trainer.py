@@ -35,7 +35,8 @@ def main() -> int:
             ev.flush()
     print(f"fake trainer {a.name} done, exiting {a.exit}", flush=True)
     if a.exit:
-        print(f"RuntimeError: injected failure of {a.name}", file=sys.stderr, flush=True)
+        print("Traceback (most recent call last):\n  File \"fake_trainer.py\", line 1, in <module>\n"
+              f"RuntimeError: injected failure of {a.name}", file=sys.stderr, flush=True)
     with open(log, "a") as fh:
         fh.write(f"end {time.time()}\n")
     return a.exit

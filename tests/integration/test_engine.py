@@ -145,3 +145,20 @@ def test_secret_env_is_masked_in_journal_but_reaches_the_job(tmp_path):
     assert (tmp_path / "out" / "a" / "env.txt").read_text().strip() == "s3cr3t-value"
     journal_bytes = (tmp_path / "state" / "journal.sqlite").read_bytes()
     assert b"s3cr3t-value" not in journal_bytes
+
+
+def test_usage_samples_record_peak_rss_of_the_job_tree(tmp_path):
+    store, run_id = make_run(tmp_path, [fake_job(tmp_path, "a", sleep=1.5)])
+    drain(store, sample_every_s=0.1)
+    job = store.jobs(run_id)[0]
+    assert job.peak_rss and job.peak_rss > 5 * 2**20  # runner + python trainer: several MiB
+    assert job.peak_gpu == 0
+    assert len(store.samples(job.id)) >= 3
+
+
+def test_failed_job_gets_a_triage_diagnosis(tmp_path):
+    store, run_id = make_run(tmp_path, [fake_job(tmp_path, "bad", exit_code=1)])
+    drain(store)
+    job = store.jobs(run_id)[0]
+    assert job.diagnosis["class"] == "python_exception"
+    assert "RuntimeError" in job.error and "injected failure of bad" in job.error

@@ -1,0 +1,101 @@
+"""The kernel's OOM-kill counter, read where it is most specific to the job.
+
+A SIGKILL alone does not prove a host OOM (a user, a scheduler or a watchdog may send one); the
+kernel's ``oom_kill`` counter rising across the job's lifetime does. The job's own cgroup is the
+best source (cgroup v2 ``memory.events``, v1 ``memory.oom_control``); the host-wide
+``/proc/vmstat`` counter is the fallback and may also count kills of unrelated processes.
+``root`` is injectable so tests lay out a fake ``/proc`` and ``/sys`` in a temporary folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class OomCounter:
+    """``source`` names the file read (``cgroup2:<file>``, ``cgroup1:<file>``, ``vmstat``, ``none``)."""
+
+    source: str
+    count: int | None
+
+    @property
+    def known(self) -> bool:
+        return self.count is not None
+
+
+def read_oom_kill_count(pid: int | None, root: Path = Path("/")) -> OomCounter:
+    """The OOM-kill count for ``pid``'s memory cgroup (the caller's own when None: jobs inherit
+    the engine's cgroup), falling back to the host-wide count."""
+    cgroup_file = root / "proc" / (str(pid) if pid else "self") / "cgroup"
+    for source in _cgroup_sources(cgroup_file, root):
+        counter = reread_oom_kill_count(source, root)
+        if counter.known:
+            return counter
+    return reread_oom_kill_count("vmstat", root)
+
+
+def reread_oom_kill_count(source: str, root: Path = Path("/")) -> OomCounter:
+    """Read the same source again (the job's pid is gone by the time its death is triaged)."""
+    kind, _, path = source.partition(":")
+    if kind == "vmstat":
+        return OomCounter("vmstat", _key_value(root / "proc" / "vmstat", "oom_kill"))
+    if kind in ("cgroup2", "cgroup1"):
+        return OomCounter(source, _key_value(root / path.lstrip("/"), "oom_kill"))
+    return OomCounter("none", None)
+
+
+def _cgroup_sources(cgroup_file: Path, root: Path) -> list[str]:
+    """Candidate counter files, most specific first. v1's memory controller wins over v2 on hybrid
+    hosts, where the v2 tree carries no memory controller."""
+    try:
+        lines = cgroup_file.read_text().splitlines()
+    except OSError:
+        return []
+    v1 = [_v1_file(path, root) for line in lines for path in _v1_memory_path(line)]
+    v2 = [_v2_file(line.split(":", 2)[2], root) for line in lines if line.startswith("0::")]
+    return [s for s in v1 + v2 if s]
+
+
+def _v1_memory_path(line: str) -> list[str]:
+    parts = line.split(":", 2)
+    return [parts[2]] if len(parts) == 3 and "memory" in parts[1].split(",") else []
+
+
+def _v1_file(cgroup_path: str, root: Path) -> str | None:
+    return _first_existing(root, "sys/fs/cgroup/memory", cgroup_path, "memory.oom_control", "cgroup1")
+
+
+def _v2_file(cgroup_path: str, root: Path) -> str | None:
+    return (_first_existing(root, "sys/fs/cgroup", cgroup_path, "memory.events", "cgroup2")
+            or _first_existing(root, "sys/fs/cgroup/unified", cgroup_path, "memory.events", "cgroup2"))
+
+
+def _first_existing(root: Path, mount: str, cgroup_path: str, name: str, kind: str) -> str | None:
+    """The cgroup's file under the mount, or the mount's own: inside a cgroup namespace the
+    container's cgroup is the mount root while /proc still shows the host-side path."""
+    for folder in (f"{mount}/{cgroup_path.strip('/')}".rstrip("/"), mount):
+        if (root / folder / name).is_file():
+            return f"{kind}:/{folder}/{name}"
+    return None
+
+
+def _key_value(path: Path, key: str) -> int | None:
+    """``key N`` from a flat keyed file such as memory.events or /proc/vmstat."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def oom_kills_between(before: int | None, after: int | None) -> int | None:
+    """How many OOM kills happened during the job; None when either reading is missing."""
+    if before is None or after is None:
+        return None
+    return max(0, after - before)

@@ -1,0 +1,69 @@
+"""``lat-tui triage PATH [--returncode N] [--json]``: explain why a job failed, without the TUI.
+
+PATH is a job folder (its exit record, events, log and job.yaml are read) or any log file (then
+``--returncode`` gives the exit status; without it the log alone decides). Plain text is for a
+person at a shell; ``--json`` prints one object for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+from lat_core.triage import Diagnosis, classify
+from lat_core.triage.explain import human_bytes
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lat-tui triage", description="Explain why a job failed.")
+    p.add_argument("path", help="a job folder, or a log file")
+    p.add_argument("--returncode", type=int, default=None,
+                   help="the exit status (negative: killed by that signal); default: from the job's "
+                        "exit record, or unknown for a bare log")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    path = Path(args.path).expanduser()
+    if not path.exists():
+        print(f"lat-tui triage: no such job folder or log: {path}", file=sys.stderr)
+        return EXIT_USAGE
+    diagnosis = classify(path, args.returncode)
+    print(json.dumps(diagnosis.to_json(), indent=1) if args.json else render_text(diagnosis))
+    return 0
+
+
+def render_text(diagnosis: Diagnosis) -> str:
+    parts = [f"{diagnosis.cls}: {diagnosis.title}", "", _wrap(diagnosis.diagnosis)]
+    if diagnosis.numbers:
+        parts += ["", "Numbers:", *(f"  {k:<28} {_value(k, v)}" for k, v in diagnosis.numbers.items())]
+    if diagnosis.remedies:
+        parts += ["", "Remedies (cheapest first):"]
+        for rank, remedy in enumerate(diagnosis.remedies, 1):
+            parts += [f"  {rank}. {remedy.key} ({remedy.cost})", _wrap(remedy.change, "     ")]
+            parts += [f"     set {key}={value}" for key, value in remedy.patch.items()]
+    if diagnosis.evidence:
+        parts += ["", "Evidence:", *(f"  | {line[:300]}" for line in diagnosis.evidence)]
+    return "\n".join(parts)
+
+
+def _value(key: str, value) -> str:
+    """Byte counts read both ways: exact for scripts and eyes that check, human for the rest."""
+    if key.endswith("_bytes") and isinstance(value, int):
+        return f"{human_bytes(value)} ({value} bytes)"
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _wrap(text: str, indent: str = "") -> str:
+    return textwrap.fill(text, width=100, initial_indent=indent, subsequent_indent=indent)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
