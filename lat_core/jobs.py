@@ -39,9 +39,11 @@ class JobSpec:
     config: dict
     provenance: list[dict] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    mode: str = "fresh"  # fresh | resume | overwrite | done (succeeded before; not rerun)
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "lat_core.train", "--cfg", str(self.job_dir / "job.yaml")]
+        flags = {"resume": ["--resume"], "overwrite": ["--overwrite"]}.get(self.mode, [])
+        return [sys.executable, "-m", "lat_core.train", "--cfg", str(self.job_dir / "job.yaml"), *flags]
 
 
 def safe_component(name: str, what: str) -> str:
@@ -78,8 +80,40 @@ def _make_job(plan, root, env, suite, round_no, cfg_path, base_cfg, pair, seen) 
         stem = f"{stem}__rep{count}"
     job_dir = root / group / stem
     config, provenance = resolve_config(base_cfg, cfg_path, plan, env, pair, job_dir, stem)
+    wants_resume = bool(config.pop("resume", False)) or plan.resume
+    mode = job_mode(job_dir, wants_resume, plan.overwrite, strict=bool(base_cfg.get("resume")))
     return JobSpec(f"{group}/{stem}", suite, round_no, str(cfg_path), stem, pair.seed, pair.dataset,
-                   job_dir, config, provenance, dict(env))
+                   job_dir, config, provenance, dict(env), mode)
+
+
+def job_mode(job_dir: Path, resume: bool, overwrite: bool, strict: bool) -> str:
+    """How a job starts given what its directory already holds.
+
+    Succeeded before -> ``done`` (not rerun) unless ``overwrite``. ``resume`` from a job's own config
+    is strict (the trainer fails at once without a checkpoint); a run-level resume only resumes jobs
+    that had started, so jobs the crash kept from starting begin normally."""
+    if overwrite:
+        return "overwrite"
+    events = job_dir / "events.jsonl"
+    if _has_finished(events):
+        return "done"
+    if resume and (strict or events.exists()):
+        return "resume"
+    return "fresh"
+
+
+def _has_finished(events: Path) -> bool:
+    try:
+        text = events.read_text(errors="replace")
+    except OSError:
+        return False
+    for line in text.splitlines()[-5:]:
+        try:
+            if json.loads(line).get("event") == "finished":
+                return True
+        except (ValueError, AttributeError):
+            continue
+    return False
 
 
 def _load_experiment(path: Path) -> dict:

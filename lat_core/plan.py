@@ -55,6 +55,8 @@ class Plan(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     output_root: str = Field(default="runs", min_length=1)
     overrides: dict = Field(default_factory=dict)
+    resume: bool = False  # restart started jobs from their last checkpoint-* (strict)
+    overwrite: bool = False  # rerun jobs that already succeeded, from scratch
 
     @field_validator("suites", mode="before")
     @classmethod
@@ -132,8 +134,9 @@ class Plan(BaseModel):
         data = self.model_dump(mode="json", exclude_defaults=False)
         data["pairs"] = [str(p) for p in self.pairs]
         data["suites"] = [{"name": s.name, "rounds": s.rounds} for s in self.suites]
-        if not data["overrides"]:
-            del data["overrides"]
+        for optional in ("overrides", "resume", "overwrite"):
+            if not data[optional]:
+                del data[optional]
         return yaml.safe_dump(data, sort_keys=False)
 
 
@@ -206,6 +209,8 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
         raise PlanError(_pydantic_problems(exc), where=where) from None
     base = base or Path.cwd()
     problems = check_plan(plan, registry, base)
+    if plan.resume and plan.overwrite:
+        problems.append("fields 'resume' and 'overwrite' exclude each other")
     if problems:
         raise PlanError(problems, where=where)
     # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.

@@ -66,7 +66,8 @@ def _check_output_root(root: Path) -> None:
 def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None) -> int:
     """Write job directories, then the run and its jobs into the journal; returns the run id."""
     for job in prepared.jobs:
-        materialize(job)
+        if job.mode != "done":  # a finished job's folder is its record: leave it untouched
+            materialize(job)
     now = time.time() if now is None else now
     countdown_until = now + prepared.plan.countdown_minutes * 60
     root = str(Path(prepared.plan.output_root).expanduser().resolve())
@@ -80,6 +81,7 @@ def job_record(job: JobSpec) -> dict:
     return {
         "key": job.key, "suite": job.suite, "round": job.round, "stem": job.stem, "seed": job.seed,
         "dataset": job.dataset, "job_dir": str(job.job_dir), "argv": job.command(), "env": mask_env(job.env),
+        "state": "succeeded" if job.mode == "done" else "queued",
     }
 
 

@@ -222,12 +222,14 @@ class Store:
             for offset, job in enumerate(jobs, start=1):
                 cur = db.execute(
                     "INSERT INTO jobs (run_id, seq, key, suite, round, stem, seed, dataset, job_dir,"
-                    " argv_json, env_json, state) VALUES (?,?,?,?,?,?,?,?,?,?,?, 'queued')",
+                    " argv_json, env_json, state) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (run_id, start + offset, job["key"], job["suite"], job["round"], job["stem"], job["seed"],
-                     job["dataset"], job["job_dir"], json.dumps(job["argv"]), json.dumps(job["env"])),
+                     job["dataset"], job["job_dir"], json.dumps(job["argv"]), json.dumps(job["env"]),
+                     job.get("state", "queued")),
                 )
                 ids.append(cur.lastrowid)
-                _transition(db, run_id, cur.lastrowid, None, "queued", "")
+                detail = "already succeeded earlier; overwrite reruns it" if job.get("state") == "succeeded" else ""
+                _transition(db, run_id, cur.lastrowid, None, job.get("state", "queued"), detail)
         return ids
 
     def jobs(self, run_id: int) -> list[JobRow]:

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sleep-mins", type=float, help="countdown before the first launch, in minutes")
     p.add_argument("--output-root", help="where job directories go")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment override (repeatable)")
+    p.add_argument("--resume", action="store_true", default=None,
+                   help="restart jobs that had started from their last checkpoint-* (strict)")
+    p.add_argument("--overwrite", action="store_true", default=None, help="rerun jobs that already succeeded")
     p.add_argument("--save-plan", metavar="FILE", help="write the plan to FILE and exit")
     p.add_argument("--state-dir", help="journal and engine state (default $LAT_STATE_DIR or ~/.local/state/lat)")
     p.add_argument("--configs", help="configs directory (default: the project's configs/)")
@@ -141,6 +144,9 @@ def flags_to_mapping(args) -> dict:
         data["output_root"] = args.output_root
     if args.env:
         data["env"] = _parse_env_flags(args.env)
+    for flag in ("resume", "overwrite"):
+        if getattr(args, flag):
+            data[flag] = True
     return data
 
 

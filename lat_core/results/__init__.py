@@ -1,0 +1,69 @@
+"""Results aggregation: scan an output tree, pick each job's best checkpoint, write tables and plots.
+
+    report = aggregate("runs", workers=8)
+    paths = write_report(report, "runs/_results", formats={"csv", "json", "md", "png"}, small=False)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lat_core.results.metrics import MetricSpec, dataset_key, spec_for
+from lat_core.results.plots import safe_name, write_plots
+from lat_core.results.render import report_json, report_markdown, table_csv
+from lat_core.results.scan import JobResult, Report, ResultsError, Skipped, scan_job, scan_tree
+from lat_core.results.tables import Table, build_tables
+
+FORMATS = frozenset({"csv", "json", "md", "png"})
+
+__all__ = [
+    "FORMATS", "JobResult", "MetricSpec", "Report", "ResultsError", "Skipped", "Table",
+    "aggregate", "build_tables", "check_formats", "dataset_key", "scan_job", "spec_for", "write_report",
+]
+
+
+def aggregate(root: Path | str, workers: int | None = None) -> Report:
+    """Scan every job folder under ``root`` (``workers`` threads when > 1) into a Report."""
+    return scan_tree(root, workers=workers)
+
+
+def check_formats(formats) -> set[str]:
+    """The formats asked for, lower-cased; a name outside FORMATS raises ResultsError."""
+    chosen = {f.strip().lower() for f in formats if f.strip()}
+    unknown = chosen - FORMATS
+    if unknown:
+        raise ResultsError(f"unknown format(s) {', '.join(sorted(unknown))}; "
+                           f"choose from {', '.join(sorted(FORMATS))}", where="formats")
+    return chosen
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def write_report(report: Report, out_dir: Path | str, formats=FORMATS, small: bool = False) -> list[Path]:
+    """Write results.md, results.json, one CSV per dataset and the PNG plots; returns the paths.
+
+    ``small`` leaves out checkpoint and job config paths (for sharing a table outside the server).
+    """
+    chosen = check_formats(formats)
+    out = Path(out_dir).expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(f"cannot create output folder: {exc}", where=str(out)) from exc
+    tables = build_tables(report, small=small)
+    written: list[Path] = []
+    if "md" in chosen:
+        written.append(_write(out / "results.md", report_markdown(report, tables)))
+    if "json" in chosen:
+        written.append(_write(out / "results.json", report_json(report, tables)))
+    if "csv" in chosen:
+        written += [_write(out / f"results_{safe_name(t.dataset)}.csv", table_csv(t)) for t in tables]
+    if "png" in chosen:
+        written += write_plots(report, tables, out)
+    return written
+

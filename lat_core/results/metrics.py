@@ -1,0 +1,80 @@
+"""Which metric decides "best" for each dataset, and which companions are shown beside it.
+
+Why a table and not a guess from the metrics dict: the trainer reports several numbers per eval
+(accuracy and F1 for MRPC, Pearson and Spearman for STS-B, ...), and papers rank each GLUE task by
+one agreed metric. Keeping that choice in one place makes every table and plot agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import PurePath
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """The main metric of a dataset, its direction, and the metrics printed beside it."""
+
+    main: str
+    higher_is_better: bool = True
+    companions: tuple[str, ...] = ()
+
+    @property
+    def shown(self) -> tuple[str, ...]:
+        """Main metric first, then companions: the column order of every table."""
+        return (self.main, *self.companions)
+
+    def better(self, a: float, b: float) -> bool:
+        """True when ``a`` is strictly better than ``b`` (ties are not better)."""
+        return a > b if self.higher_is_better else a < b
+
+
+_GLUE_PREFIXES = ("glue-tvt_", "glue_tvt_", "glue-", "glue_", "tiny-", "tiny_")
+
+_SPECS: dict[str, MetricSpec] = {
+    "cola": MetricSpec("mcc"),
+    "mrpc": MetricSpec("f1", companions=("accuracy",)),
+    "qqp": MetricSpec("f1", companions=("accuracy",)),
+    "stsb": MetricSpec("pearson", companions=("spearman",)),
+    "mnli": MetricSpec("accuracy", companions=("accuracy_mm",)),
+    "sst2": MetricSpec("accuracy"),
+    "qnli": MetricSpec("accuracy"),
+    "rte": MetricSpec("accuracy"),
+    "samsum": MetricSpec("rougeL", companions=("rouge1", "rouge2")),
+    "dart": MetricSpec("bleu"),
+    "spider": MetricSpec("exec_accuracy"),
+}
+
+DEFAULT_SPEC = MetricSpec("accuracy")
+
+
+def dataset_key(data: str) -> str:
+    """The dataset's name as tables show it: a directory path becomes its basename."""
+    text = str(data).strip().rstrip("/\\")
+    if "/" in text or "\\" in text or text.startswith("."):
+        return PurePath(text).name or text
+    return text
+
+
+def task_of(dataset: str) -> str:
+    """``glue-tvt_cola`` / ``tiny-cola`` / ``/data/glue-tvt_cola`` -> ``cola``."""
+    name = dataset_key(dataset).lower()
+    for prefix in _GLUE_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def spec_for(dataset: str) -> MetricSpec:
+    """The metric spec for a dataset name or path; unknown datasets rank by accuracy."""
+    return _SPECS.get(task_of(dataset), DEFAULT_SPEC)
+
+
+def metric_value(metrics: dict, name: str) -> float | None:
+    """A finite float from a metrics dict, or None (missing, null, NaN, not a number)."""
+    value = metrics.get(name) if isinstance(metrics, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None

@@ -1,0 +1,164 @@
+"""Per-dataset tables: one row per config, seeds combined as mean, sample std and count.
+
+Why seeds are combined and not listed: fine-tuning results on small GLUE tasks swing by points from
+seed to seed; a mean with its spread and n is what a comparison between configs can rest on.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from lat_core.results.metrics import MetricSpec, metric_value, spec_for
+from lat_core.results.scan import JobResult, Report
+
+SPLIT_PREFIX = {"validation": "val", "test": "test"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One metric on one split; ``key`` names it in CSV and JSON (``val_mcc``, ``test_f1``)."""
+
+    split: str
+    metric: str
+    higher_is_better: bool = True
+
+    @property
+    def key(self) -> str:
+        return f"{SPLIT_PREFIX.get(self.split, self.split)}_{self.metric}"
+
+    @property
+    def label(self) -> str:
+        return self.metric if self.split == "validation" else f"{self.split} {self.metric}"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mean and sample standard deviation (0 for one value) over ``n`` seeds; None when n == 0."""
+
+    mean: float | None
+    std: float | None
+    n: int
+
+
+@dataclass(frozen=True)
+class Row:
+    config: str
+    n: int
+    seeds: tuple
+    stats: dict
+    best: frozenset
+    best_steps: tuple
+    peak_memory_bytes: int | None
+    checkpoints: tuple = ()
+    config_paths: tuple = ()
+
+
+@dataclass(frozen=True)
+class Table:
+    dataset: str
+    spec: MetricSpec
+    columns: tuple
+    rows: tuple
+    small: bool = False
+
+
+def stat_of(values: list[float]) -> Stat:
+    """Mean, sample std (0.0 for a single value) and count."""
+    if not values:
+        return Stat(None, None, 0)
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return Stat(statistics.fmean(values), std, len(values))
+
+
+def _metrics_on(result: JobResult, split: str) -> dict:
+    return (result.validation if split == "validation" else result.test) or {}
+
+
+def columns_for(results: list[JobResult], spec: MetricSpec) -> tuple[Column, ...]:
+    """Main validation metric always; companions and test metrics only where some job reports them."""
+    columns = [Column("validation", spec.main, spec.higher_is_better)]
+    for split in ("validation", "test"):
+        for metric in spec.shown:
+            column = Column(split, metric, spec.higher_is_better)
+            if column in columns:
+                continue
+            if any(metric_value(_metrics_on(r, split), metric) is not None for r in results):
+                columns.append(column)
+    return tuple(columns)
+
+
+def peak_memory(result: JobResult) -> int | None:
+    """Peak GPU bytes, or peak RSS where the job used no GPU (CPU runs report 0)."""
+    return result.peak_gpu_bytes or result.peak_rss_bytes or None
+
+
+def _relative(path: Path | None, root: Path) -> str:
+    if path is None:
+        return ""
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _row(config: str, group: list[JobResult], columns, root: Path, small: bool) -> Row:
+    group = sorted(group, key=lambda r: (r.seed is None, r.seed or 0, str(r.job_dir)))
+    stats = {c.key: stat_of([v for r in group
+                             if (v := metric_value(_metrics_on(r, c.split), c.metric)) is not None])
+             for c in columns}
+    memories = [m for r in group if (m := peak_memory(r)) is not None]
+    return Row(config=config, n=len(group), seeds=tuple(r.seed for r in group), stats=stats,
+               best=frozenset(), best_steps=tuple(r.best_step for r in group),
+               peak_memory_bytes=max(memories) if memories else None,
+               checkpoints=() if small else tuple(_relative(r.checkpoint, root) for r in group),
+               config_paths=() if small else tuple(_relative(r.config_path, root) for r in group))
+
+
+def _best_keys(rows: list[Row], column: Column) -> set[int]:
+    """Indexes of the rows holding the best mean of ``column`` (every tied row)."""
+    means = [(i, row.stats[column.key].mean) for i, row in enumerate(rows)]
+    means = [(i, m) for i, m in means if m is not None]
+    if not means:
+        return set()
+    pick = max if column.higher_is_better else min
+    top = pick(m for _, m in means)
+    return {i for i, m in means if abs(m - top) <= 1e-12 * max(1.0, abs(top))}
+
+
+def _mark_best(rows: list[Row], columns) -> list[Row]:
+    marks: dict[int, set[str]] = defaultdict(set)
+    for column in columns:
+        for i in _best_keys(rows, column):
+            marks[i].add(column.key)
+    return [replace(row, best=frozenset(marks[i])) for i, row in enumerate(rows)]
+
+
+def _rank_key(row: Row, main: Column):
+    mean = row.stats[main.key].mean
+    if mean is None:
+        return (1, 0.0, row.config)
+    return (0, -mean if main.higher_is_better else mean, row.config)
+
+
+def build_table(dataset: str, results: list[JobResult], root: Path, small: bool = False) -> Table:
+    """One dataset's table: rows ranked best first by the main validation metric."""
+    spec = spec_for(dataset)
+    columns = columns_for(results, spec)
+    groups: dict[str, list[JobResult]] = defaultdict(list)
+    for result in results:
+        groups[result.config].append(result)
+    rows = [_row(config, group, columns, root, small) for config, group in groups.items()]
+    rows.sort(key=lambda r: _rank_key(r, columns[0]))
+    return Table(dataset=dataset, spec=spec, columns=columns, rows=tuple(_mark_best(rows, columns)),
+                 small=small)
+
+
+def build_tables(report: Report, small: bool = False) -> list[Table]:
+    """One table per dataset, in dataset name order."""
+    by_dataset: dict[str, list[JobResult]] = defaultdict(list)
+    for result in report.results:
+        by_dataset[result.dataset].append(result)
+    return [build_table(name, by_dataset[name], report.root, small) for name in sorted(by_dataset)]
