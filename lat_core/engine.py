@@ -20,6 +20,7 @@ from lat_core.config.env import MASK
 from lat_core.launch import is_same_process, launch, read_exit_record, signal_group
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
+from lat_core.run_notices import RunNotices
 from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
 
@@ -38,6 +39,7 @@ class Engine:
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
         self._events_offset: dict[int, int] = {}
         self._commands = Commands(self)
+        self._notices = RunNotices(store, self._secrets)
         self._gpu_probe = gpu_probe or GpuProbe()
         self._sample_every_s = sample_every_s
         self._last_sample = 0.0
@@ -73,8 +75,10 @@ class Engine:
         if run.state == "countdown" and self._clock() >= run.countdown_until:
             self.store.set_run_state(run.id, "running", "countdown over")
             run = self.store.run(run.id)
-        if run.state == "running" and not run.paused:
-            self._admit(run)
+        if run.state == "running":
+            self._notices.run_started(run)
+            if not run.paused:
+                self._admit(run)
         self._finish_if_drained(run)
 
     def _finish_if_drained(self, run: RunRow) -> None:
@@ -83,6 +87,7 @@ class Engine:
             failed = sum(j.state != "succeeded" for j in jobs)
             final = "cancelled" if run.state == "cancelling" else "finished"
             self.store.set_run_state(run.id, final, f"{len(jobs) - failed} succeeded, {failed} not")
+            self._notices.run_finished(self.store.run(run.id))
 
     # ------------------------------------------------------------------ admission
     def _admit(self, run: RunRow) -> None:
@@ -169,6 +174,8 @@ class Engine:
             error = describe_exit(returncode, Path(job.job_dir), diagnosis)
         self.store.set_job_state(job.id, state, error or "exit 0", ended=self._clock(), returncode=returncode,
                                  error=error, diagnosis_json=json.dumps(diagnosis.to_json()) if diagnosis else None)
+        if state == "failed":
+            self._notices.job_failed(self.store.run(job.run_id), self.store.job(job.id))
 
     def _triage(self, job: JobRow, attempt: AttemptRow, returncode: int | None):
         after = reread_oom_kill_count(attempt.oom_source).count if attempt.oom_source else None

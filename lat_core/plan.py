@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lat_core.config.datasets import KNOWN_DATASETS, check_dataset
-from lat_core.config.env import ENV_FIELDS, is_valid_name, parse_env_value
+from lat_core.config.env import ENV_FIELDS, MASK, is_secret, is_valid_name, parse_env_value
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
 
@@ -55,6 +55,7 @@ class Plan(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     output_root: str = Field(default="runs", min_length=1)
     overrides: dict = Field(default_factory=dict)
+    notify: dict = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
     resume: bool = False  # restart started jobs from their last checkpoint-* (strict)
     overwrite: bool = False  # rerun jobs that already succeeded, from scratch
 
@@ -134,10 +135,20 @@ class Plan(BaseModel):
         data = self.model_dump(mode="json", exclude_defaults=False)
         data["pairs"] = [str(p) for p in self.pairs]
         data["suites"] = [{"name": s.name, "rounds": s.rounds} for s in self.suites]
-        for optional in ("overrides", "resume", "overwrite"):
+        for optional in ("overrides", "notify", "resume", "overwrite"):
             if not data[optional]:
                 del data[optional]
+        if "notify" in data:
+            data["notify"] = _mask_secrets(data["notify"])
         return yaml.safe_dump(data, sort_keys=False)
+
+
+def _mask_secrets(node):
+    """A saved plan never holds a credential (use ``password_env`` to name a variable instead)."""
+    if isinstance(node, dict):
+        return {k: (MASK if is_secret(str(k)) and not str(k).endswith("_env") else _mask_secrets(v))
+                for k, v in node.items()}
+    return node
 
 
 def parse_rounds(value):

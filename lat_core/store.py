@@ -331,6 +331,11 @@ class Store:
             args.append(job_id)
         return [Transition(**dict(r)) for r in self._db.execute(sql + " ORDER BY id", args)]
 
+    def add_transition(self, run_id: int, job_id: int | None, what: str, detail: str = "") -> None:
+        """History entries that are not state changes (notices sent, ...)."""
+        with self._tx() as db:
+            _transition(db, run_id, job_id, None, what, detail)
+
     def add_command(self, run_id: int, verb: str, job_id: int | None = None, **args) -> int:
         with self._tx() as db:
             cur = db.execute(

@@ -162,3 +162,38 @@ def test_failed_job_gets_a_triage_diagnosis(tmp_path):
     job = store.jobs(run_id)[0]
     assert job.diagnosis["class"] == "python_exception"
     assert "RuntimeError" in job.error and "injected failure of bad" in job.error
+
+
+def test_notices_on_start_failure_and_finish_reach_a_webhook(tmp_path):
+    import http.server
+    import json as _json
+    import threading
+
+    received = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(_json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        store = Store(tmp_path / "state" / "journal.sqlite")
+        plan = f"notify:\n  webhook: {{url: 'http://127.0.0.1:{server.server_port}/hook'}}\n"
+        run_id = store.create_run(plan, str(tmp_path / "out"), [CPU], 0)
+        store.add_jobs(run_id, [fake_job(tmp_path, "ok"), fake_job(tmp_path, "bad", exit_code=2)])
+        drain(store)
+        deadline = time.time() + 10
+        while len(received) < 3 and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.shutdown()
+    kinds = sorted(r["kind"] for r in received)
+    assert kinds == ["failure", "finish", "start"], received
+    history = [t.new_state for t in store.transitions(run_id)]
+    assert history.count("notice:start") == 1 and history.count("notice:finish") == 1

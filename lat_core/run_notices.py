@@ -1,0 +1,70 @@
+"""Notices of a run's life (start, finish, each failure, each OOM), sent by the engine.
+
+Each notice is recorded in the journal first (a ``notice:<kind>`` transition), which makes it
+idempotent across engine restarts, and then sent on a daemon thread so a slow SMTP server never
+stalls admission. A failed send is logged, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import yaml
+
+from lat_core.notify import Notices
+from lat_core.store import JobRow, RunRow, Store
+
+log = logging.getLogger(__name__)
+OOM_CLASSES = ("cuda_oom", "host_oom")
+
+
+class RunNotices:
+    def __init__(self, store: Store, environ=None):
+        self.store = store
+        self._environ = dict(os.environ if environ is None else environ)
+        self._by_run: dict[int, Notices] = {}
+        self._sent: set[tuple[int, int | None, str]] = set()
+
+    def _notices(self, run: RunRow) -> Notices:
+        if run.id not in self._by_run:
+            plan = yaml.safe_load(run.plan_yaml) or {}
+            notify = plan.get("notify") if isinstance(plan, dict) else None
+            self._by_run[run.id] = Notices.from_config(notify, self._environ)
+        return self._by_run[run.id]
+
+    def run_started(self, run: RunRow) -> None:
+        jobs = self.store.jobs(run.id)
+        self._emit(run, None, "start", f"LAT run {run.id} started: {len(jobs)} jobs",
+                   f"Run {run.id} started with {len(jobs)} jobs; outputs in {run.output_root}.")
+
+    def run_finished(self, run: RunRow) -> None:
+        jobs = self.store.jobs(run.id)
+        bad = [j for j in jobs if j.state != "succeeded"]
+        lines = [f"{j.state}: {j.key}  {j.error or ''}".rstrip() for j in bad]
+        self._emit(run, None, "finish", f"LAT run {run.id} finished: {len(jobs) - len(bad)}/{len(jobs)} succeeded",
+                   "\n".join([f"Run {run.id} finished; outputs in {run.output_root}.", *lines]))
+
+    def job_failed(self, run: RunRow, job: JobRow) -> None:
+        kind = "oom" if (job.diagnosis or {}).get("class") in OOM_CLASSES else "failure"
+        body = "\n".join([f"{job.key} failed in run {run.id}: {job.error}", "", (job.diagnosis or {}).get("diagnosis", "")])
+        self._emit(run, job.id, kind, f"LAT job failed: {job.key}", body.strip())
+
+    def _emit(self, run: RunRow, job_id: int | None, kind: str, subject: str, body: str) -> None:
+        notices = self._notices(run)
+        if not notices.notifiers or kind not in notices.on or self._already_sent(run.id, job_id, kind):
+            return
+        self.store.add_transition(run.id, job_id, f"notice:{kind}", subject)
+        threading.Thread(target=notices.emit, args=(kind, subject, body), daemon=True).start()
+
+    def _already_sent(self, run_id: int, job_id: int | None, kind: str) -> bool:
+        key = (run_id, job_id, kind)
+        if key in self._sent:
+            return True
+        self._sent.add(key)
+        history = self.store.transitions(run_id, job_id=job_id) if job_id else self.store.transitions(run_id)
+        attempts = self.store.job(job_id).attempts if job_id else 0
+        sent = [t for t in history if t.new_state == f"notice:{kind}"]
+        # a job notice is per attempt: a requeued job that fails again is news again
+        return len(sent) >= max(1, attempts) if job_id else bool(sent)
