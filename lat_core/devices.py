@@ -29,6 +29,8 @@ def _gpu_device(gpu, slots: int) -> dict:
     visible = gpu.uuid or str(gpu.index)
     return {
         "id": f"gpu{gpu.index}",
+        "index": gpu.index,
+        "uuid": gpu.uuid,
         "label": f"GPU {gpu.index} {gpu.name}",
         "slots": slots,
         "env": {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},

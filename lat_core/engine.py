@@ -15,6 +15,8 @@ import signal
 import time
 from pathlib import Path
 
+from lat_core.auto_retry import maybe_retry
+from lat_core.admission import Admission, AdmissionPolicy
 from lat_core.commands import Commands
 from lat_core.config.env import MASK
 from lat_core.launch import is_same_process, launch, read_exit_record, signal_group
@@ -31,7 +33,8 @@ LAUNCH_GRACE_S = 30.0
 
 class Engine:
     def __init__(self, store: Store, *, launch_fn=launch, clock=time.time, secrets: dict | None = None,
-                 gpu_probe: GpuProbe | None = None, sample_every_s: float = SAMPLE_EVERY_S):
+                 gpu_probe: GpuProbe | None = None, sample_every_s: float = SAMPLE_EVERY_S,
+                 policy: AdmissionPolicy | None = None):
         self.store = store
         self._launch = launch_fn
         self._clock = clock
@@ -41,6 +44,7 @@ class Engine:
         self._commands = Commands(self)
         self._notices = RunNotices(store, self._secrets)
         self._gpu_probe = gpu_probe or GpuProbe()
+        self._admission = Admission(store, self._gpu_probe, policy=policy, clock=clock)
         self._sample_every_s = sample_every_s
         self._last_sample = 0.0
 
@@ -91,17 +95,36 @@ class Engine:
 
     # ------------------------------------------------------------------ admission
     def _admit(self, run: RunRow) -> None:
+        """Plan order, no barrier: each queued job takes the freest device that has a slot and the
+        memory it is expected to need; a job that waits for memory does not block smaller ones."""
         jobs = self.store.jobs(run.id)
         queued = [j for j in jobs if j.state == "queued"]
         if not queued:
             return
+        self._admission.begin(run.devices)
+        running = [j for j in jobs if j.state == "running"]
         busy = _running_per_device(jobs)
         for job in queued:
-            device = _pick_device(run.devices, busy)
-            if device is None:
+            candidates = _devices_with_free_slots(run.devices, busy)
+            if not candidates:
                 return
+            device, reason = self._first_fitting(job, candidates, running)
+            self.store.set_waiting(job.id, reason)
+            if device is None:
+                continue
             busy[device["id"]] = busy.get(device["id"], 0) + 1
             self._start(job, device)
+            running.append(self.store.job(job.id))
+
+    def _first_fitting(self, job: JobRow, candidates: list[dict], running: list[JobRow]):
+        """(device, None) for the first candidate the job fits on, else (None, the first reason)."""
+        first_reason = None
+        for device in candidates:
+            reason = self._admission.blocker(job, device, running)
+            if reason is None:
+                return device, None
+            first_reason = first_reason or reason
+        return None, first_reason
 
     def _start(self, job: JobRow, device: dict) -> None:
         job_dir = Path(job.job_dir)
@@ -166,6 +189,7 @@ class Engine:
             return
         if returncode == 0:
             state, error, diagnosis = "succeeded", None, None
+            self._remember_peak(job)
         elif cancelled:
             state, error, diagnosis = "cancelled", "cancelled by user", None
         else:
@@ -175,7 +199,16 @@ class Engine:
         self.store.set_job_state(job.id, state, error or "exit 0", ended=self._clock(), returncode=returncode,
                                  error=error, diagnosis_json=json.dumps(diagnosis.to_json()) if diagnosis else None)
         if state == "failed":
-            self._notices.job_failed(self.store.run(job.run_id), self.store.job(job.id))
+            run, failed = self.store.run(job.run_id), self.store.job(job.id)
+            self._notices.job_failed(run, failed)
+            maybe_retry(self.store, run, failed)
+
+    def _remember_peak(self, job: JobRow) -> None:
+        """What this config needed, for memory-aware admission of its next jobs."""
+        event_peak = _memory_event_peak(Path(job.job_dir))
+        gpu = max(job.peak_gpu or 0, event_peak)
+        if gpu or job.peak_rss:
+            self.store.record_config_peak(job.profile_key, gpu, job.peak_rss or 0)
 
     def _triage(self, job: JobRow, attempt: AttemptRow, returncode: int | None):
         after = reread_oom_kill_count(attempt.oom_source).count if attempt.oom_source else None
@@ -248,14 +281,26 @@ def _running_per_device(jobs: list[JobRow]) -> dict[str, int]:
     return busy
 
 
-def _pick_device(devices: list[dict], busy: dict[str, int]) -> dict | None:
-    """The device with the most free slots (spreads load); None when every slot is taken."""
-    best, best_free = None, 0
-    for device in devices:
-        free = device["slots"] - busy.get(device["id"], 0)
-        if free > best_free:
-            best, best_free = device, free
-    return best
+def _devices_with_free_slots(devices: list[dict], busy: dict[str, int]) -> list[dict]:
+    """Devices with a free slot, the freest first (spreads load; plan order breaks ties)."""
+    free = [(d["slots"] - busy.get(d["id"], 0), i, d) for i, d in enumerate(devices)]
+    return [d for n, _, d in sorted(free, key=lambda t: (-t[0], t[1])) if n > 0]
+
+
+def _memory_event_peak(job_dir: Path) -> int:
+    """The trainer's own peak GPU memory (torch's allocator) from its ``memory`` event."""
+    try:
+        lines = (job_dir / "events.jsonl").read_text(errors="replace").splitlines()[-10:]
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") == "memory":
+            return int(event.get("peak_gpu_bytes") or 0)
+    return 0
 
 
 def _last_step(chunk: bytes) -> tuple[int, float] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -20,6 +20,8 @@ from lat_core.config.env import ENV_FIELDS, MASK, is_secret, is_valid_name, pars
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
 
+AUTO_REMEDIES = ("expandable_segments", "smaller_micro_batch", "gradient_checkpointing", "fewer_workers",
+                 "fewer_slots")
 _PAIR_RE = re.compile(r"^\s*(-?\d+)\s*:\s*(\S.*?)\s*$")
 
 
@@ -32,6 +34,20 @@ class SuiteRef(BaseModel):
     @classmethod
     def _rounds(cls, value):
         return parse_rounds(value)
+
+
+class OnOom(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    remedies: list[str] = Field(min_length=1)
+    max_retries: int = Field(default=2, ge=1, le=10)
+
+    @field_validator("remedies")
+    @classmethod
+    def _known(cls, value):
+        unknown = [r for r in value if r not in AUTO_REMEDIES]
+        if unknown:
+            raise ValueError(f"unknown remedy {unknown[0]!r} (choose from {', '.join(AUTO_REMEDIES)})")
+        return value
 
 
 class Pair(BaseModel):
@@ -56,6 +72,7 @@ class Plan(BaseModel):
     output_root: str = Field(default="runs", min_length=1)
     overrides: dict = Field(default_factory=dict)
     notify: dict = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
+    on_oom: Optional[OnOom] = None  # automatic retry of OOM-killed jobs (lat_core.auto_retry)
     resume: bool = False  # restart started jobs from their last checkpoint-* (strict)
     overwrite: bool = False  # rerun jobs that already succeeded, from scratch
 
@@ -135,7 +152,7 @@ class Plan(BaseModel):
         data = self.model_dump(mode="json", exclude_defaults=False)
         data["pairs"] = [str(p) for p in self.pairs]
         data["suites"] = [{"name": s.name, "rounds": s.rounds} for s in self.suites]
-        for optional in ("overrides", "notify", "resume", "overwrite"):
+        for optional in ("overrides", "notify", "on_oom", "resume", "overwrite"):
             if not data[optional]:
                 del data[optional]
         if "notify" in data:

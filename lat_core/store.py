@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from lat_core.errors import JournalError
+from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   seed INTEGER NOT NULL, dataset TEXT NOT NULL, job_dir TEXT NOT NULL, argv_json TEXT NOT NULL,
   env_json TEXT NOT NULL, state TEXT NOT NULL, device TEXT, attempts INTEGER NOT NULL DEFAULT 0,
   started REAL, ended REAL, returncode INTEGER, last_step INTEGER, last_loss REAL, error TEXT,
-  diagnosis_json TEXT, rss INTEGER, gpu_mem INTEGER, peak_rss INTEGER, peak_gpu INTEGER,
+  diagnosis_json TEXT, rss INTEGER, gpu_mem INTEGER, peak_rss INTEGER, peak_gpu INTEGER, waiting TEXT,
   UNIQUE (run_id, key)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -47,89 +47,15 @@ CREATE TABLE IF NOT EXISTS commands (
 CREATE TABLE IF NOT EXISTS samples (
   id INTEGER PRIMARY KEY, ts REAL NOT NULL, job_id INTEGER NOT NULL, rss INTEGER, gpu_mem INTEGER
 );
+CREATE TABLE IF NOT EXISTS config_peaks (
+  key TEXT PRIMARY KEY, peak_gpu INTEGER NOT NULL, peak_rss INTEGER NOT NULL, runs INTEGER NOT NULL, updated REAL
+);
 CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
 CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
 """
 
 JOB_FINAL = ("succeeded", "failed", "cancelled")
 RUN_ACTIVE = ("countdown", "running", "cancelling")
-
-
-@dataclass(frozen=True)
-class RunRow:
-    id: int
-    created: float
-    state: str
-    plan_yaml: str
-    output_root: str
-    devices: list
-    countdown_until: float
-    started: float | None
-    ended: float | None
-    paused: bool
-
-
-@dataclass(frozen=True)
-class JobRow:
-    id: int
-    run_id: int
-    seq: int
-    key: str
-    suite: str
-    round: int
-    stem: str
-    seed: int
-    dataset: str
-    job_dir: str
-    argv: list
-    env: dict
-    state: str
-    device: str | None
-    attempts: int
-    started: float | None
-    ended: float | None
-    returncode: int | None
-    last_step: int | None
-    last_loss: float | None
-    error: str | None
-    diagnosis: dict | None = None
-    rss: int | None = None
-    gpu_mem: int | None = None
-    peak_rss: int | None = None
-    peak_gpu: int | None = None
-
-    def elapsed(self, now: float | None = None) -> float | None:
-        if self.started is None:
-            return None
-        return (self.ended or now or time.time()) - self.started
-
-
-@dataclass(frozen=True)
-class Transition:
-    id: int
-    ts: float
-    run_id: int
-    job_id: int | None
-    old_state: str | None
-    new_state: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class AttemptRow:
-    id: int
-    job_id: int
-    n: int
-    device: str
-    pid: int | None
-    pid_start: float | None
-    launched: float
-    ended: float | None
-    returncode: int | None
-    exit_path: str
-    cancel_at: float | None = None
-    oom_source: str | None = None
-    oom_before: int | None = None
 
 
 class Store:
@@ -276,6 +202,25 @@ class Store:
                     "UPDATE jobs SET rss=?, gpu_mem=?, peak_rss=MAX(COALESCE(peak_rss, 0), ?),"
                     " peak_gpu=MAX(COALESCE(peak_gpu, 0), ?) WHERE id=?", (rss, gpu, rss, gpu, job_id))
                 db.execute("INSERT INTO samples (ts, job_id, rss, gpu_mem) VALUES (?,?,?,?)", (now, job_id, rss, gpu))
+
+    def set_waiting(self, job_id: int, reason: str | None) -> None:
+        """Why a queued job is held back (memory, settling); shown by front ends, not a transition."""
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET waiting=? WHERE id=? AND COALESCE(waiting, '') != COALESCE(?, '')",
+                       (reason, job_id, reason))
+
+    def record_config_peak(self, key: str, peak_gpu: int, peak_rss: int) -> None:
+        """The largest peak seen for a config on a dataset: what admission expects it to need."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO config_peaks (key, peak_gpu, peak_rss, runs, updated) VALUES (?,?,?,1,?)"
+                " ON CONFLICT(key) DO UPDATE SET peak_gpu=MAX(peak_gpu, excluded.peak_gpu),"
+                " peak_rss=MAX(peak_rss, excluded.peak_rss), runs=runs+1, updated=excluded.updated",
+                (key, peak_gpu, peak_rss, time.time()))
+
+    def config_peak(self, key: str) -> tuple[int, int] | None:
+        row = self._db.execute("SELECT peak_gpu, peak_rss FROM config_peaks WHERE key=?", (key,)).fetchone()
+        return (row[0], row[1]) if row else None
 
     def samples(self, job_id: int) -> list[tuple[float, int, int]]:
         rows = self._db.execute("SELECT ts, rss, gpu_mem FROM samples WHERE job_id=? ORDER BY id", (job_id,))

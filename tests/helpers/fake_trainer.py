@@ -13,6 +13,20 @@ import sys
 import time
 
 
+CUDA_OOM = """Traceback (most recent call last):
+  File "train.py", line 10, in <module>
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB \
+of which 1.06 GiB is free. Including non-PyTorch memory, this process has 22.50 GiB memory in use. Of the \
+allocated memory 21.90 GiB is allocated by PyTorch, and 120.50 MiB is reserved by PyTorch but unallocated."""
+
+
+def _batch_size() -> int:
+    import yaml
+
+    with open("job.yaml") as fh:
+        return int(yaml.safe_load(fh)["train"]["batch_size"])
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sleep", type=float, default=0.2)
@@ -20,7 +34,11 @@ def main() -> int:
     p.add_argument("--record", required=True)
     p.add_argument("--name", required=True)
     p.add_argument("--print-env", help="write this variable's value to ./env.txt")
+    p.add_argument("--oom-above-batch", type=int, help="die with a CUDA OOM when job.yaml's batch is larger")
     a = p.parse_args()
+    if a.oom_above_batch is not None and _batch_size() > a.oom_above_batch:
+        print(CUDA_OOM, file=sys.stderr, flush=True)
+        return 1
     if a.print_env:
         with open("env.txt", "w") as fh:
             fh.write(os.environ.get(a.print_env, "<unset>") + "\n")

@@ -121,3 +121,21 @@ def test_extend_countdown(tmp_path):
     store.add_command(run_id, "extend_countdown", minutes=2)
     Engine(store).tick()
     assert abs(store.run(run_id).countdown_until - (until + 120)) < 1
+
+
+def test_on_oom_auto_retry_keeps_the_effective_batch(tmp_path):
+    job = fake_job(tmp_path, "oomy", extra=("--oom-above-batch", "4"))
+    store, run_id = make_run(tmp_path, [job])
+    job_dir = tmp_path / "out" / "oomy"
+    (job_dir / "job.yaml").write_text(yaml.safe_dump({"train": {"batch_size": 8, "grad_accum": 1}}))
+    plan = "on_oom:\n  remedies: [gradient_checkpointing, smaller_micro_batch]\n  max_retries: 2\n"
+    store._db.execute("UPDATE runs SET plan_yaml=? WHERE id=?", (plan, run_id))
+    drain(store)
+    final = store.jobs(run_id)[0]
+    assert final.state == "succeeded" and final.attempts == 3
+    config = yaml.safe_load((job_dir / "job.yaml").read_text())["train"]
+    assert config["batch_size"] * config["grad_accum"] == 8  # effective batch unchanged
+    assert config["gradient_checkpointing"] is True
+    retries = [d for s, d in job_history(store, run_id, final.id) if d.startswith("auto-retry")]
+    assert [r.split(":")[0] for r in retries] == ["auto-retry with remedy gradient_checkpointing",
+                                                 "auto-retry with remedy smaller_micro_batch"]

@@ -71,6 +71,9 @@ BAD_PLANS = [
     (with_(env={"BAD-NAME": "1"}), "'BAD-NAME' is not a valid environment variable name"),
     (with_(env={"HP_LR": [1, 2]}), "env.HP_LR: expected a string or number"),
     (with_(output_root=""), "field 'output_root'"),
+    (with_(on_oom={"remedies": ["buy_more_gpus"]}), "field 'on_oom.remedies': unknown remedy 'buy_more_gpus'"),
+    (with_(on_oom={"remedies": ["smaller_micro_batch"], "max_retries": 0}), "field 'on_oom.max_retries'"),
+    (with_(resume=True, overwrite=True), "fields 'resume' and 'overwrite' exclude each other"),
 ]
 
 

@@ -1,0 +1,91 @@
+"""Memory-aware admission: a free slot is necessary, not sufficient.
+
+A job is admitted to a GPU only if the GPU's measured free memory, minus a margin, minus what jobs
+still starting there will claim, covers the peak this config measured before (on the same dataset).
+Configs never measured fall back to the slot plan, but admissions onto one GPU are staggered until a
+starting job's memory has settled, so two unknown jobs never race for the same free memory. Host RAM
+is guarded the same way with each config's peak process-tree RSS.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
+from lat_core.monitor.host import HostSnapshot, host_snapshot
+from lat_core.rows import JobRow
+from lat_core.store import Store
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    gpu_margin: int = 1 * GiB  # CUDA context, allocator slack, other tenants' spikes
+    host_margin: int = 2 * GiB
+    settle_s: float = 45.0  # a job younger than this whose usage is below its expected peak still grows
+
+
+def fmt_gib(n: int) -> str:
+    return f"{n / GiB:.1f}G"
+
+
+class Admission:
+    def __init__(self, store: Store, probe: GpuProbe, *, policy: AdmissionPolicy | None = None,
+                 host=host_snapshot, clock=time.time):
+        self.store, self.probe, self.policy = store, probe, policy or AdmissionPolicy()
+        self._host, self._clock = host, clock
+        self._gpus: GpuSnapshot | None = None
+        self._hostsnap: HostSnapshot | None = None
+
+    def begin(self, devices: list[dict]) -> None:
+        """One NVML and one psutil reading per admission pass, not per job."""
+        self._gpus = self.probe.snapshot() if any(d["id"] != "cpu" for d in devices) else None
+        self._hostsnap = self._host()
+
+    def blocker(self, job: JobRow, device: dict, running: list[JobRow]) -> str | None:
+        """None when ``job`` may start on ``device`` now, else why it waits."""
+        expected = self.store.config_peak(job.profile_key)
+        starting = [j for j in running if self._is_starting(j)]
+        host_wait = self._host_blocker(expected, starting, running)
+        if host_wait:
+            return host_wait
+        if device["id"] == "cpu":
+            return None
+        return self._gpu_blocker(expected, device, [j for j in starting if j.device == device["id"]])
+
+    def _is_starting(self, job: JobRow) -> bool:
+        return job.started is not None and self._clock() - job.started < self.policy.settle_s
+
+    def _gpu_blocker(self, expected, device: dict, starting: list[JobRow]) -> str | None:
+        gpu = self._gpus.by_index(device.get("index", -1)) if self._gpus else None
+        if gpu is None:
+            return None  # no NVML reading: the slot plan alone decides
+        unknown = [j for j in starting if self.store.config_peak(j.profile_key) is None]
+        if unknown:
+            return f"waiting for {unknown[0].key} to settle on {device['id']}"
+        if expected is None:
+            return None
+        claims = sum(_still_to_claim(self.store, j, gpu=True) for j in starting)
+        free = gpu.memory_total - gpu.memory_used - self.policy.gpu_margin - claims
+        if expected[0] > free:
+            return f"needs {fmt_gib(expected[0])} GPU memory, {fmt_gib(max(free, 0))} free on {device['id']}"
+        return None
+
+    def _host_blocker(self, expected, starting: list[JobRow], running: list[JobRow]) -> str | None:
+        if expected is None or self._hostsnap is None or not running:
+            return None  # an idle machine always takes one job: nothing else competes for it
+        claims = sum(_still_to_claim(self.store, j, gpu=False) for j in starting)
+        free = self._hostsnap.ram_available - self.policy.host_margin - claims
+        if expected[1] > free:
+            return f"needs {fmt_gib(expected[1])} host RAM, {fmt_gib(max(free, 0))} available"
+        return None
+
+
+def _still_to_claim(store: Store, job: JobRow, *, gpu: bool) -> int:
+    peak = store.config_peak(job.profile_key)
+    if peak is None:
+        return 0
+    now = (job.gpu_mem if gpu else job.rss) or 0
+    return max(0, (peak[0] if gpu else peak[1]) - now)

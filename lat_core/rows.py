@@ -1,0 +1,89 @@
+"""Immutable rows read from the journal (see :mod:`lat_core.store`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: int
+    created: float
+    state: str
+    plan_yaml: str
+    output_root: str
+    devices: list
+    countdown_until: float
+    started: float | None
+    ended: float | None
+    paused: bool
+
+
+@dataclass(frozen=True)
+class JobRow:
+    id: int
+    run_id: int
+    seq: int
+    key: str
+    suite: str
+    round: int
+    stem: str
+    seed: int
+    dataset: str
+    job_dir: str
+    argv: list
+    env: dict
+    state: str
+    device: str | None
+    attempts: int
+    started: float | None
+    ended: float | None
+    returncode: int | None
+    last_step: int | None
+    last_loss: float | None
+    error: str | None
+    diagnosis: dict | None = None
+    rss: int | None = None
+    gpu_mem: int | None = None
+    peak_rss: int | None = None
+    peak_gpu: int | None = None
+    waiting: str | None = None
+
+    @property
+    def profile_key(self) -> str:
+        """Jobs of one config on one dataset need about the same memory, whatever the seed."""
+        return f"{self.suite}/{self.stem.split('__rep')[0]}|{self.dataset}"
+
+    def elapsed(self, now: float | None = None) -> float | None:
+        if self.started is None:
+            return None
+        return (self.ended or now or time.time()) - self.started
+
+
+@dataclass(frozen=True)
+class Transition:
+    id: int
+    ts: float
+    run_id: int
+    job_id: int | None
+    old_state: str | None
+    new_state: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    id: int
+    job_id: int
+    n: int
+    device: str
+    pid: int | None
+    pid_start: float | None
+    launched: float
+    ended: float | None
+    returncode: int | None
+    exit_path: str
+    cancel_at: float | None = None
+    oom_source: str | None = None
+    oom_before: int | None = None
