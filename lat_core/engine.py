@@ -15,11 +15,15 @@ import signal
 import time
 from pathlib import Path
 
+import yaml
+
 from lat_core.auto_retry import maybe_retry
 from lat_core.admission import Admission, AdmissionPolicy
 from lat_core.commands import Commands
 from lat_core.config.env import MASK
-from lat_core.launch import is_same_process, launch, read_exit_record, signal_group
+from lat_core.backends import get_backend
+from lat_core.backends.local import LocalBackend
+from lat_core.launch import launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
 from lat_core.run_notices import RunNotices
@@ -32,11 +36,12 @@ LAUNCH_GRACE_S = 30.0
 
 
 class Engine:
-    def __init__(self, store: Store, *, launch_fn=launch, clock=time.time, secrets: dict | None = None,
+    def __init__(self, store: Store, *, launch_fn=launch, backend=None, clock=time.time, secrets: dict | None = None,
                  gpu_probe: GpuProbe | None = None, sample_every_s: float = SAMPLE_EVERY_S,
                  policy: AdmissionPolicy | None = None):
         self.store = store
-        self._launch = launch_fn
+        self._default_backend = backend or LocalBackend(launch_fn)
+        self._backends: dict[int, object] = {}
         self._clock = clock
         self._secrets = dict(os.environ if secrets is None else secrets)
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
@@ -47,6 +52,16 @@ class Engine:
         self._admission = Admission(store, self._gpu_probe, policy=policy, clock=clock)
         self._sample_every_s = sample_every_s
         self._last_sample = 0.0
+
+    def backend(self, run_id: int):
+        """The run's backend (plan field ``backend``); tests may inject one for every run."""
+        if run_id not in self._backends:
+            self._backends[run_id] = self._default_backend
+            plan = yaml.safe_load(self.store.run(run_id).plan_yaml) or {}
+            name = plan.get("backend", "local") if isinstance(plan, dict) else "local"
+            if name != "local":
+                self._backends[run_id] = get_backend(name, **(plan.get(name) or {}))
+        return self._backends[run_id]
 
     def now(self) -> float:
         return self._clock()
@@ -134,14 +149,14 @@ class Engine:
                                  started=self._clock(), ended=None, returncode=None, error=None)
         env = {**self._unmask(job.env), **device["env"], "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
         try:
-            launched = self._launch(job.argv, env, job_dir, exit_path, tuple(job.env))
+            launched = self.backend(job.run_id).launch(job.argv, env, job_dir, exit_path, tuple(job.env))
         except OSError as exc:
             self.store.end_attempt(attempt_id, None)
             self.store.set_job_state(job.id, "failed", f"launch failed: {exc}", ended=self._clock(), error=str(exc))
             return
         self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start)
-        counter = read_oom_kill_count(launched.pid)
-        if counter.known:
+        counter = read_oom_kill_count(launched.pid) if self.backend(job.run_id).name == "local" else None
+        if counter and counter.known:
             self.store.set_attempt_oom_counter(attempt_id, counter.source, counter.count)
         if launched.popen is not None:
             self._popens[attempt_id] = launched.popen
@@ -161,11 +176,11 @@ class Engine:
             record = read_exit_record(Path(attempt.exit_path))
             if record is not None:
                 self._record_exit(attempt, record.get("returncode"))
-            elif attempt.pid and not is_same_process(attempt.pid, attempt.pid_start):
+            elif attempt.pid and not self.backend(run.id).is_alive(attempt.pid, attempt.pid_start):
                 record = read_exit_record(Path(attempt.exit_path))  # it may have just been written
                 self._record_exit(attempt, record.get("returncode") if record else None)
             else:
-                self._enforce_cancel_grace(attempt)
+                self._enforce_cancel_grace(run, attempt)
 
     def _recover_pid(self, attempt: AttemptRow) -> AttemptRow:
         """An engine that died between recording an attempt and its pid: the runner's own pid file
@@ -214,15 +229,15 @@ class Engine:
         after = reread_oom_kill_count(attempt.oom_source).count if attempt.oom_source else None
         return classify(Path(job.job_dir), returncode, oom_kills_before=attempt.oom_before, oom_kills_after=after)
 
-    def _enforce_cancel_grace(self, attempt: AttemptRow) -> None:
+    def _enforce_cancel_grace(self, run: RunRow, attempt: AttemptRow) -> None:
         if attempt.cancel_at is not None and self._clock() >= attempt.cancel_at + CANCEL_GRACE_S and attempt.pid:
-            signal_group(attempt.pid, signal.SIGKILL)
+            self.backend(run.id).signal(attempt.pid, signal.SIGKILL)
 
     # ------------------------------------------------------------------ usage
     def _sample_usage(self, run: RunRow) -> None:
         """Process-tree RSS and GPU memory of running jobs, so peaks survive into status and results."""
-        if self._clock() - self._last_sample < self._sample_every_s:
-            return
+        if self._clock() - self._last_sample < self._sample_every_s or self.backend(run.id).name != "local":
+            return  # pids of remote (Slurm) jobs mean nothing on this host
         self._last_sample = self._clock()
         pids = {a.job_id: a.pid for a in self.store.open_attempts(run.id) if a.pid}
         if not pids:
@@ -270,7 +285,7 @@ class Engine:
         for attempt in self.store.open_attempts(job.run_id):
             if attempt.job_id == job.id and attempt.pid:
                 self.store.request_cancel(attempt.id, self._clock())
-                signal_group(attempt.pid, signal.SIGTERM)
+                self.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
 
 
 def _running_per_device(jobs: list[JobRow]) -> dict[str, int]:

@@ -72,6 +72,8 @@ class Plan(BaseModel):
     output_root: str = Field(default="runs", min_length=1)
     overrides: dict = Field(default_factory=dict)
     notify: dict = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
+    backend: Literal["local", "slurm"] = "local"
+    slurm: dict = Field(default_factory=dict)  # options of the Slurm backend (lat_core.backends.slurm)
     on_oom: Optional[OnOom] = None  # automatic retry of OOM-killed jobs (lat_core.auto_retry)
     resume: bool = False  # restart started jobs from their last checkpoint-* (strict)
     overwrite: bool = False  # rerun jobs that already succeeded, from scratch
@@ -152,7 +154,9 @@ class Plan(BaseModel):
         data = self.model_dump(mode="json", exclude_defaults=False)
         data["pairs"] = [str(p) for p in self.pairs]
         data["suites"] = [{"name": s.name, "rounds": s.rounds} for s in self.suites]
-        for optional in ("overrides", "notify", "on_oom", "resume", "overwrite"):
+        if data["backend"] == "local":
+            del data["backend"]
+        for optional in ("overrides", "notify", "on_oom", "slurm", "resume", "overwrite"):
             if not data[optional]:
                 del data[optional]
         if "notify" in data:
