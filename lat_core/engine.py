@@ -26,6 +26,7 @@ from lat_core.backends.local import LocalBackend
 from lat_core.launch import launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
+from lat_core.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
 from lat_core.run_notices import RunNotices
 from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
@@ -118,26 +119,29 @@ class Engine:
             return
         self._admission.begin(run.devices)
         running = [j for j in jobs if j.state == "running"]
-        busy = _running_per_device(jobs)
+        busy = slots_used(jobs)
         for job in queued:
-            candidates = _devices_with_free_slots(run.devices, busy)
+            candidates = placements(job, run.devices, busy)
             if not candidates:
-                return
-            device, reason = self._first_fitting(job, candidates, running)
+                if job.world == 1:
+                    return
+                continue  # a gang job waits for N free slots; single jobs behind it may still fit
+            chosen, reason = self._first_fitting(job, candidates, running)
             self.store.set_waiting(job.id, reason)
-            if device is None:
+            if chosen is None:
                 continue
-            busy[device["id"]] = busy.get(device["id"], 0) + 1
-            self._start(job, device)
+            for device in chosen:
+                busy[device["id"]] = busy.get(device["id"], 0) + (job.world if len(chosen) == 1 else 1)
+            self._start(job, merge(chosen))
             running.append(self.store.job(job.id))
 
-    def _first_fitting(self, job: JobRow, candidates: list[dict], running: list[JobRow]):
-        """(device, None) for the first candidate the job fits on, else (None, the first reason)."""
+    def _first_fitting(self, job: JobRow, candidates: list[list[dict]], running: list[JobRow]):
+        """(devices, None) for the first candidate set the job fits on, else (None, the first reason)."""
         first_reason = None
-        for device in candidates:
-            reason = self._admission.blocker(job, device, running)
+        for devices in candidates:
+            reason = next((r for d in devices if (r := self._admission.blocker(job, d, running))), None)
             if reason is None:
-                return device, None
+                return devices, None
             first_reason = first_reason or reason
         return None, first_reason
 
@@ -149,7 +153,8 @@ class Engine:
                                  started=self._clock(), ended=None, returncode=None, error=None)
         env = {**self._unmask(job.env), **device["env"], "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
         try:
-            launched = self.backend(job.run_id).launch(job.argv, env, job_dir, exit_path, tuple(job.env))
+            argv, env = self._distributed(job, argv=job.argv, env=env)
+            launched = self.backend(job.run_id).launch(argv, env, job_dir, exit_path, tuple(job.env))
         except OSError as exc:
             self.store.end_attempt(attempt_id, None)
             self.store.set_job_state(job.id, "failed", f"launch failed: {exc}", ended=self._clock(), error=str(exc))
@@ -181,6 +186,14 @@ class Engine:
                 self._record_exit(attempt, record.get("returncode") if record else None)
             else:
                 self._enforce_cancel_grace(run, attempt)
+
+    def _distributed(self, job: JobRow, *, argv: list[str], env: dict) -> tuple[list[str], dict]:
+        """Multi-process jobs run under torchrun on a probed free rendezvous port (reported)."""
+        if job.world == 1:
+            return argv, env
+        port, tries = find_free_port()
+        self.store.add_transition(job.run_id, job.id, "rendezvous", f"port {port} after {tries} probe(s)")
+        return distributed_argv(argv, job.world, port), {**env, **distributed_env(job.world, port, bool(job.use_libuv))}
 
     def _recover_pid(self, attempt: AttemptRow) -> AttemptRow:
         """An engine that died between recording an attempt and its pid: the runner's own pid file
@@ -286,20 +299,6 @@ class Engine:
             if attempt.job_id == job.id and attempt.pid:
                 self.store.request_cancel(attempt.id, self._clock())
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
-
-
-def _running_per_device(jobs: list[JobRow]) -> dict[str, int]:
-    busy: dict[str, int] = {}
-    for job in jobs:
-        if job.state == "running" and job.device:
-            busy[job.device] = busy.get(job.device, 0) + 1
-    return busy
-
-
-def _devices_with_free_slots(devices: list[dict], busy: dict[str, int]) -> list[dict]:
-    """Devices with a free slot, the freest first (spreads load; plan order breaks ties)."""
-    free = [(d["slots"] - busy.get(d["id"], 0), i, d) for i, d in enumerate(devices)]
-    return [d for n, _, d in sorted(free, key=lambda t: (-t[0], t[1])) if n > 0]
 
 
 def _memory_event_peak(job_dir: Path) -> int:

@@ -40,6 +40,8 @@ class JobSpec:
     provenance: list[dict] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     mode: str = "fresh"  # fresh | resume | overwrite | done (succeeded before; not rerun)
+    world: int = 1  # gpus_per_job: processes under torchrun
+    use_libuv: bool = True
 
     def command(self) -> list[str]:
         flags = {"resume": ["--resume"], "overwrite": ["--overwrite"]}.get(self.mode, [])
@@ -82,8 +84,16 @@ def _make_job(plan, root, env, suite, round_no, cfg_path, base_cfg, pair, seen) 
     config, provenance = resolve_config(base_cfg, cfg_path, plan, env, pair, job_dir, stem)
     wants_resume = bool(config.pop("resume", False)) or plan.resume
     mode = job_mode(job_dir, wants_resume, plan.overwrite, strict=bool(base_cfg.get("resume")))
+    world = _positive_int(config.pop("gpus_per_job", plan.gpus_per_job), cfg_path)
+    use_libuv = bool(config.pop("use_libuv", True))
     return JobSpec(f"{group}/{stem}", suite, round_no, str(cfg_path), stem, pair.seed, pair.dataset,
-                   job_dir, config, provenance, dict(env), mode)
+                   job_dir, config, provenance, dict(env), mode, world, use_libuv)
+
+
+def _positive_int(value, cfg_path) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"field 'gpus_per_job': expected a positive integer, got {value!r}", where=str(cfg_path))
+    return value
 
 
 def job_mode(job_dir: Path, resume: bool, overwrite: bool, strict: bool) -> str:

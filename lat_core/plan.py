@@ -72,6 +72,7 @@ class Plan(BaseModel):
     output_root: str = Field(default="runs", min_length=1)
     overrides: dict = Field(default_factory=dict)
     notify: dict = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
+    gpus_per_job: int = Field(default=1, ge=1, le=64)  # gang-scheduled; configs may set their own
     backend: Literal["local", "slurm"] = "local"
     slurm: dict = Field(default_factory=dict)  # options of the Slurm backend (lat_core.backends.slurm)
     on_oom: Optional[OnOom] = None  # automatic retry of OOM-killed jobs (lat_core.auto_retry)
@@ -156,6 +157,8 @@ class Plan(BaseModel):
         data["suites"] = [{"name": s.name, "rounds": s.rounds} for s in self.suites]
         if data["backend"] == "local":
             del data["backend"]
+        if data["gpus_per_job"] == 1:
+            del data["gpus_per_job"]
         for optional in ("overrides", "notify", "on_oom", "slurm", "resume", "overwrite"):
             if not data[optional]:
                 del data[optional]

@@ -49,6 +49,8 @@ class JobRow:
     peak_rss: int | None = None
     peak_gpu: int | None = None
     waiting: str | None = None
+    world: int = 1  # processes (GPUs) the job runs with; > 1 means torchrun
+    use_libuv: int = 1
 
     @property
     def profile_key(self) -> str:

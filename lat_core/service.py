@@ -18,7 +18,7 @@ from lat_core.config.env import mask_env, shell_overrides
 from lat_core.config.paths import configs_root
 from lat_core.config.suites import SuiteRegistry
 from lat_core.devices import resolve_devices
-from lat_core.errors import JournalError, OutputPathError
+from lat_core.errors import JournalError, OutputPathError, PlanError
 from lat_core.jobs import JobSpec, expand, materialize
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.plan import Plan
@@ -49,8 +49,22 @@ def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: Gpu
     registry = registry or SuiteRegistry(configs_root())
     devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
     jobs = expand(plan, registry, shell_overrides(dict(os.environ if environ is None else environ)))
+    _check_placeable(jobs, devices)
     _check_output_root(Path(plan.output_root))
     return PreparedRun(plan, jobs, devices)
+
+
+def _check_placeable(jobs: list[JobSpec], devices: list[dict]) -> None:
+    """A job that needs more GPUs (or CPU slots) than the plan offers could never start."""
+    gpus = sum(1 for d in devices if d["id"] != "cpu" and d["slots"] > 0)
+    cpu_slots = sum(d["slots"] for d in devices if d["id"] == "cpu")
+    capacity = cpu_slots if cpu_slots else gpus
+    what = "CPU slots" if cpu_slots else "GPUs with slots"
+    problems = [f"job {j.key} needs {j.world} processes but the plan has {capacity} {what}"
+                for j in jobs if j.world > capacity]
+    if problems:
+        raise PlanError(problems[:5] + ([f"... and {len(problems) - 5} more"] if len(problems) > 5 else []),
+                        where="plan field 'gpus_per_job'")
 
 
 def _check_output_root(root: Path) -> None:
@@ -82,6 +96,7 @@ def job_record(job: JobSpec) -> dict:
         "key": job.key, "suite": job.suite, "round": job.round, "stem": job.stem, "seed": job.seed,
         "dataset": job.dataset, "job_dir": str(job.job_dir), "argv": job.command(), "env": mask_env(job.env),
         "state": "succeeded" if job.mode == "done" else "queued",
+        "world": job.world, "use_libuv": job.use_libuv,
     }
 
 

@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   env_json TEXT NOT NULL, state TEXT NOT NULL, device TEXT, attempts INTEGER NOT NULL DEFAULT 0,
   started REAL, ended REAL, returncode INTEGER, last_step INTEGER, last_loss REAL, error TEXT,
   diagnosis_json TEXT, rss INTEGER, gpu_mem INTEGER, peak_rss INTEGER, peak_gpu INTEGER, waiting TEXT,
+  world INTEGER NOT NULL DEFAULT 1, use_libuv INTEGER NOT NULL DEFAULT 1,
   UNIQUE (run_id, key)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -148,10 +149,10 @@ class Store:
             for offset, job in enumerate(jobs, start=1):
                 cur = db.execute(
                     "INSERT INTO jobs (run_id, seq, key, suite, round, stem, seed, dataset, job_dir,"
-                    " argv_json, env_json, state) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " argv_json, env_json, state, world, use_libuv) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (run_id, start + offset, job["key"], job["suite"], job["round"], job["stem"], job["seed"],
                      job["dataset"], job["job_dir"], json.dumps(job["argv"]), json.dumps(job["env"]),
-                     job.get("state", "queued")),
+                     job.get("state", "queued"), job.get("world", 1), int(job.get("use_libuv", True))),
                 )
                 ids.append(cur.lastrowid)
                 detail = "already succeeded earlier; overwrite reruns it" if job.get("state") == "succeeded" else ""

@@ -1,0 +1,85 @@
+"""Where a job goes: one slot on one device, or ``world`` slots at once for a multi-process job.
+
+A job with ``gpus_per_job: N`` is gang-scheduled: N GPUs that each have a free slot, all taken at
+the same moment (never a partial allocation that could deadlock another job), or N slots of the CPU
+device. It then runs under torchrun with a rendezvous port found by probing.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+from lat_core.rows import JobRow
+
+PORT_TRIES = 10
+
+
+def slots_used(jobs: list[JobRow]) -> dict[str, int]:
+    """device id -> slots taken by running jobs (a 2-GPU job takes one slot on each of its GPUs)."""
+    busy: dict[str, int] = {}
+    for job in jobs:
+        if job.state != "running" or not job.device:
+            continue
+        parts = job.device.split("+")
+        per_part = job.world if len(parts) == 1 else 1
+        for part in parts:
+            busy[part] = busy.get(part, 0) + per_part
+    return busy
+
+
+def free_slots(devices: list[dict], busy: dict[str, int]) -> list[tuple[int, dict]]:
+    """(free slots, device), the freest first; plan order breaks ties."""
+    free = [(d["slots"] - busy.get(d["id"], 0), i, d) for i, d in enumerate(devices)]
+    return [(n, d) for n, _, d in sorted(free, key=lambda t: (-t[0], t[1])) if n > 0]
+
+
+def placements(job: JobRow, devices: list[dict], busy: dict[str, int]) -> list[list[dict]]:
+    """Candidate device sets for ``job``, best first; empty when it cannot start now."""
+    free = free_slots(devices, busy)
+    if job.world == 1:
+        return [[d] for _, d in free]
+    cpu = [d for n, d in free if d["id"] == "cpu" and n >= job.world]
+    if cpu:
+        return [cpu]
+    gpus = [d for _, d in free if d["id"] != "cpu"]
+    return [gpus[: job.world]] if len(gpus) >= job.world else []
+
+
+def merge(devices: list[dict]) -> dict:
+    """One pseudo-device for a multi-GPU job: ids joined with '+', all GPUs visible to it."""
+    if len(devices) == 1:
+        return devices[0]
+    visible = ",".join(d["env"]["CUDA_VISIBLE_DEVICES"] for d in devices)
+    return {"id": "+".join(d["id"] for d in devices), "slots": 1,
+            "env": {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}}
+
+
+def find_free_port(tries: int = PORT_TRIES, start: int = 29500) -> tuple[int, int]:
+    """(port, attempts): the first port from ``start`` that binds on localhost, probing up to ``tries``.
+    Raises OSError naming the range when none is free."""
+    for attempt in range(tries):
+        port = start + attempt
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+                return port, attempt + 1
+            except OSError:
+                continue
+    raise OSError(f"no free rendezvous port in {start}-{start + tries - 1} after {tries} tries")
+
+
+def distributed_argv(argv: list[str], world: int, port: int) -> list[str]:
+    """``python -m lat_core.train ...`` -> the same under torchrun with ``world`` local processes."""
+    module_at = argv.index("-m") if "-m" in argv else None
+    if module_at is None:
+        raise ValueError("multi-process jobs must run a module (python -m ...)")
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={world}",
+            "--master_addr=127.0.0.1", f"--master_port={port}", *argv[module_at:]]
+
+
+def distributed_env(world: int, port: int, use_libuv: bool) -> dict[str, str]:
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world)}
+    if not use_libuv:  # the seeds' workaround for TCPStore/libuv rendezvous failures
+        env.update({"USE_LIBUV": "0", "TORCHELASTIC_USE_AGENT_STORE": "0"})
+    return env
