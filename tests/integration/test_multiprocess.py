@@ -75,3 +75,30 @@ def test_port_probing_skips_busy_ports():
     assert port != taken and tries >= 2
     argv = distributed_argv([sys.executable, "-m", "lat_core.train", "--cfg", "j.yaml"], 2, port)
     assert argv[1:4] == ["-m", "torch.distributed.run", "--nnodes=1"] and argv[-4:] == ["-m", "lat_core.train", "--cfg", "j.yaml"]
+
+
+TINY_PRETRAIN = ["--depth=2", "--model_dim_per_layer=32", "--head_dim=32", "--seq_len=32", "--device_batch_size=2",
+                 "--total_batch_size=128", "--num_iterations=12", "--eval_every=6", "--save_every=12",
+                 "--warmup_iterations=2", "--lr=0.003"]
+
+
+@pytest.mark.slow
+def test_pretraining_runs_two_processes_through_the_engine(tmp_path):
+    import json
+
+    job_dir = tmp_path / "out" / "pretrain"
+    job_dir.mkdir(parents=True)
+    argv = [sys.executable, "-m", "lat_core.train.pretrain", "--preset", "conservative",
+            "--output-dir", str(job_dir), *TINY_PRETRAIN]
+    job = {"key": "pretrain", "suite": "t", "round": 1, "stem": "pretrain", "seed": 1, "dataset": "tiny-corpus",
+           "job_dir": str(job_dir), "argv": argv, "env": {}, "world": 2}
+    cpu = {"id": "cpu", "label": "cpu", "slots": 2, "env": {"CUDA_VISIBLE_DEVICES": ""}}
+    store, run_id = make_run(tmp_path, [job], devices=[cpu])
+    drain(store, timeout=180)
+    assert store.jobs(run_id)[0].state == "succeeded", (job_dir / "train.log").read_text()[-3000:]
+    events = [json.loads(l) for l in (job_dir / "events.jsonl").read_text().splitlines()]
+    started = events[0]
+    assert started["event"] == "started" and started["world"] == 2 and started["grad_accum"] == 1
+    losses = [e["loss"] for e in events if e["event"] == "step"]
+    assert len(losses) == 12 and min(losses[-3:]) < losses[0]
+    assert events[-1]["event"] == "finished" and (job_dir / "checkpoint-12" / "model.pt").exists()

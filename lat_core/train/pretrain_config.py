@@ -1,0 +1,111 @@
+"""Presets and arithmetic of from-scratch GLA pretraining (no torch here, so it is cheap to test).
+
+Gradient accumulation follows from ``total_batch_size / (device_batch_size x seq_len x world)``;
+a total that does not divide is an error that shows the arithmetic, because a silently rounded
+batch changes the experiment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import yaml
+
+PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "pretrain"
+
+
+class PretrainConfigError(ValueError):
+    """A preset, override or batch arithmetic that cannot work; the message says why."""
+
+
+@dataclass
+class PretrainConfig:
+    depth: int
+    device_batch_size: int
+    total_batch_size: int
+    seq_len: int
+    model_dim_per_layer: int = 64
+    head_dim: int = 128
+    lr: float = 6e-4
+    weight_decay: float = 0.0
+    warmup_iterations: int = 20
+    num_iterations: int = 2000
+    eval_every: int = 250
+    eval_tokens: int = 262144
+    save_every: int = 1000
+    dtype: str = "bfloat16"
+    seed: int = 1
+    corpus: str = ""  # a local text file; empty = the tiny corpus the project ships
+
+    @property
+    def hidden_size(self) -> int:
+        return self.depth * self.model_dim_per_layer
+
+    @property
+    def num_heads(self) -> int:
+        return max(1, self.hidden_size // self.head_dim)
+
+    def grad_accum(self, world: int) -> int:
+        per_step = self.device_batch_size * self.seq_len * world
+        if self.total_batch_size % per_step:
+            raise PretrainConfigError(
+                f"total_batch_size {self.total_batch_size} is not a multiple of device_batch_size "
+                f"{self.device_batch_size} x seq_len {self.seq_len} x world {world} = {per_step} "
+                f"({self.total_batch_size} / {per_step} = {self.total_batch_size / per_step:.3f})")
+        return self.total_batch_size // per_step
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_preset(name_or_path: str) -> dict:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PRESET_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
+        raise PretrainConfigError(f"unknown preset {name_or_path!r} (known: {known}, or a YAML path)")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise PretrainConfigError(f"{path}: expected a mapping of preset fields")
+    return data
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """``--device_batch_size=16`` style overrides (also ``--key value``), typed like the fields."""
+    types = {f.name: f.type for f in fields(PretrainConfig)}
+    out, i = {}, 0
+    while i < len(items):
+        key, sep, value = items[i].removeprefix("--").partition("=")
+        if not sep:
+            if i + 1 >= len(items):
+                raise PretrainConfigError(f"--{key}: missing value")
+            value, i = items[i + 1], i + 1
+        if key not in types:
+            raise PretrainConfigError(f"unknown option --{key} (options: {', '.join(sorted(types))})")
+        out[key] = _typed(key, value, types[key])
+        i += 1
+    return out
+
+
+def _typed(key: str, value: str, typ):
+    kind = {"int": int, "float": float, "str": str}.get(typ if isinstance(typ, str) else typ.__name__, str)
+    try:
+        return kind(value)
+    except ValueError:
+        raise PretrainConfigError(f"--{key}={value!r}: expected {kind.__name__}") from None
+
+
+def build_config(preset: str, overrides: list[str]) -> PretrainConfig:
+    """Preset < command-line overrides."""
+    data = {**load_preset(preset), **parse_overrides(overrides)}
+    known = {f.name for f in fields(PretrainConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise PretrainConfigError(f"unknown preset field {unknown[0]!r}")
+    cfg = PretrainConfig(**data)
+    for name in ("depth", "device_batch_size", "total_batch_size", "seq_len", "num_iterations"):
+        if getattr(cfg, name) <= 0:
+            raise PretrainConfigError(f"{name} must be positive, got {getattr(cfg, name)}")
+    return cfg
