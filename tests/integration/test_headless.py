@@ -23,6 +23,7 @@ def configs(tmp_path) -> Path:
     (root / "experiments" / "mamba" / "broken.yaml").write_text(yaml.safe_dump(broken))
     suite = {"rounds": {1: ["mamba/tiny_lora.yaml", "mamba/broken.yaml"]}}
     (root / "suites" / "mixed.yaml").write_text(yaml.safe_dump(suite))
+    (root / "suites" / "solo.yaml").write_text(yaml.safe_dump({"rounds": {1: ["mamba/tiny_lora.yaml"]}}))
     return root
 
 
@@ -86,3 +87,25 @@ def test_status_prints_the_latest_run(tmp_path, capsys):
     assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
     text = capsys.readouterr().out
     assert f"run {run_id}: running" in text and "d_seed1/a" in text and "queued" in text
+
+
+@pytest.mark.slow
+def test_two_front_ends_at_once_share_one_engine_and_never_double_launch(tmp_path, configs):
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    procs = [subprocess.Popen([sys.executable, "-m", "lat_tui.cli", "--suite", "solo", "--pairs", f"{seed}:tiny-sst2",
+                               "--gpus", "cpu", "--gpu-plan", "1", "--configs", str(configs), "--state-dir", str(state),
+                               "--output-root", str(tmp_path / f"runs{seed}")],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for seed in (1, 2)]
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    store = open_store(state)
+    jobs = [j for run in store.runs() for j in store.jobs(run.id)]
+    assert len(jobs) == 2 and all(j.state == "succeeded" and j.attempts == 1 for j in jobs)
+    for job in jobs:  # each trainer started exactly once, by its own account
+        starts = [l for l in Path(job.job_dir, "events.jsonl").read_text().splitlines() if '"started"' in l]
+        assert len(starts) == 1
+    engine_log = (state / "engine.log").read_text()
+    assert engine_log.count("serving") + engine_log.count("another engine already serves") >= 1
