@@ -38,14 +38,19 @@ class Admission:
         self._host, self._clock = host, clock
         self._gpus: GpuSnapshot | None = None
         self._hostsnap: HostSnapshot | None = None
+        self._enabled = True
 
-    def begin(self, devices: list[dict]) -> None:
-        """One NVML and one psutil reading per admission pass, not per job."""
-        self._gpus = self.probe.snapshot() if any(d["id"] != "cpu" for d in devices) else None
-        self._hostsnap = self._host()
+    def begin(self, devices: list[dict] | None) -> None:
+        """One NVML and one psutil reading per admission pass, not per job. ``None``: the jobs run
+        elsewhere (Slurm), so this host's memory says nothing and only slots count."""
+        self._enabled = devices is not None
+        self._gpus = self.probe.snapshot() if devices and any(d["id"] != "cpu" for d in devices) else None
+        self._hostsnap = self._host() if self._enabled else None
 
     def blocker(self, job: JobRow, device: dict, running: list[JobRow]) -> str | None:
         """None when ``job`` may start on ``device`` now, else why it waits."""
+        if not self._enabled:
+            return None
         expected = self.store.config_peak(job.profile_key)
         starting = [j for j in running if self._is_starting(j)]
         host_wait = self._host_blocker(expected, starting, running)

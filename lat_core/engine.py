@@ -117,7 +117,7 @@ class Engine:
         queued = [j for j in jobs if j.state == "queued"]
         if not queued:
             return
-        self._admission.begin(run.devices)
+        self._admission.begin(run.devices if self.backend(run.id).name == "local" else None)
         running = [j for j in jobs if j.state == "running"]
         busy = slots_used(jobs)
         for job in queued:
@@ -177,7 +177,7 @@ class Engine:
             if popen is not None:
                 popen.poll()  # reap our own child so it does not linger as a zombie
             if attempt.pid is None:
-                attempt = self._recover_pid(attempt)
+                attempt = self._recover_pid(attempt, run.id)
             record = read_exit_record(Path(attempt.exit_path))
             if record is not None:
                 self._record_exit(attempt, record.get("returncode"))
@@ -195,10 +195,16 @@ class Engine:
         self.store.add_transition(job.run_id, job.id, "rendezvous", f"port {port} after {tries} probe(s)")
         return distributed_argv(argv, job.world, port), {**env, **distributed_env(job.world, port, bool(job.use_libuv))}
 
-    def _recover_pid(self, attempt: AttemptRow) -> AttemptRow:
+    def _recover_pid(self, attempt: AttemptRow, run_id: int) -> AttemptRow:
         """An engine that died between recording an attempt and its pid: the runner's own pid file
-        says whether the launch happened. Never relaunch: no pid file after a grace = failed."""
-        started = read_exit_record(Path(attempt.exit_path + ".pid"))
+        (or, for a backend with ``recover`` such as Slurm, the scheduler's queue) says whether the
+        launch happened. Never relaunch: nothing found after a grace = failed."""
+        recover = getattr(self.backend(run_id), "recover", None)
+        if recover is not None:  # the runner's pid file holds a pid on another host: useless here
+            found = recover(Path(attempt.exit_path), attempt.launched)
+            started = {"pid": found.pid, "pid_start": found.pid_start} if found else None
+        else:
+            started = read_exit_record(Path(attempt.exit_path + ".pid"))
         if started:
             self.store.set_attempt_pid(attempt.id, started["pid"], started["pid_start"])
             return self.store.attempts(attempt.job_id)[-1]
@@ -239,6 +245,11 @@ class Engine:
             self.store.record_config_peak(job.profile_key, gpu, job.peak_rss or 0)
 
     def _triage(self, job: JobRow, attempt: AttemptRow, returncode: int | None):
+        diagnose = getattr(self.backend(job.run_id), "diagnose", None)
+        if diagnose is not None and attempt.pid:  # Slurm's own verdict: time limit, memory, node, preemption
+            found = diagnose(attempt.pid)
+            if found is not None:
+                return found
         after = reread_oom_kill_count(attempt.oom_source).count if attempt.oom_source else None
         return classify(Path(job.job_dir), returncode, oom_kills_before=attempt.oom_before, oom_kills_after=after)
 

@@ -15,7 +15,7 @@ from typing import Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from lat_core.config.datasets import KNOWN_DATASETS, check_dataset
+from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
 from lat_core.config.env import ENV_FIELDS, MASK, is_secret, is_valid_name, parse_env_value
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
@@ -246,6 +246,10 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
     problems = check_plan(plan, registry, base)
     if plan.resume and plan.overwrite:
         problems.append("fields 'resume' and 'overwrite' exclude each other")
+    if plan.backend == "slurm" or plan.slurm:
+        from lat_core.backends.slurm_states import option_problems
+
+        problems += option_problems(plan.slurm)
     if problems:
         raise PlanError(problems, where=where)
     # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.
@@ -254,7 +258,7 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
 
 
 def _absolute_dataset(pair: Pair, base: Path) -> Pair:
-    if pair.dataset in KNOWN_DATASETS:
+    if canonical(pair.dataset) in KNOWN_DATASETS:
         return pair
     return Pair(seed=pair.seed, dataset=str((base / pair.dataset).expanduser().resolve()))
 

@@ -100,6 +100,23 @@ def job_record(job: JobSpec) -> dict:
     }
 
 
+def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry) -> list[dict]:
+    """Journal records for more suites/pairs in a live run, expanded against the run's own plan
+    (same GPUs, env, output root) and with their directories written; PlanError when invalid."""
+    import yaml
+
+    from lat_core.plan import plan_from_mapping
+
+    data = yaml.safe_load(run.plan_yaml)
+    data["suites"] = [{"name": n, "rounds": rounds} for n in suites]
+    data["pairs"] = pairs
+    plan = plan_from_mapping(data, registry, where="jobs to add")
+    jobs = expand(plan, registry)
+    for job in jobs:
+        materialize(job)
+    return [job_record(j) for j in jobs]
+
+
 # ---------------------------------------------------------------- the detached engine
 
 

@@ -28,6 +28,7 @@ class LatApp(App[int | None]):
     CSS_PATH = "app.tcss"
     TITLE = "LAT control center"
     ENABLE_COMMAND_PALETTE = False  # the footer needs the room at 80 columns
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]  # app.tcss shrinks the monitor on short screens
 
     def __init__(self, state_dir: Path, registry: SuiteRegistry, probe: GpuProbe,
                  engine_starter: Callable[..., object] = ensure_engine):

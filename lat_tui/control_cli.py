@@ -79,28 +79,13 @@ def command_for(args, store, run) -> tuple[str, int | None, dict]:
         return "set_slots", None, {"device": args.device, "slots": args.count}
     if args.verb == "countdown":
         return ("skip_countdown", None, {}) if args.action == "skip" else ("extend_countdown", None, {"minutes": args.minutes})
-    return "add_jobs", None, {"jobs": _jobs_to_add(args, run)}
-
-
-def _jobs_to_add(args, run) -> list[dict]:
-    """Expand the extra suites/pairs against the run's own plan (same GPUs, env, output root)."""
-    import yaml
-
     from lat_core.config.paths import configs_root
     from lat_core.config.suites import SuiteRegistry
-    from lat_core.jobs import expand, materialize
-    from lat_core.plan import plan_from_mapping
-    from lat_core.service import job_record
+    from lat_core.service import jobs_to_add
 
-    data = yaml.safe_load(run.plan_yaml)
-    data["suites"] = [{"name": n, "rounds": args.round} for chunk in args.suite for n in chunk.split()]
-    data["pairs"] = args.pairs
-    registry = SuiteRegistry(configs_root(args.configs))
-    plan = plan_from_mapping(data, registry, where="lat-tui add")
-    jobs = expand(plan, registry)
-    for job in jobs:
-        materialize(job)
-    return [job_record(j) for j in jobs]
+    names = [n for chunk in args.suite for n in chunk.split()]
+    jobs = jobs_to_add(run, names, args.round, args.pairs, SuiteRegistry(configs_root(args.configs)))
+    return "add_jobs", None, {"jobs": jobs}
 
 
 def _report(store, command_id: int, timeout: float = 15.0) -> int:

@@ -3,6 +3,7 @@ typo fails at plan time, not after the countdown. A local directory path is acce
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
@@ -11,9 +12,15 @@ KNOWN_DATASETS = frozenset(
 )
 
 
+def canonical(name: str) -> str:
+    """``rte`` -> ``glue-tvt_rte``; ``glue-tvt_rte_200`` (a 200-example subset) -> ``glue-tvt_rte``."""
+    base = re.sub(r"_\d+$", "", name)
+    return f"glue-tvt_{base}" if base in GLUE_TASKS else base
+
+
 def check_dataset(name: str, base: Path) -> str | None:
     """None when usable, else what is wrong (unknown name or missing directory)."""
-    if name in KNOWN_DATASETS:
+    if canonical(name) in KNOWN_DATASETS:
         return None
     if "/" in name or name.startswith("."):
         path = (base / name).expanduser()

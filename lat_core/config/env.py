@@ -54,6 +54,8 @@ ENV_FIELDS: dict[str, EnvField] = {
     "HP_PEFT_R": EnvField("peft.r", _parse_positive_int, "a positive integer"),
     "HP_PEFT_ALPHA": EnvField("peft.alpha", _parse_float, "a number"),
     "HP_PEFT_DROPOUT": EnvField("peft.dropout", _parse_float, "a number"),
+    "HP_GRAD_ACCUM": EnvField("train.grad_accum", _parse_positive_int, "a positive integer"),
+    "HP_INIT": EnvField("peft.init_lora_weights", str, "an init name (gaussian, pissa, pissa_niter_N, loraga, ...)"),
     "NUM_DATA_WORKERS": EnvField("train.num_workers", _parse_int, "an integer"),
     "GRADIENT_CHECKPOINTING": EnvField("train.gradient_checkpointing", _parse_bool, "a boolean (1/0, true/false)"),
 }

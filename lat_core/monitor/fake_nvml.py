@@ -46,7 +46,9 @@ class FakeNvml:
     def nvmlDeviceGetName(self, gpu):
         return gpu.name
 
-    def nvmlDeviceGetMemoryInfo(self, gpu):
+    nvmlMemory_v2 = 0x02000028  # the real constant's value; the fake reports the same either way
+
+    def nvmlDeviceGetMemoryInfo(self, gpu, version=None):
         return SimpleNamespace(total=gpu.total, used=gpu.used, free=gpu.total - gpu.used)
 
     def nvmlDeviceGetUtilizationRates(self, gpu):

@@ -72,7 +72,7 @@ class GpuProbe:
     def _read(self, index: int) -> GpuInfo:
         nv = self._nvml
         handle = nv.nvmlDeviceGetHandleByIndex(index)
-        memory = nv.nvmlDeviceGetMemoryInfo(handle)
+        memory = _memory_info(nv, handle)
         return GpuInfo(
             index=index,
             uuid=_text(nv.nvmlDeviceGetUUID(handle)),
@@ -84,6 +84,18 @@ class GpuProbe:
             power_watts=_optional(lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0),
             processes=_optional(lambda: _processes(nv, handle)) or (),
         )
+
+
+def _memory_info(nv, handle):
+    """v2 memory info where the driver has it: its ``used`` leaves out the driver's reserved memory,
+    so it matches nvidia-smi (v1 counts ~600 MiB reserved on an idle H200 as used)."""
+    version = getattr(nv, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            return nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except Exception:  # NVMLError_FunctionNotFound on old drivers, TypeError on old bindings
+            pass
+    return nv.nvmlDeviceGetMemoryInfo(handle)
 
 
 def _processes(nv, handle) -> tuple[tuple[int, int], ...]:

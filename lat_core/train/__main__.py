@@ -35,7 +35,8 @@ def main(argv=None) -> int:
         cfg = load_config(args.cfg)
         prepare_output_dir(cfg.output_dir, args.resume, args.overwrite)
         events = EventWriter(cfg.output_dir / "events.jsonl")
-        run(cfg, events, resume=args.resume, debug=args.debug)
+        run(cfg, events, resume=args.resume, debug=args.debug,
+            argv=list(sys.argv[1:] if argv is None else argv))
     except TrainConfigError as exc:
         failed(events, exc)
         print(f"error: {exc}", file=sys.stderr, flush=True)

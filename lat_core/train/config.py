@@ -15,7 +15,18 @@ import yaml
 
 FAMILIES = ("gla", "mamba")
 DTYPES = ("float32", "bfloat16", "float16")
-PEFT_METHODS = ("lora",)
+PEFT_METHODS = ("lora", "dora", "rslora", "pissa", "loraga", "sdlora")
+# Named target sets usable in peft.target_modules (expanded before PEFT sees them).
+TARGET_SETS = {
+    "QKVO": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "G": ["g_proj"],
+    "GK": ["gk_proj.0", "gk_proj.1"],
+    "MLP": ["gate_proj", "up_proj", "down_proj"],
+    "HEAD": ["lm_head"],
+    "MAMBA_PROJ": ["in_proj", "x_proj"],
+}
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PEFT_SPEC_DIR = REPO_ROOT / "configs" / "peft"
 
 
 class TrainConfigError(ValueError):
@@ -33,12 +44,27 @@ class ModelConfig:
 
 @dataclass
 class PeftConfig:
-    """Adapter settings, passed through to peft.LoraConfig."""
+    """Adapter settings, passed through to peft.LoraConfig (see lat_core/train/adapters.py).
+
+    method is a shorthand: dora = lora + use_dora, rslora = lora + use_rslora,
+    pissa = lora + init_lora_weights pissa, loraga = gradient-estimated init,
+    sdlora = LoRA on projections + selected Mamba SSM channels.
+    """
     method: str = "lora"
+    spec: str = ""
     r: int = 8
     alpha: float = 16
     dropout: float = 0.0
     target_modules: list = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    layers: object = None
+    use_dora: bool = False
+    use_rslora: bool = False
+    init_lora_weights: object = True
+    loraga_batches: int = 4
+    sdlora_warmup_steps: int = 10
+    sdlora_channel_fraction: float = 0.1
+    sdlora_state_fraction: float = 0.5
+    sdlora_params: list = field(default_factory=lambda: ["A_log", "D", "dt_proj.bias"])
 
 
 @dataclass
@@ -56,6 +82,18 @@ class TrainSection:
     num_threads: int = 1
     weight_decay: float = 0.0
     warmup_steps: int = 0
+    grad_accum: int = 1
+
+
+@dataclass
+class EvalSection:
+    """Evaluation: generation settings (new-token counts unless use_max_new_tokens is off)."""
+    gen_max_length: int = 32
+    gen_min_length: int = 0
+    num_beams: int = 1
+    use_max_new_tokens: bool = True
+    batch_size: int = 0          # 0: train.batch_size
+    max_target_len: int = 48     # target tokens kept for generation training
 
 
 @dataclass
@@ -69,6 +107,10 @@ class JobConfig:
     train: TrainSection
     output_dir: Path
     cfg_path: Path | None = None
+    eval: EvalSection = field(default_factory=EvalSection)
+    data_dir: str = ""
+    gla: dict = field(default_factory=dict)
+    sources: dict = field(default_factory=dict)
 
 
 _TINY_KEYS = {"gla": {"hidden_size", "num_hidden_layers", "num_heads", "vocab_size", "expand_k",
@@ -123,12 +165,19 @@ def _validate(cfg: JobConfig) -> None:
                                    f"(allowed: {', '.join(sorted(_TINY_KEYS[m.family]))})")
     if p.method not in PEFT_METHODS:
         raise TrainConfigError(f"peft.method: must be one of {PEFT_METHODS}, got {p.method!r}")
+    if p.method == "sdlora" and m.family != "mamba":
+        raise TrainConfigError("peft.method: sdlora tunes Mamba SSM channels; use it with model.family mamba")
+    init = p.init_lora_weights
+    if not (isinstance(init, bool) or init in ("gaussian", "pissa", "loraga", "olora")
+            or (isinstance(init, str) and init.startswith("pissa_niter_") and init[12:].isdigit())):
+        raise TrainConfigError(f"peft.init_lora_weights: must be true, gaussian, pissa, pissa_niter_N "
+                               f"or loraga, got {init!r}")
     if p.r < 1:
         raise TrainConfigError(f"peft.r: must be >= 1, got {p.r}")
     if not 0.0 <= p.dropout < 1.0:
         raise TrainConfigError(f"peft.dropout: must be in [0, 1), got {p.dropout}")
     for key in ("batch_size", "max_steps", "eval_every", "save_every", "max_seq_len",
-                "log_every", "num_threads"):
+                "log_every", "num_threads", "grad_accum"):
         if getattr(t, key) < 1:
             raise TrainConfigError(f"train.{key}: must be >= 1, got {getattr(t, key)}")
     if t.lr <= 0:
@@ -137,16 +186,132 @@ def _validate(cfg: JobConfig) -> None:
         raise TrainConfigError(f"train.num_workers: must be >= 0, got {t.num_workers}")
 
 
-TOP_KEYS = ("name", "model", "peft", "data", "seed", "train", "output_dir")
+TOP_KEYS = ("name", "model", "peft", "data", "seed", "train", "output_dir", "eval", "data_dir")
 
 
-def parse_config(raw: Any, cfg_path: Path | None = None) -> JobConfig:
-    """Turn the loaded YAML mapping into a validated JobConfig."""
+def _bool_env(name: str, text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise TrainConfigError(f"{name}={text!r}: expected a boolean (1/0, true/false)")
+
+
+def _num_env(name: str, text: str, typ, minimum=None):
+    try:
+        value = typ(text.strip())
+    except ValueError:
+        raise TrainConfigError(f"{name}={text!r}: expected {'an integer' if typ is int else 'a number'}") from None
+    if minimum is not None and value < minimum:
+        raise TrainConfigError(f"{name}={text!r}: must be >= {minimum}")
+    return value
+
+
+# environment variable -> (section, key, parser); applied over the YAML (DESIGN: env beats YAML)
+ENV_OVERRIDES = {
+    "HP_BATCH_SIZE": ("train", "batch_size", lambda n, v: _num_env(n, v, int, 1)),
+    "HP_GRAD_ACCUM": ("train", "grad_accum", lambda n, v: _num_env(n, v, int, 1)),
+    "HP_LR": ("train", "lr", lambda n, v: _num_env(n, v, float)),
+    "HP_MAX_STEPS": ("train", "max_steps", lambda n, v: _num_env(n, v, int, 1)),
+    "HP_PEFT_R": ("peft", "r", lambda n, v: _num_env(n, v, int, 1)),
+    "HP_PEFT_ALPHA": ("peft", "alpha", lambda n, v: _num_env(n, v, float)),
+    "HP_PEFT_DROPOUT": ("peft", "dropout", lambda n, v: _num_env(n, v, float)),
+    "HP_INIT": ("peft", "init_lora_weights", lambda n, v: v.strip()),
+    "EVAL_GEN_MAX_LENGTH": ("eval", "gen_max_length", lambda n, v: _num_env(n, v, int, 1)),
+    "EVAL_GEN_MIN_LENGTH": ("eval", "gen_min_length", lambda n, v: _num_env(n, v, int, 0)),
+    "EVAL_GEN_NUM_BEAMS": ("eval", "num_beams", lambda n, v: _num_env(n, v, int, 1)),
+    "GLA_USE_MAX_NEW_TOKENS": ("eval", "use_max_new_tokens", _bool_env),
+}
+GLA_TOGGLES = {"GLA_USE_FUSED_SWIGLU": False, "GLA_FORCE_LEFT_PAD": True, "GLA_VERBOSE": False}
+
+
+def load_peft_spec(name: str) -> dict:
+    """A named spec from configs/peft/<name>.yaml|json (or a path to such a file)."""
+    path = Path(name).expanduser()
+    if not path.is_file():
+        for ext in (".yaml", ".yml", ".json"):
+            if (PEFT_SPEC_DIR / f"{name}{ext}").is_file():
+                path = PEFT_SPEC_DIR / f"{name}{ext}"
+                break
+        else:
+            known = sorted(p.stem for p in PEFT_SPEC_DIR.glob("*.y*ml")) if PEFT_SPEC_DIR.is_dir() else []
+            raise TrainConfigError(f"peft.spec: no spec {name!r} in {PEFT_SPEC_DIR} "
+                                   f"(known: {', '.join(known) or 'none'})")
+    raw = yaml.safe_load(path.read_text())  # JSON is YAML
+    if not isinstance(raw, dict):
+        raise TrainConfigError(f"peft.spec: {path} must hold a mapping of peft fields")
+    if "spec" in raw:
+        raise TrainConfigError(f"peft.spec: {path} may not reference another spec")
+    return raw
+
+
+def expand_targets(targets) -> list:
+    """Named sets (QKVO, G, GK, MLP, HEAD, MAMBA_PROJ) -> module names; order kept, no repeats."""
+    if isinstance(targets, str):
+        targets = [t.strip() for t in targets.replace("+", ",").split(",") if t.strip()]
+    out: list = []
+    for t in targets:
+        for name in TARGET_SETS.get(t, [t]) if isinstance(t, str) else [t]:
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def _resolve_peft(raw_peft, sources: dict) -> dict:
+    """Spec file < inline fields; method shorthands set their flags."""
+    raw_peft = dict(raw_peft or {})
+    if not isinstance(raw_peft, dict):
+        raise TrainConfigError(f"peft: expected a mapping, got {raw_peft!r}")
+    merged = {}
+    if raw_peft.get("spec"):
+        merged.update(load_peft_spec(_check_type("peft.spec", raw_peft["spec"], str)))
+        sources["peft.spec"] = raw_peft["spec"]
+    merged.update(raw_peft)
+    if "target_modules" in merged:
+        merged["target_modules"] = expand_targets(merged["target_modules"])
+    method = merged.get("method", "lora")
+    if method == "dora":
+        merged.setdefault("use_dora", True)
+    elif method == "rslora":
+        merged.setdefault("use_rslora", True)
+    elif method == "pissa":
+        merged.setdefault("init_lora_weights", "pissa")
+    elif method == "loraga":
+        merged.setdefault("init_lora_weights", "loraga")
+    return merged
+
+
+def apply_env(raw: dict, environ: dict, sources: dict) -> dict:
+    """Overlay the known environment variables on the raw YAML mapping."""
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    for name, (section, key, parse) in ENV_OVERRIDES.items():
+        if environ.get(name, "") != "":
+            raw.setdefault(section, {})
+            if raw[section] is None:
+                raw[section] = {}
+            raw[section][key] = parse(name, environ[name])
+            sources[f"{section}.{key}"] = f"env:{name}"
+    if environ.get("HP_DATA"):
+        raw["data"] = environ["HP_DATA"].strip()
+        sources["data"] = "env:HP_DATA"
+    return raw
+
+
+def parse_config(raw: Any, cfg_path: Path | None = None, environ: dict | None = None) -> JobConfig:
+    """Turn the loaded YAML mapping (plus environment overrides) into a validated JobConfig."""
+    import os
+    environ = dict(os.environ) if environ is None else environ
     if not isinstance(raw, dict):
         raise TrainConfigError("config: the file must hold a YAML mapping")
     for key in raw:
         if key not in TOP_KEYS:
             raise TrainConfigError(f"unknown key '{key}' (allowed: {', '.join(TOP_KEYS)})")
+    sources: dict = {}
+    raw = dict(raw)
+    if isinstance(raw.get("peft"), dict) or raw.get("peft") is None:
+        raw["peft"] = _resolve_peft(raw.get("peft"), sources)
+    raw = apply_env(raw, environ, sources)
     if "data" not in raw or raw["data"] in (None, ""):
         raise TrainConfigError("data: missing dataset name (e.g. tiny-sst2 or a directory path)")
     data = _check_type("data", raw["data"], str)
@@ -159,6 +324,11 @@ def parse_config(raw: Any, cfg_path: Path | None = None) -> JobConfig:
         out = cfg_path.resolve().parent
     else:
         raise TrainConfigError("output_dir: missing and there is no config file to default to")
+    if raw.get("peft") and raw["peft"].get("init_lora_weights") is not None:
+        init = raw["peft"]["init_lora_weights"]
+        if isinstance(init, str) and init.lower() in ("true", "false"):
+            raw["peft"]["init_lora_weights"] = init.lower() == "true"
+    gla = {k: (_bool_env(k, environ[k]) if environ.get(k, "") != "" else d) for k, d in GLA_TOGGLES.items()}
     cfg = JobConfig(
         name=name,
         model=_build(ModelConfig, "model", raw.get("model")),
@@ -166,6 +336,9 @@ def parse_config(raw: Any, cfg_path: Path | None = None) -> JobConfig:
         data=data, seed=seed,
         train=_build(TrainSection, "train", raw.get("train")),
         output_dir=out.resolve(), cfg_path=cfg_path,
+        eval=_build(EvalSection, "eval", raw.get("eval")),
+        data_dir=_check_type("data_dir", raw.get("data_dir") or "", str),
+        gla=gla, sources=sources,
     )
     _validate(cfg)
     return cfg

@@ -1,15 +1,22 @@
-"""Tiny classification data as a causal-LM task, plus a locally built tokenizer.
+"""Tasks as causal-LM data, plus a locally built tokenizer.
 
-Why this shape: GLA and Mamba are language models, so classification is posed
-as "sentence: <text> label: <word>" and trained/evaluated at the label position
-only.  The tokenizer is built with the `tokenizers` library from the dataset
-text (no hub access needed), deterministically, so runs are reproducible and
-resumable.
+Why this shape: GLA and Mamba are language models, so every task is text.
+Classification is posed as "<prompt> label: <word>" and trained/evaluated at
+the label position only (one logit per label word).  Generation tasks
+(SAMSum, DART, Spider) train on the target tokens after the prompt and are
+evaluated with `.generate()`.  The tokenizer for tiny random models is built
+with the `tokenizers` library from the dataset text (no hub access needed),
+deterministically, so runs are reproducible and resumable.
+
+Row formats after loading (see datasets.py for the real dataset readers):
+- classification: {"text": prompt, "label": int} (+ "score": float for STS-B)
+- generation: {"prompt": str, "target": str, "refs": [str, ...]} (+ task extras, e.g. "db_id")
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,15 +31,21 @@ SHIPPED = {
 }
 SPLITS = ("train", "validation")
 EOS, UNK = "<eos>", "<unk>"
+SUBSET_RE = re.compile(r"^(?P<base>.+?)_(?P<n>\d+)$")
 
 
 @dataclass
 class Dataset:
-    """Raw examples of both splits and the two label words."""
+    """Examples of every split; `kind` is "cls" or "gen"; `task` picks the metrics."""
     name: str
     train: list[dict]
     validation: list[dict]
-    label_words: tuple[str, str]
+    label_words: tuple = ()
+    kind: str = "cls"
+    task: str = "accuracy"
+    test: list[dict] | None = None
+    extra_tests: dict = field(default_factory=dict)   # e.g. {"mm": [...]} for MNLI mismatched
+    info: dict = field(default_factory=dict)          # e.g. {"db_root": ...} for Spider
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -47,18 +60,38 @@ def _read_jsonl(path: Path) -> list[dict]:
                 raise ValueError("need a string 'sentence' and 'label' 0 or 1")
         except (ValueError, KeyError, TypeError) as exc:
             raise TrainConfigError(f"data: {path}:{i}: bad example ({exc})") from exc
-        rows.append(row)
+        rows.append({"text": prompt_text(row["sentence"]), "label": row["label"]})
     if not rows:
         raise TrainConfigError(f"data: {path} holds no examples")
     return rows
 
 
-def load_dataset(name: str) -> Dataset:
-    """Resolve a shipped dataset name or a directory with train.jsonl/validation.jsonl.
+def _subset(ds: Dataset, n: int) -> Dataset:
+    """`_N` suffix: keep the first N examples of every split (splits are already shuffled/fixed)."""
+    ds.train = ds.train[:n]
+    ds.validation = ds.validation[:n]
+    if ds.test is not None:
+        ds.test = ds.test[:n]
+    ds.extra_tests = {k: v[:n] for k, v in ds.extra_tests.items()}
+    return ds
 
-    A directory may hold labels.json (["word for 0", "word for 1"]); default
-    negative/positive.
+
+def load_dataset(name: str, data_dir: str = "", environ: dict | None = None) -> Dataset:
+    """Resolve a dataset name: shipped tiny sets, GLUE/SAMSum/DART/Spider, or a directory.
+
+    A directory holds train.jsonl/validation.jsonl ({"sentence", "label"}) and may hold
+    labels.json (["word for 0", "word for 1"]); default negative/positive.
+    A `_N` suffix (glue-tvt_rte_200) keeps N examples per split.
     """
+    from . import datasets as R
+
+    m = SUBSET_RE.match(name)
+    if m and not Path(name).expanduser().is_dir():
+        return _subset(load_dataset(m.group("base"), data_dir, environ), int(m.group("n")))
+    if name in R.GLUE_TASKS:
+        name = f"glue-tvt_{name}"
+    if R.is_known(name):
+        return R.load(name, data_dir, environ)
     if name in SHIPPED:
         folder, words = SHIPPED[name]
         root = DATA_ROOT / folder
@@ -66,7 +99,8 @@ def load_dataset(name: str) -> Dataset:
         root = Path(name).expanduser()
         if not root.is_dir():
             raise TrainConfigError(f"data: unknown dataset {name!r} (known: {', '.join(SHIPPED)}, "
-                                   "or a directory holding train.jsonl and validation.jsonl)")
+                                   f"{', '.join(R.KNOWN)}, or a directory holding train.jsonl "
+                                   "and validation.jsonl)")
         words = ("negative", "positive")
         if (root / "labels.json").is_file():
             words = tuple(json.loads((root / "labels.json").read_text()))
@@ -82,6 +116,13 @@ def prompt_text(sentence: str) -> str:
     return f"sentence: {sentence} label:"
 
 
+def all_rows(ds: Dataset) -> list[dict]:
+    rows = ds.train + ds.validation + (ds.test or [])
+    for extra in ds.extra_tests.values():
+        rows = rows + extra
+    return rows
+
+
 def build_tokenizer(ds: Dataset):
     """A WordLevel tokenizer over every word in the data, sorted so ids are stable.
 
@@ -92,7 +133,11 @@ def build_tokenizer(ds: Dataset):
 
     split = pre_tokenizers.Whitespace().pre_tokenize_str
     words = set(ds.label_words)
-    for text in [prompt_text("")] + [row["sentence"] for row in ds.train + ds.validation]:
+    texts = [prompt_text("")]
+    for row in all_rows(ds):
+        texts.extend([row.get("text", ""), row.get("prompt", ""), row.get("target", "")])
+        texts.extend(row.get("refs", []))
+    for text in texts:
         words.update(w for w, _ in split(text))
     vocab = {EOS: 0, UNK: 1}
     for w in sorted(words):
@@ -104,7 +149,7 @@ def build_tokenizer(ds: Dataset):
     return fast
 
 
-def label_token_ids(tokenizer, words: tuple[str, str]) -> list[int]:
+def label_token_ids(tokenizer, words) -> list[int]:
     """Token id of each label word as it follows "label:" (first sub-token for BPE vocabularies)."""
     ids = []
     for w in words:
@@ -112,37 +157,61 @@ def label_token_ids(tokenizer, words: tuple[str, str]) -> list[int]:
         if not enc:
             raise TrainConfigError(f"data: label word {w!r} encodes to nothing")
         ids.append(enc[0])
-    if ids[0] == ids[1]:
-        raise TrainConfigError(f"data: label words {words} share their first token")
+    if len(set(ids)) != len(ids):
+        raise TrainConfigError(f"data: label words {tuple(words)} share their first token")
     return ids
 
 
 def encode(rows: list[dict], tokenizer, label_ids: list[int], max_seq_len: int) -> list[dict]:
-    """Prompt ids + label id, keeping the end (label side) when too long."""
+    """Classification: prompt ids + label id, keeping the end (label side) when too long."""
     out = []
     for row in rows:
-        ids = tokenizer(prompt_text(row["sentence"]), add_special_tokens=False)["input_ids"]
+        ids = tokenizer(row["text"], add_special_tokens=False)["input_ids"]
         ids = ids[-(max_seq_len - 1):] + [label_ids[row["label"]]]
-        out.append({"input_ids": ids, "label": row["label"]})
+        out.append({"input_ids": ids, "label": row["label"], "score": row.get("score")})
     return out
 
 
-def collate(examples: list[dict], pad_id: int) -> dict:
-    """Left-pad to the longest example; the label token is always the last position."""
-    width = max(len(e["input_ids"]) for e in examples)
+def encode_gen(rows: list[dict], tokenizer, max_seq_len: int, max_target_len: int) -> list[dict]:
+    """Generation: prompt ids (left-truncated) and target ids + eos (right-truncated)."""
+    out = []
+    for row in rows:
+        tgt = tokenizer(" " + row["target"], add_special_tokens=False)["input_ids"][:max_target_len]
+        tgt = tgt + [tokenizer.eos_token_id]
+        room = max(1, max_seq_len - len(tgt))
+        prompt = tokenizer(row["prompt"], add_special_tokens=False)["input_ids"][-room:]
+        out.append({"input_ids": prompt + tgt, "prompt_ids": prompt, "n_target": len(tgt), "row": row})
+    return out
+
+
+def collate(examples: list[dict], pad_id: int, width: int | None = None) -> dict:
+    """Left-pad to the longest example (the label token is the last position).
+
+    Generation examples also get `target_mask` (1 on target tokens); classification ones `labels`.
+    """
+    width = width or max(len(e["input_ids"]) for e in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(examples), width), dtype=torch.long)
+    tmask = torch.zeros((len(examples), width), dtype=torch.long)
     for i, e in enumerate(examples):
         n = len(e["input_ids"])
         ids[i, width - n:] = torch.tensor(e["input_ids"])
         mask[i, width - n:] = 1
-    return {"input_ids": ids, "attention_mask": mask,
-            "labels": torch.tensor([e["label"] for e in examples])}
+        if "n_target" in e:
+            tmask[i, width - e["n_target"]:] = 1
+    out = {"input_ids": ids, "attention_mask": mask}
+    if "label" in examples[0]:
+        out["labels"] = torch.tensor([e["label"] for e in examples])
+    else:
+        out["target_mask"] = tmask
+    return out
 
 
 def train_batches(n_examples: int, batch_size: int, seed: int, start_step: int, max_steps: int):
     """Batch index lists for steps start_step+1 .. max_steps.
 
+    `batch_size` is the effective batch (micro-batch x grad_accum), so the
+    examples a step sees do not depend on how it is split into micro-batches.
     Each epoch is a seeded permutation, so the batch of step s does not depend
     on where a run was resumed.
     """

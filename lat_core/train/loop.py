@@ -8,6 +8,7 @@ label words at that same position.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import resource
@@ -49,7 +50,7 @@ def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
         raise TrainConfigError("--resume and --overwrite exclude each other")
     if overwrite:
         events.unlink(missing_ok=True)
-        for p in list(out.glob("checkpoint-*")) + [out / "tokenizer"]:
+        for p in list(out.glob("checkpoint-*")) + [out / "tokenizer", out / "predictions"]:
             if p.is_dir():
                 shutil.rmtree(p)
         return
@@ -62,49 +63,147 @@ def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
                                "pass --overwrite to start again or --resume to continue")
 
 
+MAIN_METRIC = {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson", "samsum": "rougeL",
+               "dart": "bleu", "spider": "exec_accuracy"}
+
+
 def label_logits(model, batch) -> torch.Tensor:
     """Logits at the position that predicts the label token (the second to last)."""
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     return out.logits[:, -2, :].float()
 
 
-def evaluate(model, examples, label_ids, pad_id, batch_size) -> dict:
-    """Accuracy (label word with the higher logit) and mean label-token loss."""
-    model.eval()
-    correct, loss_sum = 0, 0.0
+def batch_loss(model, batch, label_ids) -> tuple[torch.Tensor, int]:
+    """(summed loss, number of scored tokens): label token for classification, target tokens else."""
+    if "labels" in batch:
+        target = torch.tensor(label_ids, device=batch["input_ids"].device)[batch["labels"]]
+        return F.cross_entropy(label_logits(model, batch), target, reduction="sum"), len(target)
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    logits = out.logits[:, :-1].float()
+    tgt = batch["input_ids"][:, 1:]
+    mask = batch["target_mask"][:, 1:].bool()
+    return F.cross_entropy(logits[mask], tgt[mask], reduction="sum"), int(mask.sum())
+
+
+def mean_loss_fn(label_ids, device):
+    """loss(model, examples) -> mean loss; used by LoRA-GA and the SDLoRA warm-up."""
+    def fn(model, batch):
+        s, n = batch_loss(model, {k: v.to(device) for k, v in batch.items()}, label_ids)
+        return s / max(1, n)
+    return fn
+
+
+def _cls_eval(model, examples, ds, label_ids, pad_id, batch_size, device):
+    preds, scores, loss_sum = [], [], 0.0
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
-            batch = D.collate(examples[i:i + batch_size], pad_id)
+            batch = {k: v.to(device) for k, v in D.collate(examples[i:i + batch_size], pad_id).items()}
             logits = label_logits(model, batch)
-            target = torch.tensor(label_ids)[batch["labels"]]
+            target = torch.tensor(label_ids, device=device)[batch["labels"]]
             loss_sum += F.cross_entropy(logits, target, reduction="sum").item()
-            pred = (logits[:, label_ids[1]] > logits[:, label_ids[0]]).long()
-            correct += (pred == batch["labels"]).sum().item()
+            sub = logits[:, label_ids]
+            preds.extend(sub.argmax(-1).tolist())
+            if ds.task == "stsb":
+                probs = sub.softmax(-1)
+                scores.extend((probs * torch.arange(len(label_ids), device=device)).sum(-1).tolist())
+    return preds, scores, loss_sum / len(examples)
+
+
+def evaluate_split(model, tokenizer, examples, ds, cfg, label_ids, split, extra=None) -> tuple[dict, list]:
+    """Metrics (names as lat_core/results expects) and per-example predictions for one split."""
+    from . import metrics as M
+    device = next(model.parameters()).device
+    bs = cfg.eval.batch_size or cfg.train.batch_size
+    pad_id = tokenizer.pad_token_id
+    model.eval()
+    try:
+        if ds.kind == "cls":
+            preds, scores, loss = _cls_eval(model, examples, ds, label_ids, pad_id, bs, device)
+            golds = [e["label"] for e in examples]
+            if ds.task == "stsb":
+                gold_scores = [e["score"] for e in examples]
+                metrics = {**M.regression(scores, gold_scores), "loss": loss}
+                rows = [{"pred": p, "gold": g} for p, g in zip(scores, gold_scores)]
+            else:
+                metrics = {**M.classification(ds.task, preds, golds), "loss": loss}
+                rows = [{"pred": p, "gold": g} for p, g in zip(preds, golds)]
+            if extra:  # MNLI mismatched
+                mm_preds, _, _ = _cls_eval(model, extra, ds, label_ids, pad_id, bs, device)
+                metrics["accuracy_mm"] = M.classification(
+                    ds.task, mm_preds, [e["label"] for e in extra])["accuracy"]
+            return metrics, rows
+        from .generate import generate
+        texts = generate(model, tokenizer, [e["prompt_ids"] for e in examples], cfg, bs)
+        rows_in = [e["row"] for e in examples]
+        if ds.task == "samsum":
+            metrics = M.rouge(texts, [r["target"] for r in rows_in])
+        elif ds.task == "dart":
+            metrics = M.bleu(texts, [r["refs"] for r in rows_in])
+        elif ds.task == "spider":
+            metrics = M.spider(texts, [r["target"] for r in rows_in], [r["db_id"] for r in rows_in],
+                               ds.info["db_root"])
+        else:
+            metrics = M.rouge(texts, [r["target"] for r in rows_in])
+        rows = [{"pred": t, "refs": r["refs"], **({"db_id": r["db_id"]} if "db_id" in r else {})}
+                for t, r in zip(texts, rows_in)]
+        return metrics, rows
+    finally:
+        model.train()
+
+
+def evaluate(model, examples, label_ids, pad_id, batch_size) -> dict:
+    """Accuracy and mean label-token loss on a binary classification split (kept for callers)."""
+    ds = D.Dataset("x", [], [], kind="cls", task="accuracy")
+    preds, _, loss = _cls_eval(model, examples, ds, label_ids, pad_id, batch_size,
+                               next(model.parameters()).device)
     model.train()
-    return {"accuracy": correct / len(examples), "loss": loss_sum / len(examples)}
+    acc = sum(int(p == e["label"]) for p, e in zip(preds, examples)) / len(examples)
+    return {"accuracy": acc, "loss": loss}
+
+
+def _extra_params(model) -> dict:
+    """Trainable parameters that are not part of the PEFT adapter (SDLoRA's SSM entries)."""
+    return {n: p for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n}
 
 
 def save_checkpoint(model, optimizer, out: Path, step: int, state: dict) -> Path:
-    """Adapter (save_pretrained), optimizer state and trainer_state.json into checkpoint-<step>.
+    """Adapter (save_pretrained), extra trainables, optimizer + RNG state and trainer_state.json.
 
     trainer_state.json is written last, so a dir without it is an interrupted save.
     """
+    from safetensors.torch import save_file
     path = out / f"checkpoint-{step}"
     model.save_pretrained(str(path))
+    extra = _extra_params(model)
+    if extra:
+        save_file({n: p.detach().contiguous().cpu() for n, p in extra.items()}, str(path / "extra_trainable.safetensors"))
+    torch.save({"torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+               path / "rng_state.pt")
     torch.save(optimizer.state_dict(), path / "optimizer.pt")
     (path / "trainer_state.json").write_text(json.dumps({**state, "step": step}, indent=1))
     return path
 
 
 def load_checkpoint(model, optimizer, path: Path) -> dict:
-    """Restore adapter weights and optimizer state; returns the trainer state."""
+    """Restore adapter weights, extra trainables, optimizer and RNG state; returns the trainer state."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
     weights = path / "adapter_model.safetensors"
     set_peft_model_state_dict(model, load_file(str(weights)))
+    if (path / "extra_trainable.safetensors").is_file():
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for n, t in load_file(str(path / "extra_trainable.safetensors")).items():
+                params[n].copy_(t)
     if (path / "optimizer.pt").is_file():
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+    if (path / "rng_state.pt").is_file():
+        rng = torch.load(path / "rng_state.pt", weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
     return json.loads((path / "trainer_state.json").read_text())
 
 
@@ -121,8 +220,62 @@ def lr_at(step: int, cfg: JobConfig) -> float:
     return cfg.train.lr * min(1.0, step / warm) if warm else cfg.train.lr
 
 
-def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False) -> dict:
+def write_env(out: Path, argv: list[str] | None) -> dict:
+    """env.json: package versions and the exact command of this invocation."""
+    import platform
+    import shlex
+    from importlib import metadata
+    versions = {}
+    for pkg in ("torch", "transformers", "peft", "flash-linear-attention", "fla-core", "tokenizers",
+                "safetensors", "scikit-learn", "scipy", "rouge-score", "sacrebleu", "datasets"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    argv = list(sys.argv[1:] if argv is None else argv)
+    record = {"python": platform.python_version(), "platform": platform.platform(),
+              "executable": sys.executable, "packages": versions,
+              "argv": [sys.executable, "-m", "lat_core.train", *argv],
+              "command": shlex.join([sys.executable, "-m", "lat_core.train", *argv]),
+              "cwd": os.getcwd(), "cuda": torch.version.cuda}
+    (out / "env.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def micro_batches(idx: list[int], size: int) -> list[list[int]]:
+    return [idx[i:i + size] for i in range(0, len(idx), size)]
+
+
+def _setup_batches(train_ex, cfg, n_batches: int, seed_offset: int, pad_id):
+    """A few effective batches for LoRA-GA / SDLoRA warm-up, from their own seeded order."""
+    tr = cfg.train
+    eff = tr.batch_size * tr.grad_accum
+    out = []
+    for idx in D.train_batches(len(train_ex), eff, cfg.seed + seed_offset, 0, n_batches):
+        for mb in micro_batches(idx, tr.batch_size):
+            out.append(D.collate([train_ex[i] for i in mb], pad_id))
+    return out
+
+
+def _encode_all(ds, tokenizer, cfg):
+    tr = cfg.train
+    if ds.kind == "cls":
+        label_ids = D.label_token_ids(tokenizer, ds.label_words)
+        enc = lambda rows: D.encode(rows, tokenizer, label_ids, tr.max_seq_len)  # noqa: E731
+    else:
+        label_ids = []
+        enc = lambda rows: D.encode_gen(rows, tokenizer, tr.max_seq_len, cfg.eval.max_target_len)  # noqa: E731
+    splits = {"train": enc(ds.train), "validation": enc(ds.validation)}
+    if ds.test:
+        splits["test"] = enc(ds.test)
+    extra = {k: enc(v) for k, v in ds.extra_tests.items()}
+    return label_ids, splits, extra
+
+
+def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
+        argv: list[str] | None = None) -> dict:
     """Train one job end to end; returns the finished event."""
+    from . import adapters as A
     from .models import build_base_model, count_params, load_tokenizer, wrap_peft
 
     t0 = time.time()
@@ -131,18 +284,46 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False) 
     if device.type == "cpu":
         torch.set_num_threads(tr.num_threads)
     torch.manual_seed(cfg.seed)
-    ds = D.load_dataset(cfg.data)
+    write_env(cfg.output_dir, argv)
+    ds = D.load_dataset(cfg.data, cfg.data_dir)
     tokenizer = load_tokenizer(cfg, D.build_tokenizer(ds))
-    model = wrap_peft(build_base_model(cfg, tokenizer), cfg).to(device)
+    if not cfg.gla.get("GLA_FORCE_LEFT_PAD", True) and tokenizer.padding_side != "left":
+        log("GLA_FORCE_LEFT_PAD=0: keeping right padding; generation runs one prompt at a time")
+    else:
+        tokenizer.padding_side = "left"
+    base = build_base_model(cfg, tokenizer)
     if cfg.model.name_or_path == "tiny-random":
         tokenizer.save_pretrained(str(cfg.output_dir / "tokenizer"))
-    label_ids = D.label_token_ids(tokenizer, ds.label_words)
-    train_ex = D.encode(ds.train, tokenizer, label_ids, tr.max_seq_len)
-    val_ex = D.encode(ds.validation, tokenizer, label_ids, tr.max_seq_len)
+    label_ids, splits, extra_tests = _encode_all(ds, tokenizer, cfg)
+    train_ex = splits["train"]
     pad_id = tokenizer.pad_token_id
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=tr.lr, weight_decay=tr.weight_decay)
+    if cfg.peft.init_lora_weights == "loraga" and cfg.peft.use_dora:
+        raise TrainConfigError("peft: LoRA-GA init together with use_dora is not supported")
+    model = wrap_peft(base.to(device), cfg).to(device)
+    loss_fn = mean_loss_fn(label_ids, device)
+    if cfg.peft.init_lora_weights == "loraga":
+        grads = A.estimate_gradients(model, _setup_batches(train_ex, cfg, cfg.peft.loraga_batches, 7919, pad_id),
+                                     loss_fn)
+        n = A.apply_loraga(model, grads)
+        log(f"LoRA-GA: initialised {n} adapted layers from {cfg.peft.loraga_batches} gradient batches")
+    ssm = []
+    if cfg.peft.method == "sdlora":
+        masks = A.sdlora_select(model, cfg, _setup_batches(
+            train_ex, cfg, cfg.peft.sdlora_warmup_steps, 104729, pad_id), loss_fn)
+        ssm = A.enable_sdlora(model, masks)
+        chosen = sum(int(m.sum()) for m in masks.values())
+        log(f"SDLoRA: warm-up {cfg.peft.sdlora_warmup_steps} steps selected {chosen} SSM entries "
+            f"of {sum(m.numel() for m in masks.values())}")
+    if cfg.gla.get("GLA_VERBOSE"):
+        log("adapted layers: " + ", ".join(n for n, _ in A.lora_layers(model)))
+    ssm_ids = {id(p) for p in ssm}
+    params = [p for p in model.parameters() if p.requires_grad and id(p) not in ssm_ids]
+    groups = [{"params": params, "weight_decay": tr.weight_decay}]
+    if ssm:
+        groups.append({"params": ssm, "weight_decay": 0.0})
+    optimizer = torch.optim.AdamW(groups, lr=tr.lr, weight_decay=tr.weight_decay)
     trainable, total = count_params(model)
+    main_metric = MAIN_METRIC.get(ds.task, "accuracy")
 
     start, best, state = 0, None, {}
     if resume:
@@ -150,51 +331,76 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False) 
         state = load_checkpoint(model, optimizer, path)
         start, best = step0, state.get("best")
         log(f"resumed from {path.name} at step {start}")
+    else:
+        torch.manual_seed(cfg.seed + 1)  # same RNG stream at step 1 whatever the adapter setup drew
     events.emit("started", pid=os.getpid(), config=cfg.name, model=cfg.model.family,
                 device=device.type, trainable_params=trainable, total_params=total,
                 seed=cfg.seed, data=cfg.data, resumed_from=start if resume else None,
-                max_steps=tr.max_steps, name_or_path=cfg.model.name_or_path)
+                max_steps=tr.max_steps, name_or_path=cfg.model.name_or_path,
+                peft_method=cfg.peft.method, batch_size=tr.batch_size, grad_accum=tr.grad_accum,
+                effective_batch_size=tr.batch_size * tr.grad_accum)
     log(f"started {cfg.name}: {cfg.model.family} {cfg.model.name_or_path} on {device.type}, "
-        f"trainable {trainable:,} / {total:,} params, data {cfg.data} "
-        f"({len(train_ex)} train / {len(val_ex)} val), setup {time.time() - t0:.1f}s")
+        f"{cfg.peft.method} trainable {trainable:,} / {total:,} params, data {cfg.data} "
+        f"({len(train_ex)} train / {len(splits['validation'])} val"
+        f"{' / %d test' % len(splits['test']) if 'test' in splits else ''}), "
+        f"batch {tr.batch_size} x accum {tr.grad_accum}, setup {time.time() - t0:.1f}s")
 
     model.train()
-    step, last_eval, last_save = start, None, None
-    for idx in D.train_batches(len(train_ex), tr.batch_size, cfg.seed, start, tr.max_steps):
+    step = start
+    eff = tr.batch_size * tr.grad_accum
+    for idx in D.train_batches(len(train_ex), eff, cfg.seed, start, tr.max_steps):
         step += 1
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batch = {k: v.to(device) for k, v in D.collate([train_ex[i] for i in idx], pad_id).items()}
-        target = torch.tensor(label_ids, device=device)[batch["labels"]]
-        loss = F.cross_entropy(label_logits(model, batch), target)
+        micro = [{k: v.to(device) for k, v in D.collate([train_ex[i] for i in mb], pad_id).items()}
+                 for mb in micro_batches(idx, tr.batch_size)]
+        n_total = sum(int(b["target_mask"][:, 1:].sum()) if "target_mask" in b else len(b["labels"])
+                      for b in micro)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_val = 0.0
+        for b in micro:
+            s_loss, _ = batch_loss(model, b, label_ids)
+            (s_loss / max(1, n_total)).backward()
+            loss_val += s_loss.item()
+        loss_val /= max(1, n_total)
         optimizer.step()
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss.item()} at step {step}")
+        if not math.isfinite(loss_val):
+            raise FloatingPointError(f"loss is {loss_val} at step {step}")
         if step % tr.log_every == 0 or debug:
-            events.emit("step", step=step, loss=loss.item(), lr=lr)
-            log(f"step {step}/{tr.max_steps} loss {loss.item():.4f} lr {lr:.1e}")
+            events.emit("step", step=step, loss=loss_val, lr=lr)
+            log(f"step {step}/{tr.max_steps} loss {loss_val:.4f} lr {lr:.1e}")
         if step % tr.eval_every == 0 or step == tr.max_steps:
-            metrics = evaluate(model, val_ex, label_ids, pad_id, tr.batch_size)
-            last_eval = step
-            events.emit("eval", step=step, split="validation", metrics=metrics)
-            log(f"eval step {step}: accuracy {metrics['accuracy']:.3f} loss {metrics['loss']:.4f}")
-            if best is None or metrics["accuracy"] > best["accuracy"]:
-                best = {"step": step, "accuracy": metrics["accuracy"]}
+            for split in ("validation", "test"):
+                if split not in splits:
+                    continue
+                metrics, rows = evaluate_split(model, tokenizer, splits[split], ds, cfg, label_ids, split,
+                                               extra_tests.get("mm") if split == "test" else None)
+                write_predictions(cfg.output_dir, step, split, rows)
+                events.emit("eval", step=step, split=split, metrics=metrics)
+                log(f"eval step {step} {split}: " + " ".join(
+                    f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+                value = metrics.get(main_metric)
+                if split == "validation" and value is not None and (best is None or value > best["value"]):
+                    best = {"step": step, "metric": main_metric, "value": value, main_metric: value}
         if step % tr.save_every == 0 or step == tr.max_steps:
             path = save_checkpoint(model, optimizer, cfg.output_dir, step,
                                    {"best": best, "config": cfg.name, "seed": cfg.seed})
-            last_save = step
             events.emit("checkpoint", step=step, path=path.name)
             log(f"saved {path.name}")
-    del last_eval, last_save
     events.emit("memory", **peak_memory())
     done = events.emit("finished", status="ok", steps=step, best=best,
                        elapsed_s=round(time.time() - t0, 2))
     log(f"finished {cfg.name}: {step} steps, best {best}, {time.time() - t0:.1f}s")
     return done
+
+
+def write_predictions(out: Path, step: int, split: str, rows: list[dict]) -> Path:
+    """predictions/step-N-<split>.jsonl, one prediction per example."""
+    path = out / "predictions" / f"step-{step}-{split}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
 
 
 def failed(events: EventWriter | None, exc: BaseException) -> None:

@@ -45,7 +45,8 @@ def _tiny_model(cfg: JobConfig, tokenizer) -> nn.Module:
     if family == "gla":
         config_cls, model_cls = _gla_classes()
         # the loop computes its own loss, so fla's fused (Triton) cross entropy is never needed
-        config = config_cls(**sizes, **ids, fuse_cross_entropy=False, tie_word_embeddings=False)
+        config = config_cls(**sizes, **ids, fuse_cross_entropy=False, tie_word_embeddings=False,
+                            fuse_swiglu=cfg.gla.get("GLA_USE_FUSED_SWIGLU", False))
     else:
         config_cls, model_cls = _mamba_classes()
         config = config_cls(**sizes, **ids, tie_word_embeddings=False)
@@ -56,8 +57,10 @@ def _pretrained_model(cfg: JobConfig) -> nn.Module:
     """Load a hub id or a local directory written by save_pretrained."""
     config_cls, model_cls = _gla_classes() if cfg.model.family == "gla" else _mamba_classes()
     kwargs = {"dtype": DTYPES[cfg.model.dtype]}
-    if cfg.model.family == "gla" and not torch.cuda.is_available():
-        kwargs["fuse_cross_entropy"] = False
+    if cfg.model.family == "gla":
+        kwargs["fuse_swiglu"] = cfg.gla.get("GLA_USE_FUSED_SWIGLU", False)
+        if not torch.cuda.is_available():
+            kwargs["fuse_cross_entropy"] = False
     try:
         return model_cls.from_pretrained(cfg.model.name_or_path, **kwargs)
     except OSError as exc:
@@ -114,14 +117,17 @@ def check_targets(model: nn.Module, targets: list[str]) -> None:
                 f"(linear modules: {', '.join(linear_module_names(model))})")
 
 
-def wrap_peft(model: nn.Module, cfg: JobConfig) -> nn.Module:
-    """Attach a LoRA adapter; only the adapter's weights stay trainable."""
-    from peft import LoraConfig, get_peft_model
+def wrap_peft(model: nn.Module, cfg: JobConfig, environ: dict | None = None) -> nn.Module:
+    """Attach a LoRA-family adapter (adapters.py); only the adapter's weights stay trainable."""
+    import os
 
+    from peft import get_peft_model
+
+    from .adapters import check_refusals, lora_config
     check_targets(model, cfg.peft.target_modules)
-    lora = LoraConfig(r=cfg.peft.r, lora_alpha=cfg.peft.alpha, lora_dropout=cfg.peft.dropout,
-                      target_modules=list(cfg.peft.target_modules), bias="none",
-                      task_type="CAUSAL_LM")
+    check_refusals(model, cfg)
+    n_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+    lora = lora_config(cfg, n_layers, dict(os.environ) if environ is None else environ)
     if cfg.train.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()

@@ -11,7 +11,7 @@ from typing import Any
 
 CLASSES = (
     "cuda_oom", "host_oom", "nccl", "rendezvous", "libuv", "device_fault", "python_exception",
-    "cancelled", "timeout", "killed", "exit_code", "ok",
+    "cancelled", "timeout", "killed", "exit_code", "node_fail", "preempted", "ok",
 )
 
 

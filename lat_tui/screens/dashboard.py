@@ -1,4 +1,4 @@
-"""The dashboard: run status, devices, the job table and the selected job's live log.
+"""The dashboard: run status, the monitor panel, the job table and the selected job's live log.
 
 One poll at a time: a thread worker reads the journal, the GPUs and the log tail, posts the result,
 and the handler re-arms the timer only after it has updated the widgets.
@@ -7,10 +7,8 @@ and the handler re-arms the timer only after it has updated the widgets.
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
-import yaml
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,19 +18,20 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Log
 
 from lat_core.errors import LatError
-from lat_core.service import open_store
-from lat_core.store import JOB_FINAL, RUN_ACTIVE, JobRow, RunRow
+from lat_core.store import RUN_ACTIVE, JobRow, RunRow
 from lat_tui.context import AppContext
-from lat_tui.poll import DashboardData, read_dashboard
+from lat_tui.poll import DashboardData, GpuHistory, read_dashboard
+from lat_tui.screens.controls import RunControls, plan_env
 from lat_tui.screens.plan import PlanScreen
 from lat_tui.tail import TailState
 from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
-from lat_tui.widgets.status import DeviceBar, RunStatus
+from lat_tui.widgets.monitor import MonitorPanel, slots_text
+from lat_tui.widgets.status import RunStatus
 
 POLL_SECONDS = 1.0
 LOG_MAX_LINES = 2000
-CONFIRM_SECONDS = 3.0
+SLOTS = Binding.Group("Slots", compact=True)
 
 
 class Polled(Message):
@@ -48,14 +47,24 @@ class PollFailed(Message):
         self.text = text
 
 
-class DashboardScreen(Screen):
+class DashboardScreen(RunControls, Screen):
     BINDINGS = [
         Binding("s", "skip_countdown", "Start now"),
-        Binding("c", "cancel_job", "Cancel job"),
-        Binding("C", "cancel_run", "Cancel run", key_display="C"),
-        Binding("n", "new_run", "New run"),
+        Binding("x", "extend_countdown", "+5min"),
+        Binding("enter", "details", "Details"),
+        Binding("p", "pause", "Pause"),
+        Binding("c", "cancel_job", "Cancel"),
+        Binding("C", "cancel_run", "Cancel run", key_display="C", show=False),
+        Binding("r", "requeue", "Requeue"),
+        Binding("plus,equals_sign", "slots(1)", "Slots", key_display="+", group=SLOTS),
+        Binding("minus", "slots(-1)", "Slots", key_display="-", group=SLOTS),
+        Binding("a", "add_jobs", "Add"),
+        Binding("t", "triage", "Triage"),
+        Binding("R", "results", "Results", key_display="R"),
+        Binding("m", "toggle_monitor", "Monitor"),
+        Binding("n", "new_run", "New", show=False),
         Binding("e", "start_engine", "Engine", show=False),
-        Binding("q", "app.quit", "Quit (jobs go on)"),
+        Binding("q", "app.quit", "Quit"),
     ]
 
     def __init__(self, context: AppContext, run_id: int, *, engine_just_started: bool = False):
@@ -71,14 +80,16 @@ class DashboardScreen(Screen):
         self._selected: int | None = None
         self._tail = TailState()
         self._engine_checked = False
-        self._confirm_cancel_until = 0.0
+        self.engine_alive = True
+        self.gpu_history = GpuHistory()
+        self._init_controls()
         self._polling = False
         self._poll_again = False
         self._timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield RunStatus(id="run-status")
-        yield DeviceBar(id="device-bar")
+        yield MonitorPanel(id="monitor")
         yield JobTable(id="jobs")
         yield JobDetail(id="job-detail")
         yield Log(id="job-log", max_lines=LOG_MAX_LINES, auto_scroll=True)
@@ -98,12 +109,12 @@ class DashboardScreen(Screen):
         if self._timer is not None:
             self._timer.stop()
         self._polling = True
-        self._poll(self.run_id, self._tail)
+        self._poll(self.run_id, self._tail, tuple(self.pending_commands))
 
     @work(thread=True, group="dashboard-poll")
-    def _poll(self, run_id: int, tail: TailState) -> None:
+    def _poll(self, run_id: int, tail: TailState, command_ids: tuple[int, ...]) -> None:
         try:
-            data = read_dashboard(self.context.state_dir, run_id, self.context.probe, tail)
+            data = read_dashboard(self.context.state_dir, run_id, self.context.probe, tail, command_ids)
         except (LatError, OSError, sqlite3.Error) as exc:
             self.post_message(PollFailed(run_id, str(exc)))
         else:
@@ -131,12 +142,17 @@ class DashboardScreen(Screen):
             self._timer = self.set_timer(POLL_SECONDS, self.poll_now)
 
     def _show(self, data: DashboardData) -> None:
-        if self._run is None or self._run.state != data.run.state:
+        if self._run is None or (self._run.state, self._run.paused) != (data.run.state, data.run.paused):
             self.refresh_bindings()
         self._run = data.run
         self._jobs = {job.id: job for job in data.jobs}
+        self.engine_alive = data.engine_alive
         self.query_one(RunStatus).show(data.run, data.jobs, data.engine_alive)
-        self.query_one(DeviceBar).show(data.gpus, data.memory)
+        self.gpu_history.add(data.gpus)
+        self.query_one(MonitorPanel).show(data.gpus, data.host, self.gpu_history, slots_text(data.run.devices))
+        for command in data.commands.values():
+            if command["status"] != "pending" and command["id"] in self.pending_commands:
+                self.command_answered(command)
         table = self.query_one(JobTable)
         table.show_jobs(data.jobs)
         if self._selected is None and table.row_count:
@@ -151,9 +167,9 @@ class DashboardScreen(Screen):
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """Keys that cannot act on the run as it is now are shown dimmed."""
         state = self._run.state if self._run else None
-        if action == "skip_countdown":
-            return state == "countdown" or None
-        if action in ("cancel_run", "cancel_job"):
+        if action in ("skip_countdown", "extend_countdown"):
+            return state == "countdown"  # hidden otherwise: the footer needs the room
+        if action in ("cancel_run", "cancel_job", "pause"):
             return state in RUN_ACTIVE or None
         return True
 
@@ -196,54 +212,15 @@ class DashboardScreen(Screen):
         self._reset_run_state()
         self._engine_checked = True  # the plan screen has just made sure of the engine
         self._polling = polling
+        self.gpu_history = GpuHistory()
         self.query_one(JobTable).clear_jobs()
         log = self.query_one("#job-log", Log)
         log.clear()
         log.border_title = "log"
         self.poll_now()
 
-    # ------------------------------------------------------------------ commands
-    def _command(self, verb: str, job_id: int | None = None, **args) -> bool:
-        try:
-            store = open_store(self.context.state_dir)
-            try:
-                store.add_command(self.run_id, verb, job_id, **args)
-            finally:
-                store.close()
-        except (LatError, sqlite3.Error) as exc:
-            self.notify(str(exc), title="Command not sent", severity="error")
-            return False
-        return True
-
-    def action_skip_countdown(self) -> None:
-        if self._run is None or self._run.state != "countdown":
-            self.notify("No countdown is running.", severity="warning")
-        elif self._command("skip_countdown"):
-            self.notify("Asked the engine to start the run now.")
-
-    def action_cancel_job(self) -> None:
-        job = self._jobs.get(self._selected) if self._selected else None
-        if job is None:
-            return
-        if job.state in JOB_FINAL:
-            self.notify(f"{job.key} is already {job.state}.", severity="warning")
-        elif self._command("cancel_job", job.id):
-            self.notify(f"Cancelling {job.key} ...")
-
-    def action_cancel_run(self) -> None:
-        if self._run is None or self._run.state not in RUN_ACTIVE:
-            self.notify("This run is not active.", severity="warning")
-            return
-        if time.monotonic() > self._confirm_cancel_until:
-            self._confirm_cancel_until = time.monotonic() + CONFIRM_SECONDS
-            self.notify("Press C again to cancel the whole run.", severity="warning")
-            return
-        self._confirm_cancel_until = 0.0
-        if self._command("cancel_run"):
-            self.notify(f"Cancelling run {self.run_id} ...")
-
     def action_start_engine(self) -> None:
-        env = _plan_env(self._run.plan_yaml) if self._run else {}
+        env = plan_env(self._run.plan_yaml) if self._run else {}
         started = self.context.engine_starter(self.context.state_dir, extra_env=env)
         self.notify("Engine started." if started else "An engine is already running.")
 
@@ -254,11 +231,44 @@ class DashboardScreen(Screen):
         if run_id is not None:
             self.load_run(run_id)
 
+    # ------------------------------------------------------------------ other views
+    @on(DataTable.RowSelected, "#jobs")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self._select(int(event.row_key.value))
+        self.action_details()
 
-def _plan_env(plan_yaml: str) -> dict[str, str]:
-    try:
-        data = yaml.safe_load(plan_yaml) or {}
-    except yaml.YAMLError:
-        return {}
-    env = data.get("env") if isinstance(data, dict) else None
-    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+    def action_details(self) -> None:
+        from lat_tui.screens.job_screen import JobScreen  # views opened on demand load on demand
+
+        job = self.selected_job()
+        if job is not None:
+            self.app.push_screen(JobScreen(self.context, job.id, self))
+
+    def action_triage(self) -> None:
+        from lat_tui.screens.triage import TriageScreen
+
+        self.app.push_screen(TriageScreen(self.context, self.run_id, self))
+
+    def action_results(self) -> None:
+        """The run's results, aggregated from its output tree and refreshed as evaluations land."""
+        if self._run is not None:
+            from pathlib import Path
+
+            from lat_tui.screens.results import ResultsScreen
+
+            self.app.push_screen(ResultsScreen(Path(self._run.output_root)))
+
+    def action_add_jobs(self) -> None:
+        from lat_tui.screens.add_jobs import AddJobsScreen
+
+        if self._run is not None:
+            self.app.push_screen(AddJobsScreen(self.context, self._run), self._jobs_made)
+
+    def _jobs_made(self, jobs: list[dict] | None) -> None:
+        if jobs:
+            self.add_jobs(jobs)
+
+    def action_toggle_monitor(self) -> None:
+        monitor = self.query_one(MonitorPanel)
+        monitor.display = not monitor.display

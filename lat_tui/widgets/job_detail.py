@@ -19,6 +19,7 @@ def describe_job(job: JobRow) -> Text:
     if job.returncode is not None:
         head.append(f"exit {job.returncode}")
     text = Text(" · ".join(head), style="bold")
+    text.append("  enter: details", style="dim")
     if job.error:
         text.append(f"\n{job.error}")
     else:

@@ -11,7 +11,11 @@ from lat_core.store import JobRow
 from lat_tui import fmt
 
 COLUMNS = (("job", "key", 30), ("state", "state", 9), ("dev", "device", 4), ("time", "elapsed", 7),
-           ("step", "step", 5), ("loss", "loss", 6), ("try", "attempts", 3))
+           ("step", "step", 5), ("loss", "loss", 6), ("rss", "rss", 4), ("gpu", "gpu", 4),
+           ("try", "attempts", 3))
+KEY_MIN_WIDTH = 14
+KEY_MAX_WIDTH = 48
+CHROME = 2 + 2  # the cell padding of the key column, and the vertical scrollbar
 
 STATE_COLORS = {"running": "accent", "succeeded": "success", "failed": "error", "cancelled": "warning"}
 
@@ -24,8 +28,15 @@ class JobTable(DataTable):
         self._cells: dict[int, tuple] = {}
 
     def on_mount(self) -> None:
+        self.key_width = self._key_width(self.app.size.width)
         for label, key, width in COLUMNS:
-            self.add_column(label, key=key, width=width)
+            self.add_column(label, key=key, width=self.key_width if key == "key" else width)
+
+    @staticmethod
+    def _key_width(screen_width: int) -> int:
+        """The job key takes what the other columns leave of the screen."""
+        others = sum(width + 2 for _, key, width in COLUMNS if key != "key")
+        return max(KEY_MIN_WIDTH, min(KEY_MAX_WIDTH, screen_width - others - CHROME))
 
     def clear_jobs(self) -> None:
         self.clear()
@@ -55,12 +66,13 @@ class JobTable(DataTable):
 
     def _cells_for(self, job: JobRow, now: float) -> tuple:
         return (
-            _key_text(job.key, COLUMNS[0][2]),
+            _key_text(job.key, self.key_width),
             Text(job.state, style=self._state_style(job.state)),
             job.device or "",
             fmt.clock(job.elapsed(now)),
             fmt.step(job.last_step),
             fmt.loss(job.last_loss),
+            *usage_cells(job),
             str(job.attempts),
         )
 
@@ -73,6 +85,34 @@ class JobTable(DataTable):
         return f"bold {color}" if state in ("running", "failed") and color else color
 
 
+def usage_cells(job: JobRow) -> tuple[str, str]:
+    """Host RSS and GPU memory: the latest sample while the job runs, its peak once it ended."""
+    rss, gpu = (job.rss, job.gpu_mem) if job.state == "running" else (job.peak_rss, job.peak_gpu)
+    return fmt.size(rss), fmt.size(gpu or None)  # a CPU job's 0 bytes of GPU memory is noise
+
+
 def _key_text(key: str, width: int) -> str:
-    """Long keys keep their end (the config stem) and lose the start."""
-    return key if len(key) <= width else "…" + key[-(width - 1):]
+    """Long keys lose the middle of each part: ``…sst2_seed1/gla…k_proj``.
+
+    A key is ``dataset_seedN/config``: the seed sits at the end of the first part, and configs of
+    one suite differ at both ends of the second.
+    """
+    if len(key) <= width:
+        return key
+    head, sep, stem = key.partition("/")
+    if not sep:
+        return "…" + key[-(width - 1):]
+    head_width = min(len(head), max(width * 11 // 20, 4))
+    stem_width = width - head_width - 1
+    return _keep_end(head, head_width) + "/" + _keep_both_ends(stem, stem_width)
+
+
+def _keep_end(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def _keep_both_ends(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    front = (width - 1) // 2
+    return text[:front] + "…" + text[len(text) - (width - 1 - front):]

@@ -63,6 +63,7 @@ def test_real_cuda_oom_is_classified_and_triaged(tmp_path):
     print([r["key"] for r in job.diagnosis["remedies"]], job.diagnosis["numbers"])
     assert job.state == "failed" and job.diagnosis["class"] == "cuda_oom"
     numbers = job.diagnosis["numbers"]
-    assert numbers["requested"] == 2 * 2**30
-    assert abs(numbers["capacity"] - gpu.memory_total) < 0.02 * gpu.memory_total
+    assert numbers["requested_bytes"] == 2 * 2**30
+    assert abs(numbers["capacity_bytes"] - gpu.memory_total) < 0.02 * gpu.memory_total
+    assert numbers["oom_kind"] == "peak"  # alone on the card: this job itself exceeded it
     assert job.peak_gpu is None or job.peak_gpu >= 0

@@ -9,6 +9,7 @@ import pytest
 from lat_core.config.suites import SuiteRegistry
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
+from lat_core.service import open_store
 from lat_tui.app import LatApp
 
 EXPERIMENT = """\
@@ -45,6 +46,14 @@ def configs_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
+
+
+@pytest.fixture
+def journal(state_dir):
+    """The journal as the engine would write it; the app under test reads the same file."""
+    store = open_store(state_dir)
+    yield store
+    store.close()
 
 
 @pytest.fixture

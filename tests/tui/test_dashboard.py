@@ -12,17 +12,11 @@ from lat_core.service import open_store
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
-from lat_tui.widgets.status import DeviceBar, RunStatus
+from lat_tui.widgets.status import RunStatus
+from textual.widgets import Static
 
 SIZE = (80, 24)
 PLAN_YAML = "suites: [{name: demo, rounds: all}]\npairs: ['1:tiny-sst2']\nenv: {NUM_DATA_WORKERS: '0'}\n"
-
-
-@pytest.fixture
-def journal(state_dir):
-    store = open_store(state_dir)
-    yield store
-    store.close()
 
 
 def make_run(store, root: Path, keys=("tiny-sst2_seed1/a", "tiny-sst2_seed2/a"), countdown: float = 0.0):
@@ -53,6 +47,10 @@ def log_lines(app) -> list[str]:
     return list(app.screen.query_one("#job-log", Log).lines)
 
 
+def monitor_text(app) -> str:
+    return "\n".join(str(w.render()) for w in app.screen.query("#monitor Static"))
+
+
 def text_of(app, widget_type) -> str:
     return str(app.screen.query_one(widget_type).render())
 
@@ -65,8 +63,9 @@ async def test_reattaches_to_latest_run_and_shows_jobs(make_app, journal, tmp_pa
         await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 2)
         assert cell(app, first, "state") == "queued"
         assert f"run {run_id}" in text_of(app, RunStatus)
-        devices = text_of(app, DeviceBar)
-        assert "GPU0 0.0/80G 0%" in devices and "GPU1" in devices and "RAM" in devices
+        await wait_for(pilot, lambda: "GPU1" in monitor_text(app))
+        devices = monitor_text(app)
+        assert "GPU0 H100 80GB" in devices and "0.0/80G" in devices and "RAM" in devices
 
 
 async def test_table_and_log_follow_the_journal(make_app, journal, tmp_path):

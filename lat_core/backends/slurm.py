@@ -1,0 +1,264 @@
+"""Jobs as Slurm batch jobs: ``sbatch`` runs the same runner command the local backend runs.
+
+The job directory lies on a filesystem that the engine and the compute nodes share, so the runner's
+exit record and ``train.log`` reach the engine as they do locally. The journal keeps the Slurm job id
+in the attempt's ``pid`` and the submit time in ``pid_start``.
+
+No double submission: each attempt's job name is derived from its exit-record path (unique per
+attempt), so before submitting, and when an engine that crashed mid-launch recovers, the backend
+looks the name up (``squeue``, then ``sacct``) and adopts the job it finds instead of submitting
+again. Jobs are submitted ``--no-requeue``, so Slurm never reruns an attempt behind the engine's back.
+
+The job's environment travels through sbatch's own environment (``--export=ALL``), never through
+the batch script, so secrets are not written into the job directory.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import os
+import re
+import shlex
+import signal as _signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lat_core.backends.slurm_states import (SlurmOptions, is_active, parse_sacct, parse_scontrol_job,
+                                            slurm_diagnosis, slurm_failure, validate_options)
+from lat_core.launch import Launched
+
+__all__ = ["SlurmBackend", "SlurmError", "find_submitted", "job_name_for", "slurm_failure"]
+
+COMMAND_TIMEOUT_S = 30.0
+QUEUE_CACHE_S = 5.0  # one squeue per 5 s for all jobs: exit records, not squeue, reap normal endings
+
+
+class SlurmError(OSError):
+    """A Slurm command failed (the engine records an OSError from launch as a failed launch)."""
+
+
+def run_command(argv: list[str], env: dict | None = None, timeout: float = COMMAND_TIMEOUT_S
+                ) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError as exc:
+        raise SlurmError(f"{argv[0]} not found: is this a Slurm submit host?") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmError(f"{' '.join(argv[:2])} did not answer within {timeout:.0f}s") from exc
+
+
+def job_name_for(exit_path: Path | str) -> str:
+    """``lat-<job dir>-<attempt>-<hash>``: readable in squeue, unique per attempt's exit record."""
+    exit_path = Path(exit_path)
+    job = re.sub(r"[^A-Za-z0-9_.-]", "_", exit_path.parent.parent.name)[:40]
+    attempt = exit_path.name.split(".")[0].replace("attempt-", "a")
+    digest = hashlib.sha1(str(exit_path.resolve()).encode()).hexdigest()[:10]
+    return f"lat-{job}-{attempt}-{digest}"
+
+
+def find_submitted(job_name: str, *, since: float | None = None, run=run_command) -> int | None:
+    """The newest Slurm job id with this name that is queued or running (``squeue``); with ``since``
+    (epoch seconds), also one submitted since then that already ended (``squeue -t all``, then
+    ``sacct``). None when nothing was submitted."""
+    ids = _ids(run(["squeue", "-h", "--name", job_name, "-o", "%i"]))
+    if not ids and since is not None:
+        out = run(["squeue", "-h", "-t", "all", "--name", job_name, "-o", "%i|%V"])
+        ids = [job for job, submitted in _id_times(out) if submitted >= since - 5]
+        if not ids:
+            start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 5))
+            ids = _ids(run(["sacct", "-X", "-n", "-P", "--name", job_name, "-S", start, "-o", "JobID"]))
+    return max(ids) if ids else None
+
+
+def _ids(out) -> list[int]:
+    return [int(x) for x in out.stdout.split() if x.isdigit()] if out.returncode == 0 else []
+
+
+def _id_times(out) -> list[tuple[int, float]]:
+    found = []
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        job, _, stamp = line.strip().partition("|")
+        try:
+            found.append((int(job), time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))))
+        except ValueError:
+            continue
+    return found
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def __init__(self, *, python: str | None = None, run=run_command, where: str | None = None, **options):
+        self.options: SlurmOptions = validate_options(options, where=where)
+        self._python = python or sys.executable
+        self._run = run
+        self._gres_kind: str | None = None
+        self._queue: tuple[float, dict[int, str]] = (0.0, {})
+
+    # ------------------------------------------------------------------ submission
+    def launch(self, argv, env, job_dir, exit_path, show_env=()) -> Launched:
+        job_dir, exit_path = Path(job_dir), Path(exit_path)
+        name = job_name_for(exit_path)
+        existing = find_submitted(name, run=self._run)
+        if existing is not None:  # submitted before an engine crash: adopt, never submit twice
+            return Launched(existing, time.time())
+        exit_path.parent.mkdir(parents=True, exist_ok=True)
+        exit_path.unlink(missing_ok=True)
+        Path(f"{exit_path}.pid").unlink(missing_ok=True)
+        script = exit_path.with_name(exit_path.name.replace(".exit.json", ".sbatch"))
+        script.write_text(self.batch_script(argv, exit_path, show_env))
+        submit_env = self._submit_env(env)
+        command = ["sbatch", "--parsable", f"--job-name={name}", f"--comment=lat {exit_path}",
+                   f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}", "--open-mode=append",
+                   "--export=ALL", "--no-requeue",
+                   *self.options.sbatch_args(self.gres_request(env)), str(script)]
+        submitted = time.time()
+        try:
+            out = self._run(command, env=submit_env)
+        except SlurmError:
+            out = None
+        if out is None or out.returncode != 0:
+            found = find_submitted(name, run=self._run)  # sbatch may have failed after submitting
+            if found is not None:
+                return Launched(found, submitted)
+            raise SlurmError(f"sbatch failed: {(out.stderr or out.stdout).strip() if out else 'no answer'}")
+        job_id = int(out.stdout.strip().split(";")[0])
+        self._queue = (0.0, {})
+        return Launched(job_id, submitted)
+
+    def batch_script(self, argv, exit_path, show_env=()) -> str:
+        """The runner command, exactly as the local backend starts it; ``exec`` so that Slurm's
+        signals reach the runner, which forwards them to the trainer and records the exit."""
+        runner = [self._python, "-m", "lat_core.runner", "--exit-file", str(exit_path),
+                  "--show-env", ",".join(show_env), "--", *argv]
+        return ("#!/bin/bash\n# submitted by lat_core.backends.slurm; the environment comes from sbatch\n"
+                f"exec {shlex.join(runner)}\n")
+
+    def _submit_env(self, env: dict) -> dict:
+        """The engine's environment plus the job's, without the engine's own Slurm job context and
+        without a device pin: Slurm sets CUDA_VISIBLE_DEVICES for the GPUs it allocates."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        merged = {**base, **env, "PYTHONUNBUFFERED": "1"}
+        if self.gres_request(env):
+            merged.pop("CUDA_VISIBLE_DEVICES", None)
+        return merged
+
+    def gres_request(self, env: dict) -> str | None:
+        """``gpu:N``, ``shard:1`` or None (a CPU device, or ``gres: none``)."""
+        if self.options.gres == "none" or env.get("CUDA_VISIBLE_DEVICES") == "":
+            return None
+        kind = self.gres_kind()
+        return "shard:1" if kind == "shard" else f"gpu:{self.options.gpus_per_job}"
+
+    def gres_kind(self) -> str:
+        """``gres: auto`` takes shards where the cluster defines them; ``shard`` insists on them."""
+        if self._gres_kind is None:
+            wanted = self.options.gres
+            if wanted in ("shard", "auto"):
+                has = self.cluster_has_shards()
+                if wanted == "shard" and not has:  # an OSError: the engine fails the launch, not itself
+                    raise SlurmError("plan field 'slurm.gres': 'shard' but the cluster defines no gres/shard "
+                                     f"(sinfo -o %G: {self._sinfo_gres() or 'none'}); use gres: gpu")
+                wanted = "shard" if has else "gpu"
+            self._gres_kind = wanted
+        return self._gres_kind
+
+    def cluster_has_shards(self) -> bool:
+        return any(g.split(":")[0] == "shard" for g in re.split(r"[,\s]+", self._sinfo_gres()) if g)
+
+    def _sinfo_gres(self) -> str:
+        partition = [f"--partition={self.options.partition}"] if self.options.partition else []
+        out = self._run(["sinfo", "-h", "-o", "%G", *partition])
+        return " ".join(out.stdout.split()) if out.returncode == 0 else ""
+
+    # ------------------------------------------------------------------ state
+    def is_alive(self, pid, pid_start) -> bool:
+        """Pending or running in Slurm. Unknown (controller unreachable) counts as alive, so a
+        Slurm hiccup never turns into a failed job; a job Slurm no longer knows is dead."""
+        if not pid:
+            return False
+        state = self.queue_state(int(pid))
+        return state is None or is_active(state)
+
+    def queue_state(self, job_id: int) -> str | None:
+        """Slurm's state word for the job, ``""`` when Slurm no longer knows it, None when unknown.
+        One ``squeue`` serves every job of a tick; a job missing from it is asked for by id."""
+        stamp, states = self._queue
+        if time.time() - stamp > QUEUE_CACHE_S:
+            out = self._try(["squeue", "-h", "-t", "all", "-u", getpass.getuser(), "-o", "%i|%T"])
+            if out is not None and out.returncode == 0:
+                states = dict(_id_state(line) for line in out.stdout.splitlines() if "|" in line)
+                self._queue = (time.time(), states)
+        if job_id in states:
+            return states[job_id]
+        out = self._try(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"])
+        if out is None:
+            return None
+        if out.returncode != 0:
+            return "" if "Invalid job id" in out.stderr else None
+        return out.stdout.strip()
+
+    def signal(self, pid, signum) -> bool:
+        """SIGTERM (and other signals) to every process of the job, the runner included; a pending
+        job is simply cancelled; SIGKILL ends the job outright."""
+        job = str(int(pid))
+        if self.queue_state(int(pid)) == "PENDING":
+            return self._ok(["scancel", job])
+        name = _signal.Signals(signum).name.removeprefix("SIG")
+        sent = self._ok(["scancel", f"--signal={name}", "--full", job])
+        if signum == _signal.SIGKILL:
+            sent = self._ok(["scancel", job]) or sent
+        self._queue = (0.0, {})
+        return sent
+
+    def final_state(self, job_id, wait_s: float = 0.0) -> dict | None:
+        """``{job_id, state, state_raw, exit_code, signal, elapsed, elapsed_s}`` from sacct (or from
+        scontrol where there is no accounting); with ``wait_s``, waits that long for a final state."""
+        deadline = time.time() + wait_s
+        while True:
+            final = self._sacct(job_id) or self._scontrol(job_id)
+            if final is None or not is_active(final["state"]) or time.time() >= deadline:
+                return final
+            time.sleep(0.5)
+
+    def diagnose(self, job_id, wait_s: float = 5.0):
+        """A triage Diagnosis when Slurm itself stopped the job (time limit, memory, node, ...)."""
+        final = self.final_state(job_id, wait_s=wait_s)
+        return slurm_diagnosis(final, self.options) if final else None
+
+    def recover(self, exit_path, since: float | None) -> Launched | None:
+        """For an engine that crashed between recording an attempt and its job id."""
+        found = find_submitted(job_name_for(exit_path), since=since, run=self._run)
+        return Launched(found, since or time.time()) if found is not None else None
+
+    def find_submitted(self, job_name: str, since: float | None = None) -> int | None:
+        return find_submitted(job_name, since=since, run=self._run)
+
+    # ------------------------------------------------------------------ helpers
+    def _sacct(self, job_id) -> dict | None:
+        out = self._try(["sacct", "-j", str(job_id), "--parsable2", "--noheader",
+                         "--format=JobID,State,ExitCode,Elapsed"])
+        return parse_sacct(out.stdout, job_id) if out is not None and out.returncode == 0 else None
+
+    def _scontrol(self, job_id) -> dict | None:
+        out = self._try(["scontrol", "show", "job", "-o", str(job_id)])
+        return parse_scontrol_job(out.stdout, job_id) if out is not None and out.returncode == 0 else None
+
+    def _try(self, argv):
+        try:
+            return self._run(argv)
+        except SlurmError:
+            return None
+
+    def _ok(self, argv) -> bool:
+        out = self._try(argv)
+        return out is not None and out.returncode == 0
+
+
+def _id_state(line: str) -> tuple[int, str]:
+    job, _, state = line.strip().partition("|")
+    return (int(job) if job.isdigit() else -1), state

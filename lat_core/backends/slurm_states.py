@@ -1,0 +1,208 @@
+"""Pure helpers of the Slurm backend: plan options, Slurm job states and what they mean for triage.
+
+Nothing here runs a Slurm command, so all of it is tested without a cluster (sacct/squeue output
+fixtures in ``tests/fixtures/slurm``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from lat_core.errors import PlanError
+from lat_core.triage.model import Diagnosis, Remedy
+
+# Slurm job states in which the job may still start or is still running: the job is "alive".
+ACTIVE_STATES = frozenset({
+    "PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED", "REQUEUE_FED",
+    "REQUEUE_HOLD", "RESIZING", "RESV_DEL_HOLD", "SIGNALING", "STAGE_OUT", "STOPPED",
+})
+
+# Final Slurm state -> (triage class, title). The runner's exit record says how the trainer ended;
+# these say why Slurm ended the job when the runner could not say it itself.
+FAILURES = {
+    "OUT_OF_MEMORY": ("host_oom", "Killed by Slurm: over its memory request"),
+    "TIMEOUT": ("timeout", "Killed by Slurm: ran past its time limit"),
+    "DEADLINE": ("timeout", "Killed by Slurm: reached its deadline"),
+    "CANCELLED": ("cancelled", "Cancelled in Slurm"),
+    "REVOKED": ("cancelled", "Revoked by a federated Slurm cluster"),
+    "NODE_FAIL": ("node_fail", "Its Slurm node failed"),
+    "BOOT_FAIL": ("node_fail", "Its Slurm node failed to boot"),
+    "PREEMPTED": ("preempted", "Preempted by a higher-priority Slurm job"),
+    "FAILED": ("exit_code", "Exited non-zero under Slurm"),
+    "COMPLETED": ("ok", "Completed"),
+}
+
+GRES_KINDS = ("gpu", "shard", "auto", "none")
+_TIME = re.compile(r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")
+_MEM = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
+
+
+def normalize_state(state: str) -> str:
+    """``"CANCELLED by 0"`` / ``"CANCELLED+"`` / ``"cancelled"`` -> ``"CANCELLED"``."""
+    word = (state or "").strip().split(" ")[0].rstrip("+").upper()
+    return word
+
+
+def slurm_failure(state: str) -> tuple[str, str]:
+    """(triage class, title) for a final Slurm job state; unknown states are a generic exit."""
+    word = normalize_state(state)
+    return FAILURES.get(word, ("exit_code", f"Ended in Slurm state {word or 'unknown'}"))
+
+
+def is_active(state: str) -> bool:
+    return normalize_state(state) in ACTIVE_STATES
+
+
+def elapsed_seconds(text: str) -> int | None:
+    """Slurm's ``[D-]HH:MM:SS`` / ``MM:SS`` (also ``MM:SS.mmm``) in seconds."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    days, _, clock = text.rpartition("-")
+    try:
+        parts = [float(p) for p in clock.split(":")]
+        seconds = 0.0
+        for part in parts:
+            seconds = seconds * 60 + part
+        return int(seconds + (int(days) * 86400 if days else 0))
+    except ValueError:
+        return None
+
+
+def parse_sacct(text: str, job_id: int | str) -> dict | None:
+    """The allocation line of ``sacct -j ID --parsable2 --noheader --format=JobID,State,ExitCode,Elapsed``
+    as ``{job_id, state, state_raw, exit_code, signal, elapsed, elapsed_s}``; None when absent."""
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) < 4 or fields[0] != str(job_id):
+            continue
+        code, _, sig = fields[2].partition(":")
+        return {
+            "job_id": int(fields[0]) if fields[0].isdigit() else fields[0],  # "49_2": an array task
+            "state": normalize_state(fields[1]),
+            "state_raw": fields[1],
+            "exit_code": int(code) if code.isdigit() else None,
+            "signal": int(sig) if sig.isdigit() else None,
+            "elapsed": fields[3],
+            "elapsed_s": elapsed_seconds(fields[3]),
+        }
+    return None
+
+
+def parse_scontrol_job(text: str, job_id: int | str) -> dict | None:
+    """The same record from ``scontrol show job -o ID`` (no accounting database needed)."""
+    pairs = dict(re.findall(r"(\w+)=(\S*)", text))
+    if pairs.get("JobId") != str(job_id):
+        return None
+    code, _, sig = pairs.get("ExitCode", "").partition(":")
+    return {
+        "job_id": int(job_id), "state": normalize_state(pairs.get("JobState", "")),
+        "state_raw": pairs.get("JobState", ""), "exit_code": int(code) if code.isdigit() else None,
+        "signal": int(sig) if sig.isdigit() else None, "elapsed": pairs.get("RunTime", ""),
+        "elapsed_s": elapsed_seconds(pairs.get("RunTime", "")),
+    }
+
+
+def slurm_diagnosis(final: dict, options: "SlurmOptions | None" = None) -> Diagnosis | None:
+    """A triage diagnosis for a job that Slurm itself stopped; None when Slurm's state adds nothing
+    (completed, or failed with the trainer's own exit code: the log-based triage explains those)."""
+    cls, title = slurm_failure(final.get("state", ""))
+    if cls in ("ok", "exit_code"):
+        return None
+    state = final.get("state_raw") or final.get("state")
+    text = f"Slurm ended job {final.get('job_id')} in state {state} after {final.get('elapsed') or '?'}."
+    return Diagnosis(cls, title, text, _remedies(cls, options),
+                     {"slurm_state": final.get("state"), "elapsed_s": final.get("elapsed_s")},
+                     (f"sacct: {final.get('job_id')}|{state}|{final.get('exit_code')}:{final.get('signal')}",))
+
+
+def _remedies(cls: str, options: "SlurmOptions | None") -> tuple[Remedy, ...]:
+    if cls == "timeout":
+        now = options.time if options and options.time else "the partition default"
+        return (Remedy("slurm_time", f"raise plan.slurm.time (now {now})", "longer queue wait",
+                       {"plan.slurm.time": None}),
+                Remedy("resume", "resume from the last checkpoint", "none", {"plan.resume": True}))
+    if cls == "host_oom":
+        now = options.mem if options and options.mem else "the partition default"
+        return (Remedy("slurm_mem", f"raise plan.slurm.mem (now {now})", "longer queue wait",
+                       {"plan.slurm.mem": None}),)
+    if cls in ("node_fail", "preempted"):
+        return (Remedy("requeue", "requeue the job (nothing in it was at fault)", "none", {}),)
+    return ()
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """``plan.slurm``: where and with what resources each job is submitted."""
+
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = None
+    mem: str | None = None
+    cpus_per_task: int | None = None
+    gres: str = "gpu"
+    gpus_per_job: int = 1
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+    array: bool = False
+
+    def sbatch_args(self, gres_request: str | None) -> list[str]:
+        args = [f"--{flag}={value}" for flag, value in (
+            ("partition", self.partition), ("account", self.account), ("time", self.time),
+            ("mem", self.mem), ("cpus-per-task", self.cpus_per_task), ("gres", gres_request),
+        ) if value]
+        return [*args, *self.extra_args]
+
+
+def validate_options(options: dict, where: str | None = None) -> SlurmOptions:
+    """Check ``plan.slurm``; every problem is named ``plan field 'slurm.<x>'``."""
+    problems: list[str] = []
+    known = set(SlurmOptions.__dataclass_fields__)
+    for key in sorted(set(options) - known):
+        problems.append(f"plan field 'slurm.{key}': unknown option (known: {', '.join(sorted(known))})")
+    clean = {k: v for k, v in options.items() if k in known and v is not None}
+    for key in ("partition", "account"):
+        if key in clean and (not isinstance(clean[key], str) or not clean[key].strip()):
+            problems.append(f"plan field 'slurm.{key}': expected a non-empty name, got {clean[key]!r}")
+    if "time" in clean:
+        clean["time"] = str(clean["time"]).strip()
+        if not _TIME.match(clean["time"]):
+            problems.append(f"plan field 'slurm.time': expected minutes, HH:MM:SS or D-HH:MM:SS, "
+                            f"got {options['time']!r}")
+    if "mem" in clean:
+        clean["mem"] = str(clean["mem"]).strip().upper()
+        if not _MEM.match(clean["mem"]) or clean["mem"].rstrip("KMGT") in ("", "0"):
+            problems.append(f"plan field 'slurm.mem': expected a size like 16G or 4000M, got {options['mem']!r}")
+    for key in ("cpus_per_task", "gpus_per_job"):
+        if key in clean and (isinstance(clean[key], bool) or not isinstance(clean[key], int) or clean[key] < 1):
+            problems.append(f"plan field 'slurm.{key}': expected a whole number >= 1, got {clean[key]!r}")
+    if clean.get("gres", "gpu") not in GRES_KINDS:
+        problems.append(f"plan field 'slurm.gres': expected one of {', '.join(GRES_KINDS)}, got {clean['gres']!r}")
+    elif clean.get("gres") in ("shard", "auto") and clean.get("gpus_per_job", 1) != 1 and \
+            isinstance(clean.get("gpus_per_job"), int):
+        problems.append("plan field 'slurm.gpus_per_job': a job on a shard uses one GPU share; "
+                        "use gres: gpu for multi-GPU jobs")
+    extra = clean.get("extra_args", [])
+    if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or \
+            not all(isinstance(a, str) and a.startswith("-") for a in extra):
+        problems.append(f"plan field 'slurm.extra_args': expected a list of sbatch options like "
+                        f"['--qos=high'], got {extra!r}")
+    else:
+        clean["extra_args"] = tuple(extra)
+    if "array" in clean and clean["array"] is not False:
+        problems.append(f"plan field 'slurm.array': job arrays are not supported (each job is its own "
+                        f"sbatch submission); remove it or set false, got {clean['array']!r}")
+    if problems:
+        raise PlanError(problems, where=where)
+    return SlurmOptions(**clean)
+
+
+def option_problems(options: dict) -> list[str]:
+    """The problems of ``plan.slurm`` as lines, for plan validation that gathers every problem."""
+    if not isinstance(options, dict):
+        return [f"plan field 'slurm': expected a mapping of Slurm options, got {type(options).__name__}"]
+    try:
+        validate_options(options)
+    except PlanError as exc:
+        return exc.problems
+    return []

@@ -1,0 +1,336 @@
+"""Readers for the real datasets: GLUE (train/val/test), SAMSum, DART, Spider.
+
+Sources, first match wins:
+- a local directory: config key `data_dir`, else the env var (GLUE_LOCAL_DIR, SAMSUM_LOCAL_DIR,
+  DART_LOCAL_DIR, SPIDER_LOCAL_DIR).  The environment beats the YAML (DESIGN.md).
+- GLUE only: the hub, through `datasets.load_dataset("nyu-mll/glue", task)` (needs the optional
+  `datasets` package and network).
+
+GLUE local layouts: the original GLUE distribution (`CoLA/train.tsv`, `CoLA/dev.tsv`, ...,
+`MNLI/dev_matched.tsv` + `dev_mismatched.tsv`), or the hub's layout (`cola/train.jsonl`,
+`cola/validation.jsonl`; `cola/train-*.parquet` when pyarrow is installed).
+
+"glue-tvt": the official train split is divided 80/20 into train/validation with a fixed seed
+(independent of the run seed), and the official validation split is the test split (for MNLI,
+validation_matched is `test` and validation_mismatched gives `accuracy_mm`).
+
+STS-B is posed as classification over six bucket words (zero..five = round(score)); the predicted
+score is the expectation of the bucket index under the softmax of the six bucket logits, which
+gives the continuous prediction that pearson/spearman need.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import sqlite3
+import sys
+from pathlib import Path
+
+from .config import TrainConfigError
+from .data import Dataset
+
+GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
+KNOWN = tuple(f"glue-tvt_{t}" for t in GLUE_TASKS) + ("samsum", "dart", "spider")
+SPLIT_SEED = 42
+ENV_VARS = {"glue": "GLUE_LOCAL_DIR", "samsum": "SAMSUM_LOCAL_DIR", "dart": "DART_LOCAL_DIR",
+            "spider": "SPIDER_LOCAL_DIR"}
+STSB_WORDS = ("zero", "one", "two", "three", "four", "five")
+# task -> (label words by label id, text fields as on the hub, prompt field names)
+GLUE = {
+    "cola": (("unacceptable", "acceptable"), ("sentence",)),
+    "sst2": (("negative", "positive"), ("sentence",)),
+    "mrpc": (("no", "yes"), ("sentence1", "sentence2")),
+    "qqp": (("no", "yes"), ("question1", "question2")),
+    "stsb": (STSB_WORDS, ("sentence1", "sentence2")),
+    "mnli": (("yes", "maybe", "no"), ("premise", "hypothesis")),
+    "qnli": (("yes", "no"), ("question", "sentence")),
+    "rte": (("yes", "no"), ("sentence1", "sentence2")),
+}
+# original GLUE distribution: folder, per-task TSV column -> hub field, header?
+TSV = {
+    "cola": ("CoLA", None),  # no header: source, label, original mark, sentence
+    "sst2": ("SST-2", {"sentence": "sentence", "label": "label"}),
+    "mrpc": ("MRPC", {"#1 String": "sentence1", "#2 String": "sentence2", "Quality": "label"}),
+    "qqp": ("QQP", {"question1": "question1", "question2": "question2", "is_duplicate": "label"}),
+    "stsb": ("STS-B", {"sentence1": "sentence1", "sentence2": "sentence2", "score": "label"}),
+    "mnli": ("MNLI", {"sentence1": "premise", "sentence2": "hypothesis", "gold_label": "label"}),
+    "qnli": ("QNLI", {"question": "question", "sentence": "sentence", "label": "label"}),
+    "rte": ("RTE", {"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}),
+}
+TEXT_LABELS = {"entailment": 0, "neutral": 1, "contradiction": 2, "not_entailment": 1}
+
+
+def is_known(name: str) -> bool:
+    return name in KNOWN
+
+
+def _local_dir(kind: str, data_dir: str, environ: dict) -> Path | None:
+    var = ENV_VARS[kind]
+    value = environ.get(var) or data_dir
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        src = f"${var}" if environ.get(var) else "data_dir"
+        raise TrainConfigError(f"data: {src} points to {path}, which is not a directory")
+    return path
+
+
+def _need(path: Path, var: str) -> Path:
+    if not path.exists():
+        raise TrainConfigError(f"data: missing {path} (set {var} or data_dir to the dataset's folder)")
+    return path
+
+
+def load(name: str, data_dir: str = "", environ: dict | None = None) -> Dataset:
+    environ = dict(os.environ) if environ is None else environ
+    if name.startswith("glue-tvt_"):
+        return load_glue(name.split("_", 1)[1], data_dir, environ)
+    return {"samsum": load_samsum, "dart": load_dart, "spider": load_spider}[name](data_dir, environ)
+
+
+# ----------------------------------------------------------------------------- GLUE
+
+def _glue_label(task: str, value) -> float | int:
+    if task == "stsb":
+        return float(value)
+    if isinstance(value, str):
+        value = value.strip()
+        if value in TEXT_LABELS:
+            return TEXT_LABELS[value]
+        return int(value)
+    return int(value)
+
+
+def _read_tsv(task: str, path: Path) -> list[dict]:
+    rows = []
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+        if TSV[task][1] is None:  # CoLA: no header
+            for rec in reader:
+                if len(rec) >= 4:
+                    rows.append({"sentence": rec[3], "label": int(rec[1])})
+            return rows
+        header = next(reader, None)
+        if header is None:
+            return rows
+        cols = {h: i for i, h in enumerate(header)}
+        mapping = TSV[task][1]
+        for col in mapping:
+            if col not in cols:
+                raise TrainConfigError(f"data: {path} lacks the column {col!r} (has {', '.join(header)})")
+        for rec in reader:
+            if len(rec) < len(header):
+                continue
+            row = {field: rec[cols[col]] for col, field in mapping.items()}
+            if row["label"] in ("", "-"):
+                continue
+            rows.append(row)
+    return rows
+
+
+def _read_table(path: Path) -> list[dict]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+        return pq.read_table(path).to_pylist()
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _glue_local(task: str, root: Path) -> dict[str, list[dict]]:
+    """{"train": rows, "validation": rows, ...} in hub field names from a local copy."""
+    folder = TSV[task][0]
+    var = ENV_VARS["glue"]
+    for base in (root / folder, root):
+        if (base / "train.tsv").is_file():
+            out = {"train": _read_tsv(task, base / "train.tsv")}
+            if task == "mnli":
+                out["validation_matched"] = _read_tsv(task, _need(base / "dev_matched.tsv", var))
+                out["validation_mismatched"] = _read_tsv(task, _need(base / "dev_mismatched.tsv", var))
+            else:
+                out["validation"] = _read_tsv(task, _need(base / "dev.tsv", var))
+            return out
+    hub = root / task if (root / task).is_dir() else root
+    exts = ["jsonl"] + (["parquet"] if _has_pyarrow() else [])
+    splits = ("train", "validation_matched", "validation_mismatched") if task == "mnli" else ("train", "validation")
+    out = {}
+    for split in splits:
+        found = [p for ext in exts for p in sorted(hub.glob(f"{split}*.{ext}"))
+                 if p.name.startswith((f"{split}.", f"{split}-"))]
+        if not found:
+            raise TrainConfigError(
+                f"data: no GLUE {task} {split} split under {root} (expected {folder}/train.tsv + "
+                f"dev.tsv as in the GLUE distribution, or {task}/{split}.jsonl"
+                f"{' / ' + task + '/' + split + '-*.parquet' if _has_pyarrow() else ''}); set {var}")
+        out[split] = [r for p in found for r in _read_table(p)]
+    return out
+
+
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow.parquet  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def _glue_hub(task: str) -> dict[str, list[dict]]:
+    try:
+        import datasets as hf_datasets
+    except ImportError:
+        raise TrainConfigError(
+            f"data: glue-tvt_{task}: no local copy ({ENV_VARS['glue']} / data_dir unset) and the "
+            "`datasets` package is not installed to fetch nyu-mll/glue; set GLUE_LOCAL_DIR to a "
+            "folder with the GLUE TSVs (e.g. CoLA/train.tsv, CoLA/dev.tsv)") from None
+    try:
+        dd = hf_datasets.load_dataset("nyu-mll/glue", task)
+    except Exception as exc:  # noqa: BLE001 - offline errors come in many types
+        raise TrainConfigError(f"data: cannot fetch nyu-mll/glue {task} from the hub ({exc}); "
+                               f"set {ENV_VARS['glue']} to a local copy") from exc
+    return {split: list(dd[split]) for split in dd if not split.startswith("test")}
+
+
+def _glue_row(task: str, raw: dict) -> dict:
+    words, fields = GLUE[task]
+    parts = [f"{f}: {str(raw[f]).strip()}" for f in fields]
+    label = _glue_label(task, raw["label"])
+    if task == "stsb":
+        return {"text": " ".join(parts) + " label:", "label": int(round(label)), "score": label}
+    if not 0 <= label < len(words):
+        raise TrainConfigError(f"data: glue {task}: label {raw['label']!r} out of range")
+    return {"text": " ".join(parts) + " label:", "label": label}
+
+
+def load_glue(task: str, data_dir: str, environ: dict) -> Dataset:
+    if task not in GLUE:
+        raise TrainConfigError(f"data: unknown GLUE task {task!r} (known: {', '.join(GLUE)})")
+    root = _local_dir("glue", data_dir, environ)
+    raw = _glue_local(task, root) if root else _glue_hub(task)
+    train = [_glue_row(task, r) for r in raw["train"]]
+    random.Random(SPLIT_SEED).shuffle(train)
+    cut = max(1, int(round(len(train) * 0.8)))
+    ds = Dataset(f"glue-tvt_{task}", train[:cut], train[cut:] or train[-1:], GLUE[task][0],
+                 kind="cls", task=task)
+    if task == "mnli":
+        ds.test = [_glue_row(task, r) for r in raw["validation_matched"]]
+        ds.extra_tests = {"mm": [_glue_row(task, r) for r in raw["validation_mismatched"]]}
+    else:
+        ds.test = [_glue_row(task, r) for r in raw["validation"]]
+    return ds
+
+
+# ----------------------------------------------------------------------------- SAMSum
+
+def _read_json_list(path: Path, var: str) -> list:
+    _need(path, var)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TrainConfigError(f"data: {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, list):
+        raise TrainConfigError(f"data: {path} must hold a JSON list of examples")
+    return data
+
+
+def _no_local(kind: str, name: str) -> TrainConfigError:
+    return TrainConfigError(f"data: {name} needs a local copy: set {ENV_VARS[kind]} (or data_dir) "
+                            "to its folder")
+
+
+def load_samsum(data_dir: str, environ: dict) -> Dataset:
+    """train.json / val.json / test.json, each a list of {id, dialogue, summary}."""
+    root = _local_dir("samsum", data_dir, environ)
+    if root is None:
+        raise _no_local("samsum", "samsum")
+
+    def rows(fname):
+        out = []
+        for r in _read_json_list(root / fname, ENV_VARS["samsum"]):
+            out.append({"prompt": f"summarize: {r['dialogue'].strip()} summary:",
+                        "target": r["summary"].strip(), "refs": [r["summary"].strip()], "id": r.get("id")})
+        return out
+    val = "val.json" if (root / "val.json").is_file() else "validation.json"
+    return Dataset("samsum", rows("train.json"), rows(val), kind="gen", task="samsum",
+                   test=rows("test.json"))
+
+
+# ----------------------------------------------------------------------------- DART
+
+def _dart_file(root: Path, split: str) -> Path:
+    for cand in (root / f"{split}.json", *sorted(root.glob(f"*-{split}.json"))):
+        if cand.is_file():
+            return cand
+    return root / f"dart-v1.1.1-full-{split}.json"
+
+
+def load_dart(data_dir: str, environ: dict) -> Dataset:
+    """dart-v1.1.1-full-{train,dev,test}.json: [{tripleset: [[s, p, o]], annotations: [{text}]}]."""
+    root = _local_dir("dart", data_dir, environ)
+    if root is None:
+        raise _no_local("dart", "dart")
+
+    def rows(split, explode):
+        out = []
+        for r in _read_json_list(_dart_file(root, split), ENV_VARS["dart"]):
+            triples = " && ".join(" | ".join(str(x) for x in t) for t in r["tripleset"])
+            refs = [a["text"].strip() for a in r.get("annotations", []) if a.get("text")]
+            if not refs:
+                continue
+            prompt = f"triples: {triples} text:"
+            # training sees every reference; evaluation one row per input with all references
+            for ref in (refs if explode else refs[:1]):
+                out.append({"prompt": prompt, "target": ref, "refs": refs})
+        return out
+    return Dataset("dart", rows("train", True), rows("dev", False), kind="gen", task="dart",
+                   test=rows("test", False))
+
+
+# ----------------------------------------------------------------------------- Spider
+
+def sqlite_schema(db_path: Path) -> str:
+    """"table(col, col) table(col)" read from the database itself."""
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in con.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        parts = []
+        for t in tables:
+            cols = [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')]
+            parts.append(f"{t}({', '.join(cols)})")
+        return " ".join(parts)
+    finally:
+        con.close()
+
+
+def load_spider(data_dir: str, environ: dict) -> Dataset:
+    """train_spider.json + dev.json ([{db_id, question, query}]), database/<db>/<db>.sqlite.
+
+    Train is divided 80/20 into train/validation (fixed seed); dev.json is the test split.
+    """
+    root = _local_dir("spider", data_dir, environ)
+    if root is None:
+        raise _no_local("spider", "spider")
+    var = ENV_VARS["spider"]
+    db_root = _need(root / "database", var)
+    schemas: dict[str, str] = {}
+
+    def rows(fname):
+        out = []
+        for r in _read_json_list(root / fname, var):
+            db = r["db_id"]
+            if db not in schemas:
+                schemas[db] = sqlite_schema(_need(db_root / db / f"{db}.sqlite", var))
+            out.append({"prompt": f"database: {db} schema: {schemas[db]} question: {r['question'].strip()} sql:",
+                        "target": r["query"].strip(), "refs": [r["query"].strip()], "db_id": db})
+        return out
+    train = rows("train_spider.json")
+    random.Random(SPLIT_SEED).shuffle(train)
+    cut = max(1, int(round(len(train) * 0.8)))
+    return Dataset("spider", train[:cut], train[cut:] or train[-1:], kind="gen", task="spider",
+                   test=rows("dev.json"), info={"db_root": str(db_root)})
+
+
+if __name__ == "__main__":  # quick look: python -m lat_core.train.datasets glue-tvt_rte
+    d = load(sys.argv[1])
+    print(d.name, d.kind, len(d.train), len(d.validation), len(d.test or []), d.train[:2])

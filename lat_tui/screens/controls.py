@@ -1,0 +1,154 @@
+"""The dashboard's run controls: each key sends one journal command, the engine applies it.
+
+The command's outcome comes back through the journal: the dashboard's poll reads the status of
+every command it sent and ``command_answered`` turns it into a notification.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from lat_core.errors import LatError
+from lat_core.service import open_store
+from lat_core.store import JOB_FINAL, RUN_ACTIVE, JobRow, RunRow
+from lat_tui.context import AppContext
+
+CONFIRM_SECONDS = 3.0
+EXTEND_MINUTES = 5
+REQUEUEABLE = JOB_FINAL
+
+
+class RunControls:
+    """Mixed into the dashboard screen, which provides ``context``, ``run_id``, ``_run``, ``_jobs``,
+    ``_selected`` and ``notify``."""
+
+    context: AppContext
+    run_id: int
+    _run: RunRow | None
+    _jobs: dict[int, JobRow]
+    _selected: int | None
+
+    def _init_controls(self) -> None:
+        self._confirm_cancel_until = 0.0
+        self.pending_commands: dict[int, str] = {}  # command id -> what to call it in the answer
+
+    # ------------------------------------------------------------------ sending
+    def send_command(self, verb: str, job_id: int | None = None, *, label: str = "", **args) -> bool:
+        """Write the command; start an engine when the run has none that will read it."""
+        try:
+            store = open_store(self.context.state_dir)
+            try:
+                command_id = store.add_command(self.run_id, verb, job_id, **args)
+            finally:
+                store.close()
+        except (LatError, sqlite3.Error) as exc:
+            self.notify(str(exc), title="Command not sent", severity="error")
+            return False
+        self.pending_commands[command_id] = label or verb
+        if self._run is not None and (self._run.state not in RUN_ACTIVE or not self.engine_alive):
+            self.context.engine_starter(self.context.state_dir, extra_env=plan_env(self._run.plan_yaml))
+        return True
+
+    def command_answered(self, command: dict) -> None:
+        label = self.pending_commands.pop(command["id"], command["verb"])
+        result = f": {command['result']}" if command.get("result") else ""
+        if command["status"] == "done":
+            self.notify(f"{label}: done{result}", timeout=4)
+        else:
+            self.notify(f"{label}: {command['status']}{result}", severity="error", timeout=8)
+
+    def selected_job(self) -> JobRow | None:
+        return self._jobs.get(self._selected) if self._selected else None
+
+    # ------------------------------------------------------------------ actions
+    def action_skip_countdown(self) -> None:
+        if self._run is None or self._run.state != "countdown":
+            self.notify("No countdown is running.", severity="warning")
+        elif self.send_command("skip_countdown", label="start now"):
+            self.notify("Asked the engine to start the run now.")
+
+    def action_extend_countdown(self) -> None:
+        if self._run is None or self._run.state != "countdown":
+            self.notify("No countdown is running.", severity="warning")
+        elif self.send_command("extend_countdown", minutes=EXTEND_MINUTES, label=f"countdown +{EXTEND_MINUTES} min"):
+            self.notify(f"Extending the countdown by {EXTEND_MINUTES} minutes ...")
+
+    def action_cancel_job(self) -> None:
+        job = self.selected_job()
+        if job is None:
+            return
+        if job.state in JOB_FINAL:
+            self.notify(f"{job.key} is already {job.state}.", severity="warning")
+        elif self.send_command("cancel_job", job.id, label=f"cancel {job.key}"):
+            self.notify(f"Cancelling {job.key} ...")
+
+    def action_cancel_run(self) -> None:
+        if self._run is None or self._run.state not in RUN_ACTIVE:
+            self.notify("This run is not active.", severity="warning")
+            return
+        if time.monotonic() > self._confirm_cancel_until:
+            self._confirm_cancel_until = time.monotonic() + CONFIRM_SECONDS
+            self.notify("Press C again to cancel the whole run.", severity="warning")
+            return
+        self._confirm_cancel_until = 0.0
+        if self.send_command("cancel_run", label=f"cancel run {self.run_id}"):
+            self.notify(f"Cancelling run {self.run_id} ...")
+
+    def action_pause(self) -> None:
+        if self._run is None:
+            return
+        verb = "resume" if self._run.paused else "pause"
+        if self.send_command(verb):
+            self.notify("Resuming admission ..." if verb == "resume" else
+                        "Pausing: running jobs go on, no new ones start.")
+
+    def action_requeue(self) -> None:
+        job = self.selected_job()
+        if job is not None:
+            self.requeue(job)
+
+    def requeue(self, job: JobRow, remedy: dict | None = None) -> bool:
+        if job.state not in REQUEUEABLE:
+            self.notify(f"{job.key} is {job.state}; only ended jobs can be requeued.", severity="warning")
+            return False
+        args = {"remedy": remedy["key"]} if remedy else {}
+        label = f"requeue {job.key}" + (f" with {remedy['key']}" if remedy else "")
+        if self.send_command("requeue", job.id, label=label, **args):
+            self.notify(f"{label} ...")
+            return True
+        return False
+
+    def action_slots(self, delta: int) -> None:
+        device = self._slot_device()
+        if device is None:
+            self.notify("This run has no devices to change.", severity="warning")
+            return
+        slots = int(device.get("slots", 1)) + delta
+        if slots < 0:
+            self.notify(f"{device['id']} already has no slots.", severity="warning")
+        elif self.send_command("set_slots", device=device["id"], slots=slots, label=f"{device['id']} slots={slots}"):
+            self.notify(f"Setting {device['id']} to {slots} slot{'s' if slots != 1 else ''} ...")
+
+    def _slot_device(self) -> dict | None:
+        """The selected job's device, else the run's first one."""
+        devices = [d for d in (self._run.devices if self._run else []) if isinstance(d, dict) and "id" in d]
+        job = self.selected_job()
+        chosen = next((d for d in devices if job and d["id"] == job.device), None)
+        return chosen or (devices[0] if devices else None)
+
+    def add_jobs(self, jobs: list[dict]) -> None:
+        if jobs and self.send_command("add_jobs", jobs=jobs, label=f"add {len(jobs)} job{'s' if len(jobs) != 1 else ''}"):
+            self.notify(f"Adding {len(jobs)} job(s) ...")
+
+
+def plan_env(plan_yaml: str) -> dict[str, str]:
+    """The plan's env overrides, for an engine started on its behalf."""
+    import yaml  # only when an engine is started: keeps the app's start-up light
+
+    try:
+        data = yaml.safe_load(plan_yaml) or {}
+    except yaml.YAMLError:
+        return {}
+    env = data.get("env") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}

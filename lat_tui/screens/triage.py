@@ -1,0 +1,148 @@
+"""Triage: the run's failed jobs, why each failed, and its ranked remedies to retry with.
+
+``1``..``9`` (or ``enter`` on a remedy) requeues the highlighted job with that remedy; the engine
+applies the remedy's patch before the job runs again and records it in the job's history.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, OptionList, Static
+from textual.widgets.option_list import Option
+
+from lat_core.errors import LatError
+from lat_core.service import open_store
+from lat_core.store import JobRow
+from lat_tui.context import AppContext
+from lat_tui.screens.controls import RunControls
+from lat_tui.widgets.job_table import _key_text
+
+RELOAD_AFTER_SECONDS = 1.5
+
+
+class TriageScreen(Screen):
+    BINDINGS = [
+        Binding("escape,q", "app.pop_screen", "Back"),
+        Binding("r", "requeue", "Requeue as is"),
+        *[Binding(str(n), f"remedy({n})", "Requeue with remedy", key_display="1-9", show=n == 1)
+          for n in range(1, 10)],
+    ]
+
+    def __init__(self, context: AppContext, run_id: int, controls: RunControls):
+        super().__init__()
+        self.context = context
+        self.run_id = run_id
+        self.controls = controls
+        self._failed: dict[int, JobRow] = {}
+        self._shown: int | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="triage-title", classes="screen-title")
+        yield DataTable(id="failed", cursor_type="row", zebra_stripes=True)
+        yield Static(id="diagnosis")
+        yield OptionList(id="remedies")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#failed", DataTable)
+        table.add_column("job", key="key", width=28)
+        table.add_column("class", key="class", width=16)
+        table.add_column("why", key="title")
+        self.reload()
+        table.focus()
+
+    def reload(self) -> None:
+        try:
+            store = open_store(self.context.state_dir)
+            try:
+                jobs = store.jobs(self.run_id)
+            finally:
+                store.close()
+        except (LatError, sqlite3.Error) as exc:
+            self.notify(str(exc), title="Cannot read the journal", severity="error")
+            return
+        self._failed = {job.id: job for job in jobs if job.state == "failed"}
+        self._fill_table()
+
+    def _fill_table(self) -> None:
+        table = self.query_one("#failed", DataTable)
+        keep = self._shown
+        table.clear()
+        for job in self._failed.values():
+            diagnosis = job.diagnosis or {}
+            table.add_row(_key_text(job.key, 28), diagnosis.get("class", "?"), diagnosis.get("title", job.error or ""),
+                          key=str(job.id))
+        count = len(self._failed)
+        title = f"Triage · run {self.run_id} · {count} failed job{'s' if count != 1 else ''}"
+        self.query_one("#triage-title", Static).update(Text(title, style="bold"))
+        if keep in self._failed:
+            table.move_cursor(row=table.get_row_index(str(keep)))
+        self._show_job(self._highlighted())
+
+    def _highlighted(self) -> JobRow | None:
+        table = self.query_one("#failed", DataTable)
+        if not table.row_count:
+            return None
+        row_key, _ = table.coordinate_to_cell_key((table.cursor_row, 0))
+        return self._failed.get(int(row_key.value))
+
+    @on(DataTable.RowHighlighted, "#failed")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_job(self._failed.get(int(event.row_key.value)) if event.row_key.value else None)
+
+    @on(DataTable.RowSelected, "#failed")
+    def _row_selected(self, _event: DataTable.RowSelected) -> None:
+        remedies = self.query_one("#remedies", OptionList)
+        if remedies.option_count:
+            if remedies.highlighted is None:
+                remedies.highlighted = 0
+            remedies.focus()
+
+    def _show_job(self, job: JobRow | None) -> None:
+        self._shown = job.id if job else None
+        remedies = self.query_one("#remedies", OptionList)
+        remedies.clear_options()
+        if job is None:
+            self.query_one("#diagnosis", Static).update(Text("No failed jobs in this run.", style="italic"))
+            return
+        diagnosis = job.diagnosis or {}
+        text = Text(f"{job.key}\n", style="bold")
+        text.append(diagnosis.get("diagnosis") or job.error or "no diagnosis recorded")
+        self.query_one("#diagnosis", Static).update(text)
+        remedies.add_options([Option(remedy_label(n, r), id=r["key"])
+                              for n, r in enumerate(diagnosis.get("remedies") or [], 1)])
+
+    @on(OptionList.OptionSelected, "#remedies")
+    def _remedy_selected(self, event: OptionList.OptionSelected) -> None:
+        self.action_remedy(event.option_index + 1)
+
+    def action_remedy(self, rank: int) -> None:
+        job = self._highlighted()
+        remedies = (job.diagnosis or {}).get("remedies") or [] if job else []
+        if job is None:
+            return
+        if not 1 <= rank <= len(remedies):
+            self.notify(f"{job.key} has {len(remedies)} remed{'y' if len(remedies) == 1 else 'ies'}.",
+                        severity="warning")
+            return
+        if self.controls.requeue(job, remedies[rank - 1]):
+            self.set_timer(RELOAD_AFTER_SECONDS, self.reload)
+
+    def action_requeue(self) -> None:
+        job = self._highlighted()
+        if job is not None and self.controls.requeue(job):
+            self.set_timer(RELOAD_AFTER_SECONDS, self.reload)
+
+
+def remedy_label(rank: int, remedy: dict) -> Text:
+    text = Text(f"{rank}. ", style="bold")
+    text.append(str(remedy.get("key", "?")), style="bold")
+    text.append(f"  {remedy.get('cost', '')}\n", style="dim")
+    text.append(f"   {remedy.get('change', '')}")
+    return text

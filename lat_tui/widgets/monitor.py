@@ -1,0 +1,134 @@
+"""The monitor panel: one line per GPU (memory bar, utilisation, temperature, history) and the host.
+
+Rows are rebuilt only when the set of GPUs changes (a GPU vanishing, NVML going away); otherwise
+each poll updates their text and sparkline in place.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Sparkline, Static
+
+from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
+from lat_core.monitor.host import HostSnapshot
+from lat_tui import fmt
+from lat_tui.poll import GpuHistory
+
+BAR_WIDTH = 10
+NAME_WIDTH = 9
+BUSY_FRACTION = 0.9  # above this a bar turns to the warning colour
+
+
+class GpuRow(Horizontal):
+    """``GPU0 H100      ███░░░░░░░ 12.3/80G  45%  52°C`` and a sparkline of memory use."""
+
+    def __init__(self, uuid: str):
+        super().__init__(classes="gpu-row")
+        self.uuid = uuid
+        self._latest: tuple | None = None  # shown once mounted, when ``show`` came first
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="gpu-text")
+        yield Sparkline([], summary_function=max, classes="gpu-history")
+
+    def on_mount(self) -> None:
+        if self._latest:
+            self.show(*self._latest)
+
+    def show(self, gpu: GpuInfo, history: list[float], colors: dict[str, str]) -> None:
+        self._latest = (gpu, history, colors)
+        if not self.is_mounted:
+            return
+        self.query_one(".gpu-text", Static).update(gpu_line(gpu, colors))
+        self.query_one(Sparkline).data = history or [0.0]
+
+
+class MonitorPanel(Vertical):
+    """Hidden and shown by the dashboard's ``m`` key; ``show`` takes one poll's snapshots."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._uuids: tuple[str, ...] | None = None
+        self._reason_shown = ""
+
+    def compose(self) -> ComposeResult:
+        yield Vertical(id="gpu-rows")
+        yield Static(id="host-line")
+
+    def show(self, gpus: GpuSnapshot, host: HostSnapshot, history: GpuHistory, slots: str = "") -> None:
+        colors = self._colors()
+        uuids = tuple(g.uuid for g in gpus.gpus)
+        if uuids != self._uuids or (not uuids and gpus.reason != self._reason_shown):
+            self._rebuild(gpus)
+        for row, gpu in zip(self.query(GpuRow), gpus.gpus):
+            row.show(gpu, history.series(gpu.uuid), colors)
+        line = host_line(host, colors)
+        if slots:
+            line.append(f" · {slots}")
+        self.query_one("#host-line", Static).update(line)
+
+    def _rebuild(self, gpus: GpuSnapshot) -> None:
+        self._uuids = tuple(g.uuid for g in gpus.gpus)
+        self._reason_shown = gpus.reason
+        rows = self.query_one("#gpu-rows", Vertical)
+        rows.remove_children()
+        if gpus.gpus:
+            rows.mount_all([GpuRow(g.uuid) for g in gpus.gpus])
+        else:
+            rows.mount(Static(Text(gpus.reason or "no GPU", style="italic"), classes="no-gpu"))
+
+    def _colors(self) -> dict[str, str]:
+        """Solid theme colours: Rich styles cannot take the theme's alpha variants."""
+        variables = self.app.theme_variables
+        return {name: variables.get(name, "") for name in ("accent", "warning", "error", "foreground-muted")}
+
+
+def gpu_line(gpu: GpuInfo, colors: dict[str, str]) -> Text:
+    fraction = gpu.memory_used / gpu.memory_total if gpu.memory_total else 0.0
+    text = Text(f"GPU{gpu.index} ", style="bold")
+    text.append(f"{short_name(gpu.name):<{NAME_WIDTH}} ")
+    _append_bar(text, fraction, colors)
+    text.append(f" {fmt.gib(gpu.memory_used, gpu.memory_total):>9}")
+    text.append(f" {'' if gpu.utilization is None else f'{gpu.utilization}%':>4}")
+    temperature = "" if gpu.temperature is None else f"{gpu.temperature}°C"
+    text.append(f" {temperature:>5}", style=colors["warning"] if (gpu.temperature or 0) >= 85 else "")
+    if gpu.processes:
+        text.append(f" {len(gpu.processes)}p", style="dim")
+    return text
+
+
+def host_line(host: HostSnapshot, colors: dict[str, str]) -> Text:
+    fraction = host.ram_used / host.ram_total if host.ram_total else 0.0
+    text = Text("host ", style="bold")
+    text.append(f"{'RAM':<{NAME_WIDTH}} ")
+    _append_bar(text, fraction, colors)
+    text.append(f" {fmt.gib(host.ram_used, host.ram_total):>9}")
+    if host.swap_total:
+        text.append(f" · swap {fmt.size(host.swap_used) or '0'}/{fmt.size(host.swap_total)}")
+    text.append(f" · load {host.load1:.1f}/{host.cpu_count}")
+    return text
+
+
+def slots_text(devices: list) -> str:
+    """``slots gpu0=2 gpu1=3``: what the dashboard's ``+``/``-`` keys change."""
+    known = [d for d in devices if isinstance(d, dict) and "id" in d]
+    return "slots " + " ".join(f"{d['id']}={d.get('slots', '?')}" for d in known) if known else ""
+
+
+def short_name(name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``H100 80GB``: the vendor is the same on every line."""
+    words = name.removeprefix("NVIDIA ").split()
+    short = ""
+    for word in words:
+        if len(short) + len(word) + (1 if short else 0) > NAME_WIDTH:
+            break
+        short = f"{short} {word}" if short else word
+    return short or (words[0] if words else name)[:NAME_WIDTH]
+
+
+def _append_bar(text: Text, fraction: float, colors: dict[str, str]) -> None:
+    filled, empty = fmt.bar(fraction, BAR_WIDTH)
+    text.append(filled, style=colors["warning"] if fraction >= BUSY_FRACTION else colors["accent"])
+    text.append(empty, style="dim")

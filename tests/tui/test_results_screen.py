@@ -1,0 +1,236 @@
+"""The results screen on an output tree built here with known metrics, and the curve renderer alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.text import Text
+from textual.app import App
+from textual.widgets import ContentSwitcher, DataTable, Static
+
+from lat_tui.screens.results import ResultsScreen, SkippedScreen
+from lat_tui.widgets.curve import BRAILLE_BASE, CurvePlot, Series, axis_label, plot_series, render_curve
+from lat_tui.widgets.results_model import mean_by_step
+from tests.unit.test_results import write_job
+
+COLA = "glue-tvt_cola"
+MRPC = "glue-tvt_mrpc"
+
+
+def evals(values, every=10):
+    return [(every * (i + 1), {"mcc": v, "accuracy": 0.5 + v / 2}) for i, v in enumerate(values)]
+
+
+@pytest.fixture
+def runs(tmp_path) -> Path:
+    """cola: lora_r8 (2 seeds, best mcc 0.6 / 0.4 -> mean 0.5), dora_r8 (0.3), vera (0.7, one seed),
+    one running job, one OOM; mrpc: one config."""
+    root = tmp_path / "runs"
+    for seed, peak in ((1, 0.6), (2, 0.4)):
+        write_job(root, seed=seed, config="lora_r8", evals=evals([0.1, peak]),
+                  tests=[(20, {"mcc": 0.55})], losses=[(s, 2.0 - s / 20) for s in range(1, 21)])
+    write_job(root, seed=1, config="dora_r8", evals=evals([0.3, 0.2]))
+    write_job(root, seed=1, config="vera", evals=evals([0.7]))
+    write_job(root, seed=3, config="live", evals=evals([0.05]), finished=False)
+    write_job(root, seed=4, config="oom", evals=evals([0.9]), failed="OutOfMemoryError")
+    write_job(root, data=MRPC, seed=1, config="lora_r8", evals=[(10, {"f1": 0.8, "accuracy": 0.7})])
+    return root
+
+
+class ResultsApp(App):
+    def __init__(self, root: Path, refresh_s: float = 30.0):
+        super().__init__()
+        self.root, self.refresh_s = root, refresh_s
+
+    def on_mount(self) -> None:
+        self.push_screen(ResultsScreen(self.root, refresh_s=self.refresh_s))
+
+
+async def settle(pilot, screen_test=lambda s: s.snapshot is not None, tries=100):
+    for _ in range(tries):
+        await pilot.pause(0.05)
+        screen = pilot.app.screen
+        if isinstance(screen, ResultsScreen) and screen_test(screen):
+            return screen
+    raise AssertionError("results screen never reached the expected state")
+
+
+def table_rows(screen) -> list[list[str]]:
+    table = screen.query_one("#results-table", DataTable)
+    return [[str(Text.from_markup(c) if isinstance(c, str) else c.plain) for c in table.get_row_at(i)]
+            for i in range(table.row_count)]
+
+
+def configs(screen) -> list[str]:
+    return [row[0].removeprefix("● ") for row in table_rows(screen)]
+
+
+# --- the curve renderer on its own --------------------------------------------------------------
+
+def test_plot_extents_and_corners():
+    rising = Series("metric", ((0, 0.0), (100, 1.0)))
+    plot = plot_series([rising], width=10, height=3)
+    assert (plot.x.lo, plot.x.hi) == (0, 100) and (plot.ys[0].lo, plot.ys[0].hi) == (0.0, 1.0)
+    assert len(plot.rows) == 3 and all(len(r) == 10 for r in plot.rows)
+    # lowest-left dot of the bottom-left cell and highest-right dot of the top-right cell are set
+    assert (ord(plot.rows[2][0]) - BRAILLE_BASE) & 0x40
+    assert (ord(plot.rows[0][9]) - BRAILLE_BASE) & 0x08
+    assert plot.rows[0][0] == " " and plot.rows[2][9] == " "
+
+
+def test_two_series_keep_their_own_ranges_and_owners():
+    loss = Series("loss", ((1, 4.0), (50, 0.5)))
+    metric = Series("mcc", ((10, 0.2), (50, 0.8)))
+    plot = plot_series([loss, metric], width=20, height=4)
+    assert (plot.x.lo, plot.x.hi) == (1, 50)
+    assert (plot.ys[0].lo, plot.ys[0].hi) == (0.5, 4.0) and (plot.ys[1].lo, plot.ys[1].hi) == (0.2, 0.8)
+    owners = {o for row in plot.owners for o in row}
+    assert {0, 1} <= owners
+    text = render_curve([loss, metric], width=40, height=7).plain.splitlines()
+    assert len(text) == 7 and all(len(line) <= 40 for line in text)
+    assert "loss (left)" in text[0] and "mcc (right)" in text[0]
+    assert text[1].strip().startswith("4") and text[1].endswith("0.8")
+    assert text[-2].strip().startswith("0.5") and text[-2].endswith("0.2")
+    assert text[-1].split() == ["1", "50"]
+
+
+def test_flat_single_point_and_empty_series():
+    plot = plot_series([Series("flat", ((5, 1.0),))], width=4, height=2)
+    assert sum(ch != " " for row in plot.rows for ch in row) == 1
+    assert "no points yet" in render_curve([Series("x", ())], 30, 5).plain
+    assert axis_label(0.091351) == "0.09135" and axis_label(123456.0) == "1.2e+05"
+
+
+def test_mean_by_step_combines_seeds():
+    assert mean_by_step([((1, 1.0), (2, 3.0)), ((1, 3.0),)]) == ((1, 2.0), (2, 3.0))
+
+
+# --- the screen ---------------------------------------------------------------------------------
+
+async def test_table_values_best_mark_and_running(runs):
+    async with ResultsApp(runs).run_test(size=(100, 30)) as pilot:
+        screen = await settle(pilot)
+        rows = {r[0]: r for r in table_rows(screen)}
+        assert list(rows) == ["vera", "lora_r8", "dora_r8", "live"]  # best mcc first
+        assert rows["lora_r8"][1:3] == ["2", "0.500±0.141"]
+        assert rows["vera"][2] == "0.700*" and rows["live"][1] == "0+1"
+        table = screen.query_one("#results-table", DataTable)
+        best_cell = table.get_row_at(0)[2]
+        assert best_cell.style.bold
+        status = str(screen.query_one("#results-status", Static).render())
+        assert "1 skipped: press k to list" in status
+        await pilot.press("k")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, SkippedScreen)
+        assert any("OutOfMemoryError" in line for line in pilot.app.screen.lines)
+        await pilot.press("escape")
+        await pilot.press("right")
+        screen = await settle(pilot, lambda s: s.dataset == MRPC)
+        assert configs(screen) == ["lora_r8"]
+
+
+async def test_sorting_by_key_and_header(runs):
+    async with ResultsApp(runs).run_test(size=(100, 30)) as pilot:
+        screen = await settle(pilot)
+        await pilot.press("S")  # reverse the main metric: worst first
+        assert configs(screen) == ["live", "dora_r8", "lora_r8", "vera"]
+        await pilot.press("s")  # next column: test mcc, best first, rows without it last
+        assert screen.sort_key == "test_mcc" and configs(screen)[0] == "lora_r8"
+        await pilot.press("s")  # wraps around to the config name
+        assert screen.sort_key == "config" and configs(screen) == ["dora_r8", "live", "lora_r8", "vera"]
+        await pilot.press("s")
+        assert screen.sort_key == "n" and configs(screen)[0] == "lora_r8"
+        await pilot.click("#results-table", offset=(2, 0))  # the config header
+        assert screen.sort_key == "config"
+
+
+async def test_curve_of_selected_row(runs):
+    async with ResultsApp(runs).run_test(size=(100, 30)) as pilot:
+        screen = await settle(pilot)
+        await pilot.press("down")  # lora_r8
+        curve = screen.query_one("#results-curve", CurvePlot)
+        loss, metric = curve.series
+        assert loss.points[0] == (1, 1.95) and loss.points[-1] == (20, 1.0)
+        assert metric.name == "val mcc" and metric.points == ((10, 0.1), (20, 0.5))
+        text = curve.render().plain
+        assert "1.95" in text and "0.5" in text and "20" in text.splitlines()[-1]
+
+
+async def test_compare_two_marked_rows(runs):
+    async with ResultsApp(runs).run_test(size=(100, 30)) as pilot:
+        screen = await settle(pilot)
+        await pilot.press("c")  # nothing marked: stays on the single view
+        switcher = screen.query_one("#results-detail", ContentSwitcher)
+        assert switcher.current == "results-single"
+        await pilot.press("space", "down", "space", "c")
+        await pilot.pause()
+        assert switcher.current == "results-compare"
+        left = str(screen.query_one("#compare-summary-a", Static).render())
+        right = str(screen.query_one("#compare-summary-b", Static).render())
+        assert left.startswith("vera") and "mcc 0.700*" in left
+        assert right.startswith("lora_r8") and "0.500±0.141" in right
+        assert screen.query_one("#compare-curve-b", CurvePlot).series[1].points[-1] == (20, 0.5)
+        assert table_rows(screen)[0][0] == "● vera"
+
+
+async def test_new_eval_appears_after_refresh(runs):
+    async with ResultsApp(runs, refresh_s=0.1).run_test(size=(100, 30)) as pilot:
+        screen = await settle(pilot)
+        await pilot.press("down", "down", "down")  # the running job, keep the cursor there
+        assert screen.selected_config() == "live"
+        events = runs / f"{COLA}_seed3" / "live" / "events.jsonl"
+        with events.open("a") as fh:
+            for line in ({"event": "eval", "step": 20, "split": "validation", "metrics": {"mcc": 0.95}},
+                         {"event": "checkpoint", "step": 20, "path": "checkpoint-20"}):
+                fh.write(json.dumps(line) + "\n")
+        screen = await settle(pilot, lambda s: configs(s)[0] == "live")
+        assert table_rows(screen)[0][2] == "0.950*"
+        assert screen.selected_config() == "live"
+
+
+async def test_fits_80x24_and_escape_closes(runs):
+    async with ResultsApp(runs).run_test(size=(80, 24)) as pilot:
+        screen = await settle(pilot)
+        for widget_id in ("#results-table", "#results-curve", "#results-status"):
+            region = screen.query_one(widget_id).region
+            assert region.height > 0 and region.right <= 80 and region.bottom <= 24
+        assert screen.query_one("#results-table", DataTable).region.height >= 5
+        assert screen.query_one("#results-curve").region.height >= 8
+        await pilot.press("escape")
+        assert not isinstance(pilot.app.screen, ResultsScreen)
+
+
+async def test_missing_root_is_reported_and_retried(tmp_path):
+    async with ResultsApp(tmp_path / "not_yet", refresh_s=0.1).run_test(size=(80, 24)) as pilot:
+        for _ in range(40):
+            await pilot.pause(0.05)
+            status = str(pilot.app.screen.query_one("#results-status", Static).render())
+            if "is not a directory" in status:
+                break
+        assert "is not a directory" in status and "retrying" in status
+        write_job(tmp_path / "not_yet", seed=1, config="late", evals=evals([0.4]))
+        screen = await settle(pilot)
+        assert configs(screen) == ["late"]
+
+
+async def test_dashboard_R_opens_the_results_of_its_run(tmp_path):
+    from lat_core.config.suites import SuiteRegistry
+    from lat_core.monitor.fake_nvml import FakeNvml
+    from lat_core.monitor.gpu import GpuProbe
+    from lat_core.service import open_store
+    from lat_tui.app import LatApp
+    from lat_tui.screens.results import ResultsScreen
+
+    state = tmp_path / "state"
+    store = open_store(state)
+    store.create_run("p: 1", str(tmp_path / "out"), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}], 0)
+    (tmp_path / "configs" / "suites").mkdir(parents=True)
+    app = LatApp(state, SuiteRegistry(tmp_path / "configs"), GpuProbe(FakeNvml(init_error="no driver")),
+                 engine_starter=lambda *a, **k: False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("R")
+        await pilot.pause()
+        assert isinstance(app.screen, ResultsScreen)
