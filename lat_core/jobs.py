@@ -175,14 +175,14 @@ def _set(config: dict, dotted: str, value) -> None:
 
 def materialize(job: JobSpec) -> None:
     """Create the job directory and write job.yaml, overrides.json and command.json."""
+    record = {"argv": job.command(), "env": mask_env(job.env), "cwd": str(job.job_dir)}
     try:
         job.job_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputPathError(f"cannot create job directory: {exc.strerror}", where=str(job.job_dir)) from exc
-    _write_atomic(job.job_dir / "job.yaml", yaml.safe_dump(job.config, sort_keys=False))
-    _write_atomic(job.job_dir / "overrides.json", json.dumps(job.provenance, indent=1, default=str))
-    record = {"argv": job.command(), "env": mask_env(job.env), "cwd": str(job.job_dir)}
-    _write_atomic(job.job_dir / "command.json", json.dumps(record, indent=1))
+        _write_atomic(job.job_dir / "job.yaml", yaml.safe_dump(job.config, sort_keys=False))
+        _write_atomic(job.job_dir / "overrides.json", json.dumps(job.provenance, indent=1, default=str))
+        _write_atomic(job.job_dir / "command.json", json.dumps(record, indent=1))
+    except OSError as exc:  # read-only file system, disk full, a file where a directory should be
+        raise OutputPathError(f"cannot write the job directory: {exc.strerror or exc}", where=str(job.job_dir)) from exc
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -74,6 +74,7 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.executescript(SCHEMA)
+        _add_missing_columns(self._db)
 
     def close(self) -> None:
         self._db.close()
@@ -308,6 +309,21 @@ class Store:
             db.execute("UPDATE commands SET status=?, handled=?, result=? WHERE id=?",
                        (status, time.time(), result, command_id))
             _transition(db, row["run_id"], row["job_id"], None, f"command:{row['verb']}", f"{status} {result}".strip())
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    """Bring a journal written by an older LAT up to this schema: columns added since are created
+    with their declared type and default, so upgrading never strands a running experiment."""
+    wanted = sqlite3.connect(":memory:")
+    wanted.executescript(SCHEMA)
+    for (table,) in wanted.execute("SELECT name FROM sqlite_master WHERE type='table'"):
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        for _, name, kind, notnull, default, _pk in wanted.execute(f"PRAGMA table_info({table})"):
+            if name not in have:
+                clause = f" DEFAULT {default}" if default is not None else ""
+                clause += " NOT NULL" if notnull and default is not None else ""
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}{clause}")
+    wanted.close()
 
 
 class _Transaction:

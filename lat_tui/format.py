@@ -27,14 +27,24 @@ def progress_line(t: Transition, job: JobRow | None, started: float) -> str:
     return f"[{stamp}] job {job.id} {job.key}: {arrow}  {t.detail}".rstrip()
 
 
-COLUMNS = ("id", "job", "state", "device", "elapsed", "step", "loss", "tries")
+COLUMNS = ("id", "job", "state", "device", "elapsed", "step", "loss", "peak rss", "peak gpu", "tries")
+
+
+def fmt_bytes(n: int | None) -> str:
+    if not n:
+        return "-"
+    for unit, size in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n}B"
 
 
 def job_table(jobs: list[JobRow], now: float | None = None) -> str:
     now = now or time.time()
     rows = [COLUMNS] + [
         (str(j.id), j.key, j.state, j.device or "-", fmt_elapsed(j.elapsed(now)),
-         "-" if j.last_step is None else str(j.last_step), fmt_loss(j.last_loss), str(j.attempts))
+         "-" if j.last_step is None else str(j.last_step), fmt_loss(j.last_loss),
+         fmt_bytes(j.peak_rss), fmt_bytes(j.peak_gpu), str(j.attempts))
         for j in jobs
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]

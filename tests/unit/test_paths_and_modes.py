@@ -77,3 +77,38 @@ def test_succeeded_jobs_are_not_rerun_and_resume_adds_the_flag(configs, tmp_path
     with pytest.raises(Exception) as info:
         plan_for(configs, out, resume=True, overwrite=True)
     assert "exclude each other" in str(info.value)
+
+
+def test_unwritable_job_directory_is_a_clear_error(configs, tmp_path):
+    from lat_core.jobs import materialize
+
+    job = expand(plan_for(configs, tmp_path / "o"), SuiteRegistry(configs))[0]
+    job.job_dir.parent.mkdir(parents=True)
+    job.job_dir.write_text("a file where the job directory should be")
+    with pytest.raises(OutputPathError) as info:
+        materialize(job)
+    assert str(job.job_dir) in str(info.value) and "cannot write the job directory" in str(info.value)
+
+
+def test_a_journal_from_an_older_version_is_upgraded_in_place(tmp_path):
+    import sqlite3
+
+    from lat_core.store import Store
+
+    old = sqlite3.connect(tmp_path / "journal.sqlite")
+    old.executescript("""
+      CREATE TABLE runs (id INTEGER PRIMARY KEY, created REAL NOT NULL, state TEXT NOT NULL, plan_yaml TEXT NOT NULL,
+        output_root TEXT NOT NULL, devices_json TEXT NOT NULL, countdown_until REAL NOT NULL DEFAULT 0,
+        started REAL, ended REAL, paused INTEGER NOT NULL DEFAULT 0);
+      CREATE TABLE jobs (id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, seq INTEGER NOT NULL, key TEXT NOT NULL,
+        suite TEXT NOT NULL, round INTEGER NOT NULL, stem TEXT NOT NULL, seed INTEGER NOT NULL, dataset TEXT NOT NULL,
+        job_dir TEXT NOT NULL, argv_json TEXT NOT NULL, env_json TEXT NOT NULL, state TEXT NOT NULL, device TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0, started REAL, ended REAL, returncode INTEGER, last_step INTEGER,
+        last_loss REAL, error TEXT, UNIQUE (run_id, key));
+      INSERT INTO runs VALUES (1, 0, 'finished', 'p', '/o', '[]', 0, 0, 1, 0);
+      INSERT INTO jobs (run_id, seq, key, suite, round, stem, seed, dataset, job_dir, argv_json, env_json, state)
+        VALUES (1, 1, 'd_seed1/a', 's', 1, 'a', 1, 'd', '/o/a', '[]', '{}', 'succeeded');
+    """)
+    old.close()
+    job = Store(tmp_path / "journal.sqlite").jobs(1)[0]
+    assert job.key == "d_seed1/a" and job.world == 1 and job.diagnosis is None and job.peak_rss is None
