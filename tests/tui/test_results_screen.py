@@ -234,3 +234,27 @@ async def test_dashboard_R_opens_the_results_of_its_run(tmp_path):
         await pilot.press("R")
         await pilot.pause()
         assert isinstance(app.screen, ResultsScreen)
+
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "results_screen_80x24.txt"
+
+
+def screen_text(app) -> str:
+    """The screen as plain text, line by line: a snapshot that survives colour/theme changes."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join(strip.text.rstrip() for strip in strips) + "\n"
+
+
+async def test_results_screen_snapshot(runs):
+    """Compare with the stored snapshot; LAT_UPDATE_SNAPSHOTS=1 rewrites it after a deliberate change."""
+    import os
+
+    app = ResultsApp(runs)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.pause(0.2)
+        text = screen_text(app)
+    text = text.replace(str(runs), "<root>")
+    if os.environ.get("LAT_UPDATE_SNAPSHOTS") == "1" or not SNAPSHOT.exists():
+        SNAPSHOT.write_text(text)
+    assert text == SNAPSHOT.read_text(), "results screen changed; inspect and rerun with LAT_UPDATE_SNAPSHOTS=1"
