@@ -167,8 +167,11 @@ class Engine:
             self._popens[attempt_id] = launched.popen
 
     def _unmask(self, env: dict) -> dict:
-        """The journal holds secrets masked; their values come from the engine's own environment."""
-        return {k: (self._secrets.get(k, "") if v == MASK else v) for k, v in env.items()}
+        """The journal holds secrets masked; their values come from the engine's own environment.
+        A secret this engine never received is left out (never passed on as ``***``)."""
+        known = {k: self._secrets.get(k) for k, v in env.items() if v == MASK}
+        plain = {k: v for k, v in env.items() if v != MASK}
+        return {**plain, **{k: v for k, v in known.items() if v and v != MASK}}
 
     # ------------------------------------------------------------------ reaping
     def _reap(self, run: RunRow) -> None:

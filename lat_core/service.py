@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lat_core.config.env import mask_env, shell_overrides
+from lat_core.config.env import MASK, mask_env, shell_overrides
 from lat_core.config.paths import configs_root
 from lat_core.config.suites import SuiteRegistry
 from lat_core.devices import resolve_devices
@@ -170,7 +170,8 @@ def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_
     """Start ``python -m lat_core.engine`` in its own session (it outlives the front end) and wait
     until it holds the engine lock or has exited, so the caller sees a consistent state."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **(extra_env or {})}
+    # values read back from a saved plan are masked: never hand "***" to the engine as a secret
+    env = {**os.environ, **{k: v for k, v in (extra_env or {}).items() if v != MASK}}
     with open(state_dir / "engine.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "lat_core.engine", "--state-dir", str(state_dir)],

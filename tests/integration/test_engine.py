@@ -197,3 +197,10 @@ def test_notices_on_start_failure_and_finish_reach_a_webhook(tmp_path):
     assert kinds == ["failure", "finish", "start"], received
     history = [t.new_state for t in store.transitions(run_id)]
     assert history.count("notice:start") == 1 and history.count("notice:finish") == 1
+
+
+def test_a_secret_the_engine_never_received_is_left_out_not_passed_masked(tmp_path):
+    job = fake_job(tmp_path, "a", env={"HF_TOKEN": "***"}, extra=("--print-env", "HF_TOKEN"))
+    store, run_id = make_run(tmp_path, [job])
+    drain(store, secrets={})
+    assert (tmp_path / "out" / "a" / "env.txt").read_text().strip() == "<unset>"
