@@ -15,7 +15,6 @@ import re
 import sys
 from pathlib import Path
 
-import yaml
 
 from lat_core.errors import LatError, PlanError
 

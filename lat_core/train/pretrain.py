@@ -10,16 +10,13 @@ the corpus's UTF-8 bytes, so any text file works without a tokenizer download.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
-import time
 from pathlib import Path
 
-from lat_core.train.pretrain_config import PretrainConfig, PretrainConfigError, build_config
+from lat_core.train.pretrain_config import PretrainConfigError, build_config
 
 TINY_CORPUS = Path(__file__).resolve().parents[1] / "data" / "tiny_corpus.txt"
-VOCAB = 256
 
 
 def parse_args(argv):

@@ -85,14 +85,14 @@ def job_rows(screen: str) -> list[str]:
     return rows
 
 
-def test_demo_plan_from_the_form_runs_to_success(tmux, tmp_path):
-    state_dir = tmp_path / "state"
-    env = {"LAT_STATE_DIR": str(state_dir), "PATH": os.environ.get("PATH", "")}
+def start_from_form(tmux, tmp_path, env, pairs: str) -> None:
+    """Open lat-tui on an empty state dir and fill the plan form by keys, as a person would:
+    suite demo, the given pairs, the CPU, 2 slots, an output root under tmp_path; then start."""
     tmux.start(f"{lat_tui_command()} --configs {REPO / 'configs'}; sleep 600", env, tmp_path)
     screen = tmux.wait_for(lambda s: "New run" in s and "Suites" in s, 30, "the plan screen")
     assert "demo" in screen
     tmux.keys("Space", "Tab", "Tab")
-    tmux.keys("1:tiny-sst2 2:tiny-sst2", literal=True)
+    tmux.keys(pairs, literal=True)
     tmux.keys("Tab")
     if "jobs run on the CPU" not in screen:  # a GPU machine: pick the cpu choice, the last one
         tmux.keys("End", "Space")
@@ -103,6 +103,12 @@ def test_demo_plan_from_the_form_runs_to_success(tmux, tmp_path):
     tmux.keys("Tab")
     tmux.keys("NUM_DATA_WORKERS=0", literal=True)
     tmux.keys("C-s")
+
+
+def test_demo_plan_from_the_form_runs_to_success(tmux, tmp_path):
+    state_dir = tmp_path / "state"
+    env = {"LAT_STATE_DIR": str(state_dir), "PATH": os.environ.get("PATH", "")}
+    start_from_form(tmux, tmp_path, env, "1:tiny-sst2 2:tiny-sst2")
     tmux.wait_for(lambda s: "run 1" in s and len(job_rows(s)) == 4, 60, "the dashboard with 4 jobs")
     final = tmux.wait_for(
         lambda s: sum("succeeded" in row for row in job_rows(s)) == 4 or "failed" in s, 240, "all jobs succeeded"

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .test_tmux_demo import REPO, Tmux, job_rows, lat_tui_command
+from .test_tmux_demo import REPO, Tmux, job_rows, lat_tui_command, start_from_form
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -39,20 +39,7 @@ def sessions():
 
 def start_demo_run(tmux: Tmux, tmp_path: Path, env: dict) -> None:
     """Fill the plan form by keys (suite demo, 3 pairs, CPU, 2 slots) and start it."""
-    tmux.start(f"{lat_tui_command()} --configs {REPO / 'configs'}; sleep 600", env, tmp_path)
-    screen = tmux.wait_for(lambda s: "New run" in s and "Suites" in s, 30, "the plan screen")
-    tmux.keys("Space", "Tab", "Tab")
-    tmux.keys(PAIRS, literal=True)
-    tmux.keys("Tab")
-    if "jobs run on the CPU" not in screen:  # a GPU machine: pick the cpu choice, the last one
-        tmux.keys("End", "Space")
-    tmux.keys("Tab")
-    tmux.keys("2", literal=True)
-    tmux.keys("Tab", "Tab")
-    tmux.keys(str(tmp_path / "runs"), literal=True)
-    tmux.keys("Tab")
-    tmux.keys("NUM_DATA_WORKERS=0", literal=True)
-    tmux.keys("C-s")
+    start_from_form(tmux, tmp_path, env, PAIRS)
     tmux.wait_for(lambda s: len(job_rows(s)) == JOBS and any("running" in row for row in job_rows(s)),
                   60, "the dashboard with 6 jobs, one running")
 

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 
-import psutil
 
 from lat_core.service import EngineLock, ensure_engine, open_store
 from tests.conftest import fake_job

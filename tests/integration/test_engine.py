@@ -1,11 +1,8 @@
 """The engine with real subprocesses (a fake trainer script), a real journal and real exit records."""
 
-import os
-import signal
 import time
 
 import psutil
-import pytest
 
 from lat_core.engine import Engine
 from lat_core.store import Store

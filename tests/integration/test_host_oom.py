@@ -2,14 +2,12 @@
 
 Skipped with the reason where this machine does not let us create a memory cgroup."""
 
-import os
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
-from lat_core.engine import Engine
 from lat_core.launch import launch
 from tests.integration.test_engine import CPU, drain, make_run
 

@@ -1,6 +1,5 @@
 """Gang scheduling and torchrun launches (gloo on the CPU)."""
 
-import os
 import sys
 from pathlib import Path
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from textual.widgets import Log
 
-from lat_core.service import open_store
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
 from lat_tui.widgets.status import RunStatus
-from textual.widgets import Static
 
 SIZE = (80, 24)
 PLAN_YAML = "suites: [{name: demo, rounds: all}]\npairs: ['1:tiny-sst2']\nenv: {NUM_DATA_WORKERS: '0'}\n"
