@@ -36,6 +36,52 @@ def _parse_float(text: str) -> float:
     return float(text.strip())
 
 
+def _parse_nonneg_int(text: str) -> int:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError("expected an integer >= 0")
+    return value
+
+
+def _parse_positive_float(text: str) -> float:
+    value = float(text.strip())
+    if value <= 0:
+        raise ValueError("expected a number > 0")
+    return value
+
+
+def _parse_ratio(text: str) -> float:
+    value = float(text.strip())
+    if not 0 <= value < 1:
+        raise ValueError("expected a number in [0, 1)")
+    return value
+
+
+_PRECISIONS = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+               "fp32": "float32", "float32": "float32"}
+
+
+def _parse_precision(text: str) -> str:
+    key = text.strip().lower()
+    if key not in _PRECISIONS:
+        raise ValueError("expected bf16, fp16 or fp32")
+    return _PRECISIONS[key]
+
+
+def _parse_choice(*choices: str):
+    def parse(text: str) -> str:
+        if text.strip() not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return text.strip()
+
+    return parse
+
+
+def _parse_logits_to_keep(text: str):
+    value = text.strip().lower()
+    return value if value in ("auto", "all") else _parse_nonneg_int(value)
+
+
 @dataclass(frozen=True)
 class EnvField:
     field: str  # dotted path in the job config
@@ -56,13 +102,33 @@ ENV_FIELDS: dict[str, EnvField] = {
     "HP_PEFT_DROPOUT": EnvField("peft.dropout", _parse_float, "a number"),
     "HP_GRAD_ACCUM": EnvField("train.grad_accum", _parse_positive_int, "a positive integer"),
     "HP_INIT": EnvField("peft.init_lora_weights", str, "an init name (gaussian, pissa, pissa_niter_N, loraga, ...)"),
-    "NUM_DATA_WORKERS": EnvField("train.num_workers", _parse_int, "an integer"),
+    "HP_EPOCHS": EnvField("train.epochs", _parse_positive_float, "a number > 0"),
+    "HP_PREC": EnvField("model.dtype", _parse_precision, "bf16, fp16 or fp32"),
+    "HP_SEED": EnvField("seed", _parse_nonneg_int, "an integer >= 0"),
+    "HP_EVAL_STEPS": EnvField("train.eval_every", _parse_positive_int, "a positive integer"),
+    "HP_SAVE_STEPS": EnvField("train.save_every", _parse_positive_int, "a positive integer"),
+    "HP_LOGGING_STEPS": EnvField("train.log_every", _parse_positive_int, "a positive integer"),
+    "LR_SCHEDULER_TYPE": EnvField("train.lr_scheduler", _parse_choice("constant", "linear", "cosine", "constant_with_warmup"),
+                                  "constant, linear, cosine or constant_with_warmup"),
+    "LR_WARMUP_RATIO": EnvField("train.warmup_ratio", _parse_ratio, "a number in [0, 1)"),
+    "LR_WARMUP_STEPS": EnvField("train.warmup_steps", _parse_nonneg_int, "an integer >= 0"),
+    "LOGITS_TO_KEEP": EnvField("train.logits_to_keep", _parse_logits_to_keep, "auto, all or an integer >= 0"),
+    "EVAL_ACCUMULATION_STEPS": EnvField("train.eval_accumulation_steps", _parse_nonneg_int, "an integer >= 0"),
+    "SAVE_OPTIMIZER_STATE": EnvField("train.save_optimizer_state", _parse_bool, "a boolean (1/0, true/false)"),
+    "DATALOADER_NUM_WORKERS": EnvField("train.num_workers", _parse_nonneg_int, "an integer >= 0"),
+    "DATALOADER_PIN_MEMORY": EnvField("train.pin_memory", _parse_bool, "a boolean (1/0, true/false)"),
+    "DATALOADER_PERSISTENT_WORKERS": EnvField("train.persistent_workers", _parse_bool, "a boolean (1/0, true/false)"),
+    "DATALOADER_PREFETCH_FACTOR": EnvField("train.prefetch_factor", _parse_positive_int, "a positive integer"),
+    "REPORT_TO": EnvField("train.report_to", _parse_choice("none", "tensorboard", "wandb", "swanlab"),
+                          "none, tensorboard, wandb or swanlab"),
+    "NUM_DATA_WORKERS": EnvField("train.num_workers", _parse_nonneg_int, "an integer >= 0"),
     "GRADIENT_CHECKPOINTING": EnvField("train.gradient_checkpointing", _parse_bool, "a boolean (1/0, true/false)"),
 }
 
 #: Prefixes the seeds used; variables with them are picked up from the launching shell too.
 ENV_PREFIXES = ("HP_", "DATALOADER_", "GLA_", "EVAL_GEN_", "LR_", "SWANLAB_", "WANDB_", "LAT_JOB_")
-EXTRA_NAMES = ("NUM_DATA_WORKERS", "GRADIENT_CHECKPOINTING", "PYTORCH_CUDA_ALLOC_CONF")
+EXTRA_NAMES = ("NUM_DATA_WORKERS", "GRADIENT_CHECKPOINTING", "PYTORCH_CUDA_ALLOC_CONF", "USE_WANDB", "USE_SWANLAB",
+               "REPORT_TO", "LOGITS_TO_KEEP", "EVAL_ACCUMULATION_STEPS", "SAVE_OPTIMIZER_STATE")
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_RE = re.compile(r"(API_?KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|SMTP_PASS|MAIL_PASS)", re.I)

@@ -7,6 +7,7 @@ caught before any heavy import and reported as one line naming the field.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,10 @@ import yaml
 
 FAMILIES = ("gla", "mamba")
 DTYPES = ("float32", "bfloat16", "float16")
+PREC_ALIASES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+                "half": "float16", "fp32": "float32", "float32": "float32", "float": "float32"}
+SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
+TRACKERS = ("none", "tensorboard", "wandb", "swanlab")
 PEFT_METHODS = ("lora", "dora", "rslora", "pissa", "loraga", "sdlora")
 # Named target sets usable in peft.target_modules (expanded before PEFT sees them).
 TARGET_SETS = {
@@ -83,6 +88,20 @@ class TrainSection:
     weight_decay: float = 0.0
     warmup_steps: int = 0
     grad_accum: int = 1
+    # epochs: when set (and no explicit max_steps at the same or a later layer), max_steps =
+    # ceil(epochs x train examples / effective batch); see README "Trainer".
+    epochs: float | None = None
+    lr_scheduler: str | None = None      # constant | linear | cosine | constant_with_warmup
+    warmup_ratio: float = 0.0            # used when warmup_steps is 0
+    # dataloader; None = not set (a default or the large-dataset choice applies)
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    prefetch_factor: int | None = None
+    large_dataset_threshold: int = 200_000
+    logits_to_keep: object = "auto"      # auto | 0 (all logits) | N (last N positions)
+    eval_accumulation_steps: int = 0     # move eval results to the host every N batches (0: each)
+    save_optimizer_state: bool = True
+    report_to: object = "none"           # none | tensorboard | wandb | swanlab, or a list
 
 
 @dataclass
@@ -111,6 +130,8 @@ class JobConfig:
     data_dir: str = ""
     gla: dict = field(default_factory=dict)
     sources: dict = field(default_factory=dict)
+    # dotted keys the user set (YAML or env), e.g. "train.num_workers"; defaults are not listed
+    explicit: set = field(default_factory=set)
 
 
 _TINY_KEYS = {"gla": {"hidden_size", "num_hidden_layers", "num_heads", "vocab_size", "expand_k",
@@ -147,6 +168,9 @@ def _build(cls, section: str, raw: Any):
     kwargs = {}
     hints = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict, "list": list}
     for key, value in raw.items():
+        if value is None and "None" in str(fields[key].type):
+            kwargs[key] = None
+            continue
         typ = hints.get(str(fields[key].type).split(" ")[0], object)
         kwargs[key] = _check_type(f"{section}.{key}", value, typ) if typ is not object else value
     return cls(**kwargs)
@@ -184,6 +208,53 @@ def _validate(cfg: JobConfig) -> None:
         raise TrainConfigError(f"train.lr: must be > 0, got {t.lr}")
     if t.num_workers < 0:
         raise TrainConfigError(f"train.num_workers: must be >= 0, got {t.num_workers}")
+    if t.epochs is not None and t.epochs <= 0:
+        raise TrainConfigError(f"train.epochs: must be > 0, got {t.epochs}")
+    if t.lr_scheduler is not None and t.lr_scheduler not in SCHEDULERS:
+        raise TrainConfigError(f"train.lr_scheduler: must be one of {SCHEDULERS}, got {t.lr_scheduler!r}")
+    if not 0.0 <= t.warmup_ratio < 1.0:
+        raise TrainConfigError(f"train.warmup_ratio: must be in [0, 1), got {t.warmup_ratio}")
+    if t.warmup_steps < 0:
+        raise TrainConfigError(f"train.warmup_steps: must be >= 0, got {t.warmup_steps}")
+    if t.prefetch_factor is not None and t.prefetch_factor < 1:
+        raise TrainConfigError(f"train.prefetch_factor: must be >= 1, got {t.prefetch_factor}")
+    for key in ("large_dataset_threshold", "eval_accumulation_steps"):
+        if getattr(t, key) < 0:
+            raise TrainConfigError(f"train.{key}: must be >= 0, got {getattr(t, key)}")
+    t.logits_to_keep = parse_logits_to_keep("train.logits_to_keep", t.logits_to_keep)
+    t.report_to = parse_report_to("train.report_to", t.report_to)
+
+
+def parse_logits_to_keep(where: str, value):
+    """'auto' (keep what the loss needs), 0 (all positions) or N > 0 (the last N positions)."""
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low == "auto":
+            return "auto"
+        if low in ("all", "off", "none"):
+            return 0
+        try:
+            value = int(low)
+        except ValueError:
+            raise TrainConfigError(f"{where}={value!r}: expected auto, 0/all or a positive integer") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TrainConfigError(f"{where}={value!r}: expected auto, 0/all or a positive integer")
+    return value
+
+
+def parse_report_to(where: str, value) -> list:
+    """A tracker name, a comma list or a YAML list -> list of trackers (empty for none)."""
+    if isinstance(value, str):
+        value = [v.strip().lower() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TrainConfigError(f"{where}={value!r}: expected one of {TRACKERS} or a list of them")
+    out = []
+    for v in value:
+        if v not in TRACKERS:
+            raise TrainConfigError(f"{where}: unknown tracker {v!r} (choose from {', '.join(TRACKERS)})")
+        if v != "none" and v not in out:
+            out.append(v)
+    return out
 
 
 TOP_KEYS = ("name", "model", "peft", "data", "seed", "train", "output_dir", "eval", "data_dir")
@@ -208,12 +279,71 @@ def _num_env(name: str, text: str, typ, minimum=None):
     return value
 
 
-# environment variable -> (section, key, parser); applied over the YAML (DESIGN: env beats YAML)
+def _prec_env(name: str, text: str) -> str:
+    low = text.strip().lower()
+    if low not in PREC_ALIASES:
+        raise TrainConfigError(f"{name}={text!r}: expected bf16, fp16 or fp32")
+    return PREC_ALIASES[low]
+
+
+def _choice_env(choices):
+    def parse(name: str, text: str) -> str:
+        low = text.strip().lower()
+        if low not in choices:
+            raise TrainConfigError(f"{name}={text!r}: expected one of {', '.join(choices)}")
+        return low
+    return parse
+
+
+def _ratio_env(name: str, text: str) -> float:
+    value = _num_env(name, text, float, 0.0)
+    if value >= 1.0:
+        raise TrainConfigError(f"{name}={text!r}: must be in [0, 1)")
+    return value
+
+
+def _epochs_env(name: str, text: str) -> float:
+    value = _num_env(name, text, float)
+    if value <= 0:
+        raise TrainConfigError(f"{name}={text!r}: must be > 0")
+    return value
+
+
+def _logits_env(name: str, text: str):
+    return parse_logits_to_keep(name, text)
+
+
+_POS_INT = lambda n, v: _num_env(n, v, int, 1)  # noqa: E731
+
+# environment variable -> (section, key, parser); applied over the YAML (DESIGN: env beats YAML).
+# Later entries for the same field win (the HP_*_STEPS aliases over HP_*_EVERY).
 ENV_OVERRIDES = {
-    "HP_BATCH_SIZE": ("train", "batch_size", lambda n, v: _num_env(n, v, int, 1)),
-    "HP_GRAD_ACCUM": ("train", "grad_accum", lambda n, v: _num_env(n, v, int, 1)),
+    "HP_BATCH_SIZE": ("train", "batch_size", _POS_INT),
+    "HP_GRAD_ACCUM": ("train", "grad_accum", _POS_INT),
+    "HP_LEARNING_RATE": ("train", "lr", lambda n, v: _num_env(n, v, float)),
     "HP_LR": ("train", "lr", lambda n, v: _num_env(n, v, float)),
-    "HP_MAX_STEPS": ("train", "max_steps", lambda n, v: _num_env(n, v, int, 1)),
+    "HP_MAX_STEPS": ("train", "max_steps", _POS_INT),
+    "HP_EPOCHS": ("train", "epochs", _epochs_env),
+    "HP_MAX_SEQ_LEN": ("train", "max_seq_len", _POS_INT),
+    "HP_EVAL_EVERY": ("train", "eval_every", _POS_INT),
+    "HP_EVAL_STEPS": ("train", "eval_every", _POS_INT),
+    "HP_SAVE_EVERY": ("train", "save_every", _POS_INT),
+    "HP_SAVE_STEPS": ("train", "save_every", _POS_INT),
+    "HP_LOGGING_STEPS": ("train", "log_every", _POS_INT),
+    "HP_PREC": ("model", "dtype", _prec_env),
+    "LR_SCHEDULER_TYPE": ("train", "lr_scheduler", _choice_env(SCHEDULERS)),
+    "LR_WARMUP_RATIO": ("train", "warmup_ratio", _ratio_env),
+    "LR_WARMUP_STEPS": ("train", "warmup_steps", lambda n, v: _num_env(n, v, int, 0)),
+    "GRADIENT_CHECKPOINTING": ("train", "gradient_checkpointing", _bool_env),
+    "LOGITS_TO_KEEP": ("train", "logits_to_keep", _logits_env),
+    "EVAL_ACCUMULATION_STEPS": ("train", "eval_accumulation_steps", lambda n, v: _num_env(n, v, int, 0)),
+    "SAVE_OPTIMIZER_STATE": ("train", "save_optimizer_state", _bool_env),
+    "NUM_DATA_WORKERS": ("train", "num_workers", lambda n, v: _num_env(n, v, int, 0)),
+    "DATALOADER_NUM_WORKERS": ("train", "num_workers", lambda n, v: _num_env(n, v, int, 0)),
+    "DATALOADER_PIN_MEMORY": ("train", "pin_memory", _bool_env),
+    "DATALOADER_PERSISTENT_WORKERS": ("train", "persistent_workers", _bool_env),
+    "DATALOADER_PREFETCH_FACTOR": ("train", "prefetch_factor", _POS_INT),
+    "REPORT_TO": ("train", "report_to", lambda n, v: parse_report_to(n, v)),
     "HP_PEFT_R": ("peft", "r", lambda n, v: _num_env(n, v, int, 1)),
     "HP_PEFT_ALPHA": ("peft", "alpha", lambda n, v: _num_env(n, v, float)),
     "HP_PEFT_DROPOUT": ("peft", "dropout", lambda n, v: _num_env(n, v, float)),
@@ -295,6 +425,17 @@ def apply_env(raw: dict, environ: dict, sources: dict) -> dict:
     if environ.get("HP_DATA"):
         raw["data"] = environ["HP_DATA"].strip()
         sources["data"] = "env:HP_DATA"
+    if environ.get("HP_SEED", "") != "":
+        raw["seed"] = _num_env("HP_SEED", environ["HP_SEED"], int, 0)
+        sources["seed"] = "env:HP_SEED"
+    trackers = parse_report_to("train.report_to", (raw.get("train") or {}).get("report_to", "none"))
+    for var, name in (("USE_WANDB", "wandb"), ("USE_SWANLAB", "swanlab")):
+        if environ.get(var, "") != "" and _bool_env(var, environ[var]) and name not in trackers:
+            trackers.append(name)
+            sources["train.report_to"] = f"env:{var}"
+    if trackers != parse_report_to("x", (raw.get("train") or {}).get("report_to", "none")):
+        raw.setdefault("train", {})
+        raw["train"] = dict(raw["train"] or {}, report_to=trackers)
     return raw
 
 
@@ -312,6 +453,8 @@ def parse_config(raw: Any, cfg_path: Path | None = None, environ: dict | None = 
     if isinstance(raw.get("peft"), dict) or raw.get("peft") is None:
         raw["peft"] = _resolve_peft(raw.get("peft"), sources)
     raw = apply_env(raw, environ, sources)
+    explicit = {f"{sec}.{k}" for sec in ("model", "train", "eval", "peft")
+                if isinstance(raw.get(sec), dict) for k in raw[sec]}
     if "data" not in raw or raw["data"] in (None, ""):
         raise TrainConfigError("data: missing dataset name (e.g. tiny-sst2 or a directory path)")
     data = _check_type("data", raw["data"], str)
@@ -338,10 +481,36 @@ def parse_config(raw: Any, cfg_path: Path | None = None, environ: dict | None = 
         output_dir=out.resolve(), cfg_path=cfg_path,
         eval=_build(EvalSection, "eval", raw.get("eval")),
         data_dir=_check_type("data_dir", raw.get("data_dir") or "", str),
-        gla=gla, sources=sources,
+        gla=gla, sources=sources, explicit=explicit,
     )
     _validate(cfg)
     return cfg
+
+
+def _layer(cfg: JobConfig, key: str) -> int:
+    """0: default, 1: YAML (job file), 2: environment."""
+    if str(cfg.sources.get(key, "")).startswith("env:"):
+        return 2
+    return 1 if key in cfg.explicit else 0
+
+
+def resolve_max_steps(cfg: JobConfig, n_train: int) -> tuple[int, str]:
+    """(max_steps, why) once the training set size is known.
+
+    train.epochs turns into ceil(epochs x n_train / effective batch). An explicit max_steps set
+    at the same layer as epochs or a later one (YAML < env) wins; a default max_steps never does.
+    """
+    t = cfg.train
+    if t.epochs is None:
+        return t.max_steps, "max_steps"
+    eff = t.batch_size * t.grad_accum
+    from_epochs = max(1, math.ceil(t.epochs * n_train / eff))
+    ms_layer, ep_layer = _layer(cfg, "train.max_steps"), _layer(cfg, "train.epochs")
+    if ms_layer and ms_layer >= ep_layer:
+        return t.max_steps, (f"explicit max_steps {t.max_steps} wins over epochs {t.epochs:g} "
+                             f"(would be {from_epochs} steps)")
+    return from_epochs, (f"epochs {t.epochs:g} x {n_train} examples / effective batch {eff} "
+                         f"= {from_epochs} steps")
 
 
 def load_config(path: str | Path) -> JobConfig:

@@ -225,3 +225,108 @@ def train_batches(n_examples: int, batch_size: int, seed: int, start_step: int, 
         perm = epoch_cache[epoch]
         batch = perm[pos * batch_size:(pos + 1) * batch_size]
         yield batch if batch else perm[:batch_size]
+
+
+# ---------------------------------------------------------------------------------------------
+# Training DataLoader.  Why a batch sampler over train_batches: the order of examples is decided
+# in the main process by the same seeded permutation as before, and DataLoader returns batches in
+# sampler order whatever the number of workers, so workers only parallelise collation and
+# results do not depend on num_workers (nor on where a run was resumed).
+
+class ExampleSet(torch.utils.data.Dataset):
+    """Map-style view of the encoded training examples."""
+
+    def __init__(self, examples: list[dict]):
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.examples[i]
+
+
+class StepBatchSampler(torch.utils.data.Sampler):
+    """One effective batch of indices per optimisation step start_step+1 .. max_steps."""
+
+    def __init__(self, n_examples: int, batch_size: int, seed: int, start_step: int, max_steps: int):
+        self.args = (n_examples, batch_size, seed, start_step, max_steps)
+
+    def __iter__(self):
+        return iter(train_batches(*self.args))
+
+    def __len__(self) -> int:
+        return max(0, self.args[4] - self.args[3])
+
+
+class MicroBatchCollate:
+    """Effective batch of examples -> list of collated micro-batches (picklable for workers)."""
+
+    def __init__(self, pad_id: int, micro_batch_size: int):
+        self.pad_id, self.size = pad_id, micro_batch_size
+
+    def __call__(self, examples: list[dict]) -> list[dict]:
+        return [collate(examples[i:i + self.size], self.pad_id) for i in range(0, len(examples), self.size)]
+
+
+LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+LARGE_CHOICE = {"num_workers": 2, "pin_memory": False, "persistent_workers": False, "prefetch_factor": 2}
+
+
+def dataloader_settings(cfg, n_train: int, cuda: bool) -> tuple[dict, str]:
+    """The loader settings and one log line saying where they came from.
+
+    Returns ({field: value, ..., "source": {field: user|auto|default}, "large_dataset": bool,
+    "threshold": int}, line).  User settings (job YAML or env) always win; for a training set of
+    at least train.large_dataset_threshold examples, unset fields get memory-frugal values
+    (num_workers at most 2, no persistent workers, prefetch 2, no pinned memory).
+    """
+    t = cfg.train
+    threshold = t.large_dataset_threshold
+    large = threshold > 0 and n_train >= threshold
+    user = {f: getattr(t, f) for f in LOADER_FIELDS if f"train.{f}" in cfg.explicit and getattr(t, f) is not None}
+    default_workers = t.num_workers
+    defaults = {"num_workers": default_workers, "pin_memory": cuda, "persistent_workers": False,
+                "prefetch_factor": 2}
+    out, source = {}, {}
+    for f in LOADER_FIELDS:
+        if f in user:
+            out[f], source[f] = user[f], "user"
+        elif large:
+            value = LARGE_CHOICE[f]
+            out[f], source[f] = (min(default_workers, value) if f == "num_workers" else value), "auto"
+        else:
+            out[f], source[f] = defaults[f], "default"
+    notes = []
+    if out["num_workers"] == 0:
+        if out["persistent_workers"] and source["persistent_workers"] == "user":
+            notes.append("persistent_workers needs workers; off with num_workers 0")
+        out["persistent_workers"] = False
+        out["prefetch_factor"] = None
+    if out["pin_memory"] and not cuda:
+        notes.append("pin_memory has no effect without CUDA; off")
+        out["pin_memory"] = False
+    desc = ", ".join(f"{f}={out[f]} ({source[f]})" for f in LOADER_FIELDS)
+    if large:
+        auto = [f for f in LOADER_FIELDS if source[f] == "auto"]
+        why = (f"large training set ({n_train:,} >= train.large_dataset_threshold {threshold:,}): "
+               + (f"memory-frugal {', '.join(auto)} chosen; " if auto else "all settings given by the user; "))
+    else:
+        why = f"training set of {n_train:,} examples (< {threshold:,}): "
+    line = f"dataloader: {why}{desc}" + (f" [{'; '.join(notes)}]" if notes else "")
+    return {**out, "source": source, "large_dataset": large, "threshold": threshold}, line
+
+
+def train_loader(examples: list[dict], settings: dict, micro_batch_size: int, grad_accum: int,
+                 seed: int, start_step: int, max_steps: int, pad_id: int):
+    """The DataLoader yielding, per step, the list of collated micro-batches."""
+    kwargs = {"num_workers": settings["num_workers"], "pin_memory": settings["pin_memory"]}
+    if settings["num_workers"] > 0:
+        kwargs["persistent_workers"] = settings["persistent_workers"]
+        kwargs["prefetch_factor"] = settings["prefetch_factor"]
+    sampler = StepBatchSampler(len(examples), micro_batch_size * grad_accum, seed, start_step, max_steps)
+    # a private generator: creating the iterator draws a worker base seed, which must not
+    # consume the global RNG (dropout) stream, or a resumed run would diverge
+    gen = torch.Generator().manual_seed(seed * 100_003 + start_step)
+    return torch.utils.data.DataLoader(ExampleSet(examples), batch_sampler=sampler, generator=gen,
+                                       collate_fn=MicroBatchCollate(pad_id, micro_batch_size), **kwargs)

@@ -129,7 +129,12 @@ def wrap_peft(model: nn.Module, cfg: JobConfig, environ: dict | None = None) -> 
     n_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
     lora = lora_config(cfg, n_layers, dict(os.environ) if environ is None else environ)
     if cfg.train.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # non-reentrant checkpointing: works with frozen inputs/adapters and keeps RNG state exact
+        enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5 name
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
     return get_peft_model(model, lora)
 

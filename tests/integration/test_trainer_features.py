@@ -1,6 +1,9 @@
 """Trainer features in-process on tiny models: grad accumulation, strict resume, adapters,
-generation with left padding, the real dataset readers end to end."""
+generation with left padding, the real dataset readers end to end; DataLoader workers, adaptive
+loader settings, lr schedules in step events, epochs, SAVE_OPTIMIZER_STATE=0 resume,
+tokens_per_s / peak_gpu_bytes."""
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -193,3 +196,71 @@ def test_datasets_end_to_end(tmp_path, monkeypatch, data, keys):
         assert "accuracy_mm" in ev["test"]["metrics"]
     assert (tmp_path / "predictions" / "step-2-test.jsonl").is_file()
     assert (tmp_path / "predictions" / "step-2-validation.jsonl").is_file()
+
+
+# --- DataLoader, schedules, epochs, optimizer-less checkpoints ---------------------------------
+def make_cfg(tmp: Path, environ=None, drop=(), **train):
+    raw = yaml.safe_load((ROOT / "configs/experiments/gla/tiny_lora_qkvo.yaml").read_text())
+    for key in drop:
+        raw["train"].pop(key)
+    raw["train"].update({"max_steps": 6, "eval_every": 100, "save_every": 100, "log_every": 1, **train})
+    raw["output_dir"] = str(tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
+    return parse_config(raw, environ=environ or {})
+
+
+def step_events(evs):
+    return {e["step"]: e for e in evs if e["event"] == "step"}
+
+
+def test_workers_equal_in_process_and_adaptive_settings(tmp_path, capsys):
+    # threshold 100 < 200 tiny-sst2 examples: the "large dataset" rule applies to unset fields
+    a = train(make_cfg(tmp_path / "a", drop=("num_workers",), large_dataset_threshold=100))
+    out = capsys.readouterr().out
+    assert "dataloader: large training set (200 >= train.large_dataset_threshold 100)" in out
+    dl = a[0]["dataloader"]
+    assert dl["large_dataset"] and dl["source"] == dict.fromkeys(
+        ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"], "auto")
+    assert (dl["num_workers"], dl["pin_memory"], dl["persistent_workers"]) == (0, False, False)
+    env = {"NUM_DATA_WORKERS": "2", "DATALOADER_PERSISTENT_WORKERS": "1", "DATALOADER_PREFETCH_FACTOR": "3"}
+    b = train(make_cfg(tmp_path / "b", env, drop=("num_workers",), large_dataset_threshold=100))
+    dl = b[0]["dataloader"]
+    assert (dl["num_workers"], dl["persistent_workers"], dl["prefetch_factor"]) == (2, True, 3)
+    assert dl["source"] == {"num_workers": "user", "persistent_workers": "user", "prefetch_factor": "user",
+                            "pin_memory": "auto"}
+    sa, sb = step_events(a), step_events(b)
+    assert sorted(sa) == sorted(sb) == [1, 2, 3, 4, 5, 6]
+    assert [sa[s]["loss"] for s in sa] == [sb[s]["loss"] for s in sb]   # bit-identical with 2 workers
+    for e in list(sa.values()) + list(sb.values()):
+        assert e["tokens_per_s"] > 0 and e["peak_gpu_bytes"] == 0 and "lr" in e
+    assert a[-1]["event"] == b[-1]["event"] == "finished"
+
+
+@pytest.mark.parametrize("env, expect", [
+    ({"LR_SCHEDULER_TYPE": "linear"}, [1 - s / 6 for s in range(6)]),
+    ({"LR_SCHEDULER_TYPE": "constant_with_warmup", "LR_WARMUP_STEPS": "2"}, [0, 0.5, 1, 1, 1, 1]),
+    ({"LR_SCHEDULER_TYPE": "cosine", "LR_WARMUP_RATIO": "0.2"},   # ceil(0.2 x 6) = 2 warm-up steps
+     [0, 0.5] + [0.5 * (1 + math.cos(math.pi * p / 4)) for p in range(4)]),
+])
+def test_schedules_in_step_events(tmp_path, env, expect):
+    evs = train(make_cfg(tmp_path, env, lr=0.01))
+    got = [e["lr"] / 0.01 for e in step_events(evs).values()]
+    assert got == pytest.approx(expect, abs=1e-9)
+    assert evs[0]["lr_scheduler"] == env["LR_SCHEDULER_TYPE"]
+
+
+def test_epochs_and_resume_without_optimizer_state(tmp_path, capsys):
+    # 200 examples / effective batch 8 x 0.16 epochs = 4 steps; HP_EPOCHS beats the YAML max_steps
+    env = {"HP_EPOCHS": "0.16", "SAVE_OPTIMIZER_STATE": "0", "HP_SAVE_STEPS": "2", "HP_LOGGING_STEPS": "2"}
+    first = train(make_cfg(tmp_path, env))
+    assert first[0]["max_steps"] == 4 and first[0]["epochs"] == 0.16
+    assert first[-1]["steps"] == 4 and sorted(step_events(first)) == [2, 4]
+    ck = tmp_path / "checkpoint-4"
+    assert (ck / "adapter_model.safetensors").is_file() and not (ck / "optimizer.pt").exists()
+    capsys.readouterr()
+    resumed = train(make_cfg(tmp_path, {**env, "HP_EPOCHS": "0.24"}), resume=True)   # 6 steps in all
+    log = capsys.readouterr().out
+    start = [e for e in resumed if e["event"] == "started"][-1]
+    assert start["resumed_from"] == 4 and start["optimizer_state"] == "fresh"
+    assert "optimizer restarts fresh" in log
+    assert resumed[-1]["event"] == "finished" and resumed[-1]["steps"] == 6
