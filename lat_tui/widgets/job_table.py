@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import time
 
 from rich.text import Text
@@ -44,6 +46,7 @@ class JobTable(DataTable):
 
     def show_jobs(self, jobs: list[JobRow]) -> None:
         now = time.time()
+        self._one_dataset = len({j.dataset for j in jobs}) <= 1
         for job in jobs:
             cells = self._cells_for(job, now)
             if job.id not in self._cells:
@@ -66,7 +69,7 @@ class JobTable(DataTable):
 
     def _cells_for(self, job: JobRow, now: float) -> tuple:
         return (
-            _key_text(job.key, self.key_width),
+            _key_text(job.key, self.key_width, with_dataset=not getattr(self, "_one_dataset", False)),
             Text(job.state, style=self._state_style(job.state)),
             job.device or "",
             fmt.clock(job.elapsed(now)),
@@ -91,20 +94,30 @@ def usage_cells(job: JobRow) -> tuple[str, str]:
     return fmt.size(rss), fmt.size(gpu or None)  # a CPU job's 0 bytes of GPU memory is noise
 
 
-def _key_text(key: str, width: int) -> str:
-    """Long keys lose the middle of each part: ``…sst2_seed1/gla…k_proj``.
+def _key_text(key: str, width: int, with_dataset: bool = True) -> str:
+    """A key that does not fit becomes ``config@seed:dataset`` (``tiny_lora_qkvo@1:tiny-sst2``),
+    or ``config@seed`` when every job of the run has the same dataset.
 
-    A key is ``dataset_seedN/config``: the seed sits at the end of the first part, and configs of
-    one suite differ at both ends of the second.
+    Jobs of one run mostly differ in their config, so the config name keeps the most room; the
+    seed always stays; the dataset is cut first, then the middle of the config name.
     """
     if len(key) <= width:
         return key
     head, sep, stem = key.partition("/")
-    if not sep:
+    match = re.fullmatch(r"(.+)_seed(\d+)", head)
+    if not sep or not match:
         return "…" + key[-(width - 1):]
-    head_width = min(len(head), max(width * 11 // 20, 4))
-    stem_width = width - head_width - 1
-    return _keep_end(head, head_width) + "/" + _keep_both_ends(stem, stem_width)
+    dataset, seed = match.groups()
+    if not with_dataset:
+        return _keep_both_ends(stem, width - 1 - len(seed)) + "@" + seed
+    pair_min = len(seed) + 1 + min(len(dataset), 5)
+    pair_room = max(pair_min, width - 1 - len(stem))
+    pair = _keep_start(f"{seed}:{dataset}", pair_room)
+    return _keep_both_ends(stem, width - 1 - len(pair)) + "@" + pair
+
+
+def _keep_start(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _keep_end(text: str, width: int) -> str:

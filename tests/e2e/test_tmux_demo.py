@@ -75,12 +75,12 @@ JOB_STATES = {"queued", "running", "succeeded", "failed", "cancelled"}
 
 
 def job_rows(screen: str) -> list[str]:
-    """Table rows: a job key (its start elided on narrow screens), then its state (the detail line
+    """Table rows: a job key (``config@seed:data`` on narrow screens), then its state (the detail line
     and the log title have a '·')."""
     rows = []
     for line in screen.splitlines():
         words = line.split()
-        if len(words) >= 2 and "_seed" in words[0] and words[1] in JOB_STATES:
+        if len(words) >= 2 and ("_seed" in words[0] or "@" in words[0]) and words[1] in JOB_STATES:
             rows.append(line)
     return rows
 
