@@ -39,11 +39,13 @@ class Admission:
         self._gpus: GpuSnapshot | None = None
         self._hostsnap: HostSnapshot | None = None
         self._enabled = True
+        self._min_free = 0
 
-    def begin(self, devices: list[dict] | None) -> None:
+    def begin(self, devices: list[dict] | None, min_free_gb: float = 0.0) -> None:
         """One NVML and one psutil reading per admission pass, not per job. ``None``: the jobs run
         elsewhere (Slurm), so this host's memory says nothing and only slots count."""
         self._enabled = devices is not None
+        self._min_free = int(min_free_gb * GiB)
         self._gpus = self.probe.snapshot() if devices and any(d["id"] != "cpu" for d in devices) else None
         self._hostsnap = self._host() if self._enabled else None
 
@@ -67,6 +69,9 @@ class Admission:
         gpu = self._gpus.by_index(device.get("index", -1)) if self._gpus else None
         if gpu is None:
             return None  # no NVML reading: the slot plan alone decides
+        free_now = gpu.memory_total - gpu.memory_used
+        if free_now < self._min_free:  # the plan's pre-launch threshold (min_free_gb)
+            return f"{device['id']} has {fmt_gib(free_now)} free, the plan asks for at least {fmt_gib(self._min_free)}"
         unknown = [j for j in starting if self.store.config_peak(j.profile_key) is None]
         if unknown:
             return f"waiting for {unknown[0].key} to settle on {device['id']}"

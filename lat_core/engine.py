@@ -43,6 +43,7 @@ class Engine:
         self.store = store
         self._default_backend = backend or LocalBackend(launch_fn)
         self._backends: dict[int, object] = {}
+        self._plans: dict[int, dict] = {}
         self._clock = clock
         self._secrets = dict(os.environ if secrets is None else secrets)
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
@@ -58,11 +59,18 @@ class Engine:
         """The run's backend (plan field ``backend``); tests may inject one for every run."""
         if run_id not in self._backends:
             self._backends[run_id] = self._default_backend
-            plan = yaml.safe_load(self.store.run(run_id).plan_yaml) or {}
-            name = plan.get("backend", "local") if isinstance(plan, dict) else "local"
+            plan = self.plan_of(run_id)
+            name = plan.get("backend", "local")
             if name != "local":
                 self._backends[run_id] = get_backend(name, **(plan.get(name) or {}))
         return self._backends[run_id]
+
+    def plan_of(self, run_id: int) -> dict:
+        """The run's saved plan as a mapping (read once per run)."""
+        if run_id not in self._plans:
+            plan = yaml.safe_load(self.store.run(run_id).plan_yaml) or {}
+            self._plans[run_id] = plan if isinstance(plan, dict) else {}
+        return self._plans[run_id]
 
     def now(self) -> float:
         return self._clock()
@@ -117,7 +125,8 @@ class Engine:
         queued = [j for j in jobs if j.state == "queued"]
         if not queued:
             return
-        self._admission.begin(run.devices if self.backend(run.id).name == "local" else None)
+        local = self.backend(run.id).name == "local"
+        self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
         running = [j for j in jobs if j.state == "running"]
         busy = slots_used(jobs)
         for job in queued:

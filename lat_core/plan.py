@@ -73,6 +73,7 @@ class Plan(BaseModel):
     overrides: dict = Field(default_factory=dict)
     notify: dict = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
     gpus_per_job: int = Field(default=1, ge=1, le=64)  # gang-scheduled; configs may set their own
+    min_free_gb: float = Field(default=0.0, ge=0)  # a GPU with less free memory takes no new job
     backend: Literal["local", "slurm"] = "local"
     slurm: dict = Field(default_factory=dict)  # options of the Slurm backend (lat_core.backends.slurm)
     on_oom: Optional[OnOom] = None  # automatic retry of OOM-killed jobs (lat_core.auto_retry)
@@ -159,6 +160,8 @@ class Plan(BaseModel):
             del data["backend"]
         if data["gpus_per_job"] == 1:
             del data["gpus_per_job"]
+        if not data["min_free_gb"]:
+            del data["min_free_gb"]
         for optional in ("overrides", "notify", "on_oom", "slurm", "resume", "overwrite"):
             if not data[optional]:
                 del data[optional]

@@ -30,4 +30,6 @@ def main(argv: list[str]) -> int:
     for job in jobs:
         if job.error:
             print(f"  {job.key}: {job.error}")
+        elif job.state == "queued" and job.waiting:
+            print(f"  {job.key}: waiting: {job.waiting}")
     return 0

@@ -22,6 +22,8 @@ def describe_job(job: JobRow) -> Text:
     text.append("  enter: details", style="dim")
     if job.error:
         text.append(f"\n{job.error}")
+    elif job.state == "queued" and job.waiting:
+        text.append(f"\nwaiting: {job.waiting}")
     else:
         text.append(f"\n{job.job_dir}", style="dim")
     return text

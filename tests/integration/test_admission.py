@@ -73,3 +73,19 @@ def test_vanishing_gpu_falls_back_to_slots(tmp_path):
     engine = Engine(store, gpu_probe=GpuProbe(fake))
     engine.tick()
     assert store.jobs(run_id)[0].state == "running"
+
+
+def test_plan_min_free_threshold_holds_jobs_on_a_busy_gpu(tmp_path):
+    fake = FakeNvml.with_gpus(1, total=80 * GiB, used=75 * GiB)
+    store, run_id = make_run(tmp_path, [fake_job(tmp_path, "x", sleep=0.2)], devices=[gpu_device(0)])
+    store._db.execute("UPDATE runs SET plan_yaml=? WHERE id=?", ("min_free_gb: 10\n", run_id))
+    engine = Engine(store, gpu_probe=GpuProbe(fake))
+    engine.tick()
+    job = store.jobs(run_id)[0]
+    assert job.state == "queued" and job.waiting == "gpu0 has 5.0G free, the plan asks for at least 10.0G"
+    fake.gpus[0].used = 10 * GiB
+    engine.tick()
+    assert store.jobs(run_id)[0].state == "running"
+    store.add_command(run_id, "cancel_run")
+    while engine.tick():
+        time.sleep(0.05)

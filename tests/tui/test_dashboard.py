@@ -173,3 +173,12 @@ async def test_n_opens_plan_and_a_new_run_replaces_the_shown_one(make_app, journ
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.run_id == run_id + 1)
         await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 1)
         assert len(app.screen_stack) == 2
+
+
+def test_a_job_held_back_for_memory_says_why():
+    from lat_core.rows import JobRow
+    from lat_tui.widgets.job_detail import describe_job
+
+    job = JobRow(1, 1, 1, "d_seed1/a", "s", 1, "a", 1, "d", "/o/a", [], {}, "queued", None, 0, None, None, None,
+                 None, None, None, waiting="needs 10.0G GPU memory, 3.0G free on gpu0")
+    assert "waiting: needs 10.0G GPU memory, 3.0G free on gpu0" in describe_job(job).plain
