@@ -23,6 +23,7 @@ from lat_core.commands import Commands
 from lat_core.config.env import MASK
 from lat_core.backends import get_backend
 from lat_core.backends.local import LocalBackend
+from lat_core.job_files import describe_exit, last_step, memory_event_peak
 from lat_core.launch import launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
@@ -251,7 +252,7 @@ class Engine:
 
     def _remember_peak(self, job: JobRow) -> None:
         """What this config needed, for memory-aware admission of its next jobs."""
-        event_peak = _memory_event_peak(Path(job.job_dir))
+        event_peak = memory_event_peak(Path(job.job_dir))
         gpu = max(job.peak_gpu or 0, event_peak)
         if gpu or job.peak_rss:
             self.store.record_config_peak(job.profile_key, gpu, job.peak_rss or 0)
@@ -299,7 +300,7 @@ class Engine:
             return
         complete = chunk[: chunk.rfind(b"\n") + 1]
         self._events_offset[job.id] = offset + len(complete)
-        last = _last_step(complete)
+        last = last_step(complete)
         if last is not None:
             self.store.set_progress(job.id, *last)
 
@@ -322,60 +323,6 @@ class Engine:
             if attempt.job_id == job.id and attempt.pid:
                 self.store.request_cancel(attempt.id, self._clock())
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
-
-
-def _memory_event_peak(job_dir: Path) -> int:
-    """The trainer's own peak GPU memory (torch's allocator) from its ``memory`` event."""
-    try:
-        lines = (job_dir / "events.jsonl").read_text(errors="replace").splitlines()[-10:]
-    except OSError:
-        return 0
-    for line in reversed(lines):
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("event") == "memory":
-            return int(event.get("peak_gpu_bytes") or 0)
-    return 0
-
-
-def _last_step(chunk: bytes) -> tuple[int, float] | None:
-    last = None
-    for line in chunk.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue  # a corrupt line must not stop progress reading
-        if isinstance(event, dict) and event.get("event") == "step" and "loss" in event:
-            last = (int(event.get("step", 0)), float(event["loss"]))
-    return last
-
-
-def describe_exit(returncode: int | None, job_dir: Path, diagnosis=None) -> str:
-    """One line for the job row: how it ended, the triage class, and the log's last words
-    (unless triage already names the cause precisely)."""
-    if returncode is None:
-        what = "the job's runner vanished without an exit record"
-    elif returncode < 0:
-        what = f"killed by {signal.Signals(-returncode).name}"
-    else:
-        what = f"exit code {returncode}"
-    if diagnosis is not None:
-        what = f"{what}: {diagnosis.one_line()}"
-    precise = diagnosis is not None and diagnosis.cls in ("cuda_oom", "host_oom", "python_exception")
-    last = "" if precise else _last_log_line(job_dir / "train.log")
-    return f"{what}: {last}" if last else what
-
-
-def _last_log_line(log: Path) -> str:
-    try:
-        with open(log, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
-            lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return lines[-1][:300] if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:
