@@ -28,7 +28,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from .config import TrainConfigError, load_config
     from .events import EventWriter
-    from .loop import failed, log, prepare_output_dir, run
+    from .checkpoints import prepare_output_dir
+    from .loop import failed, log, run
 
     events = None
     try:

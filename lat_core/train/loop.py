@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import resource
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -22,9 +20,11 @@ import torch.nn.functional as F
 
 from . import data as D
 from .config import JobConfig, TrainConfigError
-from .events import EventWriter, read_events
-
-CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+from .events import EventWriter
+from .checkpoints import checkpoints, load_checkpoint, save_checkpoint
+from .evaluation import (  # noqa: F401 (batch_loss, mean_loss_fn are used by tests through loop)
+    batch_loss, evaluate_split, mean_loss_fn, set_logits_to_keep, write_predictions,
+)
 
 
 def log(msg: str) -> None:
@@ -32,232 +32,8 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def checkpoints(out: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint dir, ascending."""
-    found = []
-    if out.is_dir():
-        for p in out.iterdir():
-            m = CKPT_RE.match(p.name)
-            if m and (p / "trainer_state.json").is_file():
-                found.append((int(m.group(1)), p))
-    return sorted(found)
-
-
-def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
-    """Apply --resume / --overwrite rules before any heavy import, so refusals are instant."""
-    events = out / "events.jsonl"
-    if resume and overwrite:
-        raise TrainConfigError("--resume and --overwrite exclude each other")
-    if overwrite:
-        events.unlink(missing_ok=True)
-        for p in list(out.glob("checkpoint-*")) + [out / "tokenizer", out / "predictions"]:
-            if p.is_dir():
-                shutil.rmtree(p)
-        return
-    if resume:
-        if not checkpoints(out):
-            raise TrainConfigError(f"--resume: no checkpoint-* directory in {out}")
-        return
-    if any(e.get("event") == "finished" for e in read_events(events)):
-        raise TrainConfigError(f"{events} already holds a finished run; "
-                               "pass --overwrite to start again or --resume to continue")
-
-
 MAIN_METRIC = {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson", "samsum": "rougeL",
                "dart": "bleu", "spider": "exec_accuracy"}
-
-
-def set_logits_to_keep(model, setting, source: str = "train.logits_to_keep") -> str:
-    """Remember on the model how many final positions the LM head should compute.
-
-    "auto": only what the loss needs (2 for classification, the longest target + 1 for
-    generation) when the model's forward accepts `logits_to_keep`; 0: all positions; N: the
-    last N.  Returns a line for the log.
-    """
-    import inspect
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    supported = "logits_to_keep" in inspect.signature(base.forward).parameters
-    model._lat_ltk = (setting if supported else 0, source, setting)
-    if not supported and setting != 0:
-        return f"logits_to_keep: {type(base).__name__}.forward has no logits_to_keep; computing all logits"
-    return f"logits_to_keep: {setting}" + (" (only the positions the loss needs)" if setting == "auto" else "")
-
-
-def _forward(model, batch, need: int) -> tuple[torch.Tensor, int]:
-    """(logits of the last k positions, k) with k >= need; k = width when all are computed."""
-    setting, source, _ = getattr(model, "_lat_ltk", (0, "", 0))
-    width = batch["input_ids"].shape[1]
-    keep = need if setting == "auto" else setting
-    if keep and keep < need:
-        raise TrainConfigError(f"{source}={setting}: the loss needs the last {need} positions of this batch")
-    kwargs = {"logits_to_keep": keep} if keep and keep < width else {}
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
-    return out.logits, out.logits.shape[1]
-
-
-def label_logits(model, batch) -> torch.Tensor:
-    """Logits at the position that predicts the label token (the second to last)."""
-    logits, _ = _forward(model, batch, 2)
-    return logits[:, -2, :].float()
-
-
-def batch_loss(model, batch, label_ids) -> tuple[torch.Tensor, int]:
-    """(summed loss, number of scored tokens): label token for classification, target tokens else."""
-    if "labels" in batch:
-        target = torch.tensor(label_ids, device=batch["input_ids"].device)[batch["labels"]]
-        return F.cross_entropy(label_logits(model, batch), target, reduction="sum"), len(target)
-    need = int(batch["target_mask"].sum(1).max()) + 1
-    logits, k = _forward(model, batch, need)
-    logits = logits[:, :-1].float()
-    tgt = batch["input_ids"][:, -k + 1:]
-    mask = batch["target_mask"][:, -k + 1:].bool()
-    return F.cross_entropy(logits[mask], tgt[mask], reduction="sum"), int(mask.sum())
-
-
-def mean_loss_fn(label_ids, device):
-    """loss(model, examples) -> mean loss; used by LoRA-GA and the SDLoRA warm-up."""
-    def fn(model, batch):
-        s, n = batch_loss(model, {k: v.to(device) for k, v in batch.items()}, label_ids)
-        return s / max(1, n)
-    return fn
-
-
-def _cls_eval(model, examples, ds, label_ids, pad_id, batch_size, device, accum: int = 0):
-    """Predictions, STS-B scores and mean loss; results stay on the device for `accum` batches
-    (EVAL_ACCUMULATION_STEPS; 0: moved to the host after every batch)."""
-    preds, scores, loss_sum = [], [], 0.0
-    pending: list[tuple] = []
-
-    def flush():
-        nonlocal loss_sum
-        if pending:
-            preds.extend(torch.cat([p for p, _, _ in pending]).tolist())
-            if ds.task == "stsb":
-                scores.extend(torch.cat([s for _, s, _ in pending]).tolist())
-            loss_sum += float(torch.stack([lo for _, _, lo in pending]).sum().item())
-            pending.clear()
-
-    with torch.no_grad():
-        for i in range(0, len(examples), batch_size):
-            batch = {k: v.to(device) for k, v in D.collate(examples[i:i + batch_size], pad_id).items()}
-            logits = label_logits(model, batch)
-            target = torch.tensor(label_ids, device=device)[batch["labels"]]
-            loss = F.cross_entropy(logits, target, reduction="sum")
-            sub = logits[:, label_ids]
-            score = None
-            if ds.task == "stsb":
-                score = (sub.softmax(-1) * torch.arange(len(label_ids), device=device)).sum(-1)
-            pending.append((sub.argmax(-1), score, loss))
-            if len(pending) >= max(1, accum):
-                flush()
-        flush()
-    return preds, scores, loss_sum / len(examples)
-
-
-def evaluate_split(model, tokenizer, examples, ds, cfg, label_ids, split, extra=None) -> tuple[dict, list]:
-    """Metrics (names as lat_core/results expects) and per-example predictions for one split."""
-    from . import metrics as M
-    device = next(model.parameters()).device
-    bs = cfg.eval.batch_size or cfg.train.batch_size
-    pad_id = tokenizer.pad_token_id
-    model.eval()
-    try:
-        if ds.kind == "cls":
-            preds, scores, loss = _cls_eval(model, examples, ds, label_ids, pad_id, bs, device,
-                                            cfg.train.eval_accumulation_steps)
-            golds = [e["label"] for e in examples]
-            if ds.task == "stsb":
-                gold_scores = [e["score"] for e in examples]
-                metrics = {**M.regression(scores, gold_scores), "loss": loss}
-                rows = [{"pred": p, "gold": g} for p, g in zip(scores, gold_scores)]
-            else:
-                metrics = {**M.classification(ds.task, preds, golds), "loss": loss}
-                rows = [{"pred": p, "gold": g} for p, g in zip(preds, golds)]
-            if extra:  # MNLI mismatched
-                mm_preds, _, _ = _cls_eval(model, extra, ds, label_ids, pad_id, bs, device)
-                metrics["accuracy_mm"] = M.classification(
-                    ds.task, mm_preds, [e["label"] for e in extra])["accuracy"]
-            return metrics, rows
-        from .generate import generate
-        texts = generate(model, tokenizer, [e["prompt_ids"] for e in examples], cfg, bs)
-        rows_in = [e["row"] for e in examples]
-        if ds.task == "samsum":
-            metrics = M.rouge(texts, [r["target"] for r in rows_in])
-        elif ds.task == "dart":
-            metrics = M.bleu(texts, [r["refs"] for r in rows_in])
-        elif ds.task == "spider":
-            metrics = M.spider(texts, [r["target"] for r in rows_in], [r["db_id"] for r in rows_in],
-                               ds.info["db_root"])
-        else:
-            metrics = M.rouge(texts, [r["target"] for r in rows_in])
-        rows = [{"pred": t, "refs": r["refs"], **({"db_id": r["db_id"]} if "db_id" in r else {})}
-                for t, r in zip(texts, rows_in)]
-        return metrics, rows
-    finally:
-        model.train()
-
-
-def evaluate(model, examples, label_ids, pad_id, batch_size) -> dict:
-    """Accuracy and mean label-token loss on a binary classification split (kept for callers)."""
-    ds = D.Dataset("x", [], [], kind="cls", task="accuracy")
-    preds, _, loss = _cls_eval(model, examples, ds, label_ids, pad_id, batch_size,
-                               next(model.parameters()).device)
-    model.train()
-    acc = sum(int(p == e["label"]) for p, e in zip(preds, examples)) / len(examples)
-    return {"accuracy": acc, "loss": loss}
-
-
-def _extra_params(model) -> dict:
-    """Trainable parameters that are not part of the PEFT adapter (SDLoRA's SSM entries)."""
-    return {n: p for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n}
-
-
-def save_checkpoint(model, optimizer, out: Path, step: int, state: dict, save_optimizer: bool = True) -> Path:
-    """Adapter (save_pretrained), extra trainables, optimizer + RNG state and trainer_state.json.
-
-    trainer_state.json is written last, so a dir without it is an interrupted save.
-    SAVE_OPTIMIZER_STATE=0 (save_optimizer False) leaves optimizer.pt out.
-    """
-    from safetensors.torch import save_file
-    path = out / f"checkpoint-{step}"
-    model.save_pretrained(str(path))
-    extra = _extra_params(model)
-    if extra:
-        save_file({n: p.detach().contiguous().cpu() for n, p in extra.items()}, str(path / "extra_trainable.safetensors"))
-    torch.save({"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-               path / "rng_state.pt")
-    if save_optimizer:
-        torch.save(optimizer.state_dict(), path / "optimizer.pt")
-    else:
-        (path / "optimizer.pt").unlink(missing_ok=True)
-    (path / "trainer_state.json").write_text(json.dumps({**state, "step": step,
-                                                         "optimizer_saved": save_optimizer}, indent=1))
-    return path
-
-
-def load_checkpoint(model, optimizer, path: Path) -> dict:
-    """Restore adapter weights, extra trainables, optimizer and RNG state; returns the trainer state
-    with `optimizer_restored` telling whether optimizer.pt was there."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    weights = path / "adapter_model.safetensors"
-    set_peft_model_state_dict(model, load_file(str(weights)))
-    if (path / "extra_trainable.safetensors").is_file():
-        params = dict(model.named_parameters())
-        with torch.no_grad():
-            for n, t in load_file(str(path / "extra_trainable.safetensors")).items():
-                params[n].copy_(t)
-    restored = (path / "optimizer.pt").is_file()
-    if restored:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-    if (path / "rng_state.pt").is_file():
-        rng = torch.load(path / "rng_state.pt", weights_only=False)
-        torch.set_rng_state(rng["torch"])
-        if rng.get("cuda") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-    return {**json.loads((path / "trainer_state.json").read_text()), "optimizer_restored": restored}
 
 
 def peak_memory() -> dict:
@@ -534,14 +310,6 @@ def _train_steps(model, optimizer, cfg, tokenizer, ds, splits, extra_tests, trai
             log(f"saved {path.name}" + ("" if tr.save_optimizer_state else " (without optimizer state)"))
         t_log += time.perf_counter() - t_pause
     return step, best
-
-
-def write_predictions(out: Path, step: int, split: str, rows: list[dict]) -> Path:
-    """predictions/step-N-<split>.jsonl, one prediction per example."""
-    path = out / "predictions" / f"step-{step}-{split}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def failed(events: EventWriter | None, exc: BaseException) -> None:

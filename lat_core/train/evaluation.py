@@ -1,0 +1,159 @@
+"""Evaluation: label-position loss and accuracy, generation metrics, saved predictions."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import data as D
+from .config import TrainConfigError
+
+
+def set_logits_to_keep(model, setting, source: str = "train.logits_to_keep") -> str:
+    """Remember on the model how many final positions the LM head should compute.
+
+    "auto": only what the loss needs (2 for classification, the longest target + 1 for
+    generation) when the model's forward accepts `logits_to_keep`; 0: all positions; N: the
+    last N.  Returns a line for the log.
+    """
+    import inspect
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    supported = "logits_to_keep" in inspect.signature(base.forward).parameters
+    model._lat_ltk = (setting if supported else 0, source, setting)
+    if not supported and setting != 0:
+        return f"logits_to_keep: {type(base).__name__}.forward has no logits_to_keep; computing all logits"
+    return f"logits_to_keep: {setting}" + (" (only the positions the loss needs)" if setting == "auto" else "")
+
+
+def _forward(model, batch, need: int) -> tuple[torch.Tensor, int]:
+    """(logits of the last k positions, k) with k >= need; k = width when all are computed."""
+    setting, source, _ = getattr(model, "_lat_ltk", (0, "", 0))
+    width = batch["input_ids"].shape[1]
+    keep = need if setting == "auto" else setting
+    if keep and keep < need:
+        raise TrainConfigError(f"{source}={setting}: the loss needs the last {need} positions of this batch")
+    kwargs = {"logits_to_keep": keep} if keep and keep < width else {}
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
+    return out.logits, out.logits.shape[1]
+
+
+def label_logits(model, batch) -> torch.Tensor:
+    """Logits at the position that predicts the label token (the second to last)."""
+    logits, _ = _forward(model, batch, 2)
+    return logits[:, -2, :].float()
+
+
+def batch_loss(model, batch, label_ids) -> tuple[torch.Tensor, int]:
+    """(summed loss, number of scored tokens): label token for classification, target tokens else."""
+    if "labels" in batch:
+        target = torch.tensor(label_ids, device=batch["input_ids"].device)[batch["labels"]]
+        return F.cross_entropy(label_logits(model, batch), target, reduction="sum"), len(target)
+    need = int(batch["target_mask"].sum(1).max()) + 1
+    logits, k = _forward(model, batch, need)
+    logits = logits[:, :-1].float()
+    tgt = batch["input_ids"][:, -k + 1:]
+    mask = batch["target_mask"][:, -k + 1:].bool()
+    return F.cross_entropy(logits[mask], tgt[mask], reduction="sum"), int(mask.sum())
+
+
+def mean_loss_fn(label_ids, device):
+    """loss(model, examples) -> mean loss; used by LoRA-GA and the SDLoRA warm-up."""
+    def fn(model, batch):
+        s, n = batch_loss(model, {k: v.to(device) for k, v in batch.items()}, label_ids)
+        return s / max(1, n)
+    return fn
+
+
+def _cls_eval(model, examples, ds, label_ids, pad_id, batch_size, device, accum: int = 0):
+    """Predictions, STS-B scores and mean loss; results stay on the device for `accum` batches
+    (EVAL_ACCUMULATION_STEPS; 0: moved to the host after every batch)."""
+    preds, scores, loss_sum = [], [], 0.0
+    pending: list[tuple] = []
+
+    def flush():
+        nonlocal loss_sum
+        if pending:
+            preds.extend(torch.cat([p for p, _, _ in pending]).tolist())
+            if ds.task == "stsb":
+                scores.extend(torch.cat([s for _, s, _ in pending]).tolist())
+            loss_sum += float(torch.stack([lo for _, _, lo in pending]).sum().item())
+            pending.clear()
+
+    with torch.no_grad():
+        for i in range(0, len(examples), batch_size):
+            batch = {k: v.to(device) for k, v in D.collate(examples[i:i + batch_size], pad_id).items()}
+            logits = label_logits(model, batch)
+            target = torch.tensor(label_ids, device=device)[batch["labels"]]
+            loss = F.cross_entropy(logits, target, reduction="sum")
+            sub = logits[:, label_ids]
+            score = None
+            if ds.task == "stsb":
+                score = (sub.softmax(-1) * torch.arange(len(label_ids), device=device)).sum(-1)
+            pending.append((sub.argmax(-1), score, loss))
+            if len(pending) >= max(1, accum):
+                flush()
+        flush()
+    return preds, scores, loss_sum / len(examples)
+
+
+def evaluate_split(model, tokenizer, examples, ds, cfg, label_ids, split, extra=None) -> tuple[dict, list]:
+    """Metrics (names as lat_core/results expects) and per-example predictions for one split."""
+    from . import metrics as M
+    device = next(model.parameters()).device
+    bs = cfg.eval.batch_size or cfg.train.batch_size
+    pad_id = tokenizer.pad_token_id
+    model.eval()
+    try:
+        if ds.kind == "cls":
+            preds, scores, loss = _cls_eval(model, examples, ds, label_ids, pad_id, bs, device,
+                                            cfg.train.eval_accumulation_steps)
+            golds = [e["label"] for e in examples]
+            if ds.task == "stsb":
+                gold_scores = [e["score"] for e in examples]
+                metrics = {**M.regression(scores, gold_scores), "loss": loss}
+                rows = [{"pred": p, "gold": g} for p, g in zip(scores, gold_scores)]
+            else:
+                metrics = {**M.classification(ds.task, preds, golds), "loss": loss}
+                rows = [{"pred": p, "gold": g} for p, g in zip(preds, golds)]
+            if extra:  # MNLI mismatched
+                mm_preds, _, _ = _cls_eval(model, extra, ds, label_ids, pad_id, bs, device)
+                metrics["accuracy_mm"] = M.classification(
+                    ds.task, mm_preds, [e["label"] for e in extra])["accuracy"]
+            return metrics, rows
+        from .generate import generate
+        texts = generate(model, tokenizer, [e["prompt_ids"] for e in examples], cfg, bs)
+        rows_in = [e["row"] for e in examples]
+        if ds.task == "samsum":
+            metrics = M.rouge(texts, [r["target"] for r in rows_in])
+        elif ds.task == "dart":
+            metrics = M.bleu(texts, [r["refs"] for r in rows_in])
+        elif ds.task == "spider":
+            metrics = M.spider(texts, [r["target"] for r in rows_in], [r["db_id"] for r in rows_in],
+                               ds.info["db_root"])
+        else:
+            metrics = M.rouge(texts, [r["target"] for r in rows_in])
+        rows = [{"pred": t, "refs": r["refs"], **({"db_id": r["db_id"]} if "db_id" in r else {})}
+                for t, r in zip(texts, rows_in)]
+        return metrics, rows
+    finally:
+        model.train()
+
+
+def evaluate(model, examples, label_ids, pad_id, batch_size) -> dict:
+    """Accuracy and mean label-token loss on a binary classification split (kept for callers)."""
+    ds = D.Dataset("x", [], [], kind="cls", task="accuracy")
+    preds, _, loss = _cls_eval(model, examples, ds, label_ids, pad_id, batch_size,
+                               next(model.parameters()).device)
+    model.train()
+    acc = sum(int(p == e["label"]) for p, e in zip(preds, examples)) / len(examples)
+    return {"accuracy": acc, "loss": loss}
+
+
+def write_predictions(out: Path, step: int, split: str, rows: list[dict]) -> Path:
+    """predictions/step-N-<split>.jsonl, one prediction per example."""
+    path = out / "predictions" / f"step-{step}-{split}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
