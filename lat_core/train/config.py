@@ -6,6 +6,8 @@ caught before any heavy import and reported as one line naming the field.
 """
 from __future__ import annotations
 
+from lat_core.config.env import ENV_FIELDS, TRACKERS as ENV_TRACKERS, parse_env_value
+
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -16,10 +18,8 @@ import yaml
 
 FAMILIES = ("gla", "mamba")
 DTYPES = ("float32", "bfloat16", "float16")
-PREC_ALIASES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
-                "half": "float16", "fp32": "float32", "float32": "float32", "float": "float32"}
 SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
-TRACKERS = ("none", "tensorboard", "wandb", "swanlab")
+TRACKERS = ENV_TRACKERS
 PEFT_METHODS = ("lora", "dora", "rslora", "pissa", "loraga", "sdlora")
 # Named target sets usable in peft.target_modules (expanded before PEFT sees them).
 TARGET_SETS = {
@@ -269,90 +269,6 @@ def _bool_env(name: str, text: str) -> bool:
     raise TrainConfigError(f"{name}={text!r}: expected a boolean (1/0, true/false)")
 
 
-def _num_env(name: str, text: str, typ, minimum=None):
-    try:
-        value = typ(text.strip())
-    except ValueError:
-        raise TrainConfigError(f"{name}={text!r}: expected {'an integer' if typ is int else 'a number'}") from None
-    if minimum is not None and value < minimum:
-        raise TrainConfigError(f"{name}={text!r}: must be >= {minimum}")
-    return value
-
-
-def _prec_env(name: str, text: str) -> str:
-    low = text.strip().lower()
-    if low not in PREC_ALIASES:
-        raise TrainConfigError(f"{name}={text!r}: expected bf16, fp16 or fp32")
-    return PREC_ALIASES[low]
-
-
-def _choice_env(choices):
-    def parse(name: str, text: str) -> str:
-        low = text.strip().lower()
-        if low not in choices:
-            raise TrainConfigError(f"{name}={text!r}: expected one of {', '.join(choices)}")
-        return low
-    return parse
-
-
-def _ratio_env(name: str, text: str) -> float:
-    value = _num_env(name, text, float, 0.0)
-    if value >= 1.0:
-        raise TrainConfigError(f"{name}={text!r}: must be in [0, 1)")
-    return value
-
-
-def _epochs_env(name: str, text: str) -> float:
-    value = _num_env(name, text, float)
-    if value <= 0:
-        raise TrainConfigError(f"{name}={text!r}: must be > 0")
-    return value
-
-
-def _logits_env(name: str, text: str):
-    return parse_logits_to_keep(name, text)
-
-
-_POS_INT = lambda n, v: _num_env(n, v, int, 1)  # noqa: E731
-
-# environment variable -> (section, key, parser); applied over the YAML (DESIGN: env beats YAML).
-# Later entries for the same field win (the HP_*_STEPS aliases over HP_*_EVERY).
-ENV_OVERRIDES = {
-    "HP_BATCH_SIZE": ("train", "batch_size", _POS_INT),
-    "HP_GRAD_ACCUM": ("train", "grad_accum", _POS_INT),
-    "HP_LEARNING_RATE": ("train", "lr", lambda n, v: _num_env(n, v, float)),
-    "HP_LR": ("train", "lr", lambda n, v: _num_env(n, v, float)),
-    "HP_MAX_STEPS": ("train", "max_steps", _POS_INT),
-    "HP_EPOCHS": ("train", "epochs", _epochs_env),
-    "HP_MAX_SEQ_LEN": ("train", "max_seq_len", _POS_INT),
-    "HP_EVAL_EVERY": ("train", "eval_every", _POS_INT),
-    "HP_EVAL_STEPS": ("train", "eval_every", _POS_INT),
-    "HP_SAVE_EVERY": ("train", "save_every", _POS_INT),
-    "HP_SAVE_STEPS": ("train", "save_every", _POS_INT),
-    "HP_LOGGING_STEPS": ("train", "log_every", _POS_INT),
-    "HP_PREC": ("model", "dtype", _prec_env),
-    "LR_SCHEDULER_TYPE": ("train", "lr_scheduler", _choice_env(SCHEDULERS)),
-    "LR_WARMUP_RATIO": ("train", "warmup_ratio", _ratio_env),
-    "LR_WARMUP_STEPS": ("train", "warmup_steps", lambda n, v: _num_env(n, v, int, 0)),
-    "GRADIENT_CHECKPOINTING": ("train", "gradient_checkpointing", _bool_env),
-    "LOGITS_TO_KEEP": ("train", "logits_to_keep", _logits_env),
-    "EVAL_ACCUMULATION_STEPS": ("train", "eval_accumulation_steps", lambda n, v: _num_env(n, v, int, 0)),
-    "SAVE_OPTIMIZER_STATE": ("train", "save_optimizer_state", _bool_env),
-    "NUM_DATA_WORKERS": ("train", "num_workers", lambda n, v: _num_env(n, v, int, 0)),
-    "DATALOADER_NUM_WORKERS": ("train", "num_workers", lambda n, v: _num_env(n, v, int, 0)),
-    "DATALOADER_PIN_MEMORY": ("train", "pin_memory", _bool_env),
-    "DATALOADER_PERSISTENT_WORKERS": ("train", "persistent_workers", _bool_env),
-    "DATALOADER_PREFETCH_FACTOR": ("train", "prefetch_factor", _POS_INT),
-    "REPORT_TO": ("train", "report_to", lambda n, v: parse_report_to(n, v)),
-    "HP_PEFT_R": ("peft", "r", lambda n, v: _num_env(n, v, int, 1)),
-    "HP_PEFT_ALPHA": ("peft", "alpha", lambda n, v: _num_env(n, v, float)),
-    "HP_PEFT_DROPOUT": ("peft", "dropout", lambda n, v: _num_env(n, v, float)),
-    "HP_INIT": ("peft", "init_lora_weights", lambda n, v: v.strip()),
-    "EVAL_GEN_MAX_LENGTH": ("eval", "gen_max_length", lambda n, v: _num_env(n, v, int, 1)),
-    "EVAL_GEN_MIN_LENGTH": ("eval", "gen_min_length", lambda n, v: _num_env(n, v, int, 0)),
-    "EVAL_GEN_NUM_BEAMS": ("eval", "num_beams", lambda n, v: _num_env(n, v, int, 1)),
-    "GLA_USE_MAX_NEW_TOKENS": ("eval", "use_max_new_tokens", _bool_env),
-}
 GLA_TOGGLES = {"GLA_USE_FUSED_SWIGLU": False, "GLA_FORCE_LEFT_PAD": True, "GLA_VERBOSE": False}
 
 
@@ -415,19 +331,24 @@ def _resolve_peft(raw_peft, sources: dict) -> dict:
 def apply_env(raw: dict, environ: dict, sources: dict) -> dict:
     """Overlay the known environment variables on the raw YAML mapping."""
     raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
-    for name, (section, key, parse) in ENV_OVERRIDES.items():
-        if environ.get(name, "") != "":
-            raw.setdefault(section, {})
-            if raw[section] is None:
+    for name, spec in ENV_FIELDS.items():  # the project's one table (lat_core/config/env.py)
+        if environ.get(name, "") == "":
+            continue
+        try:
+            value = parse_env_value(name, environ[name])
+        except ValueError as exc:
+            raise TrainConfigError(str(exc)) from None
+        section, _, key = spec.field.rpartition(".")
+        if section:
+            if not isinstance(raw.get(section), dict):
                 raw[section] = {}
-            raw[section][key] = parse(name, environ[name])
-            sources[f"{section}.{key}"] = f"env:{name}"
+            raw[section][key] = value
+        else:
+            raw[key] = value
+        sources[spec.field] = f"env:{name}"
     if environ.get("HP_DATA"):
         raw["data"] = environ["HP_DATA"].strip()
         sources["data"] = "env:HP_DATA"
-    if environ.get("HP_SEED", "") != "":
-        raw["seed"] = _num_env("HP_SEED", environ["HP_SEED"], int, 0)
-        sources["seed"] = "env:HP_SEED"
     trackers = parse_report_to("train.report_to", (raw.get("train") or {}).get("report_to", "none"))
     for var, name in (("USE_WANDB", "wandb"), ("USE_SWANLAB", "swanlab")):
         if environ.get(var, "") != "" and _bool_env(var, environ[var]) and name not in trackers:
