@@ -156,8 +156,8 @@ class PlanScreen(Screen[int | None]):
         box.set_class(not busy, "-error")
         box.update(Text("\n".join(lines)))
         box.display = bool(lines)
-        if not busy:
-            box.scroll_visible()
+        if not busy:  # after the new text is laid out, or only its first line would be scrolled to
+            self.call_after_refresh(box.scroll_visible)
 
 
 def _device_list(snapshot: GpuSnapshot) -> SelectionList:
