@@ -72,6 +72,9 @@ async def test_bad_input_shows_every_problem_and_creates_no_run(make_app, state_
         assert "seed:dataset" in text
         assert "slot" in text
         assert isinstance(app.screen, PlanScreen)
+        await pilot.pause(0.2)
+        box = app.screen.query_one("#problems")
+        assert 0 <= box.region.y and box.region.bottom <= SIZE[1]  # scrolled into view at 80x24
     assert _runs(state_dir) == []
     assert engine_spy.calls == []
 
