@@ -24,7 +24,7 @@ from lat_core.config.env import MASK
 from lat_core.backends import get_backend
 from lat_core.backends.local import LocalBackend
 from lat_core.job_files import describe_exit, last_step, memory_event_peak
-from lat_core.launch import launch, read_exit_record
+from lat_core.launch import LaunchSpec, launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
 from lat_core.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
@@ -130,11 +130,12 @@ class Engine:
         self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
         running = [j for j in jobs if j.state == "running"]
         busy = slots_used(jobs)
+        batch = [] if self._submits_arrays(run.id) else None
         for job in queued:
             candidates = placements(job, run.devices, busy)
             if not candidates:
                 if job.world == 1:
-                    return
+                    break
                 continue  # a gang job waits for N free slots; single jobs behind it may still fit
             chosen, reason = self._first_fitting(job, candidates, running)
             self.store.set_waiting(job.id, reason)
@@ -142,8 +143,14 @@ class Engine:
                 continue
             for device in chosen:
                 busy[device["id"]] = busy.get(device["id"], 0) + (job.world if len(chosen) == 1 else 1)
-            self._start(job, merge(chosen))
+            self._start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
+        self._launch_batch(run.id, batch or [])
+
+    def _submits_arrays(self, run_id: int) -> bool:
+        """``slurm.array: true``: the jobs of one admission pass go to the backend in one call."""
+        backend = self.backend(run_id)
+        return hasattr(backend, "launch_many") and getattr(getattr(backend, "options", None), "array", False) is True
 
     def _first_fitting(self, job: JobRow, candidates: list[list[dict]], running: list[JobRow]):
         """(devices, None) for the first candidate set the job fits on, else (None, the first reason)."""
@@ -155,7 +162,9 @@ class Engine:
             first_reason = first_reason or reason
         return None, first_reason
 
-    def _start(self, job: JobRow, device: dict) -> None:
+    def _start(self, job: JobRow, device: dict, batch: list | None = None) -> None:
+        """Attempt row and running state first, then the launch; with ``batch``, the launch waits for
+        :meth:`_launch_batch` at the end of the admission pass."""
         job_dir = Path(job.job_dir)
         exit_path = job_dir / ".lat" / f"attempt-{job.attempts + 1}.exit.json"
         attempt_id, n = self.store.start_attempt(job.id, device["id"], str(exit_path))
@@ -164,11 +173,35 @@ class Engine:
         env = {**self._unmask(job.env), **device["env"], "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
         try:
             argv, env = self._distributed(job, argv=job.argv, env=env)
+            if batch is not None:
+                batch.append((job, attempt_id, LaunchSpec(argv, env, job_dir, exit_path, tuple(job.env))))
+                return
             launched = self.backend(job.run_id).launch(argv, env, job_dir, exit_path, tuple(job.env))
         except OSError as exc:
-            self.store.end_attempt(attempt_id, None)
-            self.store.set_job_state(job.id, "failed", f"launch failed: {exc}", ended=self._clock(), error=str(exc))
+            self._launch_failed(job, attempt_id, exc)
             return
+        self._launched(job, attempt_id, launched)
+
+    def _launch_batch(self, run_id: int, batch: list) -> None:
+        if not batch:
+            return
+        try:
+            launched = self.backend(run_id).launch_many([spec for _, _, spec in batch])
+        except OSError as exc:
+            for job, attempt_id, _ in batch:
+                self._launch_failed(job, attempt_id, exc)
+            return
+        for (job, attempt_id, _), one in zip(batch, launched):  # an OSError: that job's launch failed
+            if isinstance(one, OSError):
+                self._launch_failed(job, attempt_id, one)
+            else:
+                self._launched(job, attempt_id, one)
+
+    def _launch_failed(self, job: JobRow, attempt_id: int, exc: OSError) -> None:
+        self.store.end_attempt(attempt_id, None)
+        self.store.set_job_state(job.id, "failed", f"launch failed: {exc}", ended=self._clock(), error=str(exc))
+
+    def _launched(self, job: JobRow, attempt_id: int, launched) -> None:
         self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start)
         counter = read_oom_kill_count(launched.pid) if self.backend(job.run_id).name == "local" else None
         if counter and counter.known:

@@ -24,6 +24,17 @@ class Launched:
     popen: subprocess.Popen | None = None
 
 
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One job's launch, for a backend that submits several at once (``launch_many``)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    job_dir: Path
+    exit_path: Path
+    show_env: tuple[str, ...] = ()
+
+
 def launch(argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path,
            show_env: tuple[str, ...] = ()) -> Launched:
     """Start ``argv`` under the runner, detached, with ``env`` added to the current environment.

@@ -11,6 +11,10 @@ again. Jobs are submitted ``--no-requeue``, so Slurm never reruns an attempt beh
 
 The job's environment travels through sbatch's own environment (``--export=ALL``), never through
 the batch script, so secrets are not written into the job directory.
+
+With ``array: true``, the jobs admitted together are one job array (:mod:`.slurm_array`); each
+attempt's ``pid`` is then its task id ``"<array job id>_<task>"``, which every Slurm command here
+accepts in place of a job id.
 """
 
 from __future__ import annotations
@@ -26,14 +30,16 @@ import sys
 import time
 from pathlib import Path
 
+from lat_core.backends.slurm_array import array_script, marker_path, read_marker, split_envs, task_id
 from lat_core.backends.slurm_states import (SlurmOptions, is_active, parse_sacct, parse_scontrol_job,
                                             slurm_diagnosis, slurm_failure, validate_options)
-from lat_core.launch import Launched
+from lat_core.launch import Launched, LaunchSpec
 
 __all__ = ["SlurmBackend", "SlurmError", "find_submitted", "job_name_for", "slurm_failure"]
 
 COMMAND_TIMEOUT_S = 30.0
-QUEUE_CACHE_S = 5.0  # one squeue per 5 s for all jobs: exit records, not squeue, reap normal endings
+QUEUE_CACHE_S = 5.0
+_JOB_ID = re.compile(r"\d+(?=_|$)")  # one squeue per 5 s for all jobs: exit records, not squeue, reap normal endings
 
 
 class SlurmError(OSError):
@@ -75,7 +81,8 @@ def find_submitted(job_name: str, *, since: float | None = None, run=run_command
 
 
 def _ids(out) -> list[int]:
-    return [int(x) for x in out.stdout.split() if x.isdigit()] if out.returncode == 0 else []
+    """Job ids; an array's ``123_4`` / ``123_[0-2]`` count as its job id 123."""
+    return [int(m.group()) for x in out.stdout.split() if (m := _JOB_ID.match(x))] if out.returncode == 0 else []
 
 
 def _id_times(out) -> list[tuple[int, float]]:
@@ -83,7 +90,7 @@ def _id_times(out) -> list[tuple[int, float]]:
     for line in out.stdout.splitlines() if out.returncode == 0 else []:
         job, _, stamp = line.strip().partition("|")
         try:
-            found.append((int(job), time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))))
+            found.append((int(job.split("_")[0]), time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))))
         except ValueError:
             continue
     return found
@@ -97,7 +104,7 @@ class SlurmBackend:
         self._python = python or sys.executable
         self._run = run
         self._gres_kind: str | None = None
-        self._queue: tuple[float, dict[int, str]] = (0.0, {})
+        self._queue: tuple[float, dict[str, str]] = (0.0, {})
 
     # ------------------------------------------------------------------ submission
     def launch(self, argv, env, job_dir, exit_path, show_env=()) -> Launched:
@@ -111,37 +118,88 @@ class SlurmBackend:
         Path(f"{exit_path}.pid").unlink(missing_ok=True)
         script = exit_path.with_name(exit_path.name.replace(".exit.json", ".sbatch"))
         script.write_text(self.batch_script(argv, exit_path, show_env))
-        submit_env = self._submit_env(env)
-        command = ["sbatch", "--parsable", f"--job-name={name}", f"--comment=lat {exit_path}",
-                   f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}", "--open-mode=append",
-                   "--export=ALL", "--no-requeue",
+        command = [f"--comment=lat {exit_path}", f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}",
                    *self.options.sbatch_args(self.gres_request(env)), str(script)]
+        return Launched(*self._sbatch(name, command, self._submit_env(env)))
+
+    def launch_many(self, specs: list[LaunchSpec]) -> list[Launched | OSError]:
+        """Each spec's launch (or why it failed), in order: specs with the same gres request go into
+        one job array when there are at least two of them (and their environments split safely)."""
+        groups: dict[str | None, list[int]] = {}
+        for i, spec in enumerate(specs):
+            groups.setdefault(self.gres_request(spec.env), []).append(i)
+        launched: dict[int, Launched | OSError] = {}
+        for gres, members in groups.items():
+            envs = [self._submit_env(specs[i].env) for i in members]
+            split = split_envs(envs) if len(members) > 1 else None
+            try:
+                if split is None:
+                    launched.update({i: self.launch(*_fields(specs[i])) for i in members})
+                else:
+                    launched.update(zip(members, self._submit_array([specs[i] for i in members], gres, *split)))
+            except OSError as exc:  # the other groups went in: only this one's jobs failed
+                launched.update({i: exc for i in members if i not in launched})
+        return [launched[i] for i in range(len(specs))]
+
+    def _submit_array(self, specs: list[LaunchSpec], gres: str | None, shared: dict, tasks: list) -> list[Launched]:
+        first = Path(specs[0].exit_path)
+        name = f"{job_name_for(first)}-x{len(specs)}"
+        tasks_dir = first.parent / f"{name}.tasks"
+        tasks_dir.mkdir(parents=True, exist_ok=True)
+        commands = []
+        for i, spec in enumerate(specs):
+            exit_path, job_dir = Path(spec.exit_path), Path(spec.job_dir)
+            exit_path.parent.mkdir(parents=True, exist_ok=True)
+            marker_path(exit_path).write_text(f"{name} {i}\n")
+            link = tasks_dir / f"{i}.log"
+            link.unlink(missing_ok=True)
+            link.symlink_to(job_dir / "train.log")
+            commands.append(self.runner_command(spec.argv, exit_path, spec.show_env))
+        existing = find_submitted(name, run=self._run)
+        if existing is not None:  # submitted before an engine crash: adopt, never submit twice
+            return [Launched(task_id(existing, i), time.time()) for i in range(len(specs))]
+        for spec in specs:
+            Path(spec.exit_path).unlink(missing_ok=True)
+            Path(f"{spec.exit_path}.pid").unlink(missing_ok=True)
+        script = tasks_dir / "array.sbatch"
+        script.write_text(array_script(commands, [Path(s.job_dir) for s in specs], tasks))
+        env = {**shared, **{k: v for task in tasks for k, v in task.exported.items()}}
+        command = [f"--array=0-{len(specs) - 1}", f"--comment=lat array {first}", f"--chdir={specs[0].job_dir}",
+                   f"--output={tasks_dir}/%a.log", *self.options.sbatch_args(gres), str(script)]
+        job_id, submitted = self._sbatch(name, command, env)
+        return [Launched(task_id(job_id, i), submitted) for i in range(len(specs))]
+
+    def _sbatch(self, name: str, args: list[str], env: dict) -> tuple[int, float]:
+        """(Slurm job id, submit time); a submission that failed after all is found by its name."""
+        command = ["sbatch", "--parsable", f"--job-name={name}", "--open-mode=append", "--export=ALL",
+                   "--no-requeue", *args]
         submitted = time.time()
         try:
-            out = self._run(command, env=submit_env)
+            out = self._run(command, env=env)
         except SlurmError:
             out = None
         if out is None or out.returncode != 0:
             found = find_submitted(name, run=self._run)  # sbatch may have failed after submitting
             if found is not None:
-                return Launched(found, submitted)
+                return found, submitted
             raise SlurmError(f"sbatch failed: {(out.stderr or out.stdout).strip() if out else 'no answer'}")
-        job_id = int(out.stdout.strip().split(";")[0])
         self._queue = (0.0, {})
-        return Launched(job_id, submitted)
+        return int(out.stdout.strip().split(";")[0]), submitted
 
     def batch_script(self, argv, exit_path, show_env=()) -> str:
         """The runner command, exactly as the local backend starts it; ``exec`` so that Slurm's
         signals reach the runner, which forwards them to the trainer and records the exit."""
-        runner = [self._python, "-m", "lat_core.runner", "--exit-file", str(exit_path),
-                  "--show-env", ",".join(show_env), "--", *argv]
         return ("#!/bin/bash\n# submitted by lat_core.backends.slurm; the environment comes from sbatch\n"
-                f"exec {shlex.join(runner)}\n")
+                f"exec {shlex.join(self.runner_command(argv, exit_path, show_env))}\n")
+
+    def runner_command(self, argv, exit_path, show_env=()) -> list[str]:
+        return [self._python, "-m", "lat_core.runner", "--exit-file", str(exit_path),
+                "--show-env", ",".join(show_env), "--", *argv]
 
     def _submit_env(self, env: dict) -> dict:
         """The engine's environment plus the job's, without the engine's own Slurm job context and
         without a device pin: Slurm sets CUDA_VISIBLE_DEVICES for the GPUs it allocates."""
-        base = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LAT_ARRAY_"))}
         merged = {**base, **env, "PYTHONUNBUFFERED": "1"}
         if self.gres_request(env):
             merged.pop("CUDA_VISIBLE_DEVICES", None)
@@ -181,21 +239,23 @@ class SlurmBackend:
         Slurm hiccup never turns into a failed job; a job Slurm no longer knows is dead."""
         if not pid:
             return False
-        state = self.queue_state(int(pid))
+        state = self.queue_state(pid)
         return state is None or is_active(state)
 
-    def queue_state(self, job_id: int) -> str | None:
-        """Slurm's state word for the job, ``""`` when Slurm no longer knows it, None when unknown.
-        One ``squeue`` serves every job of a tick; a job missing from it is asked for by id."""
+    def queue_state(self, job_id: int | str) -> str | None:
+        """Slurm's state word for the job (or array task ``123_4``), ``""`` when Slurm no longer knows
+        it, None when unknown. One ``squeue`` serves every job of a tick; a job missing from it is
+        asked for by id."""
+        job_id = str(job_id)
         stamp, states = self._queue
         if time.time() - stamp > QUEUE_CACHE_S:
-            out = self._try(["squeue", "-h", "-t", "all", "-u", getpass.getuser(), "-o", "%i|%T"])
+            out = self._try(["squeue", "-h", "-r", "-t", "all", "-u", getpass.getuser(), "-o", "%i|%T"])
             if out is not None and out.returncode == 0:
                 states = dict(_id_state(line) for line in out.stdout.splitlines() if "|" in line)
                 self._queue = (time.time(), states)
         if job_id in states:
             return states[job_id]
-        out = self._try(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"])
+        out = self._try(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-o", "%T"])
         if out is None:
             return None
         if out.returncode != 0:
@@ -205,8 +265,8 @@ class SlurmBackend:
     def signal(self, pid, signum) -> bool:
         """SIGTERM (and other signals) to every process of the job, the runner included; a pending
         job is simply cancelled; SIGKILL ends the job outright."""
-        job = str(int(pid))
-        if self.queue_state(int(pid)) == "PENDING":
+        job = str(pid)
+        if self.queue_state(job) == "PENDING":
             return self._ok(["scancel", job])
         name = _signal.Signals(signum).name.removeprefix("SIG")
         sent = self._ok(["scancel", f"--signal={name}", "--full", job])
@@ -231,9 +291,12 @@ class SlurmBackend:
         return slurm_diagnosis(final, self.options) if final else None
 
     def recover(self, exit_path, since: float | None) -> Launched | None:
-        """For an engine that crashed between recording an attempt and its job id."""
-        found = find_submitted(job_name_for(exit_path), since=since, run=self._run)
-        return Launched(found, since or time.time()) if found is not None else None
+        """For an engine that crashed between recording an attempt and its job id (or task id)."""
+        array = read_marker(Path(exit_path))
+        found = find_submitted(array[0] if array else job_name_for(exit_path), since=since, run=self._run)
+        if found is None:
+            return None
+        return Launched(task_id(found, array[1]) if array else found, since or time.time())
 
     def find_submitted(self, job_name: str, since: float | None = None) -> int | None:
         return find_submitted(job_name, since=since, run=self._run)
@@ -259,6 +322,10 @@ class SlurmBackend:
         return out is not None and out.returncode == 0
 
 
-def _id_state(line: str) -> tuple[int, str]:
+def _id_state(line: str) -> tuple[str, str]:
     job, _, state = line.strip().partition("|")
-    return (int(job) if job.isdigit() else -1), state
+    return job, state
+
+
+def _fields(spec: LaunchSpec) -> tuple:
+    return spec.argv, spec.env, spec.job_dir, spec.exit_path, spec.show_env

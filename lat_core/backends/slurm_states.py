@@ -93,11 +93,12 @@ def parse_sacct(text: str, job_id: int | str) -> dict | None:
 def parse_scontrol_job(text: str, job_id: int | str) -> dict | None:
     """The same record from ``scontrol show job -o ID`` (no accounting database needed)."""
     pairs = dict(re.findall(r"(\w+)=(\S*)", text))
-    if pairs.get("JobId") != str(job_id):
+    task = f"{pairs.get('ArrayJobId')}_{pairs.get('ArrayTaskId')}"  # an array task has its own JobId
+    if str(job_id) not in (pairs.get("JobId"), task):
         return None
     code, _, sig = pairs.get("ExitCode", "").partition(":")
     return {
-        "job_id": int(job_id), "state": normalize_state(pairs.get("JobState", "")),
+        "job_id": int(job_id) if str(job_id).isdigit() else str(job_id), "state": normalize_state(pairs.get("JobState", "")),
         "state_raw": pairs.get("JobState", ""), "exit_code": int(code) if code.isdigit() else None,
         "signal": int(sig) if sig.isdigit() else None, "elapsed": pairs.get("RunTime", ""),
         "elapsed_s": elapsed_seconds(pairs.get("RunTime", "")),
@@ -189,9 +190,9 @@ def validate_options(options: dict, where: str | None = None) -> SlurmOptions:
                         f"['--qos=high'], got {extra!r}")
     else:
         clean["extra_args"] = tuple(extra)
-    if "array" in clean and clean["array"] is not False:
-        problems.append(f"plan field 'slurm.array': job arrays are not supported (each job is its own "
-                        f"sbatch submission); remove it or set false, got {clean['array']!r}")
+    if "array" in clean and not isinstance(clean["array"], bool):
+        problems.append(f"plan field 'slurm.array': expected true or false (true: the jobs admitted together "
+                        f"are one sbatch job array), got {clean['array']!r}")
     if problems:
         raise PlanError(problems, where=where)
     return SlurmOptions(**clean)

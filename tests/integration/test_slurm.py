@@ -355,3 +355,106 @@ def test_engine_takes_slurms_word_when_the_runner_never_ran(slurm_cluster, tmp_p
     job = store.jobs(run_id)[0]
     assert job.state == "failed" and job.returncode is None
     assert job.diagnosis["class"] == "cancelled" and "Slurm" in job.diagnosis["title"]
+
+
+# ---------------------------------------------------------------- job arrays (slurm.array: true)
+GPU3 = {**GPU0, "slots": 3}
+
+
+def test_array_env_split_keeps_values_out_of_the_script():
+    from lat_core.backends.slurm_array import array_script, split_envs
+
+    shared, tasks = split_envs([{"A": "1", "KEY": "s3cr3t", "B": "x"}, {"A": "1", "KEY": "s3cr3t", "C": "only1"}])
+    assert shared == {"A": "1", "KEY": "s3cr3t"}
+    assert tasks[0].exported == {"LAT_ARRAY_0__B": "x"} and tasks[0].unset == ("C",)
+    assert tasks[1].exported == {"LAT_ARRAY_1__C": "only1"} and tasks[1].unset == ("B",)
+    script = array_script([["python", "t.py"], ["python", "u.py"]], [Path("/j/a"), Path("/j/b c")], tasks)
+    assert "s3cr3t" not in script and "only1" not in script and "cd '/j/b c'" in script
+    assert split_envs([{"A": "1"}, {"A-B": "2"}]) is None  # no shell name: submitted one by one
+    assert validate_options({"array": True}).array and option_problems({"array": "yes"})
+
+
+def array_tasks(array_id, count, timeout=15) -> list[str]:
+    """``<array>_<task>`` ids of the array in Slurm's accounting (recorded a moment after the end)."""
+    deadline = time.time() + timeout
+    while True:
+        out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", str(array_id), "-o", "JobID"],
+                             capture_output=True, text=True).stdout.split()
+        if len(out) >= count or time.time() > deadline:
+            return sorted(out)
+        time.sleep(0.3)
+
+
+def array_engine(store, **options):
+    return Engine(store, backend=SlurmBackend(time="5", gres="shard", array=True, **options),
+                  secrets={"WANDB_API_KEY": "s3cr3t"})
+
+
+@pytest.mark.slow
+def test_array_runs_each_job_in_its_own_task(slurm_cluster, tmp_path):
+    jobs = [fake_job(tmp_path, f"a{i}", sleep=0.5, env={"HP_X": f"x{i}", "WANDB_API_KEY": "***"},
+                     extra=("--print-env", "HP_X")) for i in range(3)]
+    store, run_id = make_run(tmp_path, jobs, devices=[GPU3])
+    drain(array_engine(store))
+    pids = [store.attempts(j.id)[0].pid for j in store.jobs(run_id)]
+    array_id = pids[0].split("_")[0]
+    assert pids == [f"{array_id}_{i}" for i in range(3)]  # one sbatch, one task per job
+    assert array_tasks(array_id, 3) == pids
+    for i, job in enumerate(store.jobs(run_id)):
+        job_dir = Path(job.job_dir)
+        assert job.state == "succeeded" and read_exit_record(job_dir / ".lat" / "attempt-1.exit.json")["returncode"] == 0
+        assert (job_dir / "env.txt").read_text().strip() == f"x{i}"  # its own env, in its own directory
+        log = (job_dir / "train.log").read_text()
+        assert log.count(f"fake trainer a{i} done") == 1 and "fake trainer a" not in log.replace(f"a{i}", "")
+    scripts = list((Path(jobs[0]["job_dir"]) / ".lat").glob("*.tasks/array.sbatch"))
+    assert len(scripts) == 1 and "s3cr3t" not in scripts[0].read_text()
+    assert SlurmBackend().final_state(pids[1], wait_s=10)["state"] == "COMPLETED"
+
+
+@pytest.mark.slow
+def test_array_task_failure_and_cancel_stay_in_their_task(slurm_cluster, tmp_path):
+    jobs = [fake_job(tmp_path, "ok", sleep=4), fake_job(tmp_path, "bad", exit_code=3),
+            fake_job(tmp_path, "slow", sleep=60)]
+    store, run_id = make_run(tmp_path, jobs, devices=[GPU3])
+    engine = array_engine(store)
+    deadline = time.time() + 30
+    while not (tmp_path / "record" / "slow.log").exists():
+        assert time.time() < deadline
+        engine.tick()
+        time.sleep(0.2)
+    by_key = {j.key: j for j in store.jobs(run_id)}
+    store.add_command(run_id, "cancel_job", job_id=by_key["slow"].id)
+    engine.tick()
+    assert store.job(by_key["ok"].id).state == "running"  # its sibling task runs on
+    drain(engine, timeout=30)
+    by_key = {j.key: store.job(j.id) for j in by_key.values()}
+    assert by_key["ok"].state == "succeeded" and by_key["slow"].state == "cancelled"
+    assert by_key["bad"].state == "failed" and by_key["bad"].returncode == 3
+    assert "injected failure of bad" in by_key["bad"].error
+    pids = {k: store.attempts(j.id)[0].pid for k, j in by_key.items()}
+    assert len({p.split("_")[0] for p in pids.values()}) == 1
+    backend = SlurmBackend()
+    assert backend.final_state(pids["ok"], wait_s=10)["state"] == "COMPLETED"
+    assert backend.final_state(pids["slow"], wait_s=10)["state"] == "CANCELLED"
+    assert backend.final_state(pids["bad"], wait_s=10)["job_id"] == pids["bad"]  # the runner recorded the 3
+    assert read_exit_record(Path(store.attempts(by_key["bad"].id)[0].exit_path))["returncode"] == 3
+
+
+@pytest.mark.slow
+def test_array_engine_restart_submits_nothing_twice(slurm_cluster, tmp_path):
+    jobs = [fake_job(tmp_path, f"r{i}", sleep=3) for i in range(3)]
+    store, run_id = make_run(tmp_path, jobs, devices=[GPU3])
+    first = array_engine(store)
+    first.tick()  # one admission pass: the array is submitted
+    assert all(store.attempts(j.id)[0].pid for j in store.jobs(run_id))
+    del first
+    # an engine that died between the attempt rows and the task ids: recovery finds the tasks
+    job = store.jobs(run_id)[1]
+    pid = store.attempts(job.id)[0].pid
+    assert SlurmBackend().recover(Path(store.attempts(job.id)[0].exit_path), time.time() - 60).pid == pid
+    drain(array_engine(store))
+    assert [j.state for j in store.jobs(run_id)] == ["succeeded"] * 3
+    assert array_tasks(pid.split("_")[0], 3) == [f"{pid.split('_')[0]}_{i}" for i in range(3)]
+    for i in range(3):
+        lines = (tmp_path / "record" / f"r{i}.log").read_text().splitlines()
+        assert sum(line.startswith("start") for line in lines) == 1
