@@ -2,9 +2,12 @@
 
 A job is admitted to a GPU only if the GPU's measured free memory, minus a margin, minus what jobs
 still starting there will claim, covers the peak this config measured before (on the same dataset).
-Configs never measured fall back to the slot plan, but admissions onto one GPU are staggered until a
-starting job's memory has settled, so two unknown jobs never race for the same free memory. Host RAM
-is guarded the same way with each config's peak process-tree RSS.
+A config never measured borrows an estimate from its siblings (same suite and dataset: a rank sweep's
+jobs need nearly the same memory), measured before or running now past their first step, with a
+safety factor. Without either, admissions onto one GPU are staggered until the starting job has
+settled (its first logged training step, when activations and optimizer state exist, or
+``settle_s``), so two unknown jobs never race for the same free memory. Host RAM is guarded the
+same way with each config's peak process-tree RSS.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ GiB = 2**30
 class AdmissionPolicy:
     gpu_margin: int = 1 * GiB  # CUDA context, allocator slack, other tenants' spikes
     host_margin: int = 2 * GiB
-    settle_s: float = 45.0  # a job younger than this whose usage is below its expected peak still grows
+    settle_s: float = 45.0  # a job younger than this that has not logged a step still grows
+    sibling_factor: float = 1.25  # an unmeasured config's estimate from its siblings, with headroom
 
 
 def fmt_gib(n: int) -> str:
@@ -40,6 +44,7 @@ class Admission:
         self._hostsnap: HostSnapshot | None = None
         self._enabled = True
         self._min_free = 0
+        self._running: list[JobRow] = []
 
     def begin(self, devices: list[dict] | None, min_free_gb: float = 0.0) -> None:
         """One NVML and one psutil reading per admission pass, not per job. ``None``: the jobs run
@@ -53,7 +58,8 @@ class Admission:
         """None when ``job`` may start on ``device`` now, else why it waits."""
         if not self._enabled:
             return None
-        expected = self.store.config_peak(job.profile_key)
+        self._running = running
+        expected = self.expected_peak(job)
         starting = [j for j in running if self._is_starting(j)]
         host_wait = self._host_blocker(expected, starting, running)
         if host_wait:
@@ -62,8 +68,29 @@ class Admission:
             return None
         return self._gpu_blocker(expected, device, [j for j in starting if j.device == device["id"]])
 
+    def expected_peak(self, job: JobRow) -> tuple[int, int] | None:
+        """(GPU bytes, RSS bytes) the job is expected to need: its config's measured peak, else
+        its siblings' (see the module docstring), else None (unknown)."""
+        measured = self.store.config_peak(job.profile_key)
+        if measured is not None:
+            return measured
+        family = [self.store.family_peak(job.suite, job.dataset)]
+        family += [(max(j.gpu_mem or 0, j.peak_gpu or 0), max(j.rss or 0, j.peak_rss or 0))
+                   for j in self._running
+                   if (j.suite, j.dataset) == (job.suite, job.dataset) and j.id != job.id and self._settled(j)]
+        family = [f for f in family if f is not None and (f[0] or f[1])]
+        if not family:
+            return None
+        factor = self.policy.sibling_factor
+        return int(max(f[0] for f in family) * factor), int(max(f[1] for f in family) * factor)
+
+    def _settled(self, job: JobRow) -> bool:
+        return job.started is not None and not self._is_starting(job)
+
     def _is_starting(self, job: JobRow) -> bool:
-        return job.started is not None and self._clock() - job.started < self.policy.settle_s
+        if job.started is None or job.last_step:
+            return False  # not started, or past its first logged step: memory has (nearly) peaked
+        return self._clock() - job.started < self.policy.settle_s
 
     def _gpu_blocker(self, expected, device: dict, starting: list[JobRow]) -> str | None:
         gpu = self._gpus.by_index(device.get("index", -1)) if self._gpus else None
@@ -72,12 +99,12 @@ class Admission:
         free_now = gpu.memory_total - gpu.memory_used
         if free_now < self._min_free:  # the plan's pre-launch threshold (min_free_gb)
             return f"{device['id']} has {fmt_gib(free_now)} free, the plan asks for at least {fmt_gib(self._min_free)}"
-        unknown = [j for j in starting if self.store.config_peak(j.profile_key) is None]
+        unknown = [j for j in starting if self.expected_peak(j) is None]
         if unknown:
             return f"waiting for {unknown[0].key} to settle on {device['id']}"
         if expected is None:
             return None
-        claims = sum(_still_to_claim(self.store, j, gpu=True) for j in starting)
+        claims = sum(self._still_to_claim(j, gpu=True) for j in starting)
         free = gpu.memory_total - gpu.memory_used - self.policy.gpu_margin - claims
         if expected[0] > free:
             return f"needs {fmt_gib(expected[0])} GPU memory, {fmt_gib(max(free, 0))} free on {device['id']}"
@@ -86,16 +113,16 @@ class Admission:
     def _host_blocker(self, expected, starting: list[JobRow], running: list[JobRow]) -> str | None:
         if expected is None or self._hostsnap is None or not running:
             return None  # an idle machine always takes one job: nothing else competes for it
-        claims = sum(_still_to_claim(self.store, j, gpu=False) for j in starting)
+        claims = sum(self._still_to_claim(j, gpu=False) for j in starting)
         free = self._hostsnap.ram_available - self.policy.host_margin - claims
         if expected[1] > free:
             return f"needs {fmt_gib(expected[1])} host RAM, {fmt_gib(max(free, 0))} available"
         return None
 
 
-def _still_to_claim(store: Store, job: JobRow, *, gpu: bool) -> int:
-    peak = store.config_peak(job.profile_key)
-    if peak is None:
-        return 0
-    now = (job.gpu_mem if gpu else job.rss) or 0
-    return max(0, (peak[0] if gpu else peak[1]) - now)
+    def _still_to_claim(self, job: JobRow, *, gpu: bool) -> int:
+        peak = self.expected_peak(job)
+        if peak is None:
+            return 0
+        now = (job.gpu_mem if gpu else job.rss) or 0
+        return max(0, (peak[0] if gpu else peak[1]) - now)

@@ -8,6 +8,7 @@ from a plan that does not validate.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Literal, Optional, Union
@@ -59,6 +60,15 @@ class Pair(BaseModel):
         return f"{self.seed}:{self.dataset}"
 
 
+AUTO_SLOTS_CAP = 16  # beyond this, per-job launch overhead and context switching eat the gain
+
+
+def auto_gpu_slots(n_gpus: int, cpu_count: int | None = None) -> int:
+    """Concurrent jobs per GPU under ``slots: auto``: one per CPU core that GPU has, capped."""
+    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    return max(1, min(AUTO_SLOTS_CAP, cores // max(1, n_gpus)))
+
+
 class Plan(BaseModel):
     """A validated plan. ``gpus == "cpu"`` runs jobs on the CPU in ``slots`` slots."""
 
@@ -66,7 +76,9 @@ class Plan(BaseModel):
     suites: list[SuiteRef] = Field(min_length=1)
     pairs: list[Pair] = Field(min_length=1)
     gpus: Union[Literal["cpu"], list[int]] = "cpu"
-    slots: Union[int, list[int]] = 1
+    # "auto": on a GPU, as many jobs as memory-aware admission lets in, at most one per CPU core the
+    # GPU has (each trainer needs a core to keep its GPU fed); on the CPU, one job at a time
+    slots: Union[Literal["auto"], int, list[int]] = "auto"
     countdown_minutes: float = Field(default=0.0, ge=0, le=7 * 24 * 60)
     env: dict[str, str] = Field(default_factory=dict)
     output_root: str = Field(default="runs", min_length=1)
@@ -132,6 +144,8 @@ class Plan(BaseModel):
     @field_validator("slots", mode="before")
     @classmethod
     def _slots(cls, value):
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
         if isinstance(value, str):
             numbers = _split_numbers(value, "slot count")
             return numbers[0] if len(numbers) == 1 else numbers
@@ -144,9 +158,11 @@ class Plan(BaseModel):
             return {k: _env_scalar(k, v) for k, v in value.items()}
         return value
 
-    def slot_plan(self) -> list[int]:
-        """Slots per device, one entry per GPU (or one for the CPU)."""
+    def slot_plan(self, cpu_count: int | None = None) -> list[int]:
+        """Slots per device, one entry per GPU (or one for the CPU); "auto" resolved (see ``slots``)."""
         count = 1 if self.gpus == "cpu" else len(self.gpus)
+        if self.slots == "auto":
+            return [1] if self.gpus == "cpu" else [auto_gpu_slots(count, cpu_count)] * count
         return [self.slots] * count if isinstance(self.slots, int) else list(self.slots)
 
     def round_list(self, ref: SuiteRef) -> "list[int] | None":
@@ -299,6 +315,8 @@ def _check_datasets(plan: Plan, base: Path) -> list[str]:
 
 
 def _check_slots(plan: Plan) -> list[str]:
+    if plan.slots == "auto":
+        return []
     slots = plan.slots if isinstance(plan.slots, list) else [plan.slots]
     if any(s < 0 for s in slots):
         return ["field 'slots': slot counts must be >= 0"]

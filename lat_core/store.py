@@ -224,6 +224,14 @@ class Store:
         row = self._db.execute("SELECT peak_gpu, peak_rss FROM config_peaks WHERE key=?", (key,)).fetchone()
         return (row[0], row[1]) if row else None
 
+    def family_peak(self, suite: str, dataset: str) -> tuple[int, int] | None:
+        """The largest peaks measured for any config of ``suite`` on ``dataset``."""
+        def esc(text: str) -> str:
+            return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        row = self._db.execute("SELECT MAX(peak_gpu), MAX(peak_rss) FROM config_peaks WHERE key LIKE ? ESCAPE '\\'",
+                               (f"{esc(suite)}/%|{esc(dataset)}",)).fetchone()
+        return (row[0], row[1]) if row and row[0] is not None else None
+
     def samples(self, job_id: int) -> list[tuple[float, int, int]]:
         rows = self._db.execute("SELECT ts, rss, gpu_mem FROM samples WHERE job_id=? ORDER BY id", (job_id,))
         return [tuple(r) for r in rows]

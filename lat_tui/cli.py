@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--round", default=None, help="'all' or round numbers ('1 2' / '1,2'); applies to every --suite")
     p.add_argument("--pairs", help="'seed:dataset' pairs, space-separated")
     p.add_argument("--gpus", help="GPU indices ('2 3 5 6') or 'cpu'")
-    p.add_argument("--gpu-plan", help="slots per GPU: one number for all, or one per GPU ('3,3,1,3')")
+    p.add_argument("--gpu-plan", help="slots per GPU: 'auto' (the default: memory decides), one number for all, "
+                   "or one per GPU ('3,3,1,3')")
     p.add_argument("--sleep-mins", type=float, help="countdown before the first launch, in minutes")
     p.add_argument("--output-root", help="where job directories go")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment override (repeatable)")

@@ -73,7 +73,7 @@ class PlanScreen(Screen[int | None]):
             yield _field("Devices", _device_list(snapshot))
             if not snapshot.available:
                 yield Static(f"{snapshot.reason}: jobs run on the CPU", classes="hint")
-            yield _field("Slots", Input("1", id="slots", compact=True), "one number, or one per GPU")
+            yield _field("Slots", Input("auto", id="slots", compact=True), "auto, one number, or one per GPU")
             yield _field("Countdown", Input("0", id="countdown", compact=True), "minutes before start")
             yield _field("Output", Input("runs", id="output", compact=True))
             yield _field("Env", Input(id="env", placeholder="KEY=VALUE ...", compact=True))

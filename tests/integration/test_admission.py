@@ -89,3 +89,51 @@ def test_plan_min_free_threshold_holds_jobs_on_a_busy_gpu(tmp_path):
     store.add_command(run_id, "cancel_run")
     while engine.tick():
         time.sleep(0.05)
+
+
+def test_an_unknown_job_settles_at_its_first_logged_step_not_after_settle_s(tmp_path):
+    fake = FakeNvml.with_gpus(1, total=80 * GiB)
+    jobs = [fake_job(tmp_path, f"s{i}", sleep=2.0) for i in range(2)]
+    jobs[1]["suite"] = "other"  # no sibling to borrow an estimate from
+    store, run_id = make_run(tmp_path, jobs, devices=[gpu_device(0, slots=2)])
+    engine = Engine(store, gpu_probe=GpuProbe(fake), policy=AdmissionPolicy(settle_s=600))
+    engine.tick()
+    first, second = store.jobs(run_id)
+    assert (first.state, second.state) == ("running", "queued")
+    store.set_progress(first.id, 1, 2.5)  # the first training step: activations and optimizer state exist
+    engine.tick()
+    assert store.jobs(run_id)[1].state == "running"
+    store.add_command(run_id, "cancel_run")
+    while engine.tick():
+        time.sleep(0.05)
+
+
+def test_an_unmeasured_config_borrows_a_settled_siblings_footprint(tmp_path):
+    fake = FakeNvml.with_gpus(1, total=80 * GiB, used=0)
+    jobs = [fake_job(tmp_path, f"r{i}", sleep=2.0) for i in range(3)]  # one suite, one dataset: a sweep
+    store, run_id = make_run(tmp_path, jobs, devices=[gpu_device(0, slots=3)])
+    engine = Engine(store, gpu_probe=GpuProbe(fake), policy=AdmissionPolicy(settle_s=600, gpu_margin=GiB))
+    engine.tick()
+    first = store.jobs(run_id)[0]
+    store.set_progress(first.id, 1, 2.5)
+    store.record_usage({first.id: (GiB, 30 * GiB)})
+    fake.gpus[0].used = 31 * GiB
+    engine.tick()  # 80 - 31 - 1 = 48G free: one sibling (30G x 1.25 = 37.5G) fits, two do not
+    states = [j.state for j in store.jobs(run_id)]
+    assert states == ["running", "running", "queued"]
+    assert store.jobs(run_id)[2].waiting.startswith("needs 37.5G GPU memory")
+    store.add_command(run_id, "cancel_run")
+    while engine.tick():
+        time.sleep(0.05)
+
+
+def test_family_peak_reads_measured_configs_of_one_suite_and_dataset(tmp_path):
+    from lat_core.store import Store
+
+    store = Store(tmp_path / "j.sqlite")
+    store.record_config_peak("sweep/r8|glue-tvt_sst2", 5 * GiB, GiB)
+    store.record_config_peak("sweep/r16|glue-tvt_sst2", 6 * GiB, 2 * GiB)
+    store.record_config_peak("sweep/r16|glue-tvt_cola", 9 * GiB, GiB)
+    store.record_config_peak("sweep_x/r16|glue-tvt_sst2", 9 * GiB, GiB)
+    assert store.family_peak("sweep", "glue-tvt_sst2") == (6 * GiB, 2 * GiB)
+    assert store.family_peak("sweep", "glue-tvt_rte") is None

@@ -1,0 +1,206 @@
+"""Suite throughput on one GPU: the old launch scripts' way against LAT's defaults, in one call.
+
+    python bench/bench_suite_throughput.py --gpu 0 [--steps 20] [--mps] [--json OUT]
+
+The suite is ``gla_rank_sweep`` (8 GLA LoRA jobs, ranks 4-32) on the GLA-1.3B architecture with
+random weights, its hyperparameters unchanged (batch 8 x accumulation 2, lr 2e-4, seq 256, bf16)
+except a fixed number of optimizer steps, on synthetic SST-2 files whose examples all fill the
+sequence. Sides, each from an empty output tree, with the Triton cache already warm (see README):
+
+1. ``old``: the seeds' scripts: 3 jobs per GPU in rounds with a barrier, gradient checkpointing on;
+2. ``lat``: ``lat-tui --plan`` with LAT's defaults (``slots: auto``, memory-aware admission, no
+   barrier, checkpointing off);
+3. ``lat+mps`` (``--mps``): the same plan with the jobs as clients of a private CUDA MPS daemon.
+
+Prints wall time, trained tokens/s, the GPU's peak used memory and the ratio to ``old``, and checks
+every job's loss curve against the same job under ``old`` (one process per job there, so each
+ran alone as far as its numbers are concerned).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.old_scripts import run_in_rounds  # noqa: E402
+from bench.suite_data import write_sst2  # noqa: E402
+from lat_core.jobs import materialize  # noqa: E402
+from lat_core.monitor.gpu import GpuProbe  # noqa: E402
+from lat_core.mps import start_mps  # noqa: E402
+from lat_core.config.paths import configs_root  # noqa: E402
+from lat_core.config.suites import SuiteRegistry  # noqa: E402
+from lat_core.plan import plan_from_mapping  # noqa: E402
+from lat_core.service import prepare_run  # noqa: E402
+
+MODEL_1B3 = {"name_or_path": "tiny-random", "dtype": "bfloat16",
+         "tiny": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "vocab_size": 32000}}
+
+
+# --gpu -1: a CPU dry run of the whole machinery with a tiny model (checks the bench, not speed)
+MODEL_TINY = {"name_or_path": "tiny-random", "dtype": "float32",
+              "tiny": {"hidden_size": 32, "num_hidden_layers": 1, "num_heads": 2}}
+
+
+def plan_mapping(args, side: str, out: Path, data: Path, extra_env: dict) -> dict:
+    steps = args.steps
+    env = {"GLUE_LOCAL_DIR": str(data), **extra_env}
+    if side == "old":
+        env["GRADIENT_CHECKPOINTING"] = "1"
+    mapping = {"suites": [{"name": args.suite, "rounds": "all"}], "pairs": ["1:glue-tvt_sst2"],
+               "gpus": [args.gpu] if args.gpu >= 0 else "cpu", "env": env, "output_root": str(out / side),
+               "overrides": {"model": MODEL_1B3 if args.gpu >= 0 else MODEL_TINY, "train": {"max_steps": steps, "eval_every": steps,
+                                                       "save_every": steps, "log_every": 1}}}
+    if side == "old":
+        mapping["slots"] = 3
+    if args.gpu < 0:
+        mapping["overrides"]["train"]["max_seq_len"] = 32
+        mapping["overrides"]["model"]["dtype"] = "float32"
+    return mapping
+
+
+class PeakSampler(threading.Thread):
+    """The GPU's used memory (NVML), sampled every 0.5 s; ``peak`` in bytes."""
+
+    def __init__(self, index: int):
+        super().__init__(daemon=True)
+        self.index, self.peak, self._halt = index, 0, threading.Event()  # index -1: the CPU, no GPU
+        self._probe = GpuProbe()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.5):
+            gpu = self._probe.snapshot().by_index(self.index)
+            if gpu is not None:
+                self.peak = max(self.peak, gpu.memory_used)
+
+    def stop(self) -> int:
+        self._halt.set()
+        self.join()
+        return self.peak
+
+
+def run_side(args, side: str, out: Path, data: Path) -> dict:
+    extra_env, daemon = {}, None
+    if side == "lat+mps":
+        daemon, why = start_mps(out / "mps", str(args.gpu))
+        if daemon is None:
+            return {"side": side, "skipped": why}
+        extra_env = daemon.client_env()
+    mapping = plan_mapping(args, side, out, data, extra_env)
+    sampler = PeakSampler(args.gpu)
+    sampler.start()
+    start = time.time()
+    try:
+        if side == "old":
+            jobs = _old_side(mapping)
+        else:
+            jobs = _lat_side(mapping, out / f"state-{side.replace('+', '-')}")
+    finally:
+        wall = time.time() - start
+        peak = sampler.stop()
+        if daemon is not None:
+            daemon.stop()
+    tokens = sum(_trained_tokens(Path(d)) for d in jobs)
+    return {"side": side, "jobs": len(jobs), "wall_s": round(wall, 1), "tokens": tokens,
+            "tokens_per_s": round(tokens / wall), "gpu_peak_used_gib": round(peak / 2**30, 1),
+            "job_dirs": jobs, "losses": {Path(d).name: _losses(Path(d)) for d in jobs}}
+
+
+def _old_side(mapping: dict) -> list[str]:
+    plan = plan_from_mapping(mapping, SuiteRegistry(configs_root()), where="bench old side")
+    prepared = prepare_run(plan)
+    for job in prepared.jobs:
+        materialize(job)
+    device_env = prepared.devices[0]["env"]
+    times = run_in_rounds(prepared.jobs, device_env, plan.slots)
+    failed = [k for k, (_, _, rc) in times.items() if rc != 0]
+    if failed:
+        raise SystemExit(f"old side: jobs failed: {failed}")
+    return [str(j.job_dir) for j in prepared.jobs]
+
+
+def _lat_side(mapping: dict, state_dir: Path) -> list[str]:
+    plan_path = state_dir.parent / f"{state_dir.name}.plan.yaml"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    plan_path.write_text(yaml.safe_dump(mapping))
+    done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "--plan", str(plan_path), "--state-dir",
+                           str(state_dir)], cwd=ROOT, capture_output=True, text=True)
+    print(done.stdout[-3000:], flush=True)
+    if done.returncode != 0:
+        raise SystemExit(f"lat side exited {done.returncode}: {done.stderr[-2000:]}")
+    root = Path(mapping["output_root"])
+    return sorted(str(p.parent) for p in root.glob("*/*/events.jsonl"))
+
+
+def _events(job_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _losses(job_dir: Path) -> list[float]:
+    return [e["loss"] for e in _events(job_dir) if e.get("event") == "step"]
+
+
+def _trained_tokens(job_dir: Path) -> int:
+    """steps x batch x accumulation x max_seq_len: every synthetic example fills the sequence."""
+    started = next(e for e in _events(job_dir) if e.get("event") == "started")
+    config = yaml.safe_load((job_dir / "job.yaml").read_text())
+    return started["max_steps"] * started["effective_batch_size"] * config["train"]["max_seq_len"]
+
+
+def compare_losses(reference: dict, other: dict) -> dict:
+    """Largest relative difference between matching jobs' per-step losses."""
+    worst, worst_job = 0.0, None
+    for name, ref in reference["losses"].items():
+        got = other["losses"].get(name)
+        if got is None or len(got) != len(ref):
+            return {"ok": False, "why": f"{name}: {len(ref)} losses vs {None if got is None else len(got)}"}
+        for a, b in zip(ref, got):
+            rel = abs(a - b) / max(abs(a), 1e-6)
+            if rel > worst:
+                worst, worst_job = rel, name
+    return {"ok": worst <= 2e-2, "max_rel_diff": round(worst, 5), "worst_job": worst_job}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gpu", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--suite", default="gla_rank_sweep")
+    parser.add_argument("--out", default="/tmp/lat-suite-bench")
+    parser.add_argument("--mps", action="store_true", help="also run LAT's side under a private CUDA MPS daemon")
+    parser.add_argument("--sides", default="", help="comma-separated subset of old,lat,lat+mps")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    out = Path(args.out)
+    data = write_sst2(out / "glue")
+    sides = args.sides.split(",") if args.sides else ["old", "lat"] + (["lat+mps"] if args.mps else [])
+    results = []
+    for side in sides:
+        print(f"== {side}", flush=True)
+        results.append(run_side(args, side, out, data))
+        row = {k: v for k, v in results[-1].items() if k not in ("losses", "job_dirs")}
+        print(json.dumps(row), flush=True)
+    old = next((r for r in results if r["side"] == "old"), None)
+    for r in results:
+        if old is not None and r is not old and "wall_s" in r:
+            r["speedup_vs_old"] = round(old["wall_s"] / r["wall_s"], 2)
+            r["loss_check_vs_old"] = compare_losses(old, r)
+    summary = [{k: v for k, v in r.items() if k not in ("losses", "job_dirs")} for r in results]
+    print(json.dumps(summary, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

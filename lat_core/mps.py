@@ -1,0 +1,54 @@
+"""CUDA MPS (Multi-Process Service) for the engine's GPUs.
+
+Why: a LoRA job at batch 4 keeps an H100/H200 mostly idle, and without MPS the GPU time-slices
+between processes, so several small jobs on one GPU barely add up. Under MPS their kernels run
+concurrently. The daemon gets a private pipe directory (under the state directory), so only this
+engine's jobs connect to it; other users' processes on the same GPUs are not affected.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+CONTROL = "nvidia-cuda-mps-control"
+
+
+@dataclass(frozen=True)
+class MpsDaemon:
+    pipe_dir: Path
+    log_dir: Path
+
+    def client_env(self) -> dict[str, str]:
+        """What a job's environment needs to run as a client of this daemon."""
+        return {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir), "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir)}
+
+    def stop(self) -> None:
+        """Ask the daemon to quit (it waits for its clients to exit first)."""
+        env = {**os.environ, **self.client_env()}
+        try:
+            subprocess.run([CONTROL], input=b"quit\n", env=env, timeout=30, capture_output=True)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def start_mps(base: Path, visible_devices: str) -> tuple[MpsDaemon | None, str]:
+    """Start a private MPS control daemon for ``visible_devices``; (daemon, why) and None when it
+    cannot run here (no binary, or the start failed), so callers go on without it."""
+    binary = shutil.which(CONTROL)
+    if binary is None:
+        return None, f"{CONTROL} not found"
+    daemon = MpsDaemon(base / "pipe", base / "log")
+    daemon.pipe_dir.mkdir(parents=True, exist_ok=True)
+    daemon.log_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **daemon.client_env(), "CUDA_VISIBLE_DEVICES": visible_devices}
+    try:
+        done = subprocess.run([binary, "-d"], env=env, timeout=30, capture_output=True)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{CONTROL} -d failed: {exc}"
+    if done.returncode != 0:
+        return None, f"{CONTROL} -d exited {done.returncode}: {done.stderr.decode(errors='replace').strip()}"
+    return daemon, "started"
