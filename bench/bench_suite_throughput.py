@@ -52,12 +52,12 @@ MODEL_TINY = {"name_or_path": "tiny-random", "dtype": "float32",
               "tiny": {"hidden_size": 32, "num_hidden_layers": 1, "num_heads": 2}}
 
 
-def plan_mapping(args, side: str, out: Path, data: Path, extra_env: dict) -> dict:
+def plan_mapping(args, side: str, out: Path, data: Path | None, extra_env: dict) -> dict:
     steps = args.steps
-    env = {"GLUE_LOCAL_DIR": str(data), **extra_env}
+    env = {**({"GLUE_LOCAL_DIR": str(data)} if data else {}), **extra_env}
     if side == "old":
         env["GRADIENT_CHECKPOINTING"] = "1"
-    mapping = {"suites": [{"name": args.suite, "rounds": "all"}], "pairs": ["1:glue-tvt_sst2"],
+    mapping = {"suites": [{"name": args.suite, "rounds": "all"}], "pairs": ["1:glue-tvt_sst2" if data else "1:tiny-sst2"],
                "gpus": [args.gpu] if args.gpu >= 0 else "cpu", "env": env, "output_root": str(out / side),
                "overrides": {"model": MODEL_1B3 if args.gpu >= 0 else MODEL_TINY, "train": {"max_steps": steps, "eval_every": steps,
                                                        "save_every": steps, "log_every": 1}}}
@@ -151,7 +151,12 @@ def _losses(job_dir: Path) -> list[float]:
 
 
 def _trained_tokens(job_dir: Path) -> int:
-    """steps x batch x accumulation x max_seq_len: every synthetic example fills the sequence."""
+    """Non-padding tokens the trainer counted (its step events' ``tokens``); without them,
+    steps x batch x accumulation x max_seq_len (exact for --data long, where every example fills
+    the sequence)."""
+    counted = [e["tokens"] for e in _events(job_dir) if e.get("event") == "step" and "tokens" in e]
+    if counted:
+        return sum(counted)
     started = next(e for e in _events(job_dir) if e.get("event") == "started")
     config = yaml.safe_load((job_dir / "job.yaml").read_text())
     return started["max_steps"] * started["effective_batch_size"] * config["train"]["max_seq_len"]
@@ -176,13 +181,16 @@ def main() -> None:
     parser.add_argument("--gpu", type=int, default=0)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--suite", default="gla_rank_sweep")
+    parser.add_argument("--data", choices=["tiny", "long"], default="tiny",
+                        help="tiny: the shipped SST-2 sample (short GLUE sentences, as researchers run); "
+                             "long: synthetic SST-2 files whose examples all fill max_seq_len")
     parser.add_argument("--out", default="/tmp/lat-suite-bench")
     parser.add_argument("--mps", action="store_true", help="also run LAT's side under a private CUDA MPS daemon")
     parser.add_argument("--sides", default="", help="comma-separated subset of old,lat,lat+mps")
     parser.add_argument("--json")
     args = parser.parse_args()
     out = Path(args.out)
-    data = write_sst2(out / "glue")
+    data = write_sst2(out / "glue") if args.data == "long" else None
     sides = args.sides.split(",") if args.sides else ["old", "lat"] + (["lat+mps"] if args.mps else [])
     results = []
     for side in sides:

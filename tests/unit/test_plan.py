@@ -136,3 +136,16 @@ def test_plan_file_plus_flag_overrides(tmp_path, configs):
     args = build_parser().parse_args(["--configs", str(configs), "--plan", str(path), "--gpus", "0", "--gpu-plan", "1"])
     plan = plan_from_args(args)
     assert plan.gpus == [0] and plan.slot_plan() == [1] and plan.countdown_minutes == 5
+
+
+def test_slots_default_to_auto_one_job_per_core_each_gpu_has_capped():
+    from lat_core.plan import AUTO_SLOTS_CAP, Plan, auto_gpu_slots
+
+    plan = Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=[0, 1])
+    assert plan.slots == "auto"
+    assert plan.slot_plan(cpu_count=16) == [8, 8]
+    assert plan.slot_plan(cpu_count=256) == [AUTO_SLOTS_CAP] * 2
+    assert auto_gpu_slots(4, cpu_count=2) == 1  # never zero
+    assert Plan(suites=["demo"], pairs=["1:tiny-sst2"]).slot_plan(cpu_count=64) == [1]  # CPU jobs: one at a time
+    assert Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=[0], slots="AUTO ").slots == "auto"
+    assert Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=[0], slots="3").slot_plan() == [3]
