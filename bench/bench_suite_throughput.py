@@ -10,7 +10,8 @@ sequence. Sides, each from an empty output tree, with the Triton cache already w
 1. ``old``: the seeds' scripts: 3 jobs per GPU in rounds with a barrier, gradient checkpointing on;
 2. ``lat``: ``lat-tui --plan`` with LAT's defaults (``slots: auto``, memory-aware admission, no
    barrier, checkpointing off);
-3. ``lat+mps`` (``--mps``): the same plan with the jobs as clients of a private CUDA MPS daemon.
+3. ``lat+mps`` (``--mps``): the same plan with ``mps: true`` (the engine's jobs are clients of a
+   private CUDA MPS daemon).
 
 Prints wall time, trained tokens/s, the GPU's peak used memory and the ratio to ``old``, and checks
 every job's loss curve against the same job under ``old`` (one process per job there, so each
@@ -37,12 +38,12 @@ from bench.old_scripts import run_in_rounds  # noqa: E402
 from bench.suite_data import write_sst2  # noqa: E402
 from lat_core.jobs import materialize  # noqa: E402
 from lat_core.monitor.gpu import GpuProbe  # noqa: E402
-from lat_core.mps import start_mps  # noqa: E402
 from lat_core.config.paths import configs_root  # noqa: E402
 from lat_core.config.suites import SuiteRegistry  # noqa: E402
 from lat_core.plan import plan_from_mapping  # noqa: E402
 from lat_core.service import prepare_run  # noqa: E402
 
+SIDE_TIMEOUT_S = float(os.environ.get("LAT_BENCH_SIDE_TIMEOUT", "600"))
 MODEL_1B3 = {"name_or_path": "tiny-random", "dtype": "bfloat16",
          "tiny": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "vocab_size": 32000}}
 
@@ -89,14 +90,10 @@ class PeakSampler(threading.Thread):
         return self.peak
 
 
-def run_side(args, side: str, out: Path, data: Path) -> dict:
-    extra_env, daemon = {}, None
+def run_side(args, side: str, out: Path, data: Path | None) -> dict:
+    mapping = plan_mapping(args, side, out, data, {})
     if side == "lat+mps":
-        daemon, why = start_mps(out / "mps", str(args.gpu))
-        if daemon is None:
-            return {"side": side, "skipped": why}
-        extra_env = daemon.client_env()
-    mapping = plan_mapping(args, side, out, data, extra_env)
+        mapping["mps"] = True  # the engine starts a private MPS daemon for the run (lat_core.mps)
     sampler = PeakSampler(args.gpu)
     sampler.start()
     start = time.time()
@@ -108,8 +105,6 @@ def run_side(args, side: str, out: Path, data: Path) -> dict:
     finally:
         wall = time.time() - start
         peak = sampler.stop()
-        if daemon is not None:
-            daemon.stop()
     tokens = sum(_trained_tokens(Path(d)) for d in jobs)
     return {"side": side, "jobs": len(jobs), "wall_s": round(wall, 1), "tokens": tokens,
             "tokens_per_s": round(tokens / wall), "gpu_peak_used_gib": round(peak / 2**30, 1),
@@ -133,13 +128,28 @@ def _lat_side(mapping: dict, state_dir: Path) -> list[str]:
     plan_path = state_dir.parent / f"{state_dir.name}.plan.yaml"
     state_dir.mkdir(parents=True, exist_ok=True)
     plan_path.write_text(yaml.safe_dump(mapping))
-    done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "--plan", str(plan_path), "--state-dir",
-                           str(state_dir)], cwd=ROOT, capture_output=True, text=True)
+    try:
+        done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "--plan", str(plan_path), "--state-dir",
+                               str(state_dir)], cwd=ROOT, capture_output=True, text=True, timeout=SIDE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill_under(state_dir.parent)  # the engine and its trainers are detached: stop them here
+        raise SystemExit(f"lat side: not done after {SIDE_TIMEOUT_S} s")
     print(done.stdout[-3000:], flush=True)
     if done.returncode != 0:
         raise SystemExit(f"lat side exited {done.returncode}: {done.stderr[-2000:]}")
     root = Path(mapping["output_root"])
     return sorted(str(p.parent) for p in root.glob("*/*/events.jsonl"))
+
+
+def _kill_under(root: Path) -> None:
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(str(root) in part for part in proc.info["cmdline"] or []):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
 
 
 def _events(job_dir: Path) -> list[dict]:

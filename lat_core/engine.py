@@ -27,6 +27,7 @@ from lat_core.job_files import describe_exit, last_step, memory_event_peak
 from lat_core.launch import LaunchSpec, launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
+from lat_core.mps import start_mps
 from lat_core.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
 from lat_core.run_notices import RunNotices
 from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
@@ -55,6 +56,7 @@ class Engine:
         self._admission = Admission(store, self._gpu_probe, policy=policy, clock=clock)
         self._sample_every_s = sample_every_s
         self._last_sample = 0.0
+        self._mps: dict[int, object] = {}  # run id -> MpsDaemon or None (plan field ``mps``)
 
     def backend(self, run_id: int):
         """The run's backend (plan field ``backend``); tests may inject one for every run."""
@@ -117,6 +119,9 @@ class Engine:
             final = "cancelled" if run.state == "cancelling" else "finished"
             self.store.set_run_state(run.id, final, f"{len(jobs) - failed} succeeded, {failed} not")
             self._notices.run_finished(self.store.run(run.id))
+            daemon = self._mps.pop(run.id, None)
+            if daemon is not None:
+                daemon.stop()
 
     # ------------------------------------------------------------------ admission
     def _admit(self, run: RunRow) -> None:
@@ -170,7 +175,8 @@ class Engine:
         attempt_id, n = self.store.start_attempt(job.id, device["id"], str(exit_path))
         self.store.set_job_state(job.id, "running", f"attempt {n} on {device['id']}", device=device["id"],
                                  started=self._clock(), ended=None, returncode=None, error=None)
-        env = {**self._unmask(job.env), **device["env"], "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
+        env = {**self._unmask(job.env), **device["env"], **self._mps_env(job.run_id),
+               "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
         try:
             argv, env = self._distributed(job, argv=job.argv, env=env)
             if batch is not None:
@@ -181,6 +187,22 @@ class Engine:
             self._launch_failed(job, attempt_id, exc)
             return
         self._launched(job, attempt_id, launched)
+
+    def _mps_env(self, run_id: int) -> dict:
+        """The client env of the run's private MPS daemon (plan ``mps: true``), started on first use;
+        where MPS cannot run, the history says why and jobs run without it."""
+        if not self.plan_of(run_id).get("mps") or self.backend(run_id).name != "local":
+            return {}
+        if run_id not in self._mps:
+            gpus = [d for d in self.store.run(run_id).devices if d["id"] != "cpu"]
+            daemon, why = None, "the run has no GPU"
+            if gpus:
+                base = Path(self.store.path).parent / "mps" / f"run{run_id}"
+                daemon, why = start_mps(base, ",".join(d.get("uuid") or str(d.get("index")) for d in gpus))
+            self._mps[run_id] = daemon
+            self.store.add_transition(run_id, None, "mps", why if daemon else f"not used: {why}")
+        daemon = self._mps[run_id]
+        return daemon.client_env() if daemon is not None else {}
 
     def _launch_batch(self, run_id: int, batch: list) -> None:
         if not batch:

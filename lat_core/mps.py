@@ -42,6 +42,8 @@ def start_mps(base: Path, visible_devices: str) -> tuple[MpsDaemon | None, str]:
     if binary is None:
         return None, f"{CONTROL} not found"
     daemon = MpsDaemon(base / "pipe", base / "log")
+    if (daemon.pipe_dir / "control").exists() and _answers(daemon):
+        return daemon, "already running (adopted)"  # an engine restarted while its jobs ran
     daemon.pipe_dir.mkdir(parents=True, exist_ok=True)
     daemon.log_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **daemon.client_env(), "CUDA_VISIBLE_DEVICES": visible_devices}
@@ -52,3 +54,13 @@ def start_mps(base: Path, visible_devices: str) -> tuple[MpsDaemon | None, str]:
     if done.returncode != 0:
         return None, f"{CONTROL} -d exited {done.returncode}: {done.stderr.decode(errors='replace').strip()}"
     return daemon, "started"
+
+
+def _answers(daemon: MpsDaemon) -> bool:
+    """The control daemon behind ``pipe_dir`` is alive (it lists its servers)."""
+    env = {**os.environ, **daemon.client_env()}
+    try:
+        done = subprocess.run([CONTROL], input=b"get_server_list\n", env=env, timeout=5, capture_output=True)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0

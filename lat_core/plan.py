@@ -91,6 +91,7 @@ class Plan(BaseModel):
     on_oom: Optional[OnOom] = None  # automatic retry of OOM-killed jobs (lat_core.auto_retry)
     resume: bool = False  # restart started jobs from their last checkpoint-* (strict)
     overwrite: bool = False  # rerun jobs that already succeeded, from scratch
+    mps: bool = False  # jobs on a GPU share it through a private CUDA MPS daemon (lat_core.mps)
 
     @field_validator("suites", mode="before")
     @classmethod
@@ -178,7 +179,7 @@ class Plan(BaseModel):
             del data["gpus_per_job"]
         if not data["min_free_gb"]:
             del data["min_free_gb"]
-        for optional in ("overrides", "notify", "on_oom", "slurm", "resume", "overwrite"):
+        for optional in ("overrides", "notify", "on_oom", "slurm", "resume", "overwrite", "mps"):
             if not data[optional]:
                 del data[optional]
         if "notify" in data:
