@@ -48,7 +48,8 @@ def label_logits(model, batch) -> torch.Tensor:
 def batch_loss(model, batch, label_ids) -> tuple[torch.Tensor, int]:
     """(summed loss, number of scored tokens): label token for classification, target tokens else."""
     if "labels" in batch:
-        target = torch.tensor(label_ids, device=batch["input_ids"].device)[batch["labels"]]
+        # label_ids: a list, or (training) a tensor already on the device, to skip a copy per batch
+        target = torch.as_tensor(label_ids, device=batch["input_ids"].device)[batch["labels"]]
         return F.cross_entropy(label_logits(model, batch), target, reduction="sum"), len(target)
     # n_need comes from the training collate (a host-side int): no device sync per micro-batch
     need = batch["n_need"] if "n_need" in batch else int(batch["target_mask"].sum(1).max()) + 1

@@ -102,6 +102,7 @@ class LatTrainer(Trainer):
         self.step_loss = None      # the current step's loss, on the device (read at log steps only)
         self.step_tokens = 0       # non-padding tokens since the last step event (host ints)
         self.pause_s = 0.0         # eval/save time since the last step event (left out of tokens/s)
+        self._label_ids = None     # label token ids as a device tensor, made once
 
     def get_train_dataloader(self):
         """The project's seeded micro-batch order from the resume step on (data.train_loader)."""
@@ -119,7 +120,9 @@ class LatTrainer(Trainer):
         the micro-batch and divided by the step's scored tokens: gradient accumulation then
         equals one full batch."""
         from .evaluation import batch_loss
-        s_loss, _ = batch_loss(model, inputs, self.lat.label_ids)
+        if self._label_ids is None:
+            self._label_ids = torch.tensor(self.lat.label_ids, dtype=torch.long, device=inputs["input_ids"].device)
+        s_loss, _ = batch_loss(model, inputs, self._label_ids)
         loss = s_loss / (num_items_in_batch or max(1, inputs["n_scored"]))
         return (loss, None) if return_outputs else loss
 
