@@ -1,4 +1,5 @@
-"""The training loop: steps, evaluation, checkpoints, resume, and the event stream.
+"""One fine-tuning job: model, adapters, data and optimizer, then the HF Trainer (hf_trainer.py)
+with the project's events, evaluation and checkpoints (callbacks.py).
 
 Why label-position loss: the task is "sentence: ... label: <word>"; training
 on the label token only (cross entropy over the full vocabulary at the position
@@ -22,12 +23,9 @@ from . import data as D
 from .config import JobConfig, TrainConfigError
 from .events import EventWriter, log
 from .checkpoints import checkpoints, load_checkpoint
-from .evaluation import (  # noqa: F401 (batch_loss, mean_loss_fn are used by tests through loop)
-    batch_loss, evaluate_split, mean_loss_fn, set_logits_to_keep, write_predictions,
+from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
+    batch_loss, mean_loss_fn, set_logits_to_keep,
 )
-
-
-
 
 MAIN_METRIC = {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson", "samsum": "rougeL",
                "dart": "bleu", "spider": "exec_accuracy"}
