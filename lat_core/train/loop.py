@@ -275,8 +275,9 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         f"{' / %d test' % len(splits['test']) if 'test' in splits else ''}), "
         f"batch {tr.batch_size} x accum {tr.grad_accum}, setup {time.time() - t0:.1f}s")
 
-    trainer.train()
-    step, best = trainer.state.global_step, run_state.best
+    if start < tr.max_steps:   # resuming a run that already reached max_steps trains nothing
+        trainer.train()
+    step, best = max(trainer.state.global_step, start), run_state.best
     if not is_main:
         return {}
     events.emit("memory", **peak_memory())
