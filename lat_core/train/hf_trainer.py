@@ -54,7 +54,8 @@ def training_arguments(cfg: JobConfig, loader: dict, device: torch.device, debug
     model.dtype (HP_PREC) as before; AMP on top would change the numerics and fp16 AMP refuses
     fp16 parameters.  max_grad_norm 0: the project never clipped.  The optimizer and the
     schedule are passed in (Trainer(optimizers=...)); lr_scheduler_type / warmup_steps here only
-    record what that schedule is."""
+    record what that schedule is, as dataloader_* and eval_accumulation_steps record the settings
+    the project's own train loader and evaluation use."""
     t = cfg.train
     _, sched_name, warm = lr_multiplier(cfg, t.max_steps)
     cpu = device.type == "cpu"
