@@ -68,11 +68,12 @@ class LatRun:
 
 
 class EventsCallback(TrainerCallback):
-    """step / eval / checkpoint events and log lines; RNG positioning at the start of training.
+    """step / eval / checkpoint events and their log lines.
 
     tokens_per_s: non-padding tokens (counted by the collate on the CPU) over the wall time since
     the previous step event, less the time spent evaluating and saving.  The step loss is read
-    (one device sync) only at logging steps, so the GPU can run ahead of Python in between."""
+    (one device sync) only at logging steps, so the GPU can run ahead of Python in between; a
+    non-finite loss is therefore caught at the next logging step, not at the step it appears."""
 
     def __init__(self, run: LatRun):
         self.run = run
