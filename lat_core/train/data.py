@@ -231,7 +231,9 @@ def train_batches(n_examples: int, batch_size: int, seed: int, start_step: int, 
 # Training DataLoader.  Why a batch sampler over train_batches: the order of examples is decided
 # in the main process by the same seeded permutation as before, and DataLoader returns batches in
 # sampler order whatever the number of workers, so workers only parallelise collation and
-# results do not depend on num_workers (nor on where a run was resumed).
+# results do not depend on num_workers (nor on where a run was resumed).  The HF Trainer
+# accumulates gradients over `gradient_accumulation_steps` consecutive loader items, so the
+# loader yields micro-batches, exactly grad_accum of them per optimisation step.
 
 class ExampleSet(torch.utils.data.Dataset):
     """Map-style view of the encoded training examples."""
@@ -246,27 +248,55 @@ class ExampleSet(torch.utils.data.Dataset):
         return self.examples[i]
 
 
-class StepBatchSampler(torch.utils.data.Sampler):
-    """One effective batch of indices per optimisation step start_step+1 .. max_steps."""
+def split_micro(idx: list[int], size: int, grad_accum: int) -> list[list[int]]:
+    """An effective batch as grad_accum micro-batches: `size` examples each, or, for a batch cut
+    short by a training set smaller than the effective batch, near-equal non-empty parts (the step
+    loss is normalised over the whole step, so only the split changes, not the gradient)."""
+    if len(idx) == size * grad_accum:
+        return [idx[i:i + size] for i in range(0, len(idx), size)]
+    if len(idx) < grad_accum:
+        raise TrainConfigError(f"train: {len(idx)} training examples cannot fill grad_accum {grad_accum} "
+                               "micro-batches; lower train.grad_accum (HP_GRAD_ACCUM)")
+    k, r = divmod(len(idx), grad_accum)
+    bounds = [i * k + min(i, r) for i in range(grad_accum + 1)]
+    return [idx[a:b] for a, b in zip(bounds, bounds[1:])]
 
-    def __init__(self, n_examples: int, batch_size: int, seed: int, start_step: int, max_steps: int):
-        self.args = (n_examples, batch_size, seed, start_step, max_steps)
+
+class MicroBatchSampler(torch.utils.data.Sampler):
+    """grad_accum micro-batches of indices per optimisation step start_step+1 .. max_steps."""
+
+    def __init__(self, n_examples: int, micro_batch_size: int, grad_accum: int, seed: int,
+                 start_step: int, max_steps: int):
+        self.args = (n_examples, micro_batch_size, grad_accum, seed, start_step, max_steps)
 
     def __iter__(self):
-        return iter(train_batches(*self.args))
+        n, size, accum, seed, start, stop = self.args
+        for idx in train_batches(n, size * accum, seed, start, stop):
+            yield from split_micro(idx, size, accum)
 
     def __len__(self) -> int:
-        return max(0, self.args[4] - self.args[3])
+        return max(0, self.args[5] - self.args[4]) * self.args[2]
 
 
-class MicroBatchCollate:
-    """Effective batch of examples -> list of collated micro-batches (picklable for workers)."""
+class TrainCollate:
+    """Examples -> one collated micro-batch, plus host-side counts (plain ints): `n_tokens`
+    (non-padding tokens, for tokens/s), `n_scored` (tokens the loss scores, to normalise the step
+    loss) and `n_need` (positions the loss needs).  Counting here, on the CPU in the loader, keeps
+    the training step free of device-to-host syncs.  Picklable for workers."""
 
-    def __init__(self, pad_id: int, micro_batch_size: int):
-        self.pad_id, self.size = pad_id, micro_batch_size
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
 
-    def __call__(self, examples: list[dict]) -> list[dict]:
-        return [collate(examples[i:i + self.size], self.pad_id) for i in range(0, len(examples), self.size)]
+    def __call__(self, examples: list[dict]) -> dict:
+        batch = collate(examples, self.pad_id)
+        width = batch["input_ids"].shape[1]
+        batch["n_tokens"] = sum(len(e["input_ids"]) for e in examples)
+        if "label" in examples[0]:
+            batch["n_scored"] = len(examples)
+        else:  # target tokens after position 0 (position 0 is never predicted)
+            batch["n_scored"] = sum(min(e["n_target"], width - 1) for e in examples)
+            batch["n_need"] = max(e["n_target"] for e in examples) + 1
+        return batch
 
 
 LOADER_FIELDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
@@ -319,14 +349,14 @@ def dataloader_settings(cfg, n_train: int, cuda: bool) -> tuple[dict, str]:
 
 def train_loader(examples: list[dict], settings: dict, micro_batch_size: int, grad_accum: int,
                  seed: int, start_step: int, max_steps: int, pad_id: int):
-    """The DataLoader yielding, per step, the list of collated micro-batches."""
+    """The DataLoader yielding collated micro-batches, grad_accum per step, in the seeded order."""
     kwargs = {"num_workers": settings["num_workers"], "pin_memory": settings["pin_memory"]}
     if settings["num_workers"] > 0:
         kwargs["persistent_workers"] = settings["persistent_workers"]
         kwargs["prefetch_factor"] = settings["prefetch_factor"]
-    sampler = StepBatchSampler(len(examples), micro_batch_size * grad_accum, seed, start_step, max_steps)
+    sampler = MicroBatchSampler(len(examples), micro_batch_size, grad_accum, seed, start_step, max_steps)
     # a private generator: creating the iterator draws a worker base seed, which must not
     # consume the global RNG (dropout) stream, or a resumed run would diverge
     gen = torch.Generator().manual_seed(seed * 100_003 + start_step)
     return torch.utils.data.DataLoader(ExampleSet(examples), batch_sampler=sampler, generator=gen,
-                                       collate_fn=MicroBatchCollate(pad_id, micro_batch_size), **kwargs)
+                                       collate_fn=TrainCollate(pad_id), **kwargs)

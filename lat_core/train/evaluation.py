@@ -48,14 +48,20 @@ def label_logits(model, batch) -> torch.Tensor:
 def batch_loss(model, batch, label_ids) -> tuple[torch.Tensor, int]:
     """(summed loss, number of scored tokens): label token for classification, target tokens else."""
     if "labels" in batch:
-        target = torch.tensor(label_ids, device=batch["input_ids"].device)[batch["labels"]]
+        # label_ids: a list, or (training) a tensor already on the device, to skip a copy per batch
+        target = torch.as_tensor(label_ids, device=batch["input_ids"].device)[batch["labels"]]
         return F.cross_entropy(label_logits(model, batch), target, reduction="sum"), len(target)
-    need = int(batch["target_mask"].sum(1).max()) + 1
+    # n_need comes from the training collate (a host-side int): no device sync per micro-batch
+    need = batch["n_need"] if "n_need" in batch else int(batch["target_mask"].sum(1).max()) + 1
     logits, k = _forward(model, batch, need)
     logits = logits[:, :-1].float()
     tgt = batch["input_ids"][:, -k + 1:]
     mask = batch["target_mask"][:, -k + 1:].bool()
-    return F.cross_entropy(logits[mask], tgt[mask], reduction="sum"), int(mask.sum())
+    n = batch["n_scored"] if "n_scored" in batch else int(mask.sum())
+    # ignore_index instead of boolean indexing: indexing by a mask waits for the GPU
+    tgt = tgt.masked_fill(~mask, -100)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100,
+                           reduction="sum"), n
 
 
 def mean_loss_fn(label_ids, device):

@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Any
 
 
+def log(msg: str) -> None:
+    """Human log line (the engine redirects stdout into train.log)."""
+    print(msg, flush=True)
+
+
 def _clean(value: Any) -> Any:
     """Make values JSON-safe: NaN/inf become None (strict JSON has no NaN)."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -13,8 +13,10 @@ from . import data as D
 
 def gen_kwargs(cfg, tokenizer) -> dict:
     e = cfg.eval
+    # use_cache explicit: the HF Trainer sets model.config.use_cache = False for training, and
+    # without the recurrent state every new token would recompute the whole prefix
     kw = {"num_beams": e.num_beams, "do_sample": False, "pad_token_id": tokenizer.pad_token_id,
-          "eos_token_id": tokenizer.eos_token_id}
+          "eos_token_id": tokenizer.eos_token_id, "use_cache": True}
     if e.use_max_new_tokens:
         kw.update(max_new_tokens=e.gen_max_length, min_new_tokens=e.gen_min_length)
     else:

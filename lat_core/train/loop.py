@@ -1,4 +1,5 @@
-"""The training loop: steps, evaluation, checkpoints, resume, and the event stream.
+"""One fine-tuning job: model, adapters, data and optimizer, then the HF Trainer (hf_trainer.py)
+with the project's events, evaluation and checkpoints (callbacks.py).
 
 Why label-position loss: the task is "sentence: ... label: <word>"; training
 on the label token only (cross entropy over the full vocabulary at the position
@@ -20,17 +21,11 @@ import torch.nn.functional as F
 
 from . import data as D
 from .config import JobConfig, TrainConfigError
-from .events import EventWriter
-from .checkpoints import checkpoints, load_checkpoint, save_checkpoint
-from .evaluation import (  # noqa: F401 (batch_loss, mean_loss_fn are used by tests through loop)
-    batch_loss, evaluate_split, mean_loss_fn, set_logits_to_keep, write_predictions,
+from .events import EventWriter, log
+from .checkpoints import checkpoints, load_checkpoint
+from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
+    batch_loss, mean_loss_fn, set_logits_to_keep,
 )
-
-
-def log(msg: str) -> None:
-    """Human log line (the engine redirects stdout into train.log)."""
-    print(msg, flush=True)
-
 
 MAIN_METRIC = {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson", "samsum": "rougeL",
                "dart": "bleu", "spider": "exec_accuracy"}
@@ -47,17 +42,13 @@ def lr_schedule(cfg: JobConfig, max_steps: int) -> tuple:
     """(lr_of_step, description, name, warmup_steps); lr_of_step(s) is the rate of step s (1-based).
 
     Shapes come from transformers.get_scheduler (HF convention: step s uses the multiplier of
-    s - 1, so warm-up starts at 0).  Evaluated per step rather than stepped, so a resumed run
-    uses exactly the rates of an uninterrupted one.  Default: constant_with_warmup when a
-    warm-up is set, else constant.  warmup_steps > 0 wins over warmup_ratio.
+    s - 1, so warm-up starts at 0); the Trainer runs the same multiplier as a LambdaLR
+    (hf_trainer.build_scheduler).  Default: constant_with_warmup when a warm-up is set, else
+    constant.  warmup_steps > 0 wins over warmup_ratio.
     """
-    from transformers import get_scheduler
+    from .hf_trainer import lr_multiplier
     t = cfg.train
-    warm = t.warmup_steps or math.ceil(t.warmup_ratio * max_steps)
-    name = t.lr_scheduler or ("constant_with_warmup" if warm else "constant")
-    dummy = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=t.lr)
-    sched = get_scheduler(name, dummy, num_warmup_steps=warm, num_training_steps=max_steps)
-    fn = sched.lr_lambdas[0]
+    fn, name, warm = lr_multiplier(cfg, max_steps)
     note = " (warm-up ignored by the constant schedule)" if name == "constant" and warm else ""
     return (lambda step: t.lr * fn(step - 1)), f"{name}, warmup {warm} steps{note}", name, warm
 
@@ -136,22 +127,49 @@ def _encode_all(ds, tokenizer, cfg):
     return label_ids, splits, extra
 
 
+DEBUG_EXAMPLES = 32   # --debug: train and evaluate on this many examples, for one epoch
+
+
+def _debug_subset(cfg, splits, extra_tests) -> str:
+    """--debug: a few examples of every split, one epoch over them, every step logged."""
+    tr = cfg.train
+    eff = tr.batch_size * tr.grad_accum
+    n = max(DEBUG_EXAMPLES, eff)
+    for key in splits:
+        splits[key] = splits[key][:n]
+    for key in extra_tests:
+        extra_tests[key] = extra_tests[key][:n]
+    tr.max_steps = max(1, math.ceil(len(splits["train"]) / eff))
+    tr.epochs = None
+    return (f"debug: {len(splits['train'])} train / {len(splits['validation'])} validation examples, "
+            f"one epoch = {tr.max_steps} steps, logging every step")
+
+
 def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         argv: list[str] | None = None) -> dict:
-    """Train one job end to end; returns the finished event."""
+    """Train one job end to end with the HF Trainer (hf_trainer.LatTrainer); returns the finished event."""
+    from transformers.trainer_callback import PrinterCallback
+
     from . import adapters as A
+    from .callbacks import EventsCallback, LatRun, RngCallback, TrackerConfigCallback
     from .config import resolve_max_steps
+    from .hf_trainer import LatTrainer, build_scheduler, training_arguments
     from .models import build_base_model, count_params, load_tokenizer, wrap_peft
-    from .tracking import Trackers
+    from .tracking import Trackers, public_config
 
     t0 = time.time()
     tr = cfg.train
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda" and os.environ.get("LOCAL_RANK"):   # torchrun: one GPU per rank
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    is_main = int(os.environ.get("RANK", "0")) == 0
     if device.type == "cpu":
         torch.set_num_threads(tr.num_threads)
     torch.manual_seed(cfg.seed)
     check_dtype(cfg, device)
-    write_env(cfg.output_dir, argv)
+    if is_main:
+        write_env(cfg.output_dir, argv)
     ds = D.load_dataset(cfg.data, cfg.data_dir)
     tokenizer = load_tokenizer(cfg, D.build_tokenizer(ds))
     if not cfg.gla.get("GLA_FORCE_LEFT_PAD", True) and tokenizer.padding_side != "left":
@@ -159,14 +177,20 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     else:
         tokenizer.padding_side = "left"
     base = build_base_model(cfg, tokenizer)
-    if cfg.model.name_or_path == "tiny-random":
+    if cfg.model.name_or_path == "tiny-random" and is_main:
         tokenizer.save_pretrained(str(cfg.output_dir / "tokenizer"))
     label_ids, splits, extra_tests = _encode_all(ds, tokenizer, cfg)
+    if debug:
+        log(_debug_subset(cfg, splits, extra_tests))
     train_ex = splits["train"]
     pad_id = tokenizer.pad_token_id
-    tr.max_steps, steps_why = resolve_max_steps(cfg, len(train_ex))
-    if tr.epochs is not None:
-        log(f"max_steps: {steps_why}")
+    if not debug:
+        tr.max_steps, steps_why = resolve_max_steps(cfg, len(train_ex))
+        if tr.epochs is not None:
+            log(f"max_steps: {steps_why}")
+    if len(train_ex) < tr.grad_accum:
+        raise TrainConfigError(f"train: {len(train_ex)} training examples cannot fill grad_accum "
+                               f"{tr.grad_accum} micro-batches; lower train.grad_accum (HP_GRAD_ACCUM)")
     loader_cfg, loader_line = D.dataloader_settings(cfg, len(train_ex), device.type == "cuda")
     log(loader_line)
     if cfg.peft.init_lora_weights == "loraga" and cfg.peft.use_dora:
@@ -193,7 +217,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     ssm_ids = {id(p) for p in ssm}
     params = [p for p in model.parameters() if p.requires_grad and id(p) not in ssm_ids]
     groups = [{"params": params, "weight_decay": tr.weight_decay}]
-    if ssm:
+    if ssm:   # SDLoRA's SSM entries train without weight decay
         groups.append({"params": ssm, "weight_decay": 0.0})
     optimizer = torch.optim.AdamW(groups, lr=tr.lr, weight_decay=tr.weight_decay)
     trainable, total = count_params(model)
@@ -202,114 +226,65 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     lr_of, sched_desc, sched_name, warm = lr_schedule(cfg, tr.max_steps)
     log(f"lr schedule: {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps")
 
-    start, best, state = 0, None, {}
+    start, best, rng_state = 0, None, None
     optimizer_state = None
     if resume:
         step0, path = checkpoints(cfg.output_dir)[-1]
         state = load_checkpoint(model, optimizer, path)
         start, best = step0, state.get("best")
+        # load_checkpoint restored the RNG; keep it for the start of training (the Trainer reseeds)
+        rng_state = {"torch": torch.get_rng_state(),
+                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
         optimizer_state = "restored" if state["optimizer_restored"] else "fresh"
         log(f"resumed from {path.name} at step {start}")
         if not state["optimizer_restored"]:
             log(f"{path.name} holds no optimizer.pt (saved with SAVE_OPTIMIZER_STATE=0): "
                 "the optimizer restarts fresh (AdamW moments reset)")
-    else:
-        torch.manual_seed(cfg.seed + 1)  # same RNG stream at step 1 whatever the adapter setup drew
+    scheduler = build_scheduler(optimizer, cfg, tr.max_steps, start)
     trackers = Trackers(cfg, log)
-    events.emit("started", pid=os.getpid(), config=cfg.name, model=cfg.model.family,
-                device=device.type, trainable_params=trainable, total_params=total,
-                seed=cfg.seed, data=cfg.data, resumed_from=start if resume else None,
-                max_steps=tr.max_steps, name_or_path=cfg.model.name_or_path,
-                peft_method=cfg.peft.method, batch_size=tr.batch_size, grad_accum=tr.grad_accum,
-                effective_batch_size=tr.batch_size * tr.grad_accum, dtype=cfg.model.dtype,
-                epochs=tr.epochs, train_examples=len(train_ex), lr_scheduler=sched_name,
-                warmup_steps=warm, gradient_checkpointing=tr.gradient_checkpointing,
-                logits_to_keep=model._lat_ltk[0], dataloader=loader_cfg,
-                save_optimizer_state=tr.save_optimizer_state, optimizer_state=optimizer_state,
-                report_to=trackers.active)
+    run_state = LatRun(cfg, events, tokenizer=tokenizer, ds=ds, splits=splits, extra_tests=extra_tests,
+                       train_ex=train_ex, label_ids=label_ids, pad_id=pad_id, loader_cfg=loader_cfg,
+                       lr_of=lr_of, start_step=start, best=best, main_metric=main_metric,
+                       optimizer=optimizer, debug=debug, is_main=is_main)
+    args = training_arguments(cfg, loader_cfg, device, debug, report_to=trackers.active,
+                              run_name=trackers.run_name)
+    events_cb = EventsCallback(run_state)
+    trainer = LatTrainer(model=model, args=args, optimizers=(optimizer, scheduler), lat=run_state,
+                         eval_dataset={k: v for k, v in splits.items() if k != "train"},
+                         callbacks=[TrackerConfigCallback(public_config(cfg), trackers.active),
+                                    RngCallback(cfg.seed, rng_state)])
+    trainer.remove_callback(PrinterCallback)   # the project's own log lines replace its dict prints
+    # events first among the callbacks, so on_log adds tokens_per_s before the trackers log
+    trainer.callback_handler.callbacks.insert(1, events_cb)
+    events_cb.trainer = trainer
+    if is_main:
+        events.emit("started", pid=os.getpid(), config=cfg.name, model=cfg.model.family,
+                    device=device.type, trainable_params=trainable, total_params=total,
+                    seed=cfg.seed, data=cfg.data, resumed_from=start if resume else None,
+                    max_steps=tr.max_steps, name_or_path=cfg.model.name_or_path,
+                    peft_method=cfg.peft.method, batch_size=tr.batch_size, grad_accum=tr.grad_accum,
+                    effective_batch_size=tr.batch_size * tr.grad_accum, dtype=cfg.model.dtype,
+                    epochs=tr.epochs, train_examples=len(train_ex), lr_scheduler=sched_name,
+                    warmup_steps=warm, gradient_checkpointing=tr.gradient_checkpointing,
+                    logits_to_keep=model._lat_ltk[0], dataloader=loader_cfg,
+                    save_optimizer_state=tr.save_optimizer_state, optimizer_state=optimizer_state,
+                    report_to=trackers.active)
     log(f"started {cfg.name}: {cfg.model.family} {cfg.model.name_or_path} on {device.type}, "
         f"{cfg.peft.method} trainable {trainable:,} / {total:,} params, data {cfg.data} "
         f"({len(train_ex)} train / {len(splits['validation'])} val"
         f"{' / %d test' % len(splits['test']) if 'test' in splits else ''}), "
         f"batch {tr.batch_size} x accum {tr.grad_accum}, setup {time.time() - t0:.1f}s")
 
-    try:
-        step, best = _train_steps(model, optimizer, cfg, tokenizer, ds, splits, extra_tests, train_ex,
-                            label_ids, pad_id, loader_cfg, lr_of, start, best, events, trackers,
-                            main_metric, device, debug)
-    finally:
-        trackers.close()
+    if start < tr.max_steps:   # resuming a run that already reached max_steps trains nothing
+        trainer.train()
+    step, best = max(trainer.state.global_step, start), run_state.best
+    if not is_main:
+        return {}
     events.emit("memory", **peak_memory())
     done = events.emit("finished", status="ok", steps=step, best=best,
                        elapsed_s=round(time.time() - t0, 2))
     log(f"finished {cfg.name}: {step} steps, best {best}, {time.time() - t0:.1f}s")
     return done
-
-
-def _train_steps(model, optimizer, cfg, tokenizer, ds, splits, extra_tests, train_ex, label_ids, pad_id,
-                 loader_cfg, lr_of, start, best, events, trackers, main_metric, device, debug) -> tuple:
-    """Steps start+1 .. max_steps; returns (last step, best).
-
-    tokens_per_s counts non-padding tokens over the wall time since the previous step event,
-    less the time spent evaluating and saving."""
-    tr = cfg.train
-    model.train()
-    step = start
-    loader = D.train_loader(train_ex, loader_cfg, tr.batch_size, tr.grad_accum, cfg.seed, start,
-                            tr.max_steps, pad_id)
-    non_blocking = bool(loader_cfg["pin_memory"])
-    t_log, tokens = time.perf_counter(), 0
-    for micro in loader:
-        step += 1
-        lr = lr_of(step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        micro = [{k: v.to(device, non_blocking=non_blocking) for k, v in b.items()} for b in micro]
-        tokens += sum(int(b["attention_mask"].sum()) for b in micro)
-        n_total = sum(int(b["target_mask"][:, 1:].sum()) if "target_mask" in b else len(b["labels"])
-                      for b in micro)
-        optimizer.zero_grad(set_to_none=True)
-        loss_val = 0.0
-        for b in micro:
-            s_loss, _ = batch_loss(model, b, label_ids)
-            (s_loss / max(1, n_total)).backward()
-            loss_val += s_loss.item()
-        loss_val /= max(1, n_total)
-        optimizer.step()
-        if not math.isfinite(loss_val):
-            raise FloatingPointError(f"loss is {loss_val} at step {step}")
-        if step % tr.log_every == 0 or debug:
-            now = time.perf_counter()
-            tps = tokens / max(now - t_log, 1e-9)
-            gpu = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
-            events.emit("step", step=step, loss=loss_val, lr=lr, tokens_per_s=round(tps, 1),
-                        peak_gpu_bytes=gpu)
-            trackers.log({"train/loss": loss_val, "train/lr": lr, "train/tokens_per_s": tps}, step)
-            log(f"step {step}/{tr.max_steps} loss {loss_val:.4f} lr {lr:.1e} {tps:,.0f} tok/s")
-            t_log, tokens = now, 0
-        t_pause = time.perf_counter()
-        if step % tr.eval_every == 0 or step == tr.max_steps:
-            for split in ("validation", "test"):
-                if split not in splits:
-                    continue
-                metrics, rows = evaluate_split(model, tokenizer, splits[split], ds, cfg, label_ids, split,
-                                               extra_tests.get("mm") if split == "test" else None)
-                write_predictions(cfg.output_dir, step, split, rows)
-                events.emit("eval", step=step, split=split, metrics=metrics)
-                trackers.log({f"{split}/{k}": v for k, v in metrics.items()}, step)
-                log(f"eval step {step} {split}: " + " ".join(
-                    f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
-                value = metrics.get(main_metric)
-                if split == "validation" and value is not None and (best is None or value > best["value"]):
-                    best = {"step": step, "metric": main_metric, "value": value, main_metric: value}
-        if step % tr.save_every == 0 or step == tr.max_steps:
-            path = save_checkpoint(model, optimizer, cfg.output_dir, step,
-                                   {"best": best, "config": cfg.name, "seed": cfg.seed},
-                                   save_optimizer=tr.save_optimizer_state)
-            events.emit("checkpoint", step=step, path=path.name, optimizer_saved=tr.save_optimizer_state)
-            log(f"saved {path.name}" + ("" if tr.save_optimizer_state else " (without optimizer state)"))
-        t_log += time.perf_counter() - t_pause
-    return step, best
 
 
 def failed(events: EventWriter | None, exc: BaseException) -> None:

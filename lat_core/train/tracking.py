@@ -1,10 +1,12 @@
 """Optional experiment trackers (train.report_to): tensorboard, wandb, swanlab.
 
-Why lazy and strict: none of these packages is a dependency.  TensorBoard is a convenience, so a
-missing package is a logged note and the run goes on; wandb / swanlab are opt-in (USE_WANDB=1,
-USE_SWANLAB=1 or report_to), so asking for one that is not installed is a config error before
-training starts.  Only the job's own config goes to a tracker - never the environment, so API
-keys (WANDB_API_KEY, SWANLAB_API_KEY, ...) are read by the packages themselves and never logged.
+The trackers themselves are the HF Trainer's report_to integrations; this module decides which of
+them can run.  Why lazy and strict: none of these packages is a dependency.  TensorBoard is a
+convenience, so a missing package is a logged note and the run goes on; wandb / swanlab are opt-in
+(USE_WANDB=1, USE_SWANLAB=1 or report_to), so asking for one that is not installed is a config error
+before training starts.  Only the job's own config goes to a tracker (public_config, plus the
+TrainingArguments the integrations log) - never the environment, so API keys (WANDB_API_KEY,
+SWANLAB_API_KEY, ...) are read by the packages themselves and never logged.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from pathlib import Path
 
 from .config import JobConfig, TrainConfigError
 
+# the seeds' SwanLab variables; swanlab and the HF integration read them from the environment,
+# SWANLAB_EXPERIMENT_NAME becomes the Trainer's run_name
 SWANLAB_INIT_ENV = {"SWANLAB_PROJECT": "project", "SWANLAB_WORKSPACE": "workspace",
                     "SWANLAB_EXPERIMENT_NAME": "experiment_name", "SWANLAB_MODE": "mode"}
 
@@ -27,52 +31,34 @@ def public_config(cfg: JobConfig) -> dict:
 
 
 class Trackers:
-    """Fan scalars out to every active tracker; `active` names them."""
+    """Which report_to integrations run (`active`, for TrainingArguments.report_to), the notes
+    about skipped ones, and the run name; sets the trackers' directory defaults under the job dir."""
 
     def __init__(self, cfg: JobConfig, log, environ: dict | None = None):
-        environ = dict(os.environ) if environ is None else environ
+        environ = os.environ if environ is None else environ
         self.active: list[str] = []
         self.notes: list[str] = []
-        self._tb = self._wandb = self._swan = None
+        self.run_name = cfg.name
+        out = Path(cfg.output_dir)
         for name in cfg.train.report_to:
             if name == "tensorboard":
-                try:
-                    from torch.utils.tensorboard import SummaryWriter
+                try:   # what transformers' TensorBoardCallback imports
+                    importlib.import_module("torch.utils.tensorboard")
                 except ImportError as exc:
                     self.notes.append(f"report_to tensorboard skipped: {exc} (pip install tensorboard)")
                     continue
-                self._tb = SummaryWriter(log_dir=str(Path(cfg.output_dir) / "tensorboard"))
+                environ.setdefault("TENSORBOARD_LOGGING_DIR", str(out / "tensorboard"))
             elif name == "wandb":
-                wandb = _require("wandb", "USE_WANDB=1 / train.report_to wandb")
-                self._wandb = wandb.init(project=environ.get("WANDB_PROJECT") or "lat", name=cfg.name,
-                                         dir=str(cfg.output_dir), config=public_config(cfg))
+                _require("wandb", "USE_WANDB=1 / train.report_to wandb")
+                environ.setdefault("WANDB_PROJECT", "lat")
+                environ.setdefault("WANDB_DIR", str(out))
             elif name == "swanlab":
-                swanlab = _require("swanlab", "USE_SWANLAB=1 / train.report_to swanlab")
-                kwargs = {arg: environ[var] for var, arg in SWANLAB_INIT_ENV.items() if environ.get(var)}
-                kwargs.setdefault("experiment_name", cfg.name)
-                self._swan = swanlab
-                swanlab.init(config=public_config(cfg), logdir=str(Path(cfg.output_dir) / "swanlab"), **kwargs)
+                _require("swanlab", "USE_SWANLAB=1 / train.report_to swanlab")
+                environ.setdefault("SWANLAB_LOG_DIR", str(out / "swanlab"))
+                self.run_name = environ.get("SWANLAB_EXPERIMENT_NAME") or cfg.name
             self.active.append(name)
         for note in self.notes:
             log(note)
-
-    def log(self, scalars: dict, step: int) -> None:
-        values = {k: float(v) for k, v in scalars.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        if self._tb is not None:
-            for k, v in values.items():
-                self._tb.add_scalar(k, v, step)
-        if self._wandb is not None:
-            self._wandb.log(values, step=step)
-        if self._swan is not None:
-            self._swan.log(values, step=step)
-
-    def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-        if self._wandb is not None:
-            self._wandb.finish()
-        if self._swan is not None:
-            self._swan.finish()
 
 
 def _require(module: str, why: str):

@@ -158,3 +158,19 @@ def test_local_pretrained_directory(tmp_path, family):
     proc = train(cfg)
     evs = check_run(d, proc)
     assert evs[0]["name_or_path"] == str(base)
+
+
+@pytest.mark.slow
+def test_gla_job_runs_under_torchrun_with_gloo(tmp_path):
+    """Two CPU ranks (DDP over gloo): rank 0 alone writes the events and checkpoints."""
+    cfg = job(tmp_path, "gla", train={"max_steps": 6, "eval_every": 6, "save_every": 6, "log_every": 2})
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "-m", "lat_core.train", "--cfg", str(cfg)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    evs = events(tmp_path)
+    kinds = [e["event"] for e in evs]
+    assert kinds.count("started") == 1 and kinds.count("finished") == 1 and kinds[-1] == "finished"
+    assert [e["step"] for e in evs if e["event"] == "step"] == [2, 4, 6]
+    assert evs[-1]["steps"] == 6 and (tmp_path / "checkpoint-6" / "adapter_model.safetensors").is_file()

@@ -159,10 +159,13 @@ def test_trackers_tensorboard_optional_wandb_required(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_trackers)
     monkeypatch.setattr("importlib.import_module", lambda name: no_trackers(name))
     notes = []
-    t = Trackers(cfg(tmp_path, report_to="tensorboard"), notes.append)
+    c = cfg(tmp_path, report_to="tensorboard")
+    t = Trackers(c, notes.append, environ={})
     assert t.active == [] and "tensorboard skipped" in notes[0]
-    t.log({"loss": 1.0}, 1)
-    t.close()
+    from lat_core.train.hf_trainer import training_arguments
+    args = training_arguments(c, D.dataloader_settings(c, 200, False)[0], torch.device("cpu"),
+                              report_to=t.active)
+    assert args.report_to in ([], "none", ["none"])   # the run goes on without the tracker
     for env, name in (({"USE_WANDB": "1"}, "wandb"), ({"USE_SWANLAB": "1"}, "swanlab")):
         with pytest.raises(TrainConfigError, match=f"{name} package is not installed"):
             Trackers(cfg(tmp_path, env), notes.append, environ={"WANDB_API_KEY": "secret-key"})
@@ -190,7 +193,7 @@ def _fp16(tmp_path):
     return parse_config(raw, environ={})
 
 
-class _WorkerTag(D.MicroBatchCollate):
+class _WorkerTag(D.TrainCollate):
     def __call__(self, examples):
         info = torch.utils.data.get_worker_info()
         return super().__call__(examples), (info.id if info else None)
@@ -203,13 +206,23 @@ def test_loader_workers_keep_the_seeded_order():
         settings = {"num_workers": workers, "pin_memory": False, "persistent_workers": workers > 0,
                     "prefetch_factor": 2 if workers else None}
         loader = D.train_loader(examples, settings, 4, 2, seed=3, start_step=2, max_steps=12, pad_id=0)
-        loader.collate_fn = _WorkerTag(0, 4)
+        loader.collate_fn = _WorkerTag(0)
         runs[workers] = list(loader)
     assert {w for _, w in runs[2]} == {0, 1} and {w for _, w in runs[0]} == {None}
     expected = list(D.train_batches(37, 8, 3, 2, 12))
-    assert len(runs[0]) == len(runs[2]) == len(expected) == 10
-    for (a, _), (b, _), idx in zip(runs[0], runs[2], expected):
-        assert len(a) == len(b) == 2
-        for x, y in zip(a, b):
-            assert all(torch.equal(x[k], y[k]) for k in x)
-        assert torch.cat([m["labels"] for m in a]).tolist() == [examples[i]["label"] for i in idx]
+    # two micro-batches (grad_accum) per step, in the seeded order, whatever the workers
+    assert len(runs[0]) == len(runs[2]) == 2 * len(expected) == 20
+    for (x, _), (y, _) in zip(runs[0], runs[2]):
+        assert all(torch.equal(x[k], y[k]) if torch.is_tensor(x[k]) else x[k] == y[k] for k in x)
+    for i, idx in enumerate(expected):
+        a, b = runs[0][2 * i][0], runs[0][2 * i + 1][0]
+        assert torch.cat([a["labels"], b["labels"]]).tolist() == [examples[j]["label"] for j in idx]
+        assert a["n_tokens"] + b["n_tokens"] == sum(len(examples[j]["input_ids"]) for j in idx)
+        assert a["n_scored"] == b["n_scored"] == 4
+
+
+def test_split_micro_keeps_grad_accum_parts():
+    assert D.split_micro(list(range(8)), 4, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert D.split_micro(list(range(5)), 4, 2) == [[0, 1, 2], [3, 4]]    # short batch: 2 parts still
+    with pytest.raises(TrainConfigError, match="grad_accum"):
+        D.split_micro([0], 4, 2)

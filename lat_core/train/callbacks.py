@@ -1,0 +1,157 @@
+"""The job's state during training (LatRun) and the TrainerCallback that turns the Trainer's
+progress into events.jsonl records and train.log lines.
+
+Why the events stay the project's own: the engine, TUI, triage and results read events.jsonl
+(started, step, eval, checkpoint, memory, finished, failed) and grep train.log lines such as
+"step N/M loss ..."; the Trainer's log_history has neither shape.  report_to trackers get the
+Trainer's own logs in addition (callbacks of transformers.integrations).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from transformers import TrainerCallback
+
+from . import data as D
+from .checkpoints import save_checkpoint
+from .evaluation import evaluate_split, write_predictions
+from .events import log
+
+
+class LatRun:
+    """What the Trainer subclass and the callback share: config, data, events, best metric, and
+    the evaluation and checkpoint writers in the project's formats."""
+
+    def __init__(self, cfg, events, *, tokenizer, ds, splits, extra_tests, train_ex, label_ids, pad_id,
+                 loader_cfg, lr_of, start_step, best, main_metric, optimizer, debug, is_main):
+        self.cfg, self.events, self.tokenizer, self.ds = cfg, events, tokenizer, ds
+        self.splits, self.extra_tests, self.train_ex = splits, extra_tests, train_ex
+        self.label_ids, self.pad_id, self.loader_cfg, self.lr_of = label_ids, pad_id, loader_cfg, lr_of
+        self.start_step, self.best, self.main_metric = start_step, best, main_metric
+        self.optimizer, self.debug, self.is_main = optimizer, debug, is_main
+        self.last_eval: list[tuple[str, dict]] = []
+        self.last_checkpoint = None
+
+    def train_loader(self):
+        """Micro-batches from the resume step on; under torchrun the steps cover every rank's
+        share (accelerate hands each rank its micro-batches)."""
+        from .hf_trainer import world_size
+        tr, w = self.cfg.train, world_size()
+        return D.train_loader(self.train_ex, self.loader_cfg, tr.batch_size, tr.grad_accum, self.cfg.seed,
+                              self.start_step * w, tr.max_steps * w, self.pad_id)
+
+    def evaluate(self, model, step: int) -> list[tuple[str, dict]]:
+        """Validation (and test) metrics, predictions files and the best main metric."""
+        out = []
+        for split in ("validation", "test"):
+            if split not in self.splits:
+                continue
+            metrics, rows = evaluate_split(model, self.tokenizer, self.splits[split], self.ds, self.cfg,
+                                           self.label_ids, split,
+                                           self.extra_tests.get("mm") if split == "test" else None)
+            if self.is_main:
+                write_predictions(self.cfg.output_dir, step, split, rows)
+            value = metrics.get(self.main_metric)
+            if split == "validation" and value is not None and (self.best is None or value > self.best["value"]):
+                self.best = {"step": step, "metric": self.main_metric, "value": value, self.main_metric: value}
+            out.append((split, metrics))
+        self.last_eval = out
+        return out
+
+    def save(self, model, step: int, save_optimizer: bool):
+        self.last_checkpoint = save_checkpoint(model, self.optimizer, self.cfg.output_dir, step,
+                                               {"best": self.best, "config": self.cfg.name, "seed": self.cfg.seed},
+                                               save_optimizer=save_optimizer)
+        return self.last_checkpoint
+
+
+class EventsCallback(TrainerCallback):
+    """step / eval / checkpoint events and their log lines.
+
+    tokens_per_s: non-padding tokens (counted by the collate on the CPU) over the wall time since
+    the previous step event, less the time spent evaluating and saving.  The step loss is read
+    (one device sync) only at logging steps, so the GPU can run ahead of Python in between; a
+    non-finite loss is therefore caught at the next logging step, not at the step it appears."""
+
+    def __init__(self, run: LatRun):
+        self.run = run
+        self.trainer = None
+        self.t_log = time.perf_counter()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.t_log = time.perf_counter()
+        self.trainer.step_tokens, self.trainer.pause_s = 0, 0.0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None or "loss" not in logs or self.trainer.step_loss is None:
+            return  # eval metrics and the end-of-training summary are not step events
+        step, t = state.global_step, self.trainer
+        loss = float(t.step_loss)                      # the one sync per logging step
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"loss is {loss} at step {step}")
+        now = time.perf_counter()
+        tps = t.step_tokens / max(now - self.t_log - t.pause_s, 1e-9)
+        lr = self.run.lr_of(step)
+        gpu = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+        logs["tokens_per_s"] = tps                     # the report_to callbacks come after this one
+        if state.is_world_process_zero:
+            self.run.events.emit("step", step=step, loss=loss, lr=lr, tokens_per_s=round(tps, 1),
+                                 peak_gpu_bytes=gpu)
+            log(f"step {step}/{state.max_steps} loss {loss:.4f} lr {lr:.1e} {tps:,.0f} tok/s")
+        self.t_log, t.step_tokens, t.pause_s = now, 0, 0.0
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        for split, m in self.run.last_eval:
+            self.run.events.emit("eval", step=state.global_step, split=split, metrics=m)
+            log(f"eval step {state.global_step} {split}: " + " ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in m.items()))
+
+    def on_save(self, args, state, control, **kwargs):
+        path = self.run.last_checkpoint
+        if not state.is_world_process_zero or path is None:
+            return
+        saved = not args.save_only_model
+        self.run.events.emit("checkpoint", step=state.global_step, path=path.name, optimizer_saved=saved)
+        log(f"saved {path.name}" + ("" if saved else " (without optimizer state)"))
+
+
+class RngCallback(TrainerCallback):
+    """Puts the global RNG (dropout) where the project's stream is at step start+1: seed + 1 for a
+    fresh run, the checkpoint's state on resume.  Needed because the Trainer reseeds in __init__
+    (set_seed); registered last, so no other on_train_begin draws after it, and nothing draws
+    between here and the first forward (the loader has its own generator)."""
+
+    def __init__(self, seed: int, rng_state: dict | None):
+        self.seed, self.rng_state = seed, rng_state
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        rng = self.rng_state
+        if rng is None:
+            torch.manual_seed(self.seed + 1)
+            return
+        torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+class TrackerConfigCallback(TrainerCallback):
+    """Adds the job's own config (never the environment, so no secrets) to the wandb / swanlab run
+    that the report_to integrations opened just before (they log TrainingArguments only)."""
+
+    def __init__(self, public: dict, active: list[str]):
+        self.public, self.active = public, active
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        if "wandb" in self.active:
+            import wandb
+            if wandb.run is not None:
+                wandb.config.update({"lat": self.public}, allow_val_change=True)
+        if "swanlab" in self.active:
+            import swanlab
+            swanlab.config.update({"lat": self.public})
