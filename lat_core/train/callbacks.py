@@ -70,8 +70,9 @@ class LatRun:
 class EventsCallback(TrainerCallback):
     """step / eval / checkpoint events and their log lines.
 
-    tokens_per_s: non-padding tokens (counted by the collate on the CPU) over the wall time since
-    the previous step event, less the time spent evaluating and saving.  The step loss is read
+    tokens_per_s: non-padding tokens (counted by the collate on the CPU, summed over the ranks
+    under torchrun) over the wall time since the previous step event, less the time spent
+    evaluating and saving; ``tokens`` is that count.  The step loss is read
     (one device sync) only at logging steps, so the GPU can run ahead of Python in between; a
     non-finite loss is therefore caught at the next logging step, not at the step it appears."""
 
@@ -92,12 +93,13 @@ class EventsCallback(TrainerCallback):
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss is {loss} at step {step}")
         now = time.perf_counter()
-        tps = t.step_tokens / max(now - self.t_log - t.pause_s, 1e-9)
+        tokens = _job_tokens(t.step_tokens, args.device)
+        tps = tokens / max(now - self.t_log - t.pause_s, 1e-9)
         lr = self.run.lr_of(step)
         gpu = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
         logs["tokens_per_s"] = tps                     # the report_to callbacks come after this one
         if state.is_world_process_zero:
-            self.run.events.emit("step", step=step, loss=loss, lr=lr, tokens_per_s=round(tps, 1),
+            self.run.events.emit("step", step=step, loss=loss, lr=lr, tokens_per_s=round(tps, 1), tokens=tokens,
                                  peak_gpu_bytes=gpu)
             log(f"step {step}/{state.max_steps} loss {loss:.4f} lr {lr:.1e} {tps:,.0f} tok/s")
         self.t_log, t.step_tokens, t.pause_s = now, 0, 0.0
@@ -117,6 +119,17 @@ class EventsCallback(TrainerCallback):
         saved = not args.save_only_model
         self.run.events.emit("checkpoint", step=state.global_step, path=path.name, optimizer_saved=saved)
         log(f"saved {path.name}" + ("" if saved else " (without optimizer state)"))
+
+
+def _job_tokens(rank_tokens: int, device) -> int:
+    """The tokens every rank trained since the last step event: under torchrun each rank counts
+    its own share, so the job's tokens/s is their sum (one small all-reduce per logging step)."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return rank_tokens
+    total = torch.tensor([rank_tokens], dtype=torch.long, device=device)
+    dist.all_reduce(total)
+    return int(total.item())
 
 
 class RngCallback(TrainerCallback):

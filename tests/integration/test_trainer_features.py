@@ -232,7 +232,7 @@ def test_workers_equal_in_process_and_adaptive_settings(tmp_path, capsys):
     assert sorted(sa) == sorted(sb) == [1, 2, 3, 4, 5, 6]
     assert [sa[s]["loss"] for s in sa] == [sb[s]["loss"] for s in sb]   # bit-identical with 2 workers
     for e in list(sa.values()) + list(sb.values()):
-        assert e["tokens_per_s"] > 0 and e["peak_gpu_bytes"] == 0 and "lr" in e
+        assert e["tokens_per_s"] > 0 and e["tokens"] > 0 and e["peak_gpu_bytes"] == 0 and "lr" in e
     assert a[-1]["event"] == b[-1]["event"] == "finished"
 
 
