@@ -32,6 +32,10 @@ from lat_core.plan import Plan  # noqa: E402
 from lat_core.store import Store  # noqa: E402
 
 
+TINY_PRETRAIN = ["--depth=2", "--model_dim_per_layer=32", "--head_dim=32", "--seq_len=32", "--device_batch_size=2",
+                 "--total_batch_size=128"]
+
+
 def job_record(kind: str, job_dir: Path, world: int, args) -> dict:
     if kind == "pretrain":
         argv = [sys.executable, "-m", "lat_core.train.pretrain", "--preset", "conservative", "--output-dir",
@@ -41,8 +45,12 @@ def job_record(kind: str, job_dir: Path, world: int, args) -> dict:
         config = yaml.safe_load((ROOT / "bench/configs/gla13b_random_lora_r8.yaml").read_text())
         config["train"].update(max_steps=args.steps, log_every=1, eval_every=args.steps, save_every=args.steps)
         config["output_dir"] = str(job_dir)
+        if args.cpu:
+            config["model"].update(dtype="float32", tiny={"hidden_size": 32, "num_hidden_layers": 1, "num_heads": 2})
         (job_dir / "job.yaml").write_text(yaml.safe_dump(config))
         argv = [sys.executable, "-m", "lat_core.train", "--cfg", str(job_dir / "job.yaml")]
+    if args.cpu:
+        argv += TINY_PRETRAIN if kind == "pretrain" else []
     return {"key": f"{kind}_w{world}", "suite": "bench", "round": 1, "stem": f"{kind}_w{world}", "seed": 1,
             "dataset": "tiny-corpus" if kind == "pretrain" else "tiny-sst2", "job_dir": str(job_dir),
             "argv": argv, "env": {"PYTHONPATH": str(ROOT)}, "world": world}
@@ -50,7 +58,11 @@ def job_record(kind: str, job_dir: Path, world: int, args) -> dict:
 
 def run_one(kind: str, gpus: list[int], out: Path, args) -> dict:
     world = len(gpus)
-    devices = resolve_devices(Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=gpus, slots=1), GpuProbe().snapshot())
+    if args.cpu:  # a dry run of the machinery: ranks on CPU slots (gloo), tiny model
+        devices = [{"id": "cpu", "label": "cpu", "slots": world, "env": {"CUDA_VISIBLE_DEVICES": ""}}]
+    else:
+        devices = resolve_devices(Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=gpus, slots=1),
+                                  GpuProbe().snapshot())
     job_dir = out / f"{kind}_w{world}"
     job_dir.mkdir(parents=True, exist_ok=True)
     store = Store(out / f"state_{kind}_w{world}" / "journal.sqlite")
@@ -76,6 +88,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", default="/tmp/lat-multigpu-bench")
+    parser.add_argument("--cpu", action="store_true", help="dry run on CPU slots with a tiny model (--gpus 0,1 = 2 ranks)")
     args = parser.parse_args()
     gpus = [int(g) for g in args.gpus.split(",")]
     rows = [run_one(args.kind, gpus[:1], Path(args.out), args), run_one(args.kind, gpus, Path(args.out), args)]
