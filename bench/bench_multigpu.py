@@ -53,7 +53,7 @@ def job_record(kind: str, job_dir: Path, world: int, args) -> dict:
         argv += TINY_PRETRAIN if kind == "pretrain" else []
     return {"key": f"{kind}_w{world}", "suite": "bench", "round": 1, "stem": f"{kind}_w{world}", "seed": 1,
             "dataset": "tiny-corpus" if kind == "pretrain" else "tiny-sst2", "job_dir": str(job_dir),
-            "argv": argv, "env": {"PYTHONPATH": str(ROOT)}, "world": world}
+            "argv": argv, "env": {}, "world": world}  # jobs inherit this environment (PYTHONPATH too)
 
 
 def run_one(kind: str, gpus: list[int], out: Path, args) -> dict:

@@ -46,6 +46,15 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def _checkpointing_arguments(enabled: bool) -> dict:
+    """Gradient checkpointing (non-reentrant) under the name this transformers release uses:
+    ``activation_checkpointing`` in recent 5.x, ``gradient_checkpointing`` before (5.17 has only that)."""
+    import dataclasses
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    prefix = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    return {prefix: enabled, f"{prefix}_kwargs": {"use_reentrant": False} if enabled else None}
+
+
 def training_arguments(cfg: JobConfig, loader: dict, device: torch.device, debug: bool = False,
                        report_to: list | None = None, run_name: str | None = None) -> TrainingArguments:
     """TrainingArguments mirroring the job config (every HP_* override lands in cfg first).
@@ -76,8 +85,7 @@ def training_arguments(cfg: JobConfig, loader: dict, device: torch.device, debug
         save_strategy="steps", save_steps=t.save_every,
         save_only_model=not t.save_optimizer_state,
         eval_accumulation_steps=t.eval_accumulation_steps or None,
-        activation_checkpointing=t.gradient_checkpointing,
-        activation_checkpointing_kwargs={"use_reentrant": False} if t.gradient_checkpointing else None,
+        **_checkpointing_arguments(t.gradient_checkpointing),
         dataloader_num_workers=loader["num_workers"], dataloader_pin_memory=loader["pin_memory"],
         # tensors are copied with non_blocking when the loader pins memory
         accelerator_config={"non_blocking": bool(loader["pin_memory"])},
