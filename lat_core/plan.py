@@ -77,7 +77,7 @@ class Plan(BaseModel):
     pairs: list[Pair] = Field(min_length=1)
     gpus: Union[Literal["cpu"], list[int]] = "cpu"
     # "auto": on a GPU, as many jobs as memory-aware admission lets in, at most one per CPU core the
-    # GPU has (each trainer needs a core to keep its GPU fed); on the CPU, one job at a time
+    # GPU has (each trainer needs a core to keep its GPU fed); on the CPU or Slurm, one per device
     slots: Union[Literal["auto"], int, list[int]] = "auto"
     countdown_minutes: float = Field(default=0.0, ge=0, le=7 * 24 * 60)
     env: dict[str, str] = Field(default_factory=dict)
@@ -163,7 +163,9 @@ class Plan(BaseModel):
         """Slots per device, one entry per GPU (or one for the CPU); "auto" resolved (see ``slots``)."""
         count = 1 if self.gpus == "cpu" else len(self.gpus)
         if self.slots == "auto":
-            return [1] if self.gpus == "cpu" else [auto_gpu_slots(count, cpu_count)] * count
+            if self.gpus == "cpu" or self.backend == "slurm":  # on Slurm the cluster's scheduler packs jobs
+                return [1] * count
+            return [auto_gpu_slots(count, cpu_count)] * count
         return [self.slots] * count if isinstance(self.slots, int) else list(self.slots)
 
     def round_list(self, ref: SuiteRef) -> "list[int] | None":

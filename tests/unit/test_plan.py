@@ -149,3 +149,4 @@ def test_slots_default_to_auto_one_job_per_core_each_gpu_has_capped():
     assert Plan(suites=["demo"], pairs=["1:tiny-sst2"]).slot_plan(cpu_count=64) == [1]  # CPU jobs: one at a time
     assert Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=[0], slots="AUTO ").slots == "auto"
     assert Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=[0], slots="3").slot_plan() == [3]
+    assert Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=[0, 1], backend="slurm").slot_plan(cpu_count=64) == [1, 1]
