@@ -79,6 +79,8 @@ def training_arguments(cfg: JobConfig, loader: dict, device: torch.device, debug
         gradient_accumulation_steps=t.grad_accum, learning_rate=t.lr, weight_decay=t.weight_decay,
         lr_scheduler_type=sched_name, warmup_steps=warm, max_grad_norm=0.0,
         logging_strategy="steps", logging_steps=1 if debug else t.log_every,
+        # the engine admits an unmeasured config's siblings once it has logged a step: log the first
+        logging_first_step=True,
         # a NaN check on every micro-batch would wait for the GPU; the loop checks at log steps
         logging_nan_inf_filter=False,
         eval_strategy="steps", eval_steps=t.eval_every,

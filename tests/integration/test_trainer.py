@@ -172,6 +172,6 @@ def test_gla_job_runs_under_torchrun_with_gloo(tmp_path):
     evs = events(tmp_path)
     kinds = [e["event"] for e in evs]
     assert kinds.count("started") == 1 and kinds.count("finished") == 1 and kinds[-1] == "finished"
-    assert [e["step"] for e in evs if e["event"] == "step"] == [2, 4, 6]
+    assert [e["step"] for e in evs if e["event"] == "step"] == [1, 2, 4, 6]  # the first step, then every 2
     assert all(e["tokens"] > 0 for e in evs if e["event"] == "step")  # both ranks' tokens, all-reduced
     assert evs[-1]["steps"] == 6 and (tmp_path / "checkpoint-6" / "adapter_model.safetensors").is_file()
