@@ -42,6 +42,16 @@ def build_scheduler(optimizer, cfg: JobConfig, max_steps: int, start_step: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: fn(n + start_step))
 
 
+def finish_distributed() -> None:
+    """Under torchrun: wait for every rank (rank 0 may still be evaluating or saving), then close the
+    process group. A rank that exits with gloo's threads still running aborts ("terminate called
+    without an active exception", exit -6), and torchrun then reports the whole job failed."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 

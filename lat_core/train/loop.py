@@ -153,7 +153,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     from . import adapters as A
     from .callbacks import EventsCallback, LatRun, RngCallback, TrackerConfigCallback
     from .config import resolve_max_steps
-    from .hf_trainer import LatTrainer, build_scheduler, training_arguments
+    from .hf_trainer import LatTrainer, build_scheduler, finish_distributed, training_arguments
     from .models import build_base_model, count_params, load_tokenizer, wrap_peft
     from .tracking import Trackers, public_config
 
@@ -278,6 +278,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     if start < tr.max_steps:   # resuming a run that already reached max_steps trains nothing
         trainer.train()
     step, best = max(trainer.state.global_step, start), run_state.best
+    finish_distributed()
     if not is_main:
         return {}
     events.emit("memory", **peak_memory())
