@@ -45,6 +45,7 @@ class Admission:
         self._enabled = True
         self._min_free = 0
         self._running: list[JobRow] = []
+        self._expected: dict[int, tuple[int, int] | None] = {}  # job id -> estimate, this pass
 
     def begin(self, devices: list[dict] | None, min_free_gb: float = 0.0) -> None:
         """One NVML and one psutil reading per admission pass, not per job. ``None``: the jobs run
@@ -53,6 +54,7 @@ class Admission:
         self._min_free = int(min_free_gb * GiB)
         self._gpus = self.probe.snapshot() if devices and any(d["id"] != "cpu" for d in devices) else None
         self._hostsnap = self._host() if self._enabled else None
+        self._expected = {}
 
     def blocker(self, job: JobRow, device: dict, running: list[JobRow]) -> str | None:
         """None when ``job`` may start on ``device`` now, else why it waits."""
@@ -70,7 +72,12 @@ class Admission:
 
     def expected_peak(self, job: JobRow) -> tuple[int, int] | None:
         """(GPU bytes, RSS bytes) the job is expected to need: its config's measured peak, else
-        its siblings' (see the module docstring), else None (unknown)."""
+        its siblings' (see the module docstring), else None (unknown). Computed once per pass."""
+        if job.id not in self._expected:
+            self._expected[job.id] = self._estimate(job)
+        return self._expected[job.id]
+
+    def _estimate(self, job: JobRow) -> tuple[int, int] | None:
         measured = self.store.config_peak(job.profile_key)
         if measured is not None:
             return measured

@@ -28,11 +28,7 @@ class MpsDaemon:
 
     def stop(self) -> None:
         """Ask the daemon to quit (it waits for its clients to exit first)."""
-        env = {**os.environ, **self.client_env()}
-        try:
-            subprocess.run([CONTROL], input=b"quit\n", env=env, timeout=30, capture_output=True)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+        _control(self, "quit", timeout=30)
 
 
 def start_mps(base: Path, visible_devices: str) -> tuple[MpsDaemon | None, str]:
@@ -58,9 +54,15 @@ def start_mps(base: Path, visible_devices: str) -> tuple[MpsDaemon | None, str]:
 
 def _answers(daemon: MpsDaemon) -> bool:
     """The control daemon behind ``pipe_dir`` is alive (it lists its servers)."""
+    done = _control(daemon, "get_server_list", timeout=5)
+    return done is not None and done.returncode == 0
+
+
+def _control(daemon: MpsDaemon, command: str, *, timeout: float):
+    """Send one command to the daemon's control pipe; None when the control binary cannot run."""
     env = {**os.environ, **daemon.client_env()}
     try:
-        done = subprocess.run([CONTROL], input=b"get_server_list\n", env=env, timeout=5, capture_output=True)
+        return subprocess.run([CONTROL], input=f"{command}\n".encode(), env=env, timeout=timeout,
+                              capture_output=True)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
+        return None

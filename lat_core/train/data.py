@@ -248,15 +248,20 @@ class ExampleSet(torch.utils.data.Dataset):
         return self.examples[i]
 
 
+def check_fills_grad_accum(n_examples: int, grad_accum: int) -> None:
+    """Every micro-batch of a step needs at least one example."""
+    if n_examples < grad_accum:
+        raise TrainConfigError(f"train: {n_examples} training examples cannot fill grad_accum {grad_accum} "
+                               "micro-batches; lower train.grad_accum (HP_GRAD_ACCUM)")
+
+
 def split_micro(idx: list[int], size: int, grad_accum: int) -> list[list[int]]:
     """An effective batch as grad_accum micro-batches: `size` examples each, or, for a batch cut
     short by a training set smaller than the effective batch, near-equal non-empty parts (the step
     loss is normalised over the whole step, so only the split changes, not the gradient)."""
     if len(idx) == size * grad_accum:
         return [idx[i:i + size] for i in range(0, len(idx), size)]
-    if len(idx) < grad_accum:
-        raise TrainConfigError(f"train: {len(idx)} training examples cannot fill grad_accum {grad_accum} "
-                               "micro-batches; lower train.grad_accum (HP_GRAD_ACCUM)")
+    check_fills_grad_accum(len(idx), grad_accum)
     k, r = divmod(len(idx), grad_accum)
     bounds = [i * k + min(i, r) for i in range(grad_accum + 1)]
     return [idx[a:b] for a, b in zip(bounds, bounds[1:])]

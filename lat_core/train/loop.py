@@ -188,9 +188,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         tr.max_steps, steps_why = resolve_max_steps(cfg, len(train_ex))
         if tr.epochs is not None:
             log(f"max_steps: {steps_why}")
-    if len(train_ex) < tr.grad_accum:
-        raise TrainConfigError(f"train: {len(train_ex)} training examples cannot fill grad_accum "
-                               f"{tr.grad_accum} micro-batches; lower train.grad_accum (HP_GRAD_ACCUM)")
+    D.check_fills_grad_accum(len(train_ex), tr.grad_accum)   # a clear error before the Trainer starts
     loader_cfg, loader_line = D.dataloader_settings(cfg, len(train_ex), device.type == "cuda")
     log(loader_line)
     if cfg.peft.init_lora_weights == "loraga" and cfg.peft.use_dora:

@@ -6,6 +6,8 @@ one place so the training loop stays generic.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn as nn
 
@@ -59,7 +61,6 @@ def _tiny_model(cfg: JobConfig, tokenizer) -> nn.Module:
 def _init_device() -> str:
     if not torch.cuda.is_available():
         return "cpu"
-    import os
     return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
 
@@ -129,8 +130,6 @@ def check_targets(model: nn.Module, targets: list[str]) -> None:
 
 def wrap_peft(model: nn.Module, cfg: JobConfig, environ: dict | None = None) -> nn.Module:
     """Attach a LoRA-family adapter (adapters.py); only the adapter's weights stay trainable."""
-    import os
-
     from peft import get_peft_model
 
     from .adapters import check_refusals, lora_config
