@@ -92,6 +92,7 @@ class Plan(BaseModel):
     resume: bool = False  # restart started jobs from their last checkpoint-* (strict)
     overwrite: bool = False  # rerun jobs that already succeeded, from scratch
     mps: bool = False  # jobs on a GPU share it through a private CUDA MPS daemon (lat_core.mps)
+    warm_start: bool = True  # fork trainers from a process that has imported torch & co. (lat_core.warm)
 
     @field_validator("suites", mode="before")
     @classmethod
@@ -184,6 +185,8 @@ class Plan(BaseModel):
         for optional in ("overrides", "notify", "on_oom", "slurm", "resume", "overwrite", "mps"):
             if not data[optional]:
                 del data[optional]
+        if data["warm_start"]:
+            del data["warm_start"]
         if "notify" in data:
             data["notify"] = _mask_secrets(data["notify"])
         return yaml.safe_dump(data, sort_keys=False)

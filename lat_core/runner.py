@@ -4,6 +4,10 @@ Started by the engine as the leader of a new session with stdio in the job's ``t
 the trainer in its own process group, waits, and writes the exit record atomically (tmp + rename),
 so the job's outcome survives the engine, the front end and an SSH drop. SIGTERM/SIGINT/SIGHUP
 sent to the runner are passed on to the trainer, whose exit then gets recorded as usual.
+
+``--wait-pid PID`` is the warm-start form (:mod:`lat_core.train.warm`): the trainer was forked,
+already running, by the process that then exec'd this runner, so it is our child and we wait for
+it instead of starting one. The header and the pid file were written before that fork.
 """
 
 from __future__ import annotations
@@ -46,32 +50,57 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lat_core.runner")
     parser.add_argument("--exit-file", required=True)
     parser.add_argument("--show-env", default="", help="comma-separated names of the job's env overrides")
+    parser.add_argument("--wait-pid", type=int, help="wait for this already running child (warm start)")
+    parser.add_argument("--started", type=float, help="when the warm-started attempt began")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.wait_pid:
+        return _wait_for_child(args.wait_pid, args.exit_file, args.started or time.time())
     if not command:
         parser.error("no command given after --")
     started = time.time()
-    write_exit_record(f"{args.exit_file}.pid", {"pid": os.getpid(), "pid_start": _own_start_time()})
+    write_pid_file(args.exit_file)
     _echo(command, args.show_env)
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-
-    def forward(signum, _frame):
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, forward)
+    _forward_signals(lambda signum: child.poll() is None and child.send_signal(signum))
     returncode = child.wait()
+    _record_exit(args.exit_file, returncode, child.pid, started)
+    return 0
+
+
+def write_pid_file(exit_file: str) -> None:
+    """Who runs the attempt (this pid and its start time), for an engine that lost the launch."""
+    write_exit_record(f"{exit_file}.pid", {"pid": os.getpid(), "pid_start": _own_start_time()})
+
+
+def _forward_signals(send) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda signum, _frame: send(signum))
+
+
+def _wait_for_child(pid: int, exit_file: str, started: float) -> int:
+    def send(signum):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass  # exited, not yet reaped: waitpid below collects it
+
+    _forward_signals(send)
+    _, status = os.waitpid(pid, 0)
+    _record_exit(exit_file, os.waitstatus_to_exitcode(status), pid, started)
+    return 0
+
+
+def _record_exit(exit_file: str, returncode: int, pid: int, started: float) -> None:
     record = {
         "returncode": returncode,
         "signal": -returncode if returncode < 0 else None,
-        "pid": child.pid,
+        "pid": pid,
         "started": started,
         "ended": time.time(),
     }
-    write_exit_record(args.exit_file, record)
-    return 0
+    write_exit_record(exit_file, record)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,216 @@
+"""Warm start: a process that imports the training stack once and forks each job from it.
+
+    python -m lat_core.train.warm --socket PATH --parent-pid PID
+
+Why: a short LoRA job spends much of its life importing torch, transformers and peft (about 13 s
+of a cold start on an H200 host, more when several jobs import at once). This process pays that
+once per engine; each job is then a fork that starts training at once.
+
+What it never does: initialise CUDA (a forked child cannot use a CUDA context its parent made), so
+fla, which queries the GPU when imported, is imported by each job itself. It asserts this before
+it serves. The engine's environment is the one imported under; a job's own variables are set in
+its child, and the engine sends here only jobs whose variables are read after import (see
+:mod:`lat_core.warm`).
+
+Per request (one JSON line on the Unix socket): fork a child that becomes the job's runner (own
+session, stdio appended to train.log, cwd the job dir, the job's environment, the runner's header
+and pid file), which forks the trainer and then execs ``python -m lat_core.runner --wait-pid``:
+a fresh small runner that waits for its child and writes the exit record, exactly as a cold
+launch's runner does. The reply is the runner's pid.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+import warnings
+
+# Imported here, before any fork, so every job inherits them: the point of this process.
+PRELOAD = ("torch", "transformers", "transformers.trainer", "peft", "tokenizers", "yaml",
+           "lat_core.train.loop", "lat_core.train.pretrain_loop")
+IDLE_EXIT_S = 600.0  # nobody asked for a job this long, and none is running: go away
+
+
+def preload() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    import torch
+
+    if torch.cuda.is_initialized():  # pragma: no cover - a guard against a future import doing it
+        raise RuntimeError("CUDA was initialised while preloading; forked jobs could not use the GPU")
+
+
+def serve(path: str, parent_pid: int) -> None:
+    listener = _listen(path)
+    # The only threads are torch's and peft's idle native helpers, the same state DataLoader's
+    # fork workers start from; Python 3.12 warns about any fork of a multi-threaded process.
+    warnings.filterwarnings("ignore", message=".*use of fork\\(\\) may lead to deadlocks", category=DeprecationWarning)
+    signal.signal(signal.SIGTERM, _stop)  # the engine's stop: leave no socket behind
+    children: set[int] = set()
+    last_request = time.time()
+    try:
+        while os.getppid() == parent_pid:
+            _reap(children)
+            if not children and time.time() - last_request > IDLE_EXIT_S:
+                break
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                continue
+            last_request = time.time()
+            with conn:
+                pid = _handle(conn, listener)
+                if pid:
+                    children.add(pid)
+    finally:
+        listener.close()
+        os.unlink(path)
+
+
+def _stop(_signum, _frame):
+    raise SystemExit(0)
+
+
+def _listen(path: str) -> socket.socket:
+    """Bind only once everything is imported: the socket's existence means "ready". The directory
+    is the engine's (0700), so only its user can ask this process to run anything."""
+    tmp = f"{path}.{os.getpid()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(tmp)
+    listener.listen(64)
+    os.replace(tmp, path)
+    listener.settimeout(1.0)
+    return listener
+
+
+def _reap(children: set[int]) -> None:
+    for pid in list(children):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            children.discard(pid)
+
+
+def _handle(conn: socket.socket, listener: socket.socket) -> int | None:
+    conn.settimeout(10.0)
+    try:
+        request = json.loads(conn.makefile("r").readline())
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            conn.close()
+            _become_runner(request)  # never returns
+        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        return pid
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"[warm] bad request: {exc}", file=sys.stderr, flush=True)
+        try:
+            conn.sendall(json.dumps({"error": str(exc)}).encode() + b"\n")
+        except OSError:
+            pass
+        return None
+
+
+def _become_runner(request: dict) -> None:
+    """In the forked child: take the job's session, files and environment; fork the trainer; then
+    exec a fresh runner to wait for it (small and import-free, like a cold launch's)."""
+    code = 70
+    try:
+        os.setsid()
+        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _redirect_stdio(request["log"])
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        from lat_core import runner
+
+        started = time.time()
+        runner.write_pid_file(request["exit_file"])
+        runner._echo([sys.executable, "-m", request["module"], *request["args"]], request.get("show_env", ""))
+        print("[lat] warm start: forked from the preloaded process", flush=True)
+        trainer = os.fork()
+        if trainer == 0:
+            _run_trainer(request["module"], request["args"])  # never returns
+        os.execv(sys.executable, [sys.executable, "-m", "lat_core.runner", "--exit-file", request["exit_file"],
+                                  "--wait-pid", str(trainer), "--started", repr(started)])
+    except BaseException:
+        traceback.print_exc()
+    os._exit(code)
+
+
+def _redirect_stdio(log_path: str) -> None:
+    """Like a cold launch: stdin from /dev/null, stdout and stderr appended to train.log, unbuffered
+    (PYTHONUNBUFFERED), so nothing is lost when the process is killed."""
+    import io
+
+    null = os.open(os.devnull, os.O_RDONLY)
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True,
+                                  errors="backslashreplace")
+
+
+def _run_trainer(module: str, args: list[str]) -> None:
+    """``python -m module args`` in this already-importing process, with the interpreter's exit
+    semantics: the exit code of SystemExit, 1 and a traceback for an exception, death by SIGINT
+    for an uncaught KeyboardInterrupt; atexit handlers run, as at a normal interpreter exit."""
+    import atexit
+    import runpy
+
+    code = 1
+    try:
+        sys.argv = [module, *args]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        atexit._run_exitfuncs()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        traceback.print_exc()
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
+def _exit_code(value) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    print(value, file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lat_core.train.warm")
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--parent-pid", type=int, required=True, help="exit when this process (the engine) is gone")
+    args = parser.parse_args(argv)
+    started = time.time()
+    preload()
+    print(f"[warm] preloaded {', '.join(PRELOAD)} in {time.time() - started:.1f}s", flush=True)
+    serve(args.socket, args.parent_pid)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

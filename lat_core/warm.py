@@ -1,0 +1,131 @@
+"""The engine's side of warm start (plan field ``warm_start``, on by default).
+
+One preloaded process per engine (:mod:`lat_core.train.warm`) imports torch, transformers and peft
+once; a job it can run is forked from it instead of starting a fresh interpreter. Which jobs: one
+process (no torchrun), the trainer modules run with this same interpreter, on this machine, and no
+added environment variable that the preloaded libraries read while importing (the process was
+imported under the engine's environment; the job's own variables are set after the fork).
+
+While the process is still importing, such jobs wait for it (it is doing the imports they would do
+themselves); if it fails, or takes longer than ``READY_TIMEOUT_S``, jobs start cold and the run's
+history says why, once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
+from lat_core.launch import Launched, process_start_time
+
+WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain")
+# Variables read after the imports (the trainer's own overrides when it loads its config, CUDA's at
+# its initialisation, a tracker's when it starts): a job may add these and still fork from the
+# preloaded process. Anything else (HF_*, TORCH_*, OMP_*, ...) may already have been read while
+# importing, under the engine's value, so such a job starts cold.
+LATE_READ_PREFIXES = (*ENV_PREFIXES, "LAT_", "CUDA_", "NCCL_", "TRITON_", "PYTHONUNBUFFERED")
+LATE_READ_NAMES = frozenset((*ENV_FIELDS, *EXTRA_NAMES))
+READY_TIMEOUT_S = 180.0
+SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes
+
+
+class WarmUnavailable(Exception):
+    """The preloaded process cannot take this job; the caller launches it cold."""
+
+
+def can_fork(argv: list[str], added_env: dict[str, str]) -> bool:
+    """True for a job the preloaded process can run: see the module docstring."""
+    return (len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2] in WARM_MODULES
+            and all(name in LATE_READ_NAMES or name.startswith(LATE_READ_PREFIXES) for name in added_env))
+
+
+class WarmStarter:
+    def __init__(self, state_dir: Path, *, clock=time.time):
+        self.dir = Path(state_dir) / "warm"
+        self.socket_path = str(self.dir / "sock")
+        self._clock = clock
+        self._proc: subprocess.Popen | None = None
+        self._started_at: float | None = None
+        self.failure: str | None = None  # why warm start is off for this engine, once known
+
+    # ------------------------------------------------------------------ lifecycle
+    def ensure_started(self) -> None:
+        if self._proc is not None or self.failure:
+            return
+        if len(self.socket_path) > SOCKET_PATH_MAX:
+            self.failure = f"the state directory's path is too long for a Unix socket ({self.socket_path})"
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        Path(self.socket_path).unlink(missing_ok=True)
+        with open(self.dir / "warm.log", "ab") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "lat_core.train.warm", "--socket", self.socket_path,
+                 "--parent-pid", str(os.getpid())],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self._started_at = self._clock()
+
+    def status(self) -> str:
+        """``off`` (never started), ``starting``, ``ready`` or ``failed`` (see :attr:`failure`)."""
+        if self.failure:
+            return "failed"
+        if self._proc is None:
+            return "off"
+        if self._proc.poll() is not None:
+            self.failure = f"the preloaded process exited ({self._proc.returncode}); see {self.dir / 'warm.log'}"
+            return "failed"
+        if os.path.exists(self.socket_path):
+            return "ready"
+        if self._clock() - self._started_at > READY_TIMEOUT_S:
+            self.failure = f"the preloaded process was not ready after {READY_TIMEOUT_S:.0f}s"
+            self.stop()
+            return "failed"
+        return "starting"
+
+    def waited_s(self) -> float:
+        return self._clock() - (self._started_at or self._clock())
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+
+    # ------------------------------------------------------------------ jobs
+    def launch(self, argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path,
+               show_env: tuple[str, ...] = ()) -> Launched:
+        """Fork ``argv`` (``python -m module args``) with the engine's environment plus ``env``."""
+        if self.status() != "ready":
+            raise WarmUnavailable(self.failure or "the preloaded process is not ready")
+        exit_path.parent.mkdir(parents=True, exist_ok=True)
+        exit_path.unlink(missing_ok=True)
+        Path(f"{exit_path}.pid").unlink(missing_ok=True)
+        request = {"module": argv[2], "args": argv[3:], "cwd": str(job_dir), "log": str(job_dir / "train.log"),
+                   "exit_file": str(exit_path), "show_env": ",".join(show_env),
+                   "env": {**os.environ, **env, "PYTHONUNBUFFERED": "1"}}
+        reply = self._ask(request)
+        pid = reply.get("pid")
+        if not pid:
+            raise WarmUnavailable(f"the preloaded process refused the job: {reply.get('error', reply)}")
+        return Launched(pid, process_start_time(pid) or 0.0, None)
+
+    def _ask(self, request: dict) -> dict:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(15.0)
+                conn.connect(self.socket_path)
+                conn.sendall(json.dumps(request).encode() + b"\n")
+                line = conn.makefile("r").readline()
+            return json.loads(line) if line else {}
+        except (OSError, ValueError) as exc:
+            raise WarmUnavailable(f"cannot reach the preloaded process: {exc}") from exc

@@ -1,0 +1,137 @@
+"""Warm start (plan ``warm_start``): real tiny trainers forked from the real preloaded process.
+
+The same jobs run cold and warm must give the same numbers; a forked job must behave like a cold
+one for the engine (exit codes, cancel, logs); and whatever stops warm start makes jobs start cold
+with the reason in the run's history.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from lat_core.engine import Engine
+from lat_core.plan import Plan
+from lat_core.service import create_run, prepare_run
+from lat_core.store import Store
+from lat_core.warm import WarmStarter, can_fork
+
+MARK = "[lat] warm start: forked from the preloaded process"
+CFG = ["-m", "lat_core.train", "--cfg", "job.yaml"]
+
+
+def demo_run(tmp_path: Path, *, warm: bool, env: dict | None = None, state: Path | None = None):
+    plan = Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus="cpu", slots=2, warm_start=warm,
+                output_root=str(tmp_path / ("warm" if warm else "cold")),
+                env={"NUM_DATA_WORKERS": "0", "HP_MAX_STEPS": "12", **(env or {})})
+    store = Store((state or tmp_path / "state") / "journal.sqlite")
+    run_id = create_run(store, prepare_run(plan))
+    return store, run_id
+
+
+def drain(engine: Engine, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while engine.tick():
+        assert time.time() < deadline, "engine did not drain in time"
+        time.sleep(0.1)
+
+
+def losses(job_dir: str) -> list[tuple[int, float]]:
+    events = [json.loads(line) for line in (Path(job_dir) / "events.jsonl").read_text().splitlines()]
+    return [(e["step"], e["loss"]) for e in events if e["event"] == "step"]
+
+
+def history(store: Store, run_id: int) -> list[str]:
+    return [f"{t.new_state}: {t.detail}" for t in store.transitions(run_id)]
+
+
+@pytest.mark.slow
+def test_forked_jobs_train_exactly_like_cold_ones_and_the_process_goes_with_the_engine(tmp_path):
+    runs = {}
+    for warm in (True, False):
+        store, run_id = demo_run(tmp_path, warm=warm)
+        engine = Engine(store)
+        drain(engine)
+        jobs = store.jobs(run_id)
+        assert [j.state for j in jobs] == ["succeeded", "succeeded"], [j.error for j in jobs]
+        runs[warm] = (store, run_id, jobs)
+    store, run_id, warm_jobs = runs[True]
+    assert any(h.startswith("warm start: jobs fork from a process") for h in history(store, run_id))
+    for warm_job, cold_job in zip(warm_jobs, runs[False][2]):
+        assert MARK in (Path(warm_job.job_dir) / "train.log").read_text()
+        assert MARK not in (Path(cold_job.job_dir) / "train.log").read_text()
+        assert losses(warm_job.job_dir) == losses(cold_job.job_dir)  # same seed, same numbers, bit for bit
+        assert warm_job.last_step == losses(warm_job.job_dir)[-1][0]  # read at exit too, not only per tick
+    # the drained engine stopped its preloaded process; nothing of it is left listening
+    assert not (tmp_path / "state" / "warm" / "sock").exists()
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "lat_core.train.warm" in (p.info["cmdline"] or [])]
+
+
+@pytest.mark.slow
+def test_a_forked_job_is_cancelled_like_a_cold_one(tmp_path):
+    store, run_id = demo_run(tmp_path, warm=True, env={"HP_MAX_STEPS": "100000"})
+    engine = Engine(store)
+    deadline = time.time() + 120
+    while not store.jobs(run_id)[0].last_step:
+        assert time.time() < deadline, "the forked job never logged a step"
+        engine.tick()
+        time.sleep(0.1)
+    job = store.jobs(run_id)[0]
+    runner = psutil.Process(store.attempts(job.id)[-1].pid)
+    trainer = runner.children()[0]
+    assert "lat_core.runner" in " ".join(runner.cmdline())  # the small exec'd runner waits for the trainer
+    assert os.getpgid(trainer.pid) == runner.pid  # one process group per job, as in a cold launch
+    for one in store.jobs(run_id):
+        store.add_command(run_id, "cancel_job", job_id=one.id)
+    drain(engine, timeout=60)
+    assert [j.state for j in store.jobs(run_id)] == ["cancelled", "cancelled"]
+    assert not trainer.is_running() or trainer.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_forked_trainer_keeps_its_exit_code_and_error_output(tmp_path):
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    store = Store(tmp_path / "state" / "journal.sqlite")
+    run_id = store.create_run("suites: [t]", str(tmp_path), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}], 0.0)
+    argv = [sys.executable, "-m", "lat_core.train", "--cfg", str(job_dir / "missing.yaml")]
+    store.add_jobs(run_id, [{"key": "bad", "suite": "t", "round": 1, "stem": "bad", "seed": 1,
+                             "dataset": "tiny-sst2", "job_dir": str(job_dir), "argv": argv, "env": {}}])
+    drain(Engine(store), timeout=120)
+    job = store.jobs(run_id)[0]
+    log = (job_dir / "train.log").read_text()
+    assert MARK in log and "missing.yaml" in log
+    assert job.state == "failed" and job.returncode == 2  # "the job as written cannot run", as when cold
+
+
+@pytest.mark.slow
+def test_when_warm_start_cannot_run_jobs_start_cold_and_the_history_says_why(tmp_path):
+    deep = tmp_path / ("d" * 90)  # a socket path longer than sun_path allows
+    store, run_id = demo_run(tmp_path, warm=True, state=deep)
+    drain(Engine(store))
+    assert [j.state for j in store.jobs(run_id)] == ["succeeded", "succeeded"]
+    assert any(h.startswith("warm start: not used: the state directory's path is too long")
+               for h in history(store, run_id))
+    assert all(MARK not in (Path(j.job_dir) / "train.log").read_text() for j in store.jobs(run_id))
+
+
+def test_only_trainer_jobs_whose_variables_are_read_after_import_are_forked():
+    trainer = [sys.executable, *CFG]
+    assert can_fork(trainer, {"HP_LR": "1e-4", "NUM_DATA_WORKERS": "0", "CUDA_VISIBLE_DEVICES": "GPU-1",
+                              "LAT_JOB_ID": "3", "WANDB_API_KEY": "k"})
+    assert can_fork([sys.executable, "-m", "lat_core.train.pretrain", "--preset", "conservative"], {})
+    assert not can_fork(trainer, {"HF_HOME": "/x"})  # read when transformers is imported
+    assert not can_fork(trainer, {"OMP_NUM_THREADS": "4"})
+    assert not can_fork(["/other/python", *CFG], {})  # another interpreter or environment
+    assert not can_fork([sys.executable, "train.py"], {})  # a script: not ours to preload for
+
+
+def test_a_preloaded_process_that_dies_is_reported_not_waited_for(tmp_path):
+    warm = WarmStarter(tmp_path / "state")
+    warm.ensure_started()
+    warm._proc.kill()
+    warm._proc.wait()
+    assert warm.status() == "failed" and "exited" in warm.failure
