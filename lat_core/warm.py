@@ -30,6 +30,7 @@ WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain")
 # importing, under the engine's value, so such a job starts cold.
 LATE_READ_PREFIXES = (*ENV_PREFIXES, "LAT_", "CUDA_", "NCCL_", "TRITON_", "PYTHONUNBUFFERED")
 LATE_READ_NAMES = frozenset((*ENV_FIELDS, *EXTRA_NAMES))
+LATE_READ_SUFFIXES = ("_LOCAL_DIR",)  # GLUE_LOCAL_DIR & co.: where the trainer loads its data from
 READY_TIMEOUT_S = 180.0
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes
 
@@ -41,7 +42,11 @@ class WarmUnavailable(Exception):
 def can_fork(argv: list[str], added_env: dict[str, str]) -> bool:
     """True for a job the preloaded process can run: see the module docstring."""
     return (len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2] in WARM_MODULES
-            and all(name in LATE_READ_NAMES or name.startswith(LATE_READ_PREFIXES) for name in added_env))
+            and all(_read_late(name) for name in added_env))
+
+
+def _read_late(name: str) -> bool:
+    return name in LATE_READ_NAMES or name.startswith(LATE_READ_PREFIXES) or name.endswith(LATE_READ_SUFFIXES)
 
 
 class WarmStarter:

@@ -145,6 +145,32 @@ def _debug_subset(cfg, splits, extra_tests) -> str:
             f"one epoch = {tr.max_steps} steps, logging every step")
 
 
+class SetupPhases:
+    """Where a job's start-up went, in seconds: the interpreter and imports before :func:`run`
+    (from the process's start), then each set-up phase. Logged and in the ``started`` event, so a
+    slow start names its cause (imports, model build, data, ...)."""
+
+    def __init__(self, t0: float):
+        self._last = t0
+        self.phases = {"imports": round(t0 - _process_start(), 2)}
+
+    def lap(self, name: str) -> None:
+        now = time.time()
+        self.phases[name] = round(now - self._last, 2)
+        self._last = now
+
+    def __str__(self) -> str:
+        laps = ", ".join(f"{k} {v:.1f}" for k, v in self.phases.items() if k != "imports")
+        return f"{sum(v for k, v in self.phases.items() if k != 'imports'):.1f}s ({laps}) after {self.phases['imports']:.1f}s of imports"
+
+
+
+def _process_start() -> float:
+    import psutil
+
+    return psutil.Process().create_time()
+
+
 def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         argv: list[str] | None = None) -> dict:
     """Train one job end to end with the HF Trainer (hf_trainer.LatTrainer); returns the finished event."""
@@ -158,6 +184,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     from .tracking import Trackers, public_config
 
     t0 = time.time()
+    setup = SetupPhases(t0)
     tr = cfg.train
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda" and os.environ.get("LOCAL_RANK"):   # torchrun: one GPU per rank
@@ -172,11 +199,13 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         write_env(cfg.output_dir, argv)
     ds = D.load_dataset(cfg.data, cfg.data_dir)
     tokenizer = load_tokenizer(cfg, D.build_tokenizer(ds))
+    setup.lap("data")
     if not cfg.gla.get("GLA_FORCE_LEFT_PAD", True) and tokenizer.padding_side != "left":
         log("GLA_FORCE_LEFT_PAD=0: keeping right padding; generation runs one prompt at a time")
     else:
         tokenizer.padding_side = "left"
     base = build_base_model(cfg, tokenizer)
+    setup.lap("model")
     if cfg.model.name_or_path == "tiny-random" and is_main:
         tokenizer.save_pretrained(str(cfg.output_dir / "tokenizer"))
     label_ids, splits, extra_tests = _encode_all(ds, tokenizer, cfg)
@@ -190,6 +219,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
             log(f"max_steps: {steps_why}")
     D.check_fills_grad_accum(len(train_ex), tr.grad_accum)   # a clear error before the Trainer starts
     loader_cfg, loader_line = D.dataloader_settings(cfg, len(train_ex), device.type == "cuda")
+    setup.lap("encode")
     log(loader_line)
     if cfg.peft.init_lora_weights == "loraga" and cfg.peft.use_dora:
         raise TrainConfigError("peft: LoRA-GA init together with use_dora is not supported")
@@ -219,6 +249,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         groups.append({"params": ssm, "weight_decay": 0.0})
     optimizer = torch.optim.AdamW(groups, lr=tr.lr, weight_decay=tr.weight_decay)
     trainable, total = count_params(model)
+    setup.lap("adapter")
     main_metric = MAIN_METRIC.get(ds.task, "accuracy")
 
     lr_of, sched_desc, sched_name, warm = lr_schedule(cfg, tr.max_steps)
@@ -255,6 +286,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     # events first among the callbacks, so on_log adds tokens_per_s before the trackers log
     trainer.callback_handler.callbacks.insert(1, events_cb)
     events_cb.trainer = trainer
+    setup.lap("trainer")
     if is_main:
         events.emit("started", pid=os.getpid(), config=cfg.name, model=cfg.model.family,
                     device=device.type, trainable_params=trainable, total_params=total,
@@ -266,12 +298,12 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
                     warmup_steps=warm, gradient_checkpointing=tr.gradient_checkpointing,
                     logits_to_keep=model._lat_ltk[0], dataloader=loader_cfg,
                     save_optimizer_state=tr.save_optimizer_state, optimizer_state=optimizer_state,
-                    report_to=trackers.active)
+                    report_to=trackers.active, setup_s=setup.phases)
     log(f"started {cfg.name}: {cfg.model.family} {cfg.model.name_or_path} on {device.type}, "
         f"{cfg.peft.method} trainable {trainable:,} / {total:,} params, data {cfg.data} "
         f"({len(train_ex)} train / {len(splits['validation'])} val"
         f"{' / %d test' % len(splits['test']) if 'test' in splits else ''}), "
-        f"batch {tr.batch_size} x accum {tr.grad_accum}, setup {time.time() - t0:.1f}s")
+        f"batch {tr.batch_size} x accum {tr.grad_accum}, setup {setup}")
 
     if start < tr.max_steps:   # resuming a run that already reached max_steps trains nothing
         trainer.train()

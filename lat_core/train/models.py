@@ -22,9 +22,10 @@ TINY_DEFAULTS = {
 
 
 def _gla_classes():
-    """Import fla lazily (it is slow, ~10 s) and install the CPU path where no GPU exists."""
-    from fla.models import GLAConfig, GLAForCausalLM
+    """Import fla lazily, only its GLA part (fla_gla), and install the CPU path where no GPU exists."""
+    from .fla_gla import gla_classes
 
+    GLAConfig, GLAForCausalLM = gla_classes()
     from .gla_cpu import enable_cpu_gla
     if not torch.cuda.is_available():
         enable_cpu_gla()

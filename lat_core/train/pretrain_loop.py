@@ -41,7 +41,9 @@ def load_tokens(cfg: PretrainConfig) -> torch.Tensor:
 
 
 def build_model(cfg: PretrainConfig, device: torch.device):
-    from fla.models import GLAConfig, GLAForCausalLM
+    from .fla_gla import gla_classes
+
+    GLAConfig, GLAForCausalLM = gla_classes()
 
     if device.type == "cpu":
         from lat_core.train.gla_cpu import enable_cpu_gla

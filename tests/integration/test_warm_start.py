@@ -121,7 +121,8 @@ def test_when_warm_start_cannot_run_jobs_start_cold_and_the_history_says_why(tmp
 def test_only_trainer_jobs_whose_variables_are_read_after_import_are_forked():
     trainer = [sys.executable, *CFG]
     assert can_fork(trainer, {"HP_LR": "1e-4", "NUM_DATA_WORKERS": "0", "CUDA_VISIBLE_DEVICES": "GPU-1",
-                              "LAT_JOB_ID": "3", "WANDB_API_KEY": "k"})
+                              "LAT_JOB_ID": "3", "WANDB_API_KEY": "k",
+                              "GLUE_LOCAL_DIR": "/data/glue"})
     assert can_fork([sys.executable, "-m", "lat_core.train.pretrain", "--preset", "conservative"], {})
     assert not can_fork(trainer, {"HF_HOME": "/x"})  # read when transformers is imported
     assert not can_fork(trainer, {"OMP_NUM_THREADS": "4"})

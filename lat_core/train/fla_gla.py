@@ -1,0 +1,71 @@
+"""Import fla's GLA model without the rest of fla.
+
+Why: ``import fla`` (and ``fla.models``, ``fla.layers``, ``fla.ops``) runs package files that import
+every layer, model and kernel fla has: 476 modules, about 2 s on a laptop-class CPU and 5 s on an
+H200 host, in every job, and more while eight jobs start at once. GLA needs about 100 of them.
+Those four package files only import and re-export (checked for fla 0.6.0), so they are stood in
+for by empty packages over the same directories, and ``fla.models.gla`` then imports exactly what
+it uses. The kernels, classes and numbers are fla's own.
+
+If fla is imported already (by user code, a test), or the lean import fails (another fla layout),
+the normal full import is used.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import types
+from pkgutil import extend_path
+
+# The package files that only import their children (fla 0.6.0; fla spans two wheels, hence extend_path).
+LEAN_PACKAGES = ("fla", "fla.layers", "fla.models", "fla.ops")
+GLA_NAMES = ("GLAConfig", "GLAForCausalLM", "GLAModel")
+
+
+def gla_classes():
+    """(GLAConfig, GLAForCausalLM) from fla, importing as little of fla as works."""
+    if "fla" not in sys.modules:
+        try:
+            return _lean_import()
+        except ImportError:
+            _forget_fla()  # leave no half-imported fla behind for the full import below
+    from fla.models import GLAConfig, GLAForCausalLM
+    return GLAConfig, GLAForCausalLM
+
+
+def _lean_import():
+    spec = importlib.util.find_spec("fla")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("fla is not installed")
+    roots = extend_path(list(spec.submodule_search_locations), "fla")
+    for name in LEAN_PACKAGES:
+        parts = name.split(".")[1:]
+        package = types.ModuleType(name)
+        package.__path__ = [p for p in (os.path.join(root, *parts) for root in roots) if os.path.isdir(p)]
+        package.__package__ = name
+        sys.modules[name] = package
+        if parts:
+            setattr(sys.modules["fla"], parts[0], package)
+    sys.modules["fla"].__version__ = _fla_version()
+    gla = importlib.import_module("fla.models.gla")
+    for attr in GLA_NAMES:  # `from fla.models import GLAConfig` keeps working in this process
+        setattr(sys.modules["fla.models"], attr, getattr(gla, attr))
+    return gla.GLAConfig, gla.GLAForCausalLM
+
+
+def _fla_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("fla-core", "flash-linear-attention"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return "0"
+
+
+def _forget_fla() -> None:
+    for name in [n for n in sys.modules if n == "fla" or n.startswith("fla.")]:
+        del sys.modules[name]
