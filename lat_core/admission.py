@@ -118,7 +118,10 @@ class Admission:
         if siblings is not None:
             return siblings
         prior = self._prior(job)
-        return Estimate(*prior.peak(on_cpu), from_prior=True) if prior is not None else None
+        if prior is None:
+            return None
+        gpu, rss = prior.peak(on_cpu)
+        return Estimate(gpu, rss * job.world, from_prior=True)  # GPU memory per device, RSS of every rank
 
     def _prior(self, job: JobRow) -> MemoryPrior | None:
         key = (job.id, job.attempts)

@@ -269,3 +269,14 @@ def test_a_job_prior_is_read_once_per_attempt_not_every_pass(tmp_path, monkeypat
         engine.tick()
     assert store.jobs(run_id)[0].state == "queued" and len(calls) == 1
     cancel_all(store, engine, run_id)
+
+
+def test_a_multi_process_jobs_prior_counts_the_host_ram_of_every_rank(tmp_path):
+    from lat_core.admission import Admission
+
+    jobs = [configured_job(tmp_path, "one", GLA_13B_BENCH), {**configured_job(tmp_path, "two", GLA_13B_BENCH), "world": 2}]
+    store, run_id = make_run(tmp_path, jobs, devices=[gpu_device(0), gpu_device(1)])
+    one, two = store.jobs(run_id)
+    admission = Admission(store, GpuProbe(FakeNvml.with_gpus(2)))
+    single, double = admission.expected_peak(one, "gpu0"), admission.expected_peak(two, "gpu0")
+    assert single.from_prior and double.gpu == single.gpu and double.rss == 2 * single.rss

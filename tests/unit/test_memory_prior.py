@@ -110,7 +110,7 @@ def test_hub_id_is_found_in_the_hf_cache_layout(tmp_path):
     (snapshot / "config.json").write_text(json.dumps({"hidden_size": 2048, "num_hidden_layers": 24}))
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("abc123")
-    folder = job_dir(tmp_path, yaml.safe_load((ROOT / "configs/experiments/gla13b/rank/lora_qkvo_r8_a16.yaml").read_text()))
+    folder = job_dir(tmp_path, ROOT / "configs" / "experiments" / "gla13b" / "rank" / "lora_qkvo_r8_a16.yaml")
     assert job_prior(folder, {}, environ={"HF_HOME": str(tmp_path / "empty")}) is None  # not cached there
     cached = job_prior(folder, {"HF_HOME": str(tmp_path / "hf")}, environ={})
     assert cached is not None and cached.gpu_job_rss > M.GPU_JOB_BASE_RSS
