@@ -50,7 +50,8 @@ TRAINABLE_BYTES = 16
 # allocation (fragmentation, rounding), taken as 20%.
 CUDA_CONTEXT_BYTES = int(0.6 * GiB)
 ALLOCATOR_FACTOR = 1.2
-# Host RSS. A GPU job's process holds the CUDA runtime, torch, transformers, peft and fla (~3 GiB);
+# Host RSS. A GPU job's process holds the CUDA runtime, torch, transformers, peft and fla: taken as
+# 3 GiB (an assumption, not measured here; the journal's measured peaks replace it after one run);
 # a CPU job's holds the libraries without CUDA: 588 MiB measured (/usr/bin/time, peak RSS) for the
 # shipped configs/experiments/gla/tiny_lora_qkvo.yaml, 10 steps on this 2-core machine.
 GPU_JOB_BASE_RSS = 3 * GiB
