@@ -4,8 +4,10 @@ A job is admitted to a GPU only if the GPU's measured free memory, minus a margi
 still starting there will claim, covers the peak this config measured before (on the same dataset).
 A config never measured borrows an estimate from its siblings (same suite and dataset: a rank sweep's
 jobs need nearly the same memory), measured before or running now past their first step, with a
-safety factor. Without either, admissions onto one GPU are staggered until the starting job has
-settled (its first logged training step, when activations and optimizer state exist, or
+safety factor. Without either, a static prior computed from the job's config
+(:mod:`lat_core.memory_prior`) stands in, so unmeasured jobs whose priors fit start together.
+Where even that is unknown (Mamba, say), admissions onto one GPU are staggered until the starting
+job has settled (its first logged training step, when activations and optimizer state exist, or
 ``settle_s``), so two unknown jobs never race for the same free memory. Host RAM is guarded the
 same way with each config's peak process-tree RSS.
 """
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from lat_core.memory_prior import MemoryPrior, job_prior
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
 from lat_core.rows import JobRow
@@ -35,6 +39,20 @@ def fmt_gib(n: int) -> str:
     return f"{n / GiB:.1f}G"
 
 
+class Estimate(NamedTuple):
+    """What a job is expected to need; ``from_prior``: a static estimate, never measured."""
+    gpu: int
+    rss: int
+    from_prior: bool = False
+
+    def needs(self, n: int, what: str) -> str:
+        """The need as a reason shows it: '10.0G GPU memory' when measured, '~7.4G GPU memory
+        (estimated from the config; never measured)' for a prior, so a user knows which to trust."""
+        if not self.from_prior:
+            return f"{fmt_gib(n)} {what}"
+        return f"~{fmt_gib(n)} {what} (estimated from the config; never measured)"
+
+
 class Admission:
     def __init__(self, store: Store, probe: GpuProbe, *, policy: AdmissionPolicy | None = None,
                  host=host_snapshot, clock=time.time):
@@ -45,7 +63,10 @@ class Admission:
         self._enabled = True
         self._min_free = 0
         self._running: list[JobRow] = []
-        self._expected: dict[int, tuple[int, int] | None] = {}  # job id -> estimate, this pass
+        self._expected: dict[tuple[int, bool], Estimate | None] = {}  # (job id, on cpu) -> this pass's
+        # Static priors never change for one attempt of a job: read once per (job id, attempts), not
+        # per pass (a remedy between attempts may rewrite job.yaml or the job's env).
+        self._priors: dict[tuple[int, int], MemoryPrior | None] = {}
 
     def begin(self, devices: list[dict] | None, min_free_gb: float = 0.0) -> None:
         """One NVML and one psutil reading per admission pass, not per job. ``None``: the jobs run
@@ -61,7 +82,7 @@ class Admission:
         if not self._enabled:
             return None
         self._running = running
-        expected = self.expected_peak(job)
+        expected = self.expected_peak(job, device["id"])
         starting = [j for j in running if self._is_starting(j)]
         host_wait = self._host_blocker(expected, starting, running)
         if host_wait:
@@ -70,17 +91,45 @@ class Admission:
             return None
         return self._gpu_blocker(expected, device, [j for j in starting if j.device == device["id"]])
 
-    def expected_peak(self, job: JobRow) -> tuple[int, int] | None:
-        """(GPU bytes, RSS bytes) the job is expected to need: its config's measured peak, else
-        its siblings' (see the module docstring), else None (unknown). Computed once per pass."""
-        if job.id not in self._expected:
-            self._expected[job.id] = self._estimate(job)
-        return self._expected[job.id]
+    def expected_peak(self, job: JobRow, device_id: str | None = None) -> Estimate | None:
+        """(GPU bytes, RSS bytes) the job is expected to need on ``device_id`` (default: the
+        device it runs on): its config's measured peak, else its siblings' (see the module
+        docstring), else its static prior, else None (unknown). Computed once per pass."""
+        key = (job.id, (device_id or job.device) == "cpu")
+        if key not in self._expected:
+            self._expected[key] = self._estimate(job, on_cpu=key[1])
+        return self._expected[key]
 
-    def _estimate(self, job: JobRow) -> tuple[int, int] | None:
+    def prior_note(self, job: JobRow, device: dict) -> str | None:
+        """For the history of a job admitted to a GPU on its static prior: why it did not wait for
+        a sibling to settle (on the CPU nothing waited for that)."""
+        if not self._enabled or device["id"] == "cpu":
+            return None
+        expected = self.expected_peak(job, device["id"])
+        if expected is None or not expected.from_prior:
+            return None
+        return f"admitted on {device['id']} without a measured peak: needs {expected.needs(expected.gpu, 'GPU memory')}"
+
+    def _estimate(self, job: JobRow, *, on_cpu: bool) -> Estimate | None:
         measured = self.store.config_peak(job.profile_key)
         if measured is not None:
-            return measured
+            return Estimate(*measured)
+        siblings = self._sibling_estimate(job)
+        if siblings is not None:
+            return siblings
+        prior = self._prior(job)
+        if prior is None:
+            return None
+        gpu, rss = prior.peak(on_cpu)
+        return Estimate(gpu, rss * job.world, from_prior=True)  # GPU memory per device, RSS of every rank
+
+    def _prior(self, job: JobRow) -> MemoryPrior | None:
+        key = (job.id, job.attempts)
+        if key not in self._priors:
+            self._priors[key] = job_prior(job.job_dir, job.env)
+        return self._priors[key]
+
+    def _sibling_estimate(self, job: JobRow) -> Estimate | None:
         family = [self.store.family_peak(job.suite, job.dataset)]
         family += [(max(j.gpu_mem or 0, j.peak_gpu or 0), max(j.rss or 0, j.peak_rss or 0))
                    for j in self._running
@@ -89,7 +138,7 @@ class Admission:
         if not family:
             return None
         factor = self.policy.sibling_factor
-        return int(max(f[0] for f in family) * factor), int(max(f[1] for f in family) * factor)
+        return Estimate(int(max(f[0] for f in family) * factor), int(max(f[1] for f in family) * factor))
 
     def _settled(self, job: JobRow) -> bool:
         return job.started is not None and not self._is_starting(job)
@@ -113,8 +162,8 @@ class Admission:
             return None
         claims = sum(self._still_to_claim(j, gpu=True) for j in starting)
         free = gpu.memory_total - gpu.memory_used - self.policy.gpu_margin - claims
-        if expected[0] > free:
-            return f"needs {fmt_gib(expected[0])} GPU memory, {fmt_gib(max(free, 0))} free on {device['id']}"
+        if expected.gpu > free:
+            return f"needs {expected.needs(expected.gpu, 'GPU memory')}, {fmt_gib(max(free, 0))} free on {device['id']}"
         return None
 
     def _host_blocker(self, expected, starting: list[JobRow], running: list[JobRow]) -> str | None:
@@ -122,14 +171,13 @@ class Admission:
             return None  # an idle machine always takes one job: nothing else competes for it
         claims = sum(self._still_to_claim(j, gpu=False) for j in starting)
         free = self._hostsnap.ram_available - self.policy.host_margin - claims
-        if expected[1] > free:
-            return f"needs {fmt_gib(expected[1])} host RAM, {fmt_gib(max(free, 0))} available"
+        if expected.rss > free:
+            return f"needs {expected.needs(expected.rss, 'host RAM')}, {fmt_gib(max(free, 0))} available"
         return None
-
 
     def _still_to_claim(self, job: JobRow, *, gpu: bool) -> int:
         peak = self.expected_peak(job)
         if peak is None:
             return 0
         now = (job.gpu_mem if gpu else job.rss) or 0
-        return max(0, (peak[0] if gpu else peak[1]) - now)
+        return max(0, (peak.gpu if gpu else peak.rss) - now)

@@ -167,6 +167,9 @@ class Engine:
                 continue
             for device in chosen:
                 busy[device["id"]] = busy.get(device["id"], 0) + (job.world if len(chosen) == 1 else 1)
+            note = self._admission.prior_note(job, chosen[0])
+            if note:  # the history says why unmeasured jobs started together
+                self.store.add_transition(run.id, job.id, "admission", note)
             self._start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
         self._launch_batch(run.id, batch or [])

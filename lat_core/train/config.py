@@ -134,6 +134,14 @@ class JobConfig:
     explicit: set = field(default_factory=set)
 
 
+TINY = "tiny-random"
+# Sizes of a tiny-random model that model.tiny does not set. Here, not in models.py, so that code
+# which must not import torch (the memory prior used by admission) sizes the same model.
+TINY_DEFAULTS = {
+    "gla": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 2},
+    "mamba": {"hidden_size": 64, "num_hidden_layers": 2, "state_size": 8},
+}
+
 _TINY_KEYS = {"gla": {"hidden_size", "num_hidden_layers", "num_heads", "vocab_size", "expand_k",
                       "expand_v", "hidden_ratio", "attn_mode"},
               "mamba": {"hidden_size", "num_hidden_layers", "state_size", "vocab_size",

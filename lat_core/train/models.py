@@ -11,14 +11,9 @@ import os
 import torch
 import torch.nn as nn
 
-from .config import JobConfig, TrainConfigError
+from .config import TINY, TINY_DEFAULTS, JobConfig, TrainConfigError
 
-TINY = "tiny-random"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-TINY_DEFAULTS = {
-    "gla": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 2},
-    "mamba": {"hidden_size": 64, "num_hidden_layers": 2, "state_size": 8},
-}
 
 
 def _gla_classes():

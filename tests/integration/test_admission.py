@@ -137,3 +137,146 @@ def test_family_peak_reads_measured_configs_of_one_suite_and_dataset(tmp_path):
     store.record_config_peak("sweep_x/r16|glue-tvt_sst2", 9 * GiB, GiB)
     assert store.family_peak("sweep", "glue-tvt_sst2") == (6 * GiB, 2 * GiB)
     assert store.family_peak("sweep", "glue-tvt_rte") is None
+
+
+# ----------------------------------------------------------------------------- static memory prior
+
+GLA_13B_BENCH = {"model": {"family": "gla", "name_or_path": "tiny-random", "dtype": "bfloat16",
+                           "tiny": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "vocab_size": 32000}},
+                 "peft": {"method": "lora", "r": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+                 "data": "tiny-sst2", "train": {"batch_size": 4, "max_seq_len": 256}}
+TINY_MAMBA = {"model": {"family": "mamba", "name_or_path": "tiny-random", "dtype": "float32"},
+              "peft": {"method": "lora", "target_modules": ["in_proj"]}, "data": "tiny-sst2"}
+
+
+def configured_job(tmp_path, name, config: dict, **kw):
+    """A fake-trainer job whose directory holds ``config`` as the engine's resolved job.yaml."""
+    import yaml
+
+    job = fake_job(tmp_path, name, **kw)
+    with open(f"{job['job_dir']}/job.yaml", "w") as fh:
+        yaml.safe_dump({**config, "output_dir": job["job_dir"]}, fh)
+    return job
+
+
+def prior_engine(store, fake, **policy):
+    """An engine whose host always has RAM to spare, so only GPU memory decides (this machine's own
+    RAM must not make the tests flaky: a GPU job's prior claims ~3G of host RAM)."""
+    from lat_core.monitor.host import HostSnapshot
+
+    engine = Engine(store, gpu_probe=GpuProbe(fake), policy=AdmissionPolicy(settle_s=600, **policy))
+    engine._admission._host = lambda: HostSnapshot(512 * GiB, 0, 512 * GiB, 0, 0, 0.0, 16)
+    return engine
+
+
+def cancel_all(store, engine, run_id):
+    store.add_command(run_id, "cancel_run")
+    while engine.tick():
+        time.sleep(0.05)
+
+
+def test_unmeasured_jobs_whose_priors_fit_start_together(tmp_path):
+    fake = FakeNvml.with_gpus(1, total=141 * GiB)
+    jobs = [configured_job(tmp_path, f"p{i}", GLA_13B_BENCH, sleep=2.0) for i in range(2)]
+    store, run_id = make_run(tmp_path, jobs, devices=[gpu_device(0, slots=2)])
+    engine = prior_engine(store, fake)
+    engine.tick()
+    assert [j.state for j in store.jobs(run_id)] == ["running", "running"]
+    notes = [t.detail for t in store.transitions(run_id, job_id=store.jobs(run_id)[1].id) if t.new_state == "admission"]
+    assert len(notes) == 1 and "estimated from the config" in notes[0], notes
+    cancel_all(store, engine, run_id)
+
+
+def test_unmeasured_job_waits_when_free_memory_is_below_its_prior(tmp_path):
+    fake = FakeNvml.with_gpus(1, total=141 * GiB, used=137 * GiB)  # 4G free, 3G after the margin
+    store, run_id = make_run(tmp_path, [configured_job(tmp_path, "w", GLA_13B_BENCH)], devices=[gpu_device(0)])
+    engine = prior_engine(store, fake, gpu_margin=GiB)
+    engine.tick()
+    job = store.jobs(run_id)[0]
+    assert job.state == "queued"
+    assert job.waiting.startswith("needs ~") and job.waiting.endswith(
+        "G GPU memory (estimated from the config; never measured), 3.0G free on gpu0"), job.waiting
+    cancel_all(store, engine, run_id)
+
+
+def test_a_second_prior_job_waits_for_what_the_first_still_claims(tmp_path):
+    from lat_core.memory_prior import job_prior
+
+    jobs = [configured_job(tmp_path, f"c{i}", GLA_13B_BENCH, sleep=2.0) for i in range(2)]
+    prior = job_prior(jobs[0]["job_dir"], {}).gpu_bytes
+    fake = FakeNvml.with_gpus(1, total=int(1.5 * prior) + GiB)  # room for one prior and the margin, not two
+    store, run_id = make_run(tmp_path, jobs, devices=[gpu_device(0, slots=2)])
+    engine = prior_engine(store, fake, gpu_margin=GiB)
+    engine.tick()
+    first, second = store.jobs(run_id)
+    assert (first.state, second.state) == ("running", "queued")
+    assert "estimated from the config" in second.waiting
+    cancel_all(store, engine, run_id)
+
+
+def test_a_measured_peak_overrides_the_prior(tmp_path):
+    fake = FakeNvml.with_gpus(1, total=141 * GiB, used=137 * GiB)
+    store, run_id = make_run(tmp_path, [configured_job(tmp_path, "m", GLA_13B_BENCH)], devices=[gpu_device(0)])
+    engine = prior_engine(store, fake, gpu_margin=GiB)
+    engine.tick()
+    assert store.jobs(run_id)[0].state == "queued"  # the prior (~6G) does not fit in 3G
+    store.record_config_peak(store.jobs(run_id)[0].profile_key, 2 * GiB, GiB)
+    engine.tick()
+    job = store.jobs(run_id)[0]
+    assert job.state == "running"
+    assert not [t for t in store.transitions(run_id, job_id=job.id) if t.new_state == "admission"]
+    cancel_all(store, engine, run_id)
+
+
+def test_configs_without_a_prior_are_still_staggered(tmp_path):
+    fake = FakeNvml.with_gpus(1, total=141 * GiB)
+    jobs = [configured_job(tmp_path, f"mb{i}", TINY_MAMBA, sleep=2.0) for i in range(2)]
+    store, run_id = make_run(tmp_path, jobs, devices=[gpu_device(0, slots=2)])
+    engine = prior_engine(store, fake)
+    engine.tick()
+    first, second = store.jobs(run_id)
+    assert (first.state, second.state) == ("running", "queued")
+    assert second.waiting == "waiting for mb0 to settle on gpu0"
+    cancel_all(store, engine, run_id)
+
+
+def test_a_settled_siblings_footprint_overrides_the_prior(tmp_path):
+    fake = FakeNvml.with_gpus(1, total=141 * GiB)
+    jobs = [configured_job(tmp_path, f"s{i}", GLA_13B_BENCH, sleep=2.0) for i in range(3)]
+    store, run_id = make_run(tmp_path, jobs, devices=[gpu_device(0, slots=1)])
+    engine = prior_engine(store, fake, gpu_margin=GiB)
+    engine.tick()
+    first = store.jobs(run_id)[0]
+    store.set_progress(first.id, 1, 2.5)
+    store.record_usage({first.id: (GiB, GiB)})  # settled at 1G: siblings borrow 1.25G
+    fake.gpus[0].used = 137 * GiB  # 3G free after the margin: the ~6G prior would not fit
+    store.set_devices(run_id, [gpu_device(0, slots=2)])  # a second slot opens
+    engine.tick()
+    assert [j.state for j in store.jobs(run_id)] == ["running", "running", "queued"]
+    cancel_all(store, engine, run_id)
+
+
+def test_a_job_prior_is_read_once_per_attempt_not_every_pass(tmp_path, monkeypatch):
+    import lat_core.admission as admission
+
+    calls = []
+    real = admission.job_prior
+    monkeypatch.setattr(admission, "job_prior", lambda *a, **kw: calls.append(a) or real(*a, **kw))
+    fake = FakeNvml.with_gpus(1, total=141 * GiB, used=140 * GiB)
+    store, run_id = make_run(tmp_path, [configured_job(tmp_path, "o", GLA_13B_BENCH)], devices=[gpu_device(0)])
+    engine = prior_engine(store, fake)
+    for _ in range(5):
+        engine.tick()
+    assert store.jobs(run_id)[0].state == "queued" and len(calls) == 1
+    cancel_all(store, engine, run_id)
+
+
+def test_a_multi_process_jobs_prior_counts_the_host_ram_of_every_rank(tmp_path):
+    from lat_core.admission import Admission
+
+    jobs = [configured_job(tmp_path, "one", GLA_13B_BENCH), {**configured_job(tmp_path, "two", GLA_13B_BENCH), "world": 2}]
+    store, run_id = make_run(tmp_path, jobs, devices=[gpu_device(0), gpu_device(1)])
+    one, two = store.jobs(run_id)
+    admission = Admission(store, GpuProbe(FakeNvml.with_gpus(2)))
+    single, double = admission.expected_peak(one, "gpu0"), admission.expected_peak(two, "gpu0")
+    assert single.from_prior and double.gpu == single.gpu and double.rss == 2 * single.rss
