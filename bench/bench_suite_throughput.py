@@ -4,8 +4,9 @@
 
 The suite is ``gla_rank_sweep`` (8 GLA LoRA jobs, ranks 4-32) on the GLA-1.3B architecture with
 random weights, its hyperparameters unchanged (batch 8 x accumulation 2, lr 2e-4, seq 256, bf16)
-except a fixed number of optimizer steps, on synthetic SST-2 files whose examples all fill the
-sequence. Sides, each from an empty output tree, with the Triton cache already warm (see README):
+except a fixed number of optimizer steps, on the shipped SST-2 sample (short GLUE sentences;
+``--data long``: synthetic SST-2 files whose examples all fill the sequence). Sides, each from an empty output tree and its own copy of the (warm) Triton cache
+named by TRITON_CACHE_DIR:
 
 1. ``old``: the seeds' scripts: 3 jobs per GPU in rounds with a barrier, gradient checkpointing on;
 2. ``lat``: ``lat-tui --plan`` with LAT's defaults (``slots: auto``, memory-aware admission, no
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -90,8 +92,20 @@ class PeakSampler(threading.Thread):
         return self.peak
 
 
+def side_triton_cache(out: Path, side: str) -> dict:
+    """Each side starts from its own copy of the same Triton cache (``TRITON_CACHE_DIR`` as given),
+    so neither side runs on kernels the other compiled (or autotuned) before it."""
+    base = os.environ.get("TRITON_CACHE_DIR")
+    if not base or not Path(base).is_dir():
+        return {}
+    copy = out / f"triton-cache-{side.replace('+', '-')}"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(base, copy)
+    return {"TRITON_CACHE_DIR": str(copy)}
+
+
 def run_side(args, side: str, out: Path, data: Path | None) -> dict:
-    mapping = plan_mapping(args, side, out, data, {})
+    mapping = plan_mapping(args, side, out, data, side_triton_cache(out, side))
     if side == "lat+mps":
         mapping["mps"] = True  # the engine starts a private MPS daemon for the run (lat_core.mps)
     sampler = PeakSampler(args.gpu)
