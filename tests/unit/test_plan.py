@@ -150,3 +150,17 @@ def test_slots_default_to_auto_one_job_per_core_each_gpu_has_capped():
     assert Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=[0], slots="AUTO ").slots == "auto"
     assert Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=[0], slots="3").slot_plan() == [3]
     assert Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=[0, 1], backend="slurm").slot_plan(cpu_count=64) == [1, 1]
+
+
+def test_warm_start_is_on_by_default_and_only_its_opt_out_is_saved(tmp_path, configs):
+    registry = SuiteRegistry(configs)
+    base = {"suites": ["E4"], "pairs": ["1:glue-tvt_cola"], "gpus": "cpu"}
+    for warm, saved in ((None, None), (False, False), (True, None)):
+        path = tmp_path / "plan.yaml"
+        path.write_text(yaml.safe_dump({**base, **({} if warm is None else {"warm_start": warm})}))
+        plan = load_plan(path, registry)
+        assert plan.warm_start is (warm is not False)
+        assert yaml.safe_load(plan.to_yaml()).get("warm_start") is saved
+    path.write_text(yaml.safe_dump({**base, "warm_start": "sometimes"}))
+    with pytest.raises(PlanError, match="warm_start"):
+        load_plan(path, registry)
