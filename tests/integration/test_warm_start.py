@@ -136,3 +136,21 @@ def test_a_preloaded_process_that_dies_is_reported_not_waited_for(tmp_path):
     warm._proc.kill()
     warm._proc.wait()
     assert warm.status() == "failed" and "exited" in warm.failure
+
+
+@pytest.mark.slow
+def test_a_restarted_engine_adopts_forked_jobs_and_never_launches_them_again(tmp_path):
+    store, run_id = demo_run(tmp_path, warm=True, env={"HP_MAX_STEPS": "30"})
+    first = Engine(store)
+    deadline = time.time() + 120
+    while not all(j.state == "running" for j in store.jobs(run_id)):
+        assert time.time() < deadline, "the jobs never started"
+        first.tick()
+        time.sleep(0.1)
+    first.close()  # the first engine goes away (its preloaded process with it); the jobs run on
+    second = Engine(store)
+    drain(second)
+    jobs = store.jobs(run_id)
+    assert [j.state for j in jobs] == ["succeeded", "succeeded"]
+    assert [len(store.attempts(j.id)) for j in jobs] == [1, 1]
+    assert all(MARK in (Path(j.job_dir) / "train.log").read_text() for j in jobs)
