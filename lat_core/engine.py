@@ -254,7 +254,9 @@ class Engine:
         if warm is None or not can_fork(argv, env) or warm.status() != "ready":
             return None
         try:
-            return warm.launch(argv, env, job_dir, exit_path, tuple(job.env))
+            launched = warm.launch(argv, env, job_dir, exit_path, tuple(job.env))
+            self.store.add_transition(job.run_id, job.id, "warm start", "forked from the preloaded process")
+            return launched
         except WarmUnavailable as exc:
             self.store.add_transition(job.run_id, job.id, "warm start", f"not used: {exc}")
             return None

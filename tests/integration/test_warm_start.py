@@ -61,6 +61,9 @@ def test_forked_jobs_train_exactly_like_cold_ones_and_the_process_goes_with_the_
         runs[warm] = (store, run_id, jobs)
     store, run_id, warm_jobs = runs[True]
     assert any(h.startswith("warm start: jobs fork from a process") for h in history(store, run_id))
+    for job in warm_jobs:  # each job's own history says how it was started
+        assert "warm start: forked from the preloaded process" in [
+            f"{t.new_state}: {t.detail}" for t in store.transitions(run_id, job_id=job.id)]
     for warm_job, cold_job in zip(warm_jobs, runs[False][2]):
         assert MARK in (Path(warm_job.job_dir) / "train.log").read_text()
         assert MARK not in (Path(cold_job.job_dir) / "train.log").read_text()
