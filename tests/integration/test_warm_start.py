@@ -157,3 +157,19 @@ def test_a_restarted_engine_adopts_forked_jobs_and_never_launches_them_again(tmp
     assert [j.state for j in jobs] == ["succeeded", "succeeded"]
     assert [len(store.attempts(j.id)) for j in jobs] == [1, 1]
     assert all(MARK in (Path(j.job_dir) / "train.log").read_text() for j in jobs)
+
+
+def test_a_one_process_pretraining_job_is_forked_too(tmp_path):
+    job_dir = tmp_path / "pretrain"
+    job_dir.mkdir()
+    store = Store(tmp_path / "state" / "journal.sqlite")
+    run_id = store.create_run("suites: [p]", str(tmp_path), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}], 0.0)
+    argv = [sys.executable, "-m", "lat_core.train.pretrain", "--preset", "conservative", "--output-dir", str(job_dir),
+            "--num_iterations=3", "--eval_every=3", "--save_every=3", "--eval_tokens=128", "--depth=2",
+            "--model_dim_per_layer=32", "--head_dim=32", "--seq_len=32", "--device_batch_size=2", "--total_batch_size=128"]
+    store.add_jobs(run_id, [{"key": "pre", "suite": "p", "round": 1, "stem": "pre", "seed": 1, "dataset": "tiny-corpus",
+                             "job_dir": str(job_dir), "argv": argv, "env": {}}])
+    drain(Engine(store), timeout=120)
+    job = store.jobs(run_id)[0]
+    assert job.state == "succeeded", (job_dir / "train.log").read_text()[-2000:]
+    assert MARK in (job_dir / "train.log").read_text() and job.last_step == 3
