@@ -83,7 +83,8 @@ class WarmStarter:
         if self._proc is None:
             return "off"
         if self._proc.poll() is not None:
-            self.failure = f"the preloaded process exited ({self._proc.returncode}); see {self.dir / 'warm.log'}"
+            self.failure = (f"the preloaded process exited ({self._proc.returncode}): {self._last_log_line()}; "
+                            f"see {self.dir / 'warm.log'}")
             return "failed"
         if os.path.exists(self.socket_path):
             return "ready"
@@ -92,6 +93,13 @@ class WarmStarter:
             self.stop()
             return "failed"
         return "starting"
+
+    def _last_log_line(self) -> str:
+        try:
+            lines = (self.dir / "warm.log").read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "no log"
+        return lines[-1][-200:] if lines else "no output"
 
     def waited_s(self) -> float:
         return self._clock() - (self._started_at or self._clock())

@@ -33,11 +33,14 @@ import warnings
 # Imported here, before any fork, so every job inherits them: the point of this process.
 PRELOAD = ("torch", "transformers", "transformers.trainer", "peft", "tokenizers", "yaml",
            "lat_core.train.loop", "lat_core.train.pretrain_loop")
-# What fla's GLA modules import that needs no GPU (fla itself queries the GPU when imported, so each
-# job imports it): its activations pull in torch's inductor (~0.9 s of fla's ~1.2 s here). Optional:
-# a torch or fla version without them still warm-starts.
-PRELOAD_IF_PRESENT = ("torch._inductor.compile_fx", "einops")
+# Pure-Python imports of fla's GLA modules. (Not torch._inductor, which fla's activations also
+# import: importing it queries the GPU, and a fork after that cannot use CUDA; measured on an H200.)
+PRELOAD_IF_PRESENT = ("einops",)
 IDLE_EXIT_S = 600.0  # nobody asked for a job this long, and none is running: go away
+
+
+class PreloadTouchedCuda(RuntimeError):
+    """Something imported used CUDA, so no forked child could; jobs then start cold."""
 
 
 def preload() -> None:
@@ -50,17 +53,27 @@ def preload() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+    check_fork_can_use_cuda()
+
+
+def check_fork_can_use_cuda() -> None:
+    """A forked child must be able to initialise CUDA. torch marks every child of a process that
+    has asked the CUDA runtime anything (even a device count) as a "bad fork" that cannot; so ask
+    one child, rather than trust that no library asks at import time."""
     import torch
 
-    if torch.cuda.is_initialized():  # pragma: no cover - a guard against a future import doing it
-        raise RuntimeError("CUDA was initialised while preloading; forked jobs could not use the GPU")
+    if torch.cuda.is_initialized():
+        raise PreloadTouchedCuda("CUDA was initialised while preloading")
+    pid = os.fork()
+    if pid == 0:
+        os._exit(3 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise PreloadTouchedCuda("a library queried CUDA while preloading; a forked job could not use the GPU")
 
 
 def serve(path: str, parent_pid: int) -> None:
     listener = _listen(path)
-    # The only threads are torch's and peft's idle native helpers, the same state DataLoader's
-    # fork workers start from; Python 3.12 warns about any fork of a multi-threaded process.
-    warnings.filterwarnings("ignore", message=".*use of fork\\(\\) may lead to deadlocks", category=DeprecationWarning)
     signal.signal(signal.SIGTERM, _stop)  # the engine's stop: leave no socket behind
     children: set[int] = set()
     last_request = time.time()
@@ -214,8 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True)
     parser.add_argument("--parent-pid", type=int, required=True, help="exit when this process (the engine) is gone")
     args = parser.parse_args(argv)
+    # The only threads are torch's and peft's idle native helpers, the same state DataLoader's
+    # fork workers start from; Python 3.12 warns about any fork of a multi-threaded process.
+    warnings.filterwarnings("ignore", message=".*use of fork\\(\\) may lead to deadlocks", category=DeprecationWarning)
     started = time.time()
-    preload()
+    try:
+        preload()
+    except PreloadTouchedCuda as exc:
+        print(f"[warm] not usable: {exc}", flush=True)
+        return 3
     print(f"[warm] preloaded {', '.join(PRELOAD)} in {time.time() - started:.1f}s", flush=True)
     serve(args.socket, args.parent_pid)
     return 0

@@ -138,7 +138,7 @@ def test_a_preloaded_process_that_dies_is_reported_not_waited_for(tmp_path):
     warm.ensure_started()
     warm._proc.kill()
     warm._proc.wait()
-    assert warm.status() == "failed" and "exited" in warm.failure
+    assert warm.status() == "failed" and "exited" in warm.failure and "warm.log" in warm.failure
 
 
 @pytest.mark.slow
@@ -173,3 +173,15 @@ def test_a_one_process_pretraining_job_is_forked_too(tmp_path):
     job = store.jobs(run_id)[0]
     assert job.state == "succeeded", (job_dir / "train.log").read_text()[-2000:]
     assert MARK in (job_dir / "train.log").read_text() and job.last_step == 3
+
+
+def test_the_preloaded_process_refuses_to_serve_if_a_fork_could_not_use_cuda(monkeypatch):
+    import torch
+
+    from lat_core.train import warm as preloaded
+
+    preloaded.check_fork_can_use_cuda()  # nothing here touched CUDA: a fork may use it
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)  # as after a library asked CUDA
+    with pytest.raises(preloaded.PreloadTouchedCuda, match="forked job could not use the GPU"):
+        preloaded.check_fork_can_use_cuda()
+
