@@ -32,7 +32,7 @@ from lat_core.placement import distributed_argv, distributed_env, find_free_port
 from lat_core.run_notices import RunNotices
 from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
-from lat_core.warm import WarmStarter, WarmUnavailable, can_fork
+from lat_core.warm import WarmStarts
 
 CANCEL_GRACE_S = 10.0
 SAMPLE_EVERY_S = 2.0
@@ -59,9 +59,8 @@ class Engine:
         self._last_sample = 0.0
         self._mps: dict[int, object] = {}  # run id -> MpsDaemon or None (plan field ``mps``)
         # warm start forks jobs from a preloaded process: only where jobs really launch as processes
-        self._warm_allowed = backend is None and launch_fn is launch
-        self._warm: WarmStarter | None = None
-        self._warm_told: dict[int, str] = {}  # run id -> the warm-start status its history last got
+        self._warm = WarmStarts(store, allowed=backend is None and launch_fn is launch, plan_of=self.plan_of,
+                                backend_name=lambda run_id: self.backend(run_id).name, clock=clock)
 
     def backend(self, run_id: int):
         """The run's backend (plan field ``backend``); tests may inject one for every run."""
@@ -99,9 +98,7 @@ class Engine:
 
     def close(self) -> None:
         """Stop what the engine started for its runs (the warm-start process); jobs run on."""
-        if self._warm is not None:
-            self._warm.stop()
-            self._warm = None
+        self._warm.close()
 
     def run(self, poll_interval: float = 0.5, on_tick=None) -> None:
         while self.tick():
@@ -121,7 +118,7 @@ class Engine:
             self.store.set_run_state(run.id, "running", "countdown over")
             run = self.store.run(run.id)
         if run.state in ("countdown", "running"):
-            self._prepare_warm_start(run)
+            self._warm.prepare(run)
         if run.state == "running":
             self._notices.run_started(run)
             if not run.paused:
@@ -153,7 +150,7 @@ class Engine:
         busy = slots_used(jobs)
         batch = [] if self._submits_arrays(run.id) else None
         for job in queued:
-            if (hold := self._warm_hold(job)) is not None:
+            if (hold := self._warm.hold(job)) is not None:
                 self.store.set_waiting(job.id, hold)
                 continue
             candidates = placements(job, run.devices, busy)
@@ -204,62 +201,12 @@ class Engine:
             if batch is not None:
                 batch.append((job, attempt_id, LaunchSpec(argv, env, job_dir, exit_path, tuple(job.env))))
                 return
-            launched = (self._warm_launch(job, argv, env, job_dir, exit_path)
+            launched = (self._warm.launch(job, argv, env, job_dir, exit_path)
                         or self.backend(job.run_id).launch(argv, env, job_dir, exit_path, tuple(job.env)))
         except OSError as exc:
             self._launch_failed(job, attempt_id, exc)
             return
         self._launched(job, attempt_id, launched)
-
-    # ------------------------------------------------------------------ warm start
-    def _warm_starter(self, run_id: int) -> WarmStarter | None:
-        """The preloaded process (lat_core.warm), where this run may use it: plan ``warm_start``
-        (default on), the local backend, and the real launcher."""
-        if not (self._warm_allowed and self.plan_of(run_id).get("warm_start", True)
-                and self.backend(run_id).name == "local"):
-            return None
-        if self._warm is None:
-            self._warm = WarmStarter(Path(self.store.path).parent, clock=self._clock)
-        return self._warm
-
-    def _forkable(self, job: JobRow) -> WarmStarter | None:
-        warm = self._warm_starter(job.run_id)
-        return warm if warm is not None and job.world == 1 and can_fork(job.argv, job.env) else None
-
-    def _prepare_warm_start(self, run: RunRow) -> None:
-        """Start the preloaded process as soon as a run has a job for it (during a countdown too),
-        and tell the run's history once when it is ready or why it is not used."""
-        queued = [j for j in self.store.jobs(run.id) if j.state == "queued"]
-        warm = next((w for j in queued if (w := self._forkable(j))), None)
-        if warm is None:
-            return
-        warm.ensure_started()
-        status = warm.status()
-        if status in ("ready", "failed") and self._warm_told.get(run.id) != status:
-            self._warm_told[run.id] = status
-            detail = (f"jobs fork from a process with torch, transformers and peft imported "
-                      f"(ready after {warm.waited_s():.1f}s)" if status == "ready" else f"not used: {warm.failure}")
-            self.store.add_transition(run.id, None, "warm start", detail)
-
-    def _warm_hold(self, job: JobRow) -> str | None:
-        """Why a job waits for the preloaded process: it is importing what the job would import."""
-        warm = self._forkable(job)
-        if warm is None or warm.status() != "starting":
-            return None
-        return f"waiting for the warm-start process to import torch, transformers, peft ({warm.waited_s():.0f}s)"
-
-    def _warm_launch(self, job: JobRow, argv: list[str], env: dict, job_dir: Path, exit_path: Path):
-        """The job forked from the preloaded process, or None: then it starts cold."""
-        warm = self._forkable(job)
-        if warm is None or not can_fork(argv, env) or warm.status() != "ready":
-            return None
-        try:
-            launched = warm.launch(argv, env, job_dir, exit_path, tuple(job.env))
-            self.store.add_transition(job.run_id, job.id, "warm start", "forked from the preloaded process")
-            return launched
-        except WarmUnavailable as exc:
-            self.store.add_transition(job.run_id, job.id, "warm start", f"not used: {exc}")
-            return None
 
     def _mps_env(self, run_id: int) -> dict:
         """The client env of the run's private MPS daemon (plan ``mps: true``), started on first use;

@@ -142,3 +142,63 @@ class WarmStarter:
             return json.loads(line) if line else {}
         except (OSError, ValueError) as exc:
             raise WarmUnavailable(f"cannot reach the preloaded process: {exc}") from exc
+
+
+class WarmStarts:
+    """The engine's use of warm start: which jobs fork, starting the preloaded process as soon as a
+    run has such a job (during a countdown too), holding those jobs while it imports, forking them,
+    and telling the run's and the job's history what happened."""
+
+    def __init__(self, store, *, allowed: bool, plan_of, backend_name, clock=time.time):
+        self.store, self._allowed, self._plan_of, self._backend_name = store, allowed, plan_of, backend_name
+        self._clock = clock
+        self._starter: WarmStarter | None = None
+        self._told: dict[int, str] = {}  # run id -> the status its history last got
+
+    def close(self) -> None:
+        if self._starter is not None:
+            self._starter.stop()
+            self._starter = None
+
+    def prepare(self, run) -> None:
+        queued = [j for j in self.store.jobs(run.id) if j.state == "queued"]
+        warm = next((w for j in queued if (w := self._for(j))), None)
+        if warm is None:
+            return
+        warm.ensure_started()
+        status = warm.status()
+        if status in ("ready", "failed") and self._told.get(run.id) != status:
+            self._told[run.id] = status
+            detail = (f"jobs fork from a process with torch, transformers and peft imported "
+                      f"(ready after {warm.waited_s():.1f}s)" if status == "ready" else f"not used: {warm.failure}")
+            self.store.add_transition(run.id, None, "warm start", detail)
+
+    def hold(self, job) -> str | None:
+        """Why a job waits for the preloaded process: it is importing what the job would import."""
+        warm = self._for(job)
+        if warm is None or warm.status() != "starting":
+            return None
+        return f"waiting for the warm-start process to import torch, transformers, peft ({warm.waited_s():.0f}s)"
+
+    def launch(self, job, argv: list[str], env: dict, job_dir: Path, exit_path: Path) -> Launched | None:
+        """The job forked from the preloaded process, or None: then the caller starts it cold."""
+        warm = self._for(job)
+        if warm is None or not can_fork(argv, env) or warm.status() != "ready":
+            return None
+        try:
+            launched = warm.launch(argv, env, job_dir, exit_path, tuple(job.env))
+        except WarmUnavailable as exc:
+            self.store.add_transition(job.run_id, job.id, "warm start", f"not used: {exc}")
+            return None
+        self.store.add_transition(job.run_id, job.id, "warm start", "forked from the preloaded process")
+        return launched
+
+    def _for(self, job) -> WarmStarter | None:
+        """The preloaded process, where this job may use it: plan ``warm_start`` (default on), the
+        local backend, the real launcher, one process, and variables read after import."""
+        if not (self._allowed and self._plan_of(job.run_id).get("warm_start", True)
+                and self._backend_name(job.run_id) == "local" and job.world == 1 and can_fork(job.argv, job.env)):
+            return None
+        if self._starter is None:
+            self._starter = WarmStarter(Path(self.store.path).parent, clock=self._clock)
+        return self._starter
