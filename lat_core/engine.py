@@ -268,10 +268,10 @@ class Engine:
                 attempt = self._recover_pid(attempt, run.id)
             record = read_exit_record(Path(attempt.exit_path))
             if record is not None:
-                self._record_exit(attempt, record.get("returncode"))
+                self._record_exit(attempt, record.get("returncode"), record.get("max_rss"))
             elif attempt.pid and not self.backend(run.id).is_alive(attempt.pid, attempt.pid_start):
                 record = read_exit_record(Path(attempt.exit_path))  # it may have just been written
-                self._record_exit(attempt, record.get("returncode") if record else None)
+                self._record_exit(attempt, *((record.get("returncode"), record.get("max_rss")) if record else (None, None)))
             else:
                 self._enforce_cancel_grace(run, attempt)
 
@@ -302,8 +302,10 @@ class Engine:
                                      ended=self._clock(), error="launch interrupted by an engine crash; requeue it")
         return attempt
 
-    def _record_exit(self, attempt: AttemptRow, returncode: int | None) -> None:
+    def _record_exit(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None = None) -> None:
         self._popens.pop(attempt.id, None)
+        if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
+            self.store.record_peak_rss(attempt.job_id, max_rss)
         cancelled = attempt.cancel_at is not None
         self.store.end_attempt(attempt.id, returncode)
         job = self.store.job(attempt.job_id)

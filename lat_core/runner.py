@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     write_pid_file(args.exit_file)
     _echo(command, args.show_env)
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-    _forward_signals(lambda signum: child.poll() is None and child.send_signal(signum))
-    returncode = child.wait()
-    _record_exit(args.exit_file, returncode, child.pid, started)
+    _forward_signals(_sender(child.pid))
+    child.returncode = 0  # reaped below by wait4, not by Popen (whose poll could steal the status)
+    _record_exit(args.exit_file, child.pid, started, *_wait(child.pid))
     return 0
 
 
@@ -79,26 +79,38 @@ def _forward_signals(send) -> None:
         signal.signal(signum, lambda signum, _frame: send(signum))
 
 
-def _wait_for_child(pid: int, exit_file: str, started: float) -> int:
+def _sender(pid: int):
     def send(signum):
         try:
             os.kill(pid, signum)
         except ProcessLookupError:
-            pass  # exited, not yet reaped: waitpid below collects it
+            pass  # exited, not yet reaped: wait4 collects it
 
-    _forward_signals(send)
-    _, status = os.waitpid(pid, 0)
-    _record_exit(exit_file, os.waitstatus_to_exitcode(status), pid, started)
+    return send
+
+
+def _wait_for_child(pid: int, exit_file: str, started: float) -> int:
+    _forward_signals(_sender(pid))
+    _record_exit(exit_file, pid, started, *_wait(pid))
     return 0
 
 
-def _record_exit(exit_file: str, returncode: int, pid: int, started: float) -> None:
+def _wait(pid: int) -> tuple[int, int]:
+    """The child's exit code (negative: killed by that signal) and its peak RSS in bytes. The peak
+    comes from the kernel (wait4's rusage), so a job shorter than the engine's sampling interval
+    still has a true one."""
+    _, status, usage = os.wait4(pid, 0)
+    return os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024  # Linux reports KiB
+
+
+def _record_exit(exit_file: str, pid: int, started: float, returncode: int, max_rss: int) -> None:
     record = {
         "returncode": returncode,
         "signal": -returncode if returncode < 0 else None,
         "pid": pid,
         "started": started,
         "ended": time.time(),
+        "max_rss": max_rss,
     }
     write_exit_record(exit_file, record)
 

@@ -205,6 +205,10 @@ class Store:
                     " peak_gpu=MAX(COALESCE(peak_gpu, 0), ?) WHERE id=?", (rss, gpu, rss, gpu, job_id))
                 db.execute("INSERT INTO samples (ts, job_id, rss, gpu_mem) VALUES (?,?,?,?)", (now, job_id, rss, gpu))
 
+    def record_peak_rss(self, job_id: int, rss: int) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET peak_rss=MAX(COALESCE(peak_rss, 0), ?) WHERE id=?", (rss, job_id))
+
     def set_waiting(self, job_id: int, reason: str | None) -> None:
         """Why a queued job is held back (memory, settling); shown by front ends, not a transition."""
         with self._tx() as db:

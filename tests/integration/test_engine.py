@@ -1,5 +1,6 @@
 """The engine with real subprocesses (a fake trainer script), a real journal and real exit records."""
 
+import sys
 import time
 
 import psutil
@@ -201,3 +202,27 @@ def test_a_secret_the_engine_never_received_is_left_out_not_passed_masked(tmp_pa
     store, run_id = make_run(tmp_path, [job])
     drain(store, secrets={})
     assert (tmp_path / "out" / "a" / "env.txt").read_text().strip() == "<unset>"
+
+
+def test_a_job_shorter_than_a_sampling_interval_still_gets_its_peak_rss(tmp_path):
+    job = fake_job(tmp_path, "quick", sleep=0.1)
+    job["argv"] = [sys.executable, "-c", "b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096])"]
+    store, run_id = make_run(tmp_path, [job])
+    drain(store, sample_every_s=3600)  # no sample while it runs: only the runner's wait4 sees its peak
+    done = store.jobs(run_id)[0]
+    assert done.state == "succeeded"
+    assert done.peak_rss >= 200 * 2**20
+    assert store.config_peak(done.profile_key)[1] >= 200 * 2**20  # and admission learns it
+
+
+def test_the_exit_record_keeps_a_signal_death_and_the_peak(tmp_path):
+    import json
+    import subprocess
+
+    exit_file = tmp_path / "exit.json"
+    subprocess.run([sys.executable, "-m", "lat_core.runner", "--exit-file", str(exit_file), "--",
+                    sys.executable, "-c", "import os, signal; b = bytearray(50 * 2**20); b[::4096] = b'x' * len(b[::4096]);"
+                    " os.kill(os.getpid(), signal.SIGTERM)"], check=True, timeout=60)
+    record = json.loads(exit_file.read_text())
+    assert record["returncode"] == -15 and record["signal"] == 15
+    assert record["max_rss"] >= 50 * 2**20
