@@ -75,8 +75,10 @@ def check_dtype(cfg: JobConfig, device: torch.device) -> None:
                                f"torch {torch.__version__} ({exc}); use fp32 here") from None
 
 
-def write_env(out: Path, argv: list[str] | None) -> dict:
-    """env.json: package versions and the exact command of this invocation."""
+def write_env(out: Path, argv: list[str] | None, resume: bool = False) -> dict:
+    """env.json: package versions and the exact command of the invocation that started the job.
+    A resumed invocation is appended under ``resumes`` (with its own command and versions), so the
+    record of how the first steps were trained is never overwritten."""
     import platform
     import shlex
     from importlib import metadata
@@ -92,8 +94,17 @@ def write_env(out: Path, argv: list[str] | None) -> dict:
               "executable": sys.executable, "packages": versions,
               "argv": [sys.executable, "-m", "lat_core.train", *argv],
               "command": shlex.join([sys.executable, "-m", "lat_core.train", *argv]),
-              "cwd": os.getcwd(), "cuda": torch.version.cuda}
-    (out / "env.json").write_text(json.dumps(record, indent=1))
+              "cwd": os.getcwd(), "cuda": torch.version.cuda, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    path = out / "env.json"
+    if resume and path.is_file():
+        try:
+            first = json.loads(path.read_text())
+        except ValueError:
+            first = None
+        if isinstance(first, dict):
+            first.setdefault("resumes", []).append(record)
+            record = first
+    path.write_text(json.dumps(record, indent=1))
     return record
 
 
@@ -196,7 +207,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     torch.manual_seed(cfg.seed)
     check_dtype(cfg, device)
     if is_main:
-        write_env(cfg.output_dir, argv)
+        write_env(cfg.output_dir, argv, resume)
     ds = D.load_dataset(cfg.data, cfg.data_dir)
     tokenizer = load_tokenizer(cfg, D.build_tokenizer(ds))
     setup.lap("data")

@@ -74,6 +74,9 @@ def test_strict_resume_equals_uninterrupted(tmp_path):
     env = json.loads((tmp_path / "part" / "env.json").read_text())
     assert env["python"] and env["packages"]["torch"] and "peft" in env["packages"]
     assert "flash-linear-attention" in env["packages"] and env["command"].endswith("--cfg x.yaml")
+    # the first invocation's record stays; the resumed one is appended
+    assert len(env["resumes"]) == 1 and env["resumes"][0]["packages"] == env["packages"]
+    assert env["at"] <= env["resumes"][0]["at"]
 
 
 @pytest.mark.parametrize("family", ["gla", "mamba"])
