@@ -62,6 +62,7 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     """All jobs of the plan, configs resolved; raises ConfigError naming the config file."""
     root = Path(plan.output_root).expanduser().resolve()
     env = {**plan.env, **(shell_env or {})}
+    _check_hp_data(plan, shell_env or {})
     jobs: list[JobSpec] = []
     seen: dict[str, int] = {}
     for ref in plan.suites:
@@ -71,6 +72,18 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
             for pair in plan.pairs:
                 jobs.append(_make_job(plan, root, env, suite.name, round_no, cfg_path, base_cfg, pair, seen))
     return jobs
+
+
+def _check_hp_data(plan: Plan, shell_env: dict[str, str]) -> None:
+    """HP_DATA (the seeds' dataset variable) would make the trainer load another dataset than the
+    pair names, while the job's folder, the journal and admission's memory record go by the pair.
+    The pair is where LAT takes the dataset from, so a differing HP_DATA is an error, not a guess."""
+    source = "launching shell" if "HP_DATA" in shell_env else "plan env"
+    value = (shell_env.get("HP_DATA") or plan.env.get("HP_DATA") or "").strip()
+    other = [p for p in plan.pairs if value and p.dataset != value]
+    if other:
+        raise ConfigError(f"HP_DATA={value} would replace the dataset of pair {other[0]}; name the dataset "
+                          f"in the pairs instead (e.g. {other[0].seed}:{value}) and unset HP_DATA", where=source)
 
 
 def _make_job(plan, root, env, suite, round_no, cfg_path, base_cfg, pair, seen) -> JobSpec:

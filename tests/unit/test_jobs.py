@@ -82,3 +82,16 @@ def test_dataset_directory_is_made_absolute_and_named_by_its_basename(configs, t
     job = expand(plan, SuiteRegistry(configs))[0]
     assert job.config["data"] == str(data_dir)
     assert job.key.startswith("my_data_seed1/")
+
+
+def test_hp_data_that_contradicts_a_pair_is_an_error_naming_both(configs, tmp_path):
+    from lat_core.errors import ConfigError
+
+    plan = make_plan(configs, tmp_path, env={"HP_DATA": "glue-tvt_cola"})
+    with pytest.raises(ConfigError, match=r"plan env: HP_DATA=glue-tvt_cola would replace the dataset "
+                                          r"of pair 13:glue-tvt_rte; name the dataset in the pairs instead"):
+        expand(plan, SuiteRegistry(configs))
+    with pytest.raises(ConfigError, match="launching shell: HP_DATA=glue-tvt_rte"):
+        expand(make_plan(configs, tmp_path), SuiteRegistry(configs), shell_env={"HP_DATA": "glue-tvt_rte"})
+    one = make_plan(configs, tmp_path, pairs=["87:glue-tvt_cola"], env={"HP_DATA": "glue-tvt_cola"})
+    assert {j.dataset for j in expand(one, SuiteRegistry(configs))} == {"glue-tvt_cola"}  # agrees: fine
