@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lat_core.devices import resolve_devices  # noqa: E402
-from lat_core.engine import Engine  # noqa: E402
+from lat_core.engine.loop import Engine  # noqa: E402
 from lat_core.monitor.gpu import GpuProbe  # noqa: E402
 from lat_core.plan import Plan  # noqa: E402
 from lat_core.store import Store  # noqa: E402

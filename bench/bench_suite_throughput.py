@@ -107,7 +107,7 @@ def side_triton_cache(out: Path, side: str) -> dict:
 def run_side(args, side: str, out: Path, data: Path | None) -> dict:
     mapping = plan_mapping(args, side, out, data, side_triton_cache(out, side))
     if side == "lat+mps":
-        mapping["mps"] = True  # the engine starts a private MPS daemon for the run (lat_core.mps)
+        mapping["mps"] = True  # the engine starts a private MPS daemon for the run (lat_core.engine.mps)
     sampler = PeakSampler(args.gpu)
     sampler.start()
     start = time.time()

@@ -83,16 +83,16 @@ class Plan(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     output_root: str = Field(default="runs", min_length=1)
     overrides: dict = Field(default_factory=dict)
-    notify: dict = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
+    notify: dict = Field(default_factory=dict)  # see lat_core.engine.notify: email / webhook / on
     gpus_per_job: int = Field(default=1, ge=1, le=64)  # gang-scheduled; configs may set their own
     min_free_gb: float = Field(default=0.0, ge=0)  # a GPU with less free memory takes no new job
     backend: Literal["local", "slurm"] = "local"
-    slurm: dict = Field(default_factory=dict)  # options of the Slurm backend (lat_core.backends.slurm)
-    on_oom: Optional[OnOom] = None  # automatic retry of OOM-killed jobs (lat_core.auto_retry)
+    slurm: dict = Field(default_factory=dict)  # options of the Slurm backend (lat_core.engine.backends.slurm)
+    on_oom: Optional[OnOom] = None  # automatic retry of OOM-killed jobs (lat_core.engine.retries)
     resume: bool = False  # restart started jobs from their last checkpoint-* (strict)
     overwrite: bool = False  # rerun jobs that already succeeded, from scratch
-    mps: bool = False  # jobs on a GPU share it through a private CUDA MPS daemon (lat_core.mps)
-    warm_start: bool = True  # fork trainers from a process that has imported torch & co. (lat_core.warm)
+    mps: bool = False  # jobs on a GPU share it through a private CUDA MPS daemon (lat_core.engine.mps)
+    warm_start: bool = True  # fork trainers from a process that has imported torch & co. (lat_core.engine.warm)
 
     @field_validator("suites", mode="before")
     @classmethod
@@ -272,7 +272,7 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
     if plan.resume and plan.overwrite:
         problems.append("fields 'resume' and 'overwrite' exclude each other")
     if plan.backend == "slurm" or plan.slurm:
-        from lat_core.backends.slurm_states import option_problems
+        from lat_core.engine.backends.slurm_states import option_problems
 
         problems += option_problems(plan.slurm)
     if problems:

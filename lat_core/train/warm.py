@@ -10,7 +10,7 @@ What it never does: initialise CUDA (a forked child cannot use a CUDA context it
 fla, which queries the GPU when imported, is imported by each job itself. It asserts this before
 it serves. The engine's environment is the one imported under; a job's own variables are set in
 its child, and the engine sends here only jobs whose variables are read after import (see
-:mod:`lat_core.warm`).
+:mod:`lat_core.engine.warm`).
 
 Per request (one JSON line on the Unix socket): fork a child that becomes the job's runner (own
 session, stdio appended to train.log, cwd the job dir, the job's environment, the runner's header

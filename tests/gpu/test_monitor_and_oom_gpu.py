@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-from lat_core.engine import Engine  # noqa: E402
+from lat_core.engine.loop import Engine  # noqa: E402
 from lat_core.monitor.gpu import GpuProbe  # noqa: E402
 from lat_core.store import Store  # noqa: E402
 

@@ -2,8 +2,8 @@
 
 import time
 
-from lat_core.admission import GiB, AdmissionPolicy
-from lat_core.engine import Engine
+from lat_core.engine.admission import GiB, AdmissionPolicy
+from lat_core.engine.loop import Engine
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
 from tests.conftest import fake_job
@@ -200,7 +200,7 @@ def test_unmeasured_job_waits_when_free_memory_is_below_its_prior(tmp_path):
 
 
 def test_a_second_prior_job_waits_for_what_the_first_still_claims(tmp_path):
-    from lat_core.memory_prior import job_prior
+    from lat_core.engine.memory_prior import job_prior
 
     jobs = [configured_job(tmp_path, f"c{i}", GLA_13B_BENCH, sleep=2.0) for i in range(2)]
     prior = job_prior(jobs[0]["job_dir"], {}).gpu_bytes
@@ -257,7 +257,7 @@ def test_a_settled_siblings_footprint_overrides_the_prior(tmp_path):
 
 
 def test_a_job_prior_is_read_once_per_attempt_not_every_pass(tmp_path, monkeypatch):
-    import lat_core.admission as admission
+    import lat_core.engine.admission as admission
 
     calls = []
     real = admission.job_prior
@@ -272,7 +272,7 @@ def test_a_job_prior_is_read_once_per_attempt_not_every_pass(tmp_path, monkeypat
 
 
 def test_a_multi_process_jobs_prior_counts_the_host_ram_of_every_rank(tmp_path):
-    from lat_core.admission import Admission
+    from lat_core.engine.admission import Admission
 
     jobs = [configured_job(tmp_path, "one", GLA_13B_BENCH), {**configured_job(tmp_path, "two", GLA_13B_BENCH), "world": 2}]
     store, run_id = make_run(tmp_path, jobs, devices=[gpu_device(0), gpu_device(1)])

@@ -5,7 +5,7 @@ import time
 
 import yaml
 
-from lat_core.engine import Engine
+from lat_core.engine.loop import Engine
 from tests.conftest import fake_job, intervals, max_overlap
 from tests.integration.test_engine import CPU, drain, make_run
 

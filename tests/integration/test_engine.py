@@ -5,7 +5,7 @@ import time
 
 import psutil
 
-from lat_core.engine import Engine
+from lat_core.engine.loop import Engine
 from lat_core.store import Store
 from tests.conftest import fake_job, intervals, max_overlap
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lat_core.launch import launch
+from lat_core.engine.launch import launch
 from tests.integration.test_engine import CPU, drain, make_run
 
 HOG = "import time\nx = []\nfor _ in range(100):\n    x.append(bytearray(16 * 2**20)); time.sleep(0.01)\n"

@@ -9,7 +9,7 @@ import time
 
 import yaml
 
-from lat_core.engine import Engine
+from lat_core.engine.loop import Engine
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.store import Store

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from lat_core.engine import Engine
-from lat_core.placement import distributed_argv, find_free_port, placements, slots_used
+from lat_core.engine.loop import Engine
+from lat_core.engine.placement import distributed_argv, find_free_port, placements, slots_used
 from lat_core.rows import JobRow
 from tests.conftest import fake_job
 from tests.integration.test_engine import drain, make_run

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from lat_core.backends import get_backend
-from lat_core.backends.slurm import SlurmBackend, SlurmError, find_submitted, job_name_for
-from lat_core.backends.slurm_states import (elapsed_seconds, option_problems, parse_sacct, parse_scontrol_job,
+from lat_core.engine.backends import get_backend
+from lat_core.engine.backends.slurm import SlurmBackend, SlurmError, find_submitted, job_name_for
+from lat_core.engine.backends.slurm_states import (elapsed_seconds, option_problems, parse_sacct, parse_scontrol_job,
                                             slurm_diagnosis, slurm_failure, validate_options)
-from lat_core.engine import Engine
+from lat_core.engine.loop import Engine
 from lat_core.errors import PlanError
-from lat_core.launch import read_exit_record
+from lat_core.engine.launch import read_exit_record
 from lat_core.store import Store
 from tests.conftest import ROOT, fake_job
 
@@ -362,7 +362,7 @@ GPU3 = {**GPU0, "slots": 3}
 
 
 def test_array_env_split_keeps_values_out_of_the_script():
-    from lat_core.backends.slurm_array import array_script, split_envs
+    from lat_core.engine.backends.slurm_array import array_script, split_envs
 
     shared, tasks = split_envs([{"A": "1", "KEY": "s3cr3t", "B": "x"}, {"A": "1", "KEY": "s3cr3t", "C": "only1"}])
     assert shared == {"A": "1", "KEY": "s3cr3t"}

@@ -14,11 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lat_core.engine import Engine
+from lat_core.engine.loop import Engine
 from lat_core.plan import Plan
 from lat_core.service import create_run, prepare_run
 from lat_core.store import Store
-from lat_core.warm import WarmStarter, can_fork
+from lat_core.engine.warm import WarmStarter, can_fork
 
 MARK = "[lat] warm start: forked from the preloaded process"
 CFG = ["-m", "lat_core.train", "--cfg", "job.yaml"]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lat_core.memory_prior import gla_shape, trainable_params
+from lat_core.engine.memory_prior import gla_shape, trainable_params
 from lat_core.train.config import PeftConfig, expand_targets
 
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 2, "vocab_size": 500}

@@ -30,10 +30,10 @@ import sys
 import time
 from pathlib import Path
 
-from lat_core.backends.slurm_array import array_script, marker_path, read_marker, split_envs, task_id
-from lat_core.backends.slurm_states import (SlurmOptions, is_active, parse_sacct, parse_scontrol_job,
+from lat_core.engine.backends.slurm_array import array_script, marker_path, read_marker, split_envs, task_id
+from lat_core.engine.backends.slurm_states import (SlurmOptions, is_active, parse_sacct, parse_scontrol_job,
                                             slurm_diagnosis, slurm_failure, validate_options)
-from lat_core.launch import Launched, LaunchSpec
+from lat_core.engine.launch import Launched, LaunchSpec
 
 __all__ = ["SlurmBackend", "SlurmError", "find_submitted", "job_name_for", "slurm_failure"]
 
@@ -189,7 +189,7 @@ class SlurmBackend:
     def batch_script(self, argv, exit_path, show_env=()) -> str:
         """The runner command, exactly as the local backend starts it; ``exec`` so that Slurm's
         signals reach the runner, which forwards them to the trainer and records the exit."""
-        return ("#!/bin/bash\n# submitted by lat_core.backends.slurm; the environment comes from sbatch\n"
+        return ("#!/bin/bash\n# submitted by lat_core.engine.backends.slurm; the environment comes from sbatch\n"
                 f"exec {shlex.join(self.runner_command(argv, exit_path, show_env))}\n")
 
     def runner_command(self, argv, exit_path, show_env=()) -> list[str]:

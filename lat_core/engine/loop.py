@@ -17,22 +17,22 @@ from pathlib import Path
 
 import yaml
 
-from lat_core.auto_retry import maybe_retry
-from lat_core.admission import Admission, AdmissionPolicy
-from lat_core.commands import Commands
+from lat_core.engine.retries import maybe_retry
+from lat_core.engine.admission import Admission, AdmissionPolicy
+from lat_core.engine.commands import Commands
 from lat_core.config.env import MASK
-from lat_core.backends import get_backend
-from lat_core.backends.local import LocalBackend
+from lat_core.engine.backends import get_backend
+from lat_core.engine.backends.local import LocalBackend
 from lat_core.job_files import describe_exit, last_step, memory_event_peak
-from lat_core.launch import LaunchSpec, launch, read_exit_record
+from lat_core.engine.launch import LaunchSpec, launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
-from lat_core.mps import start_mps
-from lat_core.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
-from lat_core.run_notices import RunNotices
+from lat_core.engine.mps import start_mps
+from lat_core.engine.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
+from lat_core.engine.notices import RunNotices
 from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
-from lat_core.warm import WarmStarts
+from lat_core.engine.warm import WarmStarts
 
 CANCEL_GRACE_S = 10.0
 SAMPLE_EVERY_S = 2.0
@@ -403,33 +403,3 @@ class Engine:
                 self.store.request_cancel(attempt.id, self._clock())
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the detached engine process: lock, drain every active run, exit."""
-    import argparse
-
-    from lat_core.service import EngineLock, open_store
-
-    parser = argparse.ArgumentParser(prog="lat_core.engine")
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--poll", type=float, default=0.5)
-    args = parser.parse_args(argv)
-    lock = EngineLock(Path(args.state_dir))
-    if not lock.acquire():
-        print(f"another engine already serves {args.state_dir}; exiting", flush=True)
-        return 0
-    store = open_store(Path(args.state_dir))
-    print(f"engine {os.getpid()} serving {args.state_dir}", flush=True)
-    engine = Engine(store)
-    while True:
-        engine.run(poll_interval=args.poll)
-        lock.release()
-        # A front end may have added a run while we were finishing and saw our lock held.
-        if not store.active_runs() or not lock.acquire(timeout=0.2):
-            break
-    print("no active run left; engine exits", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Static memory prior: a training job's peak GPU memory and host RSS, estimated from its config.
 
-Why: admission (:mod:`lat_core.admission`) must know what a job will need before it starts. A peak
+Why: admission (:mod:`lat_core.engine.admission`) must know what a job will need before it starts. A peak
 measured before is best and a sibling's is next; for a config never run, this prior lets unmeasured
 jobs whose estimates fit start together, instead of queueing behind the first one's first step.
 It imports no torch: it reads the job's ``job.yaml`` (through the trainer's own torch-free config

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from lat_core.launch import Launched
+from lat_core.engine.launch import Launched
 
 
 class Backend(Protocol):
@@ -24,11 +24,11 @@ class Backend(Protocol):
 
 def get_backend(name: str, **options) -> Backend:
     if name == "local":
-        from lat_core.backends.local import LocalBackend
+        from lat_core.engine.backends.local import LocalBackend
 
         return LocalBackend()
     if name == "slurm":
-        from lat_core.backends.slurm import SlurmBackend
+        from lat_core.engine.backends.slurm import SlurmBackend
 
         return SlurmBackend(**options)
     raise ValueError(f"unknown backend {name!r} (choose local or slurm)")

@@ -1,8 +1,8 @@
-"""Jobs as detached local processes: own session, stdio in train.log (see :mod:`lat_core.launch`)."""
+"""Jobs as detached local processes: own session, stdio in train.log (see :mod:`lat_core.engine.launch`)."""
 
 from __future__ import annotations
 
-from lat_core.launch import Launched, is_same_process, launch, signal_group
+from lat_core.engine.launch import Launched, is_same_process, launch, signal_group
 
 
 class LocalBackend:

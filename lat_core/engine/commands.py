@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lat_core.remedy import apply_remedy
+from lat_core.engine.remedy import apply_remedy
 from lat_core.store import JOB_FINAL, RunRow
 
 if TYPE_CHECKING:
-    from lat_core.engine import Engine
+    from lat_core.engine.loop import Engine
 
 Result = tuple[str, str]
 

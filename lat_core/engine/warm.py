@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
-from lat_core.launch import Launched, process_start_time
+from lat_core.engine.launch import Launched, process_start_time
 
 WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain")
 # Variables read after the imports (the trainer's own overrides when it loads its config, CUDA's at

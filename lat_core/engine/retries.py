@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import yaml
 
-from lat_core.remedy import apply_remedy
+from lat_core.engine.remedy import apply_remedy
 from lat_core.rows import JobRow, RunRow
 from lat_core.store import Store
 

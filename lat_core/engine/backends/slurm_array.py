@@ -49,7 +49,7 @@ def split_envs(envs: list[dict[str, str]]) -> tuple[dict[str, str], list[TaskEnv
 
 def array_script(commands: list[list[str]], job_dirs: list[Path], tasks: list[TaskEnv]) -> str:
     """The batch script: one ``case`` branch per task with its directory, environment and runner."""
-    lines = ["#!/bin/bash", "# submitted by lat_core.backends.slurm as a job array; values come from sbatch's "
+    lines = ["#!/bin/bash", "# submitted by lat_core.engine.backends.slurm as a job array; values come from sbatch's "
              "environment", 'case "$SLURM_ARRAY_TASK_ID" in']
     for i, (command, job_dir, task) in enumerate(zip(commands, job_dirs, tasks)):
         lines.append(f"  {i})")

@@ -13,7 +13,7 @@ import threading
 
 import yaml
 
-from lat_core.notify import Notices
+from lat_core.engine.notify import Notices
 from lat_core.store import JobRow, RunRow, Store
 
 log = logging.getLogger(__name__)
