@@ -15,9 +15,9 @@ import yaml
 
 from lat_core.engine.notify import Notices
 from lat_core.store import JobRow, RunRow, Store
+from lat_core.triage.classes import OOM_CLASSES
 
 log = logging.getLogger(__name__)
-OOM_CLASSES = ("cuda_oom", "host_oom")
 
 
 class RunNotices:

@@ -16,8 +16,8 @@ import yaml
 from lat_core.engine.remedy import apply_remedy
 from lat_core.rows import JobRow, RunRow
 from lat_core.store import Store
+from lat_core.triage.classes import OOM_CLASSES
 
-OOM_CLASSES = ("cuda_oom", "host_oom")
 TAG = "auto-retry with remedy "
 
 

@@ -9,10 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-CLASSES = (
-    "cuda_oom", "host_oom", "nccl", "rendezvous", "libuv", "device_fault", "python_exception",
-    "cancelled", "timeout", "killed", "exit_code", "node_fail", "preempted", "ok",
-)
+from lat_core.triage.classes import FailureClass
 
 
 @dataclass(frozen=True)
@@ -37,7 +34,7 @@ class Remedy:
 class Diagnosis:
     """Why a job ended the way it did, with the numbers and log lines that decided it."""
 
-    cls: str
+    cls: FailureClass
     title: str
     diagnosis: str
     remedies: tuple[Remedy, ...] = ()
@@ -46,15 +43,18 @@ class Diagnosis:
 
     @property
     def failed(self) -> bool:
-        return self.cls != "ok"
+        return self.cls != FailureClass.OK
+
+    def __post_init__(self):
+        object.__setattr__(self, "cls", FailureClass(self.cls))  # a stored string reads back typed
 
     def one_line(self) -> str:
-        """A short reason for the journal's job row."""
+        """A short reason for the journal's job row (the title is already cut at a word boundary)."""
         return f"{self.cls}: {self.title}"
 
     def to_json(self) -> dict:
         return {
-            "class": self.cls,
+            "class": self.cls.value,
             "title": self.title,
             "diagnosis": self.diagnosis,
             "remedies": [r.to_json() for r in self.remedies],

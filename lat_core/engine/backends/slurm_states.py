@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from lat_core.errors import PlanError
+from lat_core.triage.classes import FailureClass as F
 from lat_core.triage.model import Diagnosis, Remedy
 
 # Slurm job states in which the job may still start or is still running: the job is "alive".
@@ -21,16 +22,16 @@ ACTIVE_STATES = frozenset({
 # Final Slurm state -> (triage class, title). The runner's exit record says how the trainer ended;
 # these say why Slurm ended the job when the runner could not say it itself.
 FAILURES = {
-    "OUT_OF_MEMORY": ("host_oom", "Killed by Slurm: over its memory request"),
-    "TIMEOUT": ("timeout", "Killed by Slurm: ran past its time limit"),
-    "DEADLINE": ("timeout", "Killed by Slurm: reached its deadline"),
-    "CANCELLED": ("cancelled", "Cancelled in Slurm"),
-    "REVOKED": ("cancelled", "Revoked by a federated Slurm cluster"),
-    "NODE_FAIL": ("node_fail", "Its Slurm node failed"),
-    "BOOT_FAIL": ("node_fail", "Its Slurm node failed to boot"),
-    "PREEMPTED": ("preempted", "Preempted by a higher-priority Slurm job"),
-    "FAILED": ("exit_code", "Exited non-zero under Slurm"),
-    "COMPLETED": ("ok", "Completed"),
+    "OUT_OF_MEMORY": (F.HOST_OOM, "Killed by Slurm: over its memory request"),
+    "TIMEOUT": (F.TIMEOUT, "Killed by Slurm: ran past its time limit"),
+    "DEADLINE": (F.TIMEOUT, "Killed by Slurm: reached its deadline"),
+    "CANCELLED": (F.CANCELLED, "Cancelled in Slurm"),
+    "REVOKED": (F.CANCELLED, "Revoked by a federated Slurm cluster"),
+    "NODE_FAIL": (F.NODE_FAIL, "Its Slurm node failed"),
+    "BOOT_FAIL": (F.NODE_FAIL, "Its Slurm node failed to boot"),
+    "PREEMPTED": (F.PREEMPTED, "Preempted by a higher-priority Slurm job"),
+    "FAILED": (F.EXIT_CODE, "Exited non-zero under Slurm"),
+    "COMPLETED": (F.OK, "Completed"),
 }
 
 GRES_KINDS = ("gpu", "shard", "auto", "none")
@@ -44,10 +45,10 @@ def normalize_state(state: str) -> str:
     return word
 
 
-def slurm_failure(state: str) -> tuple[str, str]:
+def slurm_failure(state: str) -> tuple[F, str]:
     """(triage class, title) for a final Slurm job state; unknown states are a generic exit."""
     word = normalize_state(state)
-    return FAILURES.get(word, ("exit_code", f"Ended in Slurm state {word or 'unknown'}"))
+    return FAILURES.get(word, (F.EXIT_CODE, f"Ended in Slurm state {word or 'unknown'}"))
 
 
 def is_active(state: str) -> bool:
@@ -109,7 +110,7 @@ def slurm_diagnosis(final: dict, options: "SlurmOptions | None" = None) -> Diagn
     """A triage diagnosis for a job that Slurm itself stopped; None when Slurm's state adds nothing
     (completed, or failed with the trainer's own exit code: the log-based triage explains those)."""
     cls, title = slurm_failure(final.get("state", ""))
-    if cls in ("ok", "exit_code"):
+    if cls in (F.OK, F.EXIT_CODE):
         return None
     state = final.get("state_raw") or final.get("state")
     text = f"Slurm ended job {final.get('job_id')} in state {state} after {final.get('elapsed') or '?'}."
@@ -118,17 +119,17 @@ def slurm_diagnosis(final: dict, options: "SlurmOptions | None" = None) -> Diagn
                      (f"sacct: {final.get('job_id')}|{state}|{final.get('exit_code')}:{final.get('signal')}",))
 
 
-def _remedies(cls: str, options: "SlurmOptions | None") -> tuple[Remedy, ...]:
-    if cls == "timeout":
+def _remedies(cls: F, options: "SlurmOptions | None") -> tuple[Remedy, ...]:
+    if cls == F.TIMEOUT:
         now = options.time if options and options.time else "the partition default"
         return (Remedy("slurm_time", f"raise plan.slurm.time (now {now})", "longer queue wait",
                        {"plan.slurm.time": None}),
                 Remedy("resume", "resume from the last checkpoint", "none", {"plan.resume": True}))
-    if cls == "host_oom":
+    if cls == F.HOST_OOM:
         now = options.mem if options and options.mem else "the partition default"
         return (Remedy("slurm_mem", f"raise plan.slurm.mem (now {now})", "longer queue wait",
                        {"plan.slurm.mem": None}),)
-    if cls in ("node_fail", "preempted"):
+    if cls in (F.NODE_FAIL, F.PREEMPTED):
         return (Remedy("requeue", "requeue the job (nothing in it was at fault)", "none", {}),)
     return ()
 
