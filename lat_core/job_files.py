@@ -7,6 +7,10 @@ import os
 import signal
 from pathlib import Path
 
+from lat_core.triage.explain import shorten
+
+LAST_LINE_CHARS = 300  # the job row's reason stays one line; triage's diagnosis keeps the full text
+
 
 def memory_event_peak(job_dir: Path) -> int:
     """The trainer's own peak GPU memory (torch's allocator) from its ``memory`` event."""
@@ -47,7 +51,7 @@ def describe_exit(returncode: int | None, job_dir: Path, diagnosis=None) -> str:
         what = f"exit code {returncode}"
     if diagnosis is not None:
         what = f"{what}: {diagnosis.one_line()}"
-    precise = diagnosis is not None and diagnosis.cls in ("cuda_oom", "host_oom", "python_exception")
+    precise = diagnosis is not None and diagnosis.cls.info.names_cause
     last = "" if precise else last_log_line(job_dir / "train.log")
     return f"{what}: {last}" if last else what
 
@@ -59,4 +63,4 @@ def last_log_line(log: Path) -> str:
             lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    return lines[-1][:300] if lines else ""
+    return shorten(lines[-1], LAST_LINE_CHARS) if lines else ""

@@ -50,7 +50,7 @@ def render_text(diagnosis: Diagnosis) -> str:
             parts += [f"  {rank}. {remedy.key} ({remedy.cost})", _wrap(remedy.change, "     ")]
             parts += [f"     set {key}={value}" for key, value in remedy.patch.items()]
     if diagnosis.evidence:
-        parts += ["", "Evidence:", *(f"  | {line[:300]}" for line in diagnosis.evidence)]
+        parts += ["", "Evidence:", *(f"  | {line}" for line in diagnosis.evidence)]
     return "\n".join(parts)
 
 

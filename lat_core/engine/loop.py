@@ -343,7 +343,8 @@ class Engine:
             if found is not None:
                 return found
         after = reread_oom_kill_count(attempt.oom_source).count if attempt.oom_source else None
-        return classify(Path(job.job_dir), returncode, oom_kills_before=attempt.oom_before, oom_kills_after=after)
+        return classify(Path(job.job_dir), returncode, cancelled=attempt.cancel_at is not None,
+                        oom_kills_before=attempt.oom_before, oom_kills_after=after)
 
     def _enforce_cancel_grace(self, run: RunRow, attempt: AttemptRow) -> None:
         if attempt.cancel_at is not None and self._clock() >= attempt.cancel_at + CANCEL_GRACE_S and attempt.pid:

@@ -4,55 +4,36 @@ Rules run in a fixed order and the first that applies wins. The order encodes ca
 OOM kill explains the NCCL timeouts of the ranks left waiting, a CUDA OOM or a device fault
 explains the NCCL error that wraps it, and a specific signature beats a generic traceback. A clean
 exit is decided before any log line is read, so words in training data can never fail a job.
+The known failures beyond OOM (``known.py``) come before the signal-only rules: a bus error in a
+DataLoader worker names its cause better than the exit status does, and an interrupt or a crash
+(how the process ended) beats an exception printed earlier in the log.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import signal
 from pathlib import Path
 
+from lat_core.triage import known
 from lat_core.triage import remedies as fix
-from lat_core.triage.explain import cuda_oom_text, human_bytes, signal_name, signal_of
+from lat_core.triage.classes import FailureClass as F
+from lat_core.triage.explain import cuda_oom_text, human_bytes, signal_name
+from lat_core.triage.facts import Facts, gather, make_diagnosis
 from lat_core.triage.hostoom import oom_kills_between
 from lat_core.triage.model import Diagnosis
 from lat_core.triage.oom import oom_kind, parse_cuda_oom
-from lat_core.triage.patterns import (LogLine, decisive_exception, root_cause, signature_hits,
-                                      split_lines, tracebacks, watchdog_numbers)
-from lat_core.triage.sources import JobFiles, read_job_dir, read_log_file
-
-SIGKILL = 9
-MAX_EVIDENCE = 6
-
-
-@dataclass(frozen=True)
-class Facts:
-    """Everything the rules look at, gathered once."""
-
-    files: JobFiles
-    lines: list[LogLine]
-    hits: dict
-    returncode: int | None
-    signal: int | None
-    cancelled: bool
-    timed_out: bool
-    oom_kills: int | None
-    base: dict
-
-    def first_hit(self, cls: str):
-        """The earliest match of a class: the first error usually names the cause, later ones echo it."""
-        found = self.hits.get(cls)
-        return found[0] if found else None
-
-    def killed_by_sigkill(self) -> bool:
-        return self.signal == SIGKILL or self.base.get("rank_exitcode") == -SIGKILL
+from lat_core.triage.patterns import LogLine, decisive_exception, tracebacks, watchdog_numbers
+from lat_core.triage.sources import JobFiles, config_value, read_job_dir, read_log_file
 
 
 def classify(job_dir: Path, returncode: int | None, *, cancelled: bool = False, timed_out: bool = False,
              oom_kills_before: int | None = None, oom_kills_after: int | None = None) -> Diagnosis:
     """Classify a job folder (or a bare log file) given how its process ended.
 
-    ``oom_kills_before``/``after`` are the kernel OOM-kill counter (:func:`read_oom_kill_count`)
-    sampled at launch and at exit; a rise plus SIGKILL is proof of a host OOM.
+    ``cancelled``: LAT (the journal) asked for this job to stop, so a SIGTERM is a cancel; without
+    it a SIGTERM or SIGINT came from outside. ``oom_kills_before``/``after`` are the kernel
+    OOM-kill counter (:func:`read_oom_kill_count`) sampled at launch and at exit; a rise plus
+    SIGKILL is proof of a host OOM.
     """
     job_dir = Path(job_dir)
     files = read_job_dir(job_dir) if job_dir.is_dir() else read_log_file(job_dir)
@@ -70,65 +51,39 @@ def classify_files(files: JobFiles, returncode: int | None, *, cancelled: bool =
     return _exit_code(facts)
 
 
-def gather(files: JobFiles, returncode, cancelled, timed_out, oom_kills) -> Facts:
-    if returncode is None and files.exit_record:
-        returncode = files.exit_record.get("returncode")
-    lines = split_lines(files.lines)
-    base = {"returncode": returncode, "signal": signal_name(signal_of(returncode)) if signal_of(returncode) else None}
-    base.update(root_cause(lines))
-    memory = files.last_event("memory") or {}
-    base.update({k: memory[k] for k in ("peak_rss_bytes", "peak_gpu_bytes") if isinstance(memory.get(k), int)})
-    if oom_kills is not None:
-        base["oom_kills"] = oom_kills
-    return Facts(files, lines, signature_hits(lines) if returncode != 0 else {}, returncode,
-                 signal_of(returncode), cancelled, timed_out, oom_kills, base)
-
-
-def _diagnosis(facts: Facts, cls: str, title: str, text: str, remedies=(), numbers=None,
-               evidence=(), rank: int | None = None) -> Diagnosis:
-    merged = dict(facts.base)
-    if rank is not None and "rank" not in merged:
-        merged["rank"] = rank
-    merged.update(numbers or {})
-    if merged.get("rank") is not None:
-        title = f"{title} (rank {merged['rank']})"
-    kept = tuple(line[:500] for line in evidence if line)[:MAX_EVIDENCE]
-    return Diagnosis(cls, title, text, tuple(remedies), {k: v for k, v in merged.items() if v is not None}, kept)
-
-
 # ---------------------------------------------------------------- rules, in order
 def _ok(facts: Facts) -> Diagnosis | None:
     finished = facts.files.last_event("finished")
     if facts.returncode == 0 or (facts.returncode is None and finished and not facts.cancelled):
         note = "" if finished else " It wrote no 'finished' event, so check its outputs."
-        return _diagnosis(facts, "ok", "Finished", f"The job exited cleanly.{note}")
+        return make_diagnosis(facts, F.OK, "Finished", f"The job exited cleanly.{note}")
     return None
 
 
 def _cancelled_flag(facts: Facts) -> Diagnosis | None:
     if not facts.cancelled:
         return None
-    return _diagnosis(facts, "cancelled", "Cancelled", "The job was cancelled on request "
+    return make_diagnosis(facts, F.CANCELLED, "Cancelled", "The job was cancelled on request "
                       f"(exit {facts.returncode}); nothing went wrong in it.")
 
 
 def _timeout_flag(facts: Facts) -> Diagnosis | None:
     if not facts.timed_out:
         return None
-    return _diagnosis(facts, "timeout", "Ran past its time limit", "The job was stopped because it "
+    return make_diagnosis(facts, F.TIMEOUT, "Ran past its time limit", "The job was stopped because it "
                       "ran longer than its time limit.", fix.resume_remedy(facts.files.events))
 
 
 def _host_oom_proven(facts: Facts) -> Diagnosis | None:
     if not (facts.killed_by_sigkill() and facts.oom_kills):
         return None
-    hit = facts.first_hit("host_oom")
+    hit = facts.first_hit(F.HOST_OOM)
     return _host_oom(facts, f"The kernel's OOM killer fired {facts.oom_kills} time(s) while the job "
                      "ran, and the job died of SIGKILL", [hit[1].raw] if hit else [])
 
 
 def _cuda_oom(facts: Facts) -> Diagnosis | None:
-    hit = facts.first_hit("cuda_oom")
+    hit = facts.first_hit(F.CUDA_OOM)
     failed = facts.files.last_event("failed") or {}
     message = hit[1].text if hit else str(failed.get("message", ""))
     numbers = parse_cuda_oom(message)
@@ -137,11 +92,11 @@ def _cuda_oom(facts: Facts) -> Diagnosis | None:
     kind, factors = oom_kind(numbers)
     numbers.update(oom_kind=kind, oom_factors=factors)
     remedies = fix.cuda_oom_remedies(facts.files.config, facts.files.env, kind, numbers)
-    return _diagnosis(facts, "cuda_oom", f"CUDA out of memory ({kind})", cuda_oom_text(kind, factors, numbers),
+    return make_diagnosis(facts, F.CUDA_OOM, f"CUDA out of memory ({kind})", cuda_oom_text(kind, factors, numbers),
                       remedies, numbers, [hit[1].raw] if hit else [message], hit[1].rank if hit else None)
 
 
-def _signature_rule(cls: str, title: str, explain, remedies):
+def _signature_rule(cls: F, title: str, explain, remedies):
     """A rule that fires on the first log line of class ``cls``."""
     def rule(facts: Facts) -> Diagnosis | None:
         hit = facts.first_hit(cls)
@@ -151,7 +106,7 @@ def _signature_rule(cls: str, title: str, explain, remedies):
         last = facts.hits[cls][-1][1]
         evidence = [line.raw] if last is line else [line.raw, last.raw]
         numbers = {f"{cls}_kind": signature.kind, **watchdog_numbers(line.text)}
-        return _diagnosis(facts, cls, title, explain(signature.kind), remedies(signature.kind),
+        return make_diagnosis(facts, cls, title, explain(signature.kind), remedies(signature.kind),
                           numbers, evidence, line.rank)
     return rule
 
@@ -180,26 +135,26 @@ def _rendezvous_text(kind: str) -> str:
     return "The ranks of a distributed job did not all meet at the rendezvous in time."
 
 
-_device_fault = _signature_rule("device_fault", "GPU fault", _device_text, fix.device_fault_remedies)
-_nccl = _signature_rule("nccl", "NCCL failure", _nccl_text, fix.nccl_remedies)
-_libuv = _signature_rule("libuv", "libuv TCPStore failure",
+_device_fault = _signature_rule(F.DEVICE_FAULT, "GPU fault", _device_text, fix.device_fault_remedies)
+_nccl = _signature_rule(F.NCCL, "NCCL failure", _nccl_text, fix.nccl_remedies)
+_libuv = _signature_rule(F.LIBUV, "libuv TCPStore failure",
                          lambda _k: "The libuv-based TCPStore used for the rendezvous failed or is not "
                                     "available in this PyTorch build.", lambda _k: fix.libuv_remedies())
-_rendezvous = _signature_rule("rendezvous", "Rendezvous failed", _rendezvous_text, fix.rendezvous_remedies)
+_rendezvous = _signature_rule(F.RENDEZVOUS, "Rendezvous failed", _rendezvous_text, fix.rendezvous_remedies)
 
 
 def _scheduler_stop(facts: Facts) -> Diagnosis | None:
-    for cls, title in (("timeout", "Ran past its time limit"), ("cancelled", "Cancelled by the scheduler")):
+    for cls, title in ((F.TIMEOUT, "Ran past its time limit"), (F.CANCELLED, "Cancelled by the scheduler")):
         hit = facts.first_hit(cls)
         if hit:
-            remedies = fix.resume_remedy(facts.files.events) if cls == "timeout" else []
-            return _diagnosis(facts, cls, title, f"The batch scheduler stopped the job: {hit[1].text.strip()}",
+            remedies = fix.resume_remedy(facts.files.events) if cls == F.TIMEOUT else []
+            return make_diagnosis(facts, cls, title, f"The batch scheduler stopped the job: {hit[1].text.strip()}",
                               remedies, evidence=[hit[1].raw])
     return None
 
 
 def _host_oom_likely(facts: Facts) -> Diagnosis | None:
-    hits = facts.hits.get("host_oom", [])
+    hits = facts.hits.get(F.HOST_OOM, [])
     worker = [line for sig, line in hits if sig.kind == "dataloader_killed"]
     if worker:
         return _host_oom(facts, "A dataloader worker was killed (SIGKILL), which is almost always the "
@@ -223,7 +178,7 @@ def _host_oom(facts: Facts, cause: str, evidence: list[str]) -> Diagnosis:
     peak_text = f" Its peak resident memory was {human_bytes(peak)}." if peak else ""
     text = (f"{cause}: the host ran out of RAM (not GPU memory).{peak_text} Dataloader workers and "
             "several jobs on one host each hold their own copy of data and model in RAM.")
-    return _diagnosis(facts, "host_oom", "Host out of memory (OOM killer)", text,
+    return make_diagnosis(facts, F.HOST_OOM, "Host out of memory (OOM killer)", text,
                       fix.host_oom_remedies(facts.files.config), evidence=evidence)
 
 
@@ -234,35 +189,85 @@ def _python_exception(facts: Facts) -> Diagnosis | None:
         return None
     kind = exc.type if exc else str(failed.get("error_type", "Exception"))
     message = exc.message if exc else str(failed.get("message", ""))
-    if kind.rsplit(".", 1)[-1] == "KeyboardInterrupt":
-        return _diagnosis(facts, "cancelled", "Interrupted", "The job was interrupted (SIGINT: Ctrl-C or "
-                          "a cancel).", evidence=list(exc.lines) if exc else [])
-    return _diagnosis(facts, "python_exception", f"{kind.rsplit('.', 1)[-1]}: {message}"[:160],
-                      f"The trainer raised {kind}: {message}. The traceback in train.log shows where.",
-                      numbers={"exception_type": kind, "exception_message": message[:500]},
+    where = ("The traceback in train.log shows where." if exc else "train.log holds no traceback for it; "
+             "the trainer recorded it in events.jsonl.")
+    return make_diagnosis(facts, F.PYTHON_EXCEPTION, f"{kind.rsplit('.', 1)[-1]}: {message}",
+                      f"The trainer raised {kind}: {message}. {where}",
+                      numbers={"exception_type": kind, "exception_message": message},
                       evidence=list(exc.lines) if exc else [f"{kind}: {message}"], rank=exc.rank if exc else None)
 
 
-def _killed(facts: Facts) -> Diagnosis | None:
-    if facts.signal is None:
+INTERRUPTS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _interrupted(facts: Facts) -> Diagnosis | None:
+    """SIGTERM/SIGINT that LAT did not send (a cancel is decided earlier, from the journal's flag)."""
+    exc = decisive_exception(tracebacks(facts.lines), facts.base.get("rank"))
+    by_keyboard = exc is not None and exc.short_type == "KeyboardInterrupt"
+    signum = facts.ending_signal()
+    if not by_keyboard and signum not in INTERRUPTS:
         return None
-    name = signal_name(facts.signal)
-    why = {"SIGKILL": "Nothing shows the OOM killer did it, so a user, a scheduler or a watchdog sent it.",
-           "SIGTERM": "Something asked it to stop: a cancel, a scheduler or a shutdown.",
-           "SIGSEGV": "The process crashed in native code (segmentation fault).",
-           "SIGABRT": "Native code aborted the process (a failed C++ check or assertion)."}
-    return _diagnosis(facts, "killed", f"Killed by {name}", f"The job was ended by {name}. "
-                      f"{why.get(name, '')}".strip())
+    name = signal_name(signum) if signum in INTERRUPTS else "SIGINT"
+    return make_diagnosis(facts, F.STOPPED_OUTSIDE, f"Stopped from outside ({name})",
+                      f"The job was stopped by {name}, and LAT did not send it (no cancel is recorded): "
+                      "a user (Ctrl-C, kill), a shutdown or another tool stopped it. Nothing in the job "
+                      "itself failed.", fix.resume_remedy(facts.files.events),
+                      evidence=list(exc.lines) if by_keyboard else _last_line(facts))
+
+
+CRASHES = {
+    signal.SIGSEGV: "a segmentation fault: native code touched memory it does not own",
+    signal.SIGABRT: "an abort: native code failed a check or an assertion (or freed memory twice)",
+    signal.SIGBUS: "a bus error: memory it had mapped (a file, shared memory) went away under it",
+    signal.SIGILL: "an illegal instruction: a binary built for another CPU or GPU architecture",
+    signal.SIGFPE: "an arithmetic fault in native code",
+}
+
+
+def _crashed(facts: Facts) -> Diagnosis | None:
+    signum = facts.ending_signal()
+    if signum not in CRASHES:
+        return None
+    name = signal_name(signum)
+    trace = [line.raw for line in facts.lines if line.text.startswith("Fatal Python error")]
+    workers = config_value(facts.files.config, "train.num_workers", 0) or 0
+    shm = (" With DataLoader workers, /dev/shm running out is a common cause."
+           if signum == signal.SIGBUS and workers else "")
+    found = ("Python's fault handler printed the stack in train.log." if trace else
+             "train.log holds no traceback: the crash was below Python.")
+    remedies = fix.crash_remedies(facts.files.env, bool(trace))
+    if shm:
+        remedies = fix.shm_remedies(facts.files.config) + remedies
+    return make_diagnosis(facts, F.CRASHED, f"Crashed ({name})", f"The job crashed with {name}, "
+                      f"{CRASHES[signum]}.{shm} {found}", remedies, evidence=trace or _last_line(facts))
+
+
+def _killed(facts: Facts) -> Diagnosis | None:
+    signum = facts.ending_signal()
+    if signum is None:
+        return None
+    name = signal_name(signum)
+    why = ("Nothing shows the OOM killer did it, so a user, a scheduler or a watchdog sent it."
+           if signum == signal.SIGKILL else "")
+    return make_diagnosis(facts, F.KILLED, f"Killed by {name}", f"The job was ended by {name}. {why}".strip(),
+                      evidence=_last_line(facts))
+
+
+def _last_line(facts: Facts) -> list[str]:
+    last = next((line.raw.strip() for line in reversed(facts.lines) if line.raw.strip()), "")
+    return [last] if last else []
 
 
 def _exit_code(facts: Facts) -> Diagnosis:
     if facts.returncode is None:
-        return _diagnosis(facts, "exit_code", "Unknown exit", "No exit status was recorded and the log "
+        return make_diagnosis(facts, F.EXIT_CODE, "Unknown exit", "No exit status was recorded and the log "
                           "shows no known failure.")
-    last = next((line.raw.strip() for line in reversed(facts.lines) if line.raw.strip()), "")
-    return _diagnosis(facts, "exit_code", f"Exit code {facts.returncode}", f"The job exited with code "
-                      f"{facts.returncode} and the log shows no known failure.", evidence=[last])
+    return make_diagnosis(facts, F.EXIT_CODE, f"Exit code {facts.returncode}", f"The job exited with code "
+                      f"{facts.returncode} and the log shows no known failure.", evidence=_last_line(facts))
 
 
-RULES = (_ok, _cancelled_flag, _timeout_flag, _host_oom_proven, _cuda_oom, _device_fault, _nccl, _libuv,
-         _rendezvous, _scheduler_stop, _host_oom_likely, _python_exception, _killed)
+RULES = (_ok, _cancelled_flag, _timeout_flag, _host_oom_proven, _cuda_oom, known.cuda_library_oom,
+         _device_fault, _nccl, _libuv, _rendezvous, _scheduler_stop, known.shm_exhausted, _host_oom_likely,
+         known.no_gpu, known.triton, known.disk_full, known.hub_unreachable, known.tracker_login,
+         known.generate_kwargs, known.no_grad_checkpointing, known.nonfinite_loss, known.config_error,
+         _interrupted, _crashed, _python_exception, _killed)

@@ -69,3 +69,15 @@ def cuda_oom_text(kind: str, factors: list[str], numbers: dict) -> str:
     if extra and kind != "unknown":
         text += f" {extra[0].capitalize()} contributed as well."
     return text
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary to at most ``limit`` characters, with an ellipsis when cut."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:.") + "…"

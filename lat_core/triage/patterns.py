@@ -57,6 +57,36 @@ SIGNATURES = (
     _sig("host_oom", "dataloader_killed", r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed"),
     _sig("host_oom", "kernel_oom", r"Out of memory: Kill(?:ed)? process|\boom-kill:|\boom_reaper\b"),
     _sig("timeout", "time_limit", r"CANCELLED AT .* DUE TO TIME LIMIT"),
+    # The groups below each feed one rule in known.py.
+    _sig("cuda_lib_oom", "cublas_alloc", r"CUBLAS_STATUS_ALLOC_FAILED"),
+    _sig("cuda_lib_oom", "cudnn_workspace", r"CUDNN_STATUS_NOT_ENOUGH_WORKSPACE"),
+    _sig("cuda_lib_oom", "cudnn_alloc", r"CUDNN_STATUS_ALLOC_FAILED"),
+    _sig("shm", "worker_bus_error", r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error"
+                                    r"|Unexpected bus error encountered in worker"),
+    _sig("shm", "shm_file_full", r"unable to write to file </torch_[\d_]+>"),
+    _sig("no_gpu", "no_device", r"No CUDA GPUs are available|no CUDA-capable device is detected"),
+    _sig("no_gpu", "invalid_ordinal", r"invalid device ordinal"),
+    _sig("no_gpu", "no_driver", r"Found no NVIDIA driver on your system|CUDA driver initialization failed"),
+    _sig("no_gpu", "cpu_build", r"Torch not compiled with CUDA enabled"),
+    _sig("triton", "out_of_resources", r"\bOutOfResources: out of resource:|^out of resource: shared memory"),
+    _sig("triton", "compile_error", r"triton\.compiler\.errors\.\w+Error:|\bPassManager::run failed"),
+    _sig("disk_full", "enospc", r"No space left on device|\[Errno 28\]|PytorchStreamWriter failed writing file"),
+    _sig("hub", "offline", r"We couldn't connect to '[^']*' to load|\bLocalEntryNotFoundError:"
+                           r"|\bOfflineModeIsEnabled:|Couldn't reach '[^']+' on the Hub"),
+    _sig("hub", "timeout", r"(?:ReadTimeout|ConnectTimeout|TimeoutException)\b.*(?:huggingface\.co|hf\.co|hf-mirror)"),
+    _sig("hub", "connection", r"(?:ConnectionError|ConnectError|MaxRetryError|NameResolutionError)\b.*"
+                              r"(?:huggingface\.co|hf\.co|hf-mirror)"),
+    _sig("tracker", "wandb", r"api_key not configured \(no-tty\)\. call wandb|wandb\.errors\.(?:errors\.)?"
+                             r"AuthenticationError:"),
+    _sig("tracker", "swanlab", r"(?i:api key not configured \(no-tty\), call `swanlab)"
+                               r"|^\w*Error: Cannot prompt for API Key in no-tty environment"
+                               r"|swanlab\.(?:exceptions|error)\.(?:AuthenticationError|KeyFileError):"),
+    _sig("generate_kwargs", "unexpected_keyword", r"generate\(\) got an unexpected keyword argument '\w+'"),
+    _sig("generate_kwargs", "unused_model_kwargs", r"The following `model_kwargs` are not used by the model"),
+    _sig("no_grad", "no_grad_fn", r"element 0 of tensors does not require grad and does not have a grad_fn"),
+    _sig("reentrant_warning", "reentrant_no_grad", r"None of the inputs have requires_grad=True\. Gradients will be None"),
+    _sig("nonfinite", "nonfinite_loss", r"^(?:FloatingPointError: )?loss is -?(?:nan|inf) at step \d+"),
+    _sig("trainer_error", "config", r"^(?:[\w.\-]+: )?error: "),
     _sig("cancelled", "scheduler_cancel", r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT (?!.*TIME LIMIT)"),
 )
 

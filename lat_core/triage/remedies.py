@@ -40,9 +40,9 @@ def expandable_segments(env: dict) -> Remedy | None:
                   "free: no change to speed or results", {"PYTORCH_CUDA_ALLOC_CONF": value})
 
 
-def fewer_workers(config: dict) -> Remedy | None:
+def fewer_workers(config: dict, keep_at_least: int = 0) -> Remedy | None:
     workers = int(config_value(config, "train.num_workers", 0) or 0)
-    if workers <= 0:
+    if workers // 2 < keep_at_least or workers <= 0:
         return None
     fewer = workers // 2
     return Remedy("fewer_workers", f"dataloader workers {workers} -> {fewer} (each is a process "
@@ -121,3 +121,116 @@ def resume_remedy(events) -> list[Remedy]:
         return []
     return [Remedy("resume", f"resume from the last checkpoint (step {steps[-1]}) with a longer "
                    "time limit", "free: finished steps are kept", {"plan.resume": True})]
+
+
+# ---------------------------------------------------------------- the knowledge base's classes
+def shm_remedies(config: dict) -> list[Remedy]:
+    """Fewer workers first (each shares batches through /dev/shm), then none at all. A bus error in a
+    worker proves there were workers, so with no config at hand (a bare log) 'none' is still offered."""
+    no_workers, workers = None, config_value(config, "train.num_workers", None)
+    if workers is None or int(workers) > 0:
+        no_workers = Remedy("no_workers", "load data in the training process (train.num_workers 0): "
+                            "batches no longer pass through /dev/shm", "data loading may slow the steps",
+                            {"train.num_workers": 0})
+    return [r for r in (fewer_workers(config, keep_at_least=1), no_workers) if r is not None]
+
+
+def tracker_remedies(kind: str) -> list[Remedy]:
+    offline = (Remedy("wandb_offline", "let W&B log to the job folder without a login", "free: upload "
+                      "later with `wandb sync`", {"WANDB_MODE": "offline"}) if kind == "wandb" else
+               Remedy("swanlab_local", "let SwanLab log to the job folder without a login", "free: no "
+                      "cloud dashboard for this run", {"SWANLAB_MODE": "local"}))
+    return [offline, Remedy("no_tracker", "turn experiment tracking off for this job",
+                            "no tracker charts for this run (events.jsonl still has every step)",
+                            {"REPORT_TO": "none"})]
+
+
+NEW_TOKEN_KEYWORDS = ("max_new_tokens", "min_new_tokens")
+
+
+def generate_remedies(config: dict, keyword: str) -> list[Remedy]:
+    if keyword not in NEW_TOKEN_KEYWORDS or config_value(config, "eval.use_max_new_tokens", True) is False:
+        return []
+    return [Remedy("legacy_generate_lengths", "pass total lengths (max_length / min_length) to "
+                   ".generate() instead of new-token counts", "generation lengths then include the "
+                   "prompt: raise EVAL_GEN_MAX_LENGTH by the prompt length, or upgrade transformers",
+                   {"GLA_USE_MAX_NEW_TOKENS": "0"})]
+
+
+def no_grad_remedies(config: dict) -> list[Remedy]:
+    if config_value(config, "train.gradient_checkpointing", None) is False:
+        return []
+    return [Remedy("no_gradient_checkpointing", "turn gradient checkpointing off, so no reentrant "
+                   "checkpoint drops the adapter's gradients", "more GPU memory for activations; "
+                   "faster steps", {"train.gradient_checkpointing": False})]
+
+
+def nonfinite_remedies(config: dict) -> list[Remedy]:
+    candidates = [_bf16(config), _warmup(config), _lower_lr(config)]
+    return [r for r in candidates if r is not None]
+
+
+def _bf16(config: dict) -> Remedy | None:
+    if config_value(config, "model.dtype", "float32") != "float16":
+        return None
+    return Remedy("bf16", "train in bfloat16 instead of float16: the same memory with float32's range, "
+                  "so activations stop overflowing to inf", "free on Ampere or newer GPUs",
+                  {"model.dtype": "bfloat16"})
+
+
+def _warmup(config: dict) -> Remedy | None:
+    if config_value(config, "train.warmup_steps", 0) or config_value(config, "train.warmup_ratio", 0.0):
+        return None
+    return Remedy("warmup", "warm the learning rate up over the first 10% of steps",
+                  "results change: a gentler start", {"train.warmup_ratio": 0.1})
+
+
+def _lower_lr(config: dict) -> Remedy | None:
+    lr = config_value(config, "train.lr", None)
+    if not isinstance(lr, (int, float)) or lr <= 0:
+        return None
+    return Remedy("lower_lr", f"learning rate {lr:g} -> {lr / 2:g}", "results change: slower "
+                  "progress per step", {"train.lr": lr / 2})
+
+
+def disk_full_remedies(config: dict) -> list[Remedy]:
+    candidates = []
+    if config_value(config, "train.save_optimizer_state", True) is not False:
+        candidates.append(Remedy("no_optimizer_state", "save checkpoints without the optimizer's state",
+                                 "a resume restarts the optimizer's moments", {"train.save_optimizer_state": False}))
+    every = config_value(config, "train.save_every", None)
+    if isinstance(every, int) and every > 0:
+        candidates.append(Remedy("save_less_often", f"save every {every * 2} steps instead of {every}",
+                                 "fewer checkpoints to pick the best from", {"train.save_every": every * 2}))
+    return candidates
+
+
+def hub_remedies(kind: str, env: dict) -> list[Remedy]:
+    """Where the files were never cached no switch helps (the diagnosis says what to copy where);
+    a flaky connection may pass on a retry, or be skipped when the cache holds the files."""
+    if kind == "offline":
+        return []
+    offline = None
+    if str(env.get("HF_HUB_OFFLINE", "")).strip() not in ("1", "true", "True"):
+        offline = Remedy("hub_offline", "load models and datasets from the local Hugging Face cache "
+                         "without asking the hub", "free where the files are cached; fails at once where "
+                         "they are not", {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    retry = Remedy("retry", "retry as is: the hub or the network may answer next time", "free", {})
+    return [r for r in (offline, retry) if r is not None]
+
+
+def triton_remedies(config: dict, env: dict) -> list[Remedy]:
+    fused = config_value(config, "gla.GLA_USE_FUSED_SWIGLU", False) is True or \
+        str(env.get("GLA_USE_FUSED_SWIGLU", "")).strip() in ("1", "true", "True")
+    if not fused:
+        return []
+    return [Remedy("no_fused_swiglu", "use the unfused SwiGLU (fla's fused kernel fails on some "
+                   "Triton and driver stacks)", "slightly slower MLP", {"GLA_USE_FUSED_SWIGLU": "0"})]
+
+
+def crash_remedies(env: dict, has_native_trace: bool) -> list[Remedy]:
+    if has_native_trace or str(env.get("PYTHONFAULTHANDLER", "")).strip():
+        return []
+    return [Remedy("faulthandler", "print every thread's Python stack when the process crashes, to "
+                   "see which call entered the failing native code", "free: the job starts cold (no "
+                   "warm start)", {"PYTHONFAULTHANDLER": "1"})]

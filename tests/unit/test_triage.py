@@ -314,8 +314,10 @@ def test_cancelled_flag(tmp_path):
     assert d.cls == "cancelled"
 
 
-def test_keyboard_interrupt_is_cancelled(tmp_path):
-    assert classify(make_job(tmp_path, "interrupted.log"), 1).cls == "cancelled"
+def test_keyboard_interrupt_is_cancelled_only_when_lat_cancelled_it(tmp_path):
+    assert classify(make_job(tmp_path, "interrupted.log", name="a"), 1, cancelled=True).cls == "cancelled"
+    d = classify(make_job(tmp_path, "interrupted.log", name="b"), 1)
+    assert d.cls == "stopped_outside" and d.title == "Stopped from outside (SIGINT)"
 
 
 def test_timeout_flag_offers_resume_from_last_checkpoint(tmp_path):

@@ -1,0 +1,78 @@
+"""What every rule looks at, gathered once from a job's files, and the one way rules build a Diagnosis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lat_core.triage.classes import FailureClass
+from lat_core.triage.explain import shorten, signal_name, signal_of
+from lat_core.triage.model import Diagnosis
+from lat_core.triage.patterns import LogLine, root_cause, signature_hits, split_lines
+from lat_core.triage.sources import JobFiles
+
+SIGKILL = 9
+MAX_EVIDENCE = 6
+#: A log line longer than this is kept shortened: one minified JSON blob must not fill the journal.
+EVIDENCE_CHARS = 4000
+TITLE_CHARS = 160
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the rules look at, gathered once."""
+
+    files: JobFiles
+    lines: list[LogLine]
+    hits: dict
+    returncode: int | None
+    signal: int | None
+    cancelled: bool
+    timed_out: bool
+    oom_kills: int | None
+    base: dict
+
+    def first_hit(self, group: str):
+        """The earliest match of a signature group: the first error usually names the cause."""
+        found = self.hits.get(group)
+        return found[0] if found else None
+
+    def ending_signal(self) -> int | None:
+        """The signal that ended the job, or the failing rank under torchrun (whose own exit is 1)."""
+        if self.signal is not None:
+            return self.signal
+        rank_exit = self.base.get("rank_exitcode")
+        return -rank_exit if isinstance(rank_exit, int) and rank_exit < 0 else None
+
+    def killed_by_sigkill(self) -> bool:
+        return self.ending_signal() == SIGKILL
+
+    def has_line(self, text: str) -> bool:
+        return any(text in line.text for line in self.lines)
+
+
+def gather(files: JobFiles, returncode, cancelled, timed_out, oom_kills) -> Facts:
+    if returncode is None and files.exit_record:
+        returncode = files.exit_record.get("returncode")
+    lines = split_lines(files.lines)
+    signum = signal_of(returncode)
+    base = {"returncode": returncode, "signal": signal_name(signum) if signum else None}
+    base.update(root_cause(lines))
+    memory = files.last_event("memory") or {}
+    base.update({k: memory[k] for k in ("peak_rss_bytes", "peak_gpu_bytes") if isinstance(memory.get(k), int)})
+    if oom_kills is not None:
+        base["oom_kills"] = oom_kills
+    return Facts(files, lines, signature_hits(lines) if returncode != 0 else {}, returncode,
+                 signum, cancelled, timed_out, oom_kills, base)
+
+
+def make_diagnosis(facts: Facts, cls: FailureClass, title: str, text: str, remedies=(), numbers=None,
+                   evidence=(), rank: int | None = None) -> Diagnosis:
+    merged = dict(facts.base)
+    if rank is not None and "rank" not in merged:
+        merged["rank"] = rank
+    merged.update(numbers or {})
+    title = shorten(title, TITLE_CHARS)
+    if merged.get("rank") is not None:
+        title = f"{title} (rank {merged['rank']})"
+    kept = tuple(shorten(line, EVIDENCE_CHARS) for line in evidence if line)[:MAX_EVIDENCE]
+    return Diagnosis(cls, title, text, tuple(remedies), {k: v for k, v in merged.items() if v is not None}, kept)
