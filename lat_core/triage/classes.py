@@ -25,7 +25,7 @@ class FailureClass(StrEnum):
     HUB_UNREACHABLE = "hub_unreachable"
     TRACKER_LOGIN = "tracker_login"
     GENERATE_KWARGS = "generate_kwargs"
-    NO_GRAD_CHECKPOINTING = "no_grad_checkpointing"
+    REENTRANT_CKPT = "reentrant_ckpt"
     NONFINITE_LOSS = "nonfinite_loss"
     DISK_FULL = "disk_full"
     CONFIG_ERROR = "config_error"
@@ -80,7 +80,7 @@ CLASS_INFO: dict[FailureClass, ClassInfo] = {
     F.HUB_UNREACHABLE: ClassInfo("the Hugging Face hub was unreachable and no local copy was found", names_cause=True),
     F.TRACKER_LOGIN: ClassInfo("W&B or SwanLab wanted a login the job could not give", names_cause=True),
     F.GENERATE_KWARGS: ClassInfo("`.generate()` got a keyword the installed transformers lacks", names_cause=True),
-    F.NO_GRAD_CHECKPOINTING: ClassInfo("reentrant gradient checkpointing over a frozen base: the loss "
+    F.REENTRANT_CKPT: ClassInfo("reentrant gradient checkpointing over a frozen base: the loss "
                                        "had no grad_fn", names_cause=True),
     F.NONFINITE_LOSS: ClassInfo("the loss became NaN or infinite", names_cause=True),
     F.DISK_FULL: ClassInfo("the disk filled up (errno 28) while the job wrote to it", names_cause=True),

@@ -171,7 +171,7 @@ def generate_kwargs(facts: Facts):
                           [line.raw], line.rank)
 
 
-def no_grad_checkpointing(facts: Facts):
+def reentrant_ckpt(facts: Facts):
     found = _first(facts, "no_grad")
     if found is None:
         return None
@@ -186,7 +186,7 @@ def no_grad_checkpointing(facts: Facts):
             + ". Pass gradient_checkpointing_kwargs={'use_reentrant': False} (LAT's trainer does), or "
             "call model.enable_input_require_grads() before enabling checkpointing.")
     evidence = [warned[1].raw, line.raw] if warned else [line.raw]
-    return make_diagnosis(facts, F.NO_GRAD_CHECKPOINTING, "Reentrant checkpointing dropped the gradients",
+    return make_diagnosis(facts, F.REENTRANT_CKPT, "Reentrant checkpointing dropped the gradients",
                           text, fix.no_grad_remedies(facts.files.config), evidence=evidence, rank=line.rank)
 
 
@@ -229,6 +229,3 @@ def config_error(facts: Facts):
     return make_diagnosis(facts, F.CONFIG_ERROR, f"Configuration refused: {message}", text,
                           numbers={"config_error_kind": "config"}, evidence=[line.raw])
 
-
-RULES = (cuda_library_oom, shm_exhausted, no_gpu, triton, disk_full, hub_unreachable, tracker_login,
-         generate_kwargs, no_grad_checkpointing, nonfinite_loss, config_error)

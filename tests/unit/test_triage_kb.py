@@ -37,7 +37,7 @@ KNOWN = [
     ("swanlab_no_tty.log", 1, "tracker_login", "swanlab_local"),
     ("generate_model_kwargs.log", 1, "generate_kwargs", "legacy_generate_lengths"),
     ("generate_unexpected_kwarg.log", 1, "generate_kwargs", "legacy_generate_lengths"),
-    ("reentrant_no_grad.log", 1, "no_grad_checkpointing", "no_gradient_checkpointing"),
+    ("reentrant_no_grad.log", 1, "reentrant_ckpt", "no_gradient_checkpointing"),
     ("nonfinite_loss.log", 1, "nonfinite_loss", "warmup"),
     ("triton_shared_memory.log", 1, "triton", None),
     ("triton_compile.log", 1, "triton", None),
