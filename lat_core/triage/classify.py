@@ -191,7 +191,8 @@ def _python_exception(facts: Facts) -> Diagnosis | None:
     message = exc.message if exc else str(failed.get("message", ""))
     where = ("The traceback in train.log shows where." if exc else "train.log holds no traceback for it; "
              "the trainer recorded it in events.jsonl.")
-    return make_diagnosis(facts, F.PYTHON_EXCEPTION, f"{kind.rsplit('.', 1)[-1]}: {message}",
+    first_line = message.split("\n", 1)[0]
+    return make_diagnosis(facts, F.PYTHON_EXCEPTION, f"{kind.rsplit('.', 1)[-1]}: {first_line}",
                       f"The trainer raised {kind}: {message}. {where}",
                       numbers={"exception_type": kind, "exception_message": message},
                       evidence=list(exc.lines) if exc else [f"{kind}: {message}"], rank=exc.rank if exc else None)

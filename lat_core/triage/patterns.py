@@ -147,9 +147,27 @@ def _exception_after(lines: list[LogLine], header: LogLine) -> PyException | Non
         match = _EXCEPTION_LINE.match(line.text.rstrip())
         if match is None or line.text.startswith(_TRACEBACK):
             return None
-        return PyException(match.group(1), (match.group(2) or "").strip(), header.rank,
-                           (header.raw, line.raw))
+        message = "\n".join([(match.group(2) or "").strip(), *_message_continues(lines, line)]).strip()
+        return PyException(match.group(1), message, header.rank, (header.raw, line.raw))
     return None
+
+
+_MESSAGE_ENDS = ("Traceback (most recent call last):", "During handling of the above exception",
+                 "The above exception was the direct cause")
+MAX_MESSAGE_LINES = 40
+
+
+def _message_continues(lines: list[LogLine], exception: LogLine) -> list[str]:
+    """The lines a multi-line message goes on with (transformers' OSError, CUDA's hints), up to the
+    blank line or the next chained traceback that ends it."""
+    more = []
+    for line in lines[exception.index + 1: exception.index + 1 + MAX_MESSAGE_LINES]:
+        if line.rank != exception.rank:
+            continue
+        if not line.text.strip() or line.text.startswith(_MESSAGE_ENDS):
+            break
+        more.append(line.text.rstrip())
+    return more
 
 
 def decisive_exception(found: list[PyException], rank: int | None) -> PyException | None:

@@ -202,6 +202,19 @@ def test_long_message_is_whole_in_the_diagnosis_and_cut_at_a_word_in_the_title(t
     assert "The traceback in train.log shows where." in d.diagnosis
 
 
+def test_a_multi_line_message_is_kept_whole_and_titled_by_its_first_line(tmp_path):
+    log = tmp_path / "multi.log"
+    log.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+                   "OSError: Can't load tokenizer for 'fla-hub/gla-1.3B-100B'.\n"
+                   "Otherwise, make sure 'fla-hub/gla-1.3B-100B' is the correct path to a directory.\n"
+                   "\n[lat] something after the blank line\n")
+    d = classify(log, 1)
+    assert d.numbers["exception_message"] == ("Can't load tokenizer for 'fla-hub/gla-1.3B-100B'.\n"
+                                              "Otherwise, make sure 'fla-hub/gla-1.3B-100B' is the correct "
+                                              "path to a directory.")
+    assert d.title == "OSError: Can't load tokenizer for 'fla-hub/gla-1.3B-100B'."
+
+
 def test_no_traceback_is_promised_when_the_log_has_none(tmp_path):
     failed = {"event": "failed", "error_type": "ValueError", "message": "bad split"}
     d = classify(make_job(tmp_path, "", 1, events=[failed]), 1)
