@@ -14,6 +14,7 @@ from lat_core.triage.classes import FailureClass as F
 from lat_core.triage.facts import Facts, make_diagnosis
 from lat_core.triage.sources import config_value
 
+# The trainer's table (lat_core.train.datasets.ENV_VARS) imports torch; a test keeps this copy equal.
 DATASET_DIRS = {"glue": "GLUE_LOCAL_DIR", "samsum": "SAMSUM_LOCAL_DIR", "dart": "DART_LOCAL_DIR",
                 "spider": "SPIDER_LOCAL_DIR"}
 

@@ -72,7 +72,8 @@ SIGNATURES = (
     _sig("triton", "compile_error", r"triton\.compiler\.errors\.\w+Error:|\bPassManager::run failed"),
     _sig("disk_full", "enospc", r"No space left on device|\[Errno 28\]|PytorchStreamWriter failed writing file"),
     _sig("hub", "offline", r"We couldn't connect to '[^']*' to load|\bLocalEntryNotFoundError:"
-                           r"|\bOfflineModeIsEnabled:|Couldn't reach '[^']+' on the Hub"),
+                           r"|\bOfflineModeIsEnabled:|Couldn't reach '[^']+' on the Hub"
+                           r"|cannot fetch \S+ \S+ from the hub"),
     _sig("hub", "timeout", r"(?:ReadTimeout|ConnectTimeout|TimeoutException)\b.*(?:huggingface\.co|hf\.co|hf-mirror)"),
     _sig("hub", "connection", r"(?:ConnectionError|ConnectError|MaxRetryError|NameResolutionError)\b.*"
                               r"(?:huggingface\.co|hf\.co|hf-mirror)"),
