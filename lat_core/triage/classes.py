@@ -67,21 +67,25 @@ CLASS_INFO: dict[FailureClass, ClassInfo] = {
     F.OK: ClassInfo("the job exited cleanly"),
     F.CUDA_OOM: ClassInfo("the GPU ran out of memory (PyTorch's allocator, or cuBLAS/cuDNN failing to "
                           "allocate their workspace)", oom=True, names_cause=True),
-    F.HOST_OOM: ClassInfo("the host ran out of RAM and the kernel's OOM killer ended the job", oom=True, names_cause=True),
+    F.HOST_OOM: ClassInfo("the host ran out of RAM and the kernel's OOM killer ended the job",
+                          oom=True, names_cause=True),
     F.SHM_EXHAUSTED: ClassInfo("DataLoader workers filled /dev/shm (bus error in a worker)", names_cause=True),
     F.NO_GPU: ClassInfo("the job saw no usable GPU (no driver, a CPU build of torch, a wrong "
                         "CUDA_VISIBLE_DEVICES)", names_cause=True),
     F.DEVICE_FAULT: ClassInfo("a CUDA kernel or the GPU itself faulted (illegal access, device assert, "
                               "ECC, Xid)"),
-    F.TRITON: ClassInfo("a Triton kernel failed to compile or needs more shared memory than the GPU has", names_cause=True),
+    F.TRITON: ClassInfo("a Triton kernel failed to compile or needs more shared memory than the GPU has",
+                        names_cause=True),
     F.NCCL: ClassInfo("NCCL failed or timed out between GPUs"),
     F.RENDEZVOUS: ClassInfo("the ranks of a distributed job never met"),
     F.LIBUV: ClassInfo("the libuv TCPStore failed"),
-    F.HUB_UNREACHABLE: ClassInfo("the Hugging Face hub was unreachable and no local copy was found", names_cause=True),
+    F.HUB_UNREACHABLE: ClassInfo("the Hugging Face hub was unreachable and no local copy was found",
+                                 names_cause=True),
     F.TRACKER_LOGIN: ClassInfo("W&B or SwanLab wanted a login the job could not give", names_cause=True),
-    F.GENERATE_KWARGS: ClassInfo("`.generate()` got a keyword the installed transformers lacks", names_cause=True),
-    F.REENTRANT_CKPT: ClassInfo("reentrant gradient checkpointing over a frozen base: the loss "
-                                       "had no grad_fn", names_cause=True),
+    F.GENERATE_KWARGS: ClassInfo("`.generate()` got a keyword the installed transformers lacks",
+                                 names_cause=True),
+    F.REENTRANT_CKPT: ClassInfo("reentrant gradient checkpointing over a frozen base: the loss had no "
+                                "grad_fn", names_cause=True),
     F.NONFINITE_LOSS: ClassInfo("the loss became NaN or infinite", names_cause=True),
     F.DISK_FULL: ClassInfo("the disk filled up (errno 28) while the job wrote to it", names_cause=True),
     F.CONFIG_ERROR: ClassInfo("the trainer refused its configuration before training (exit 2), e.g. "

@@ -64,14 +64,14 @@ def _cancelled_flag(facts: Facts) -> Diagnosis | None:
     if not facts.cancelled:
         return None
     return make_diagnosis(facts, F.CANCELLED, "Cancelled", "The job was cancelled on request "
-                      f"(exit {facts.returncode}); nothing went wrong in it.")
+                          f"(exit {facts.returncode}); nothing went wrong in it.")
 
 
 def _timeout_flag(facts: Facts) -> Diagnosis | None:
     if not facts.timed_out:
         return None
     return make_diagnosis(facts, F.TIMEOUT, "Ran past its time limit", "The job was stopped because it "
-                      "ran longer than its time limit.", fix.resume_remedy(facts.files.events))
+                          "ran longer than its time limit.", fix.resume_remedy(facts.files.events))
 
 
 def _host_oom_proven(facts: Facts) -> Diagnosis | None:
@@ -93,7 +93,7 @@ def _cuda_oom(facts: Facts) -> Diagnosis | None:
     numbers.update(oom_kind=kind, oom_factors=factors)
     remedies = fix.cuda_oom_remedies(facts.files.config, facts.files.env, kind, numbers)
     return make_diagnosis(facts, F.CUDA_OOM, f"CUDA out of memory ({kind})", cuda_oom_text(kind, factors, numbers),
-                      remedies, numbers, [hit[1].raw] if hit else [message], hit[1].rank if hit else None)
+                          remedies, numbers, [hit[1].raw] if hit else [message], hit[1].rank if hit else None)
 
 
 def _signature_rule(cls: F, title: str, explain, remedies):
@@ -107,7 +107,7 @@ def _signature_rule(cls: F, title: str, explain, remedies):
         evidence = [line.raw] if last is line else [line.raw, last.raw]
         numbers = {f"{cls}_kind": signature.kind, **watchdog_numbers(line.text)}
         return make_diagnosis(facts, cls, title, explain(signature.kind), remedies(signature.kind),
-                          numbers, evidence, line.rank)
+                              numbers, evidence, line.rank)
     return rule
 
 
@@ -149,7 +149,7 @@ def _scheduler_stop(facts: Facts) -> Diagnosis | None:
         if hit:
             remedies = fix.resume_remedy(facts.files.events) if cls == F.TIMEOUT else []
             return make_diagnosis(facts, cls, title, f"The batch scheduler stopped the job: {hit[1].text.strip()}",
-                              remedies, evidence=[hit[1].raw])
+                                  remedies, evidence=[hit[1].raw])
     return None
 
 
@@ -179,7 +179,7 @@ def _host_oom(facts: Facts, cause: str, evidence: list[str]) -> Diagnosis:
     text = (f"{cause}: the host ran out of RAM (not GPU memory).{peak_text} Dataloader workers and "
             "several jobs on one host each hold their own copy of data and model in RAM.")
     return make_diagnosis(facts, F.HOST_OOM, "Host out of memory (OOM killer)", text,
-                      fix.host_oom_remedies(facts.files.config), evidence=evidence)
+                          fix.host_oom_remedies(facts.files.config), evidence=evidence)
 
 
 def _python_exception(facts: Facts) -> Diagnosis | None:
@@ -193,9 +193,10 @@ def _python_exception(facts: Facts) -> Diagnosis | None:
              "the trainer recorded it in events.jsonl.")
     first_line = message.split("\n", 1)[0]
     return make_diagnosis(facts, F.PYTHON_EXCEPTION, f"{kind.rsplit('.', 1)[-1]}: {first_line}",
-                      f"The trainer raised {kind}: {message}. {where}",
-                      numbers={"exception_type": kind, "exception_message": message},
-                      evidence=list(exc.lines) if exc else [f"{kind}: {message}"], rank=exc.rank if exc else None)
+                          f"The trainer raised {kind}: {message}. {where}",
+                          numbers={"exception_type": kind, "exception_message": message},
+                          evidence=list(exc.lines) if exc else [f"{kind}: {message}"],
+                          rank=exc.rank if exc else None)
 
 
 INTERRUPTS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -210,10 +211,10 @@ def _interrupted(facts: Facts) -> Diagnosis | None:
         return None
     name = signal_name(signum) if signum in INTERRUPTS else "SIGINT"
     return make_diagnosis(facts, F.STOPPED_OUTSIDE, f"Stopped from outside ({name})",
-                      f"The job was stopped by {name}, and LAT did not send it (no cancel is recorded): "
-                      "a user (Ctrl-C, kill), a shutdown or another tool stopped it. Nothing in the job "
-                      "itself failed.", fix.resume_remedy(facts.files.events),
-                      evidence=list(exc.lines) if by_keyboard else _last_line(facts))
+                          f"The job was stopped by {name}, and LAT did not send it (no cancel is recorded): "
+                          "a user (Ctrl-C, kill), a shutdown or another tool stopped it. Nothing in the job "
+                          "itself failed.", fix.resume_remedy(facts.files.events),
+                          evidence=list(exc.lines) if by_keyboard else _last_line(facts))
 
 
 CRASHES = {
@@ -240,7 +241,7 @@ def _crashed(facts: Facts) -> Diagnosis | None:
     if shm:
         remedies = fix.shm_remedies(facts.files.config) + remedies
     return make_diagnosis(facts, F.CRASHED, f"Crashed ({name})", f"The job crashed with {name}, "
-                      f"{CRASHES[signum]}.{shm} {found}", remedies, evidence=trace or _last_line(facts))
+                          f"{CRASHES[signum]}.{shm} {found}", remedies, evidence=trace or _last_line(facts))
 
 
 def _killed(facts: Facts) -> Diagnosis | None:
@@ -251,7 +252,7 @@ def _killed(facts: Facts) -> Diagnosis | None:
     why = ("Nothing shows the OOM killer did it, so a user, a scheduler or a watchdog sent it."
            if signum == signal.SIGKILL else "")
     return make_diagnosis(facts, F.KILLED, f"Killed by {name}", f"The job was ended by {name}. {why}".strip(),
-                      evidence=_last_line(facts))
+                          evidence=_last_line(facts))
 
 
 def _last_line(facts: Facts) -> list[str]:
@@ -262,9 +263,9 @@ def _last_line(facts: Facts) -> list[str]:
 def _exit_code(facts: Facts) -> Diagnosis:
     if facts.returncode is None:
         return make_diagnosis(facts, F.EXIT_CODE, "Unknown exit", "No exit status was recorded and the log "
-                          "shows no known failure.")
+                              "shows no known failure.")
     return make_diagnosis(facts, F.EXIT_CODE, f"Exit code {facts.returncode}", f"The job exited with code "
-                      f"{facts.returncode} and the log shows no known failure.", evidence=_last_line(facts))
+                          f"{facts.returncode} and the log shows no known failure.", evidence=_last_line(facts))
 
 
 RULES = (_ok, _cancelled_flag, _timeout_flag, _host_oom_proven, _cuda_oom, known.cuda_library_oom,

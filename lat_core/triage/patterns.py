@@ -74,7 +74,8 @@ SIGNATURES = (
     _sig("hub", "offline", r"We couldn't connect to '[^']*' to load|\bLocalEntryNotFoundError:"
                            r"|\bOfflineModeIsEnabled:|Couldn't reach '[^']+' on the Hub"
                            r"|cannot fetch \S+ \S+ from the hub"),
-    _sig("hub", "timeout", r"(?:ReadTimeout|ConnectTimeout|TimeoutException)\b.*(?:huggingface\.co|hf\.co|hf-mirror)"),
+    _sig("hub", "timeout", r"(?:ReadTimeout|ConnectTimeout|TimeoutException)\b.*"
+                           r"(?:huggingface\.co|hf\.co|hf-mirror)"),
     _sig("hub", "connection", r"(?:ConnectionError|ConnectError|MaxRetryError|NameResolutionError)\b.*"
                               r"(?:huggingface\.co|hf\.co|hf-mirror)"),
     _sig("tracker", "wandb", r"api_key not configured \(no-tty\)\. call wandb|wandb\.errors\.(?:errors\.)?"
@@ -85,7 +86,8 @@ SIGNATURES = (
     _sig("generate_kwargs", "unexpected_keyword", r"generate\(\) got an unexpected keyword argument '\w+'"),
     _sig("generate_kwargs", "unused_model_kwargs", r"The following `model_kwargs` are not used by the model"),
     _sig("no_grad", "no_grad_fn", r"element 0 of tensors does not require grad and does not have a grad_fn"),
-    _sig("reentrant_warning", "reentrant_no_grad", r"None of the inputs have requires_grad=True\. Gradients will be None"),
+    _sig("reentrant_warning", "reentrant_no_grad",
+         r"None of the inputs have requires_grad=True\. Gradients will be None"),
     _sig("nonfinite", "nonfinite_loss", r"^(?:FloatingPointError: )?loss is -?(?:nan|inf) at step \d+"),
     _sig("trainer_error", "config", r"^(?:[\w.\-]+: )?error: "),
     _sig("cancelled", "scheduler_cancel", r"\*\*\* (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT (?!.*TIME LIMIT)"),

@@ -197,7 +197,8 @@ def disk_full_remedies(config: dict) -> list[Remedy]:
     candidates = []
     if config_value(config, "train.save_optimizer_state", True) is not False:
         candidates.append(Remedy("no_optimizer_state", "save checkpoints without the optimizer's state",
-                                 "a resume restarts the optimizer's moments", {"train.save_optimizer_state": False}))
+                                 "a resume restarts the optimizer's moments",
+                                 {"train.save_optimizer_state": False}))
     every = config_value(config, "train.save_every", None)
     if isinstance(every, int) and every > 0:
         candidates.append(Remedy("save_less_often", f"save every {every * 2} steps instead of {every}",
@@ -232,5 +233,5 @@ def crash_remedies(env: dict, has_native_trace: bool) -> list[Remedy]:
     if has_native_trace or str(env.get("PYTHONFAULTHANDLER", "")).strip():
         return []
     return [Remedy("faulthandler", "print every thread's Python stack when the process crashes, to "
-                   "see which call entered the failing native code", "free: the job starts cold (no "
-                   "warm start)", {"PYTHONFAULTHANDLER": "1"})]
+                   "see which call entered the failing native code", "free; the job starts cold, without "
+                   "warm start", {"PYTHONFAULTHANDLER": "1"})]

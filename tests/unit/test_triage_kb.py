@@ -176,7 +176,8 @@ def test_nonfinite_loss_from_the_failed_event_when_the_log_is_gone(tmp_path):
 
 def test_disk_full_saves_less(tmp_path):
     d = classify(make_job(tmp_path, "disk_full.log", 1, train={"save_every": 500}), 1)
-    assert keys(d) == ["no_optimizer_state", "save_less_often"] and d.remedies[1].patch == {"train.save_every": 1000}
+    assert keys(d) == ["no_optimizer_state", "save_less_often"]
+    assert d.remedies[1].patch == {"train.save_every": 1000}
 
 
 def test_sigbus_crash_with_workers_offers_the_shm_remedies_first(tmp_path):
