@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh machine.
 #   bash scripts/setup.sh demo   install, then run the demo plan (4 tiny CPU jobs, headless)
-#   bash scripts/setup.sh test   install with test extras, then run the test suite (GPU tests skipped)
+#   bash scripts/setup.sh test   install with test extras, then ruff and the test suite (GPU tests skipped)
 # Creates .venv in the repository. Where no NVIDIA GPU is visible the CPU build of torch is
 # installed first, so the dependency range never pulls a multi-GB CUDA build.
 set -euo pipefail
@@ -24,6 +24,7 @@ case "$what" in
   test)
     pip install -e ".[test]"
     python -c "import lat_core, lat_tui, pytest"
+    ruff check .  # the layering rules (banned-api) and pyflakes, before the tests
     exec python -m pytest -m "not gpu" -q ;;
   *) echo "usage: bash scripts/setup.sh demo|test" >&2; exit 2 ;;
 esac
