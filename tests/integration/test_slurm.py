@@ -67,6 +67,7 @@ def test_timeout_diagnosis_suggests_more_time_and_resume():
     diagnosis = slurm_diagnosis(final, validate_options({"time": "00:30:00"}))
     keys = [r.key for r in diagnosis.remedies]
     assert keys == ["slurm_time", "resume"] and "00:30:00" in diagnosis.remedies[0].change
+    assert diagnosis.remedies[0].patch == {"plan.slurm.time": "60"}  # doubled, a value sbatch takes
 
 
 def test_options_are_validated_with_plan_field_names():
