@@ -137,14 +137,17 @@ def _remedies(cls: str, options: "SlurmOptions | None", elapsed_s: int | None = 
 
 
 def time_minutes(text: str) -> int:
-    """Slurm's time formats (``90``, ``1:30:00``, ``2-00:00:00``, ``2-12``) in whole minutes."""
-    days, _, rest = text.rpartition("-") if "-" in text else ("0", "", text)
-    parts = [int(p) for p in rest.split(":")]
+    """Slurm's time formats (``90``, ``90:30``, ``1:30:00``, ``2-00:00:00``, ``2-12``) in whole
+    minutes, a started minute counted."""
+    days, _, clock = text.partition("-") if "-" in text else ("0", "", text)
+    parts = [int(p) for p in clock.split(":")]
     if "-" in text:  # D-HH[:MM[:SS]]
         hours, minutes, seconds = (parts + [0, 0])[:3]
-    else:  # MM, MM:SS or HH:MM:SS
-        hours, minutes, seconds = ([0] * (3 - len(parts)) + parts) if len(parts) == 3 else (0, parts[0], (parts + [0])[1])
-    return int(days or 0) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+    elif len(parts) == 3:  # HH:MM:SS
+        hours, minutes, seconds = parts
+    else:  # MM[:SS]
+        hours, minutes, seconds = 0, parts[0], (parts + [0])[1]
+    return int(days) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
 
 
 def double_mem(text: str) -> str:
