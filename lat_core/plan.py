@@ -20,6 +20,7 @@ from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
 from lat_core.config.env import ENV_FIELDS, MASK, is_secret, is_valid_name, parse_env_value
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
+from lat_core.plan_retries import OnFailure
 
 AUTO_REMEDIES = ("expandable_segments", "smaller_micro_batch", "gradient_checkpointing", "fewer_workers",
                  "fewer_slots")
@@ -89,6 +90,7 @@ class Plan(BaseModel):
     backend: Literal["local", "slurm"] = "local"
     slurm: dict = Field(default_factory=dict)  # options of the Slurm backend (lat_core.engine.backends.slurm)
     on_oom: Optional[OnOom] = None  # automatic retry of OOM-killed jobs (lat_core.engine.retries)
+    on_failure: Optional[OnFailure] = None  # automatic retry of transient failure classes (same module)
     resume: bool = False  # restart started jobs from their last checkpoint-* (strict)
     overwrite: bool = False  # rerun jobs that already succeeded, from scratch
     mps: bool = False  # jobs on a GPU share it through a private CUDA MPS daemon (lat_core.engine.mps)
@@ -182,7 +184,7 @@ class Plan(BaseModel):
             del data["gpus_per_job"]
         if not data["min_free_gb"]:
             del data["min_free_gb"]
-        for optional in ("overrides", "notify", "on_oom", "slurm", "resume", "overwrite", "mps"):
+        for optional in ("overrides", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps"):
             if not data[optional]:
                 del data[optional]
         if data["warm_start"]:

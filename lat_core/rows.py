@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ class JobRow:
     waiting: str | None = None
     world: int = 1  # processes (GPUs) the job runs with; > 1 means torchrun
     use_libuv: int = 1
+    avoid_devices: tuple = ()  # device ids a remedy excluded for this job (placement skips them)
+    backend_options: dict = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
+    not_before: float = 0.0  # a retry's backoff: admission holds the job until this time
 
     @property
     def profile_key(self) -> str:

@@ -29,6 +29,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   started REAL, ended REAL, returncode INTEGER, last_step INTEGER, last_loss REAL, error TEXT,
   diagnosis_json TEXT, rss INTEGER, gpu_mem INTEGER, peak_rss INTEGER, peak_gpu INTEGER, waiting TEXT,
   world INTEGER NOT NULL DEFAULT 1, use_libuv INTEGER NOT NULL DEFAULT 1,
+  avoid_devices_json TEXT NOT NULL DEFAULT '[]', backend_options_json TEXT NOT NULL DEFAULT '{}',
+  not_before REAL NOT NULL DEFAULT 0,
   UNIQUE (run_id, key)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -171,7 +173,7 @@ class Store:
         return _job_row(row)
 
     def set_job_state(self, job_id: int, state: str, detail: str = "", **fields) -> None:
-        allowed = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json"}
+        allowed = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json", "not_before"}
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"unknown job fields {sorted(unknown)}")
@@ -190,6 +192,16 @@ class Store:
     def set_job_argv(self, job_id: int, argv: list[str]) -> None:
         with self._tx() as db:
             db.execute("UPDATE jobs SET argv_json=? WHERE id=?", (json.dumps(argv), job_id))
+
+    def set_job_avoid_devices(self, job_id: int, devices: list[str]) -> None:
+        """Devices this job is never placed on again (a remedy after a device fault)."""
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET avoid_devices_json=? WHERE id=?", (json.dumps(sorted(set(devices))), job_id))
+
+    def set_job_backend_options(self, job_id: int, options: dict) -> None:
+        """Per-job backend options (Slurm ``time``, ``mem``) that override the plan's for this job."""
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET backend_options_json=? WHERE id=?", (json.dumps(options), job_id))
 
     def set_progress(self, job_id: int, step: int | None, loss: float | None) -> None:
         with self._tx() as db:
@@ -370,6 +382,8 @@ def _job_row(row) -> JobRow:
     data = dict(row)
     data["argv"] = json.loads(data.pop("argv_json"))
     data["env"] = json.loads(data.pop("env_json"))
+    data["avoid_devices"] = tuple(json.loads(data.pop("avoid_devices_json")))
+    data["backend_options"] = json.loads(data.pop("backend_options_json"))
     diagnosis = data.pop("diagnosis_json")
     data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
     return JobRow(**data)

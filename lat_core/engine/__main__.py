@@ -28,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         engine.run(poll_interval=args.poll)
         lock.release()
-        # A front end may have added a run while we were finishing and saw our lock held.
-        if not store.active_runs() or not lock.acquire(timeout=0.2):
+        # A front end may have added a run, or a command (a requeue of an ended run), while we were
+        # finishing and saw our lock held.
+        if not (store.active_runs() or store.runs_with_pending_commands()) or not lock.acquire(timeout=0.2):
             break
     print("no active run left; engine exits", flush=True)
     return 0

@@ -98,7 +98,7 @@ class Commands:
             except ValueError as exc:
                 return "rejected", str(exc)
         detail = f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user"
-        self.store.set_job_state(job.id, "queued", detail, ended=None, returncode=None, error=None)
+        self.store.set_job_state(job.id, "queued", detail, ended=None, returncode=None, error=None, not_before=0)
         if run.state in ("finished", "cancelled"):
             self.store.set_run_state(run.id, "running", "job requeued")
         return "done", f"{job.key} requeued"

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from lat_core.engine.retries import maybe_retry
+from lat_core.engine.remedy import still_effective
+from lat_core.engine.retries import backoff_hold, maybe_retry
 from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.commands import Commands
 from lat_core.config.env import MASK
@@ -150,12 +151,12 @@ class Engine:
         busy = slots_used(jobs)
         batch = [] if self._submits_arrays(run.id) else None
         for job in queued:
-            if (hold := self._warm.hold(job)) is not None:
+            if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
                 self.store.set_waiting(job.id, hold)
                 continue
             candidates = placements(job, run.devices, busy)
             if not candidates:
-                if job.world == 1:
+                if job.world == 1 and not job.avoid_devices:
                     break
                 continue  # a gang job waits for N free slots; single jobs behind it may still fit
             chosen, reason = self._first_fitting(job, candidates, running)
@@ -198,11 +199,11 @@ class Engine:
                "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
         try:
             argv, env = self._distributed(job, argv=job.argv, env=env)
-            if batch is not None:
+            if batch is not None and not job.backend_options:
                 batch.append((job, attempt_id, LaunchSpec(argv, env, job_dir, exit_path, tuple(job.env))))
                 return
             launched = (self._warm.launch(job, argv, env, job_dir, exit_path)
-                        or self.backend(job.run_id).launch(argv, env, job_dir, exit_path, tuple(job.env)))
+                        or self._job_backend(job).launch(argv, env, job_dir, exit_path, tuple(job.env)))
         except OSError as exc:
             self._launch_failed(job, attempt_id, exc)
             return
@@ -327,7 +328,7 @@ class Engine:
         if state == "failed":
             run, failed = self.store.run(job.run_id), self.store.job(job.id)
             self._notices.job_failed(run, failed)
-            maybe_retry(self.store, run, failed)
+            maybe_retry(self.store, run, failed, now=self._clock())
 
     def _remember_peak(self, job: JobRow) -> None:
         """What this config needed, for memory-aware admission of its next jobs."""
@@ -337,14 +338,19 @@ class Engine:
             self.store.record_config_peak(job.profile_key, gpu, job.peak_rss or 0)
 
     def _triage(self, job: JobRow, attempt: AttemptRow, returncode: int | None):
-        diagnose = getattr(self.backend(job.run_id), "diagnose", None)
-        if diagnose is not None and attempt.pid:  # Slurm's own verdict: time limit, memory, node, preemption
-            found = diagnose(attempt.pid)
-            if found is not None:
-                return found
-        after = reread_oom_kill_count(attempt.oom_source).count if attempt.oom_source else None
-        return classify(Path(job.job_dir), returncode, cancelled=attempt.cancel_at is not None,
-                        oom_kills_before=attempt.oom_before, oom_kills_after=after)
+        diagnose = getattr(self._job_backend(job), "diagnose", None)
+        found = diagnose(attempt.pid) if diagnose is not None and attempt.pid else None  # Slurm's own verdict
+        if found is None:
+            after = reread_oom_kill_count(attempt.oom_source).count if attempt.oom_source else None
+            found = classify(Path(job.job_dir), returncode, cancelled=attempt.cancel_at is not None,
+                             oom_kills_before=attempt.oom_before, oom_kills_after=after,
+                             env=job.env)  # the live env: remedies already applied count
+        return still_effective(self.store.run(job.run_id), job, found)
+
+    def _job_backend(self, job: JobRow):
+        """The run's backend, with this job's own options (a remedy's Slurm time/mem) where it has them."""
+        backend = self.backend(job.run_id)
+        return backend.with_options(job.backend_options) if job.backend_options else backend
 
     def _enforce_cancel_grace(self, run: RunRow, attempt: AttemptRow) -> None:
         if attempt.cancel_at is not None and self._clock() >= attempt.cancel_at + CANCEL_GRACE_S and attempt.pid:

@@ -35,8 +35,9 @@ def free_slots(devices: list[dict], busy: dict[str, int]) -> list[tuple[int, dic
 
 
 def placements(job: JobRow, devices: list[dict], busy: dict[str, int]) -> list[list[dict]]:
-    """Candidate device sets for ``job``, best first; empty when it cannot start now."""
-    free = free_slots(devices, busy)
+    """Candidate device sets for ``job``, best first; empty when it cannot start now. Devices a
+    remedy excluded for this job (``avoid_devices``) are never candidates."""
+    free = free_slots([d for d in devices if d["id"] not in job.avoid_devices], busy)
     if job.world == 1:
         return [[d] for _, d in free]
     cpu = [d for n, d in free if d["id"] == "cpu" and n >= job.world]

@@ -1,33 +1,60 @@
-"""Automatic retry of OOM-killed jobs with remedies the plan opted into (``on_oom:``).
+"""Automatic retries the plan opted into: OOM-killed jobs with a remedy (``on_oom:``), transient
+failures as they are (``on_failure:``).
 
     on_oom:
       remedies: [expandable_segments, smaller_micro_batch, gradient_checkpointing]
       max_retries: 2
+    on_failure:
+      classes: [rendezvous, nccl]
+      max_retries: 2
+      backoff_s: 30
 
-Each retry applies the first listed remedy that triage offers for this failure and that this job
+An OOM retry applies the first listed remedy that triage offers for this failure and that this job
 has not had yet; a smaller micro-batch raises gradient accumulation so the effective batch, and so
-the results, stay comparable. Every retry is recorded in the job's history.
+the results, stay comparable. A failure-class retry waits ``backoff_s`` (the job stays queued with
+a not-before time that admission honours) and resumes from the job's last checkpoint when it has
+one. Every retry is recorded in the job's history.
 """
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import yaml
 
-from lat_core.engine.remedy import apply_remedy
+from lat_core.engine.remedy import Target, apply_change, apply_remedy
 from lat_core.rows import JobRow, RunRow
 from lat_core.store import Store
 from lat_core.triage.classes import OOM_CLASSES
+from lat_core.triage.model import Resume
 
 TAG = "auto-retry with remedy "
+FAILURE_TAG = "auto-retry after "
+
+
+def _plan_section(run: RunRow, name: str) -> dict:
+    plan = yaml.safe_load(run.plan_yaml) or {}
+    return (plan.get(name) or {}) if isinstance(plan, dict) else {}
 
 
 def on_oom_settings(run: RunRow) -> dict:
-    plan = yaml.safe_load(run.plan_yaml) or {}
-    return (plan.get("on_oom") or {}) if isinstance(plan, dict) else {}
+    return _plan_section(run, "on_oom")
 
 
-def maybe_retry(store: Store, run: RunRow, job: JobRow) -> bool:
-    """Requeue ``job`` with the next remedy when the plan asks for it; True when requeued."""
+def maybe_retry(store: Store, run: RunRow, job: JobRow, now: float | None = None) -> bool:
+    """Requeue a failed ``job`` when the plan asks for it; True when requeued."""
+    return _retry_oom(store, run, job) or _retry_failure_class(store, run, job, time.time() if now is None else now)
+
+
+def backoff_hold(job: JobRow, now: float) -> str | None:
+    """Why admission holds ``job`` back for a retry's backoff, or None once it may start."""
+    if job.not_before <= now:
+        return None
+    return f"retry backoff: {job.not_before - now:.0f}s left"
+
+
+def _retry_oom(store: Store, run: RunRow, job: JobRow) -> bool:
     settings = on_oom_settings(run)
     if not settings or (job.diagnosis or {}).get("class") not in OOM_CLASSES:
         return False
@@ -38,9 +65,41 @@ def maybe_retry(store: Store, run: RunRow, job: JobRow) -> bool:
     choice = next((k for k in settings.get("remedies", []) if k in offered and k not in used), None)
     if choice is None:
         return False
-    applied = apply_remedy(store, run, job, choice)
+    try:
+        applied = apply_remedy(store, run, job, choice)
+    except ValueError as exc:  # the remedy cannot act on this job: it stays failed, the history says why
+        store.add_transition(run.id, job.id, "auto-retry", f"not retried: {exc}")
+        return False
     store.set_job_state(job.id, "queued", f"{TAG}{choice}: {applied}", ended=None, returncode=None)
     return True
+
+
+def _retry_failure_class(store: Store, run: RunRow, job: JobRow, now: float) -> bool:
+    settings = _plan_section(run, "on_failure")
+    cls = (job.diagnosis or {}).get("class")
+    if not settings or cls not in settings.get("classes", []):
+        return False
+    done = _failure_retries(store, job)
+    limit = int(settings.get("max_retries", 2))
+    if done >= limit:
+        return False
+    backoff = float(settings.get("backoff_s", 30))
+    how = "from the start"
+    if _has_checkpoint(job):
+        apply_change(Target(store, run, job), Resume())
+        how = "resuming from its last checkpoint"
+    store.set_job_state(job.id, "queued", f"{FAILURE_TAG}{cls} ({done + 1}/{limit}): in {backoff:g}s, {how}",
+                        ended=None, returncode=None, not_before=now + backoff)
+    return True
+
+
+def _has_checkpoint(job: JobRow) -> bool:
+    return any(p.is_dir() for p in Path(job.job_dir).glob("checkpoint-*"))
+
+
+def _failure_retries(store: Store, job: JobRow) -> int:
+    return sum(1 for t in store.transitions(job.run_id, job_id=job.id)
+               if t.new_state == "queued" and t.detail.startswith(FAILURE_TAG))
 
 
 def _remedies_used(store: Store, job: JobRow) -> list[str]:

@@ -27,16 +27,18 @@ from lat_core.triage.sources import JobFiles, config_value, read_job_dir, read_l
 
 
 def classify(job_dir: Path, returncode: int | None, *, cancelled: bool = False, timed_out: bool = False,
-             oom_kills_before: int | None = None, oom_kills_after: int | None = None) -> Diagnosis:
+             oom_kills_before: int | None = None, oom_kills_after: int | None = None,
+             env: dict | None = None) -> Diagnosis:
     """Classify a job folder (or a bare log file) given how its process ended.
 
     ``cancelled``: LAT (the journal) asked for this job to stop, so a SIGTERM is a cancel; without
     it a SIGTERM or SIGINT came from outside. ``oom_kills_before``/``after`` are the kernel
     OOM-kill counter (:func:`read_oom_kill_count`) sampled at launch and at exit; a rise plus
-    SIGKILL is proof of a host OOM.
+    SIGKILL is proof of a host OOM. ``env`` is the job's
+    live environment (the engine passes the journal's); without it, ``command.json``'s is read.
     """
     job_dir = Path(job_dir)
-    files = read_job_dir(job_dir) if job_dir.is_dir() else read_log_file(job_dir)
+    files = read_job_dir(job_dir, env) if job_dir.is_dir() else read_log_file(job_dir)
     return classify_files(files, returncode, cancelled=cancelled, timed_out=timed_out,
                           oom_kills=oom_kills_between(oom_kills_before, oom_kills_after))
 

@@ -88,13 +88,17 @@ def _attempt_number(path: Path) -> int:
     return int(match.group(1)) if match else -1
 
 
-def read_job_dir(job_dir: Path) -> JobFiles:
-    command = read_mapping(job_dir / "command.json", json.loads)
+def read_job_dir(job_dir: Path, env: dict | None = None) -> JobFiles:
+    """``env``: the job's live environment; ``command.json`` (written at planning) only stands in
+    for it when triage runs by hand on a folder."""
+    if env is None:
+        command = read_mapping(job_dir / "command.json", json.loads)
+        env = command.get("env") if isinstance(command.get("env"), dict) else {}
     return JobFiles(
         lines=tuple(read_tail_lines(job_dir / "train.log")),
         events=tuple(read_events(job_dir / "events.jsonl")),
         config=read_mapping(job_dir / "job.yaml", yaml.safe_load),
-        env=command.get("env") if isinstance(command.get("env"), dict) else {},
+        env=env,
         exit_record=latest_exit_record(job_dir),
     )
 

@@ -4,6 +4,10 @@
 
 It appends "start <t> <pid>" / "end <t>" lines to DIR/<name>.log so tests can check concurrency,
 writes a few step events to ./events.jsonl (cwd is the job dir), and exits as told.
+
+For remedy tests: ``--echo`` writes an ``echo`` event with what this attempt sees (job.yaml read
+and resolved the way the real trainer does, env variables, device, --resume); ``--fail-log KIND``
+dies with that failure's log signature while ``LAT_ATTEMPT`` is below ``--fail-before-attempt``.
 """
 
 import argparse
@@ -18,6 +22,42 @@ CUDA_OOM = """Traceback (most recent call last):
 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB \
 of which 1.06 GiB is free. Including non-PyTorch memory, this process has 22.50 GiB memory in use. Of the \
 allocated memory 21.90 GiB is allocated by PyTorch, and 120.50 MiB is reserved by PyTorch but unallocated."""
+
+
+# One line each, as PyTorch, torchrun, the driver or Slurm print them.
+FAILURE_LOGS = {
+    "cuda_oom": CUDA_OOM,
+    "cuda_oom_fragmented": CUDA_OOM.replace("120.50 MiB is reserved", "3.00 GiB is reserved"),
+    "cuda_oom_contended": CUDA_OOM.replace("of which 1.06 GiB is free.", "of which 1.06 GiB is free. Process 4242 "
+                                           "has 14.00 GiB memory in use.").replace("has 22.50 GiB", "has 8.50 GiB"),
+    "dataloader_killed": "RuntimeError: DataLoader worker (pid 4711) is killed by signal: Killed.",
+    "ecc": "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "time_limit": "slurmstepd: error: *** JOB 77 ON node1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***",
+    "port_in_use": "torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+                   "network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
+    "python": "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\nValueError: a bug",
+}
+
+
+def _echo(names: list[str], resumed: bool) -> dict:
+    from lat_core.train.config import load_config
+
+    train = {}
+    if os.path.exists("job.yaml"):
+        cfg = load_config("job.yaml")
+        train = {k: getattr(cfg.train, k) for k in ("batch_size", "grad_accum", "gradient_checkpointing", "num_workers")}
+    return {"event": "echo", "attempt": int(os.environ.get("LAT_ATTEMPT", "0")), "train": train,
+            "env": {n: os.environ.get(n) for n in names}, "device": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "resumed": resumed}
+
+
+def _fail(kind: str, checkpoint: bool) -> int:
+    if checkpoint:
+        os.makedirs("checkpoint-2", exist_ok=True)
+        with open("events.jsonl", "a") as ev:
+            ev.write(json.dumps({"t": time.time(), "event": "checkpoint", "step": 2, "path": "checkpoint-2"}) + "\n")
+    print(FAILURE_LOGS[kind], file=sys.stderr, flush=True)
+    return 1
 
 
 def _batch_size() -> int:
@@ -35,7 +75,18 @@ def main() -> int:
     p.add_argument("--name", required=True)
     p.add_argument("--print-env", help="write this variable's value to ./env.txt")
     p.add_argument("--oom-above-batch", type=int, help="die with a CUDA OOM when job.yaml's batch is larger")
+    p.add_argument("--echo", nargs="*", metavar="VAR", help="write an echo event (config, these variables)")
+    p.add_argument("--fail-log", choices=sorted(FAILURE_LOGS), help="die with this failure's log")
+    p.add_argument("--fail-before-attempt", type=int, default=10**6, help="... while LAT_ATTEMPT is below this")
+    p.add_argument("--checkpoint", action="store_true", help="save a checkpoint-2 folder before failing")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--overwrite", action="store_true")
     a = p.parse_args()
+    if a.echo is not None:
+        with open("events.jsonl", "a") as ev:
+            ev.write(json.dumps(_echo(a.echo, a.resume)) + "\n")
+    if a.fail_log and int(os.environ.get("LAT_ATTEMPT", "1")) < a.fail_before_attempt:
+        return _fail(a.fail_log, a.checkpoint)
     if a.oom_above_batch is not None and _batch_size() > a.oom_above_batch:
         print(CUDA_OOM, file=sys.stderr, flush=True)
         return 1

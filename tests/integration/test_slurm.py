@@ -12,8 +12,9 @@ import pytest
 
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.slurm import SlurmBackend, SlurmError, find_submitted, job_name_for
-from lat_core.engine.backends.slurm_states import (elapsed_seconds, option_problems, parse_sacct, parse_scontrol_job,
-                                            slurm_diagnosis, slurm_failure, validate_options)
+from lat_core.engine.backends.slurm_states import (double_mem, elapsed_seconds, option_problems, parse_sacct,
+                                                   parse_scontrol_job, slurm_diagnosis, slurm_failure, time_minutes,
+                                                   validate_options)
 from lat_core.engine.loop import Engine
 from lat_core.errors import PlanError
 from lat_core.engine.launch import read_exit_record
@@ -67,6 +68,24 @@ def test_timeout_diagnosis_suggests_more_time_and_resume():
     diagnosis = slurm_diagnosis(final, validate_options({"time": "00:30:00"}))
     keys = [r.key for r in diagnosis.remedies]
     assert keys == ["slurm_time", "resume"] and "00:30:00" in diagnosis.remedies[0].change
+    assert diagnosis.remedies[0].patch == {"plan.slurm.time": "60"}  # doubled, a value sbatch takes
+
+
+@pytest.mark.parametrize("text, minutes", [("90", 90), ("90:30", 91), ("1:30:00", 90), ("2-00:00:00", 2880),
+                                           ("2-12", 3600), ("0-00:05", 5)])
+def test_slurm_time_formats_in_minutes(text, minutes):
+    assert validate_options({"time": text}).time == text and time_minutes(text) == minutes
+
+
+def test_limits_without_a_plan_value():
+    """No plan time: the minutes it ran stand for the partition's limit; no plan mem: nothing to double."""
+    timeout = slurm_diagnosis(parse_sacct((FIXTURES / "sacct_timeout.txt").read_text(), 42))
+    assert timeout.remedies[0].patch == {"plan.slurm.time": "2"}  # ran 00:01:03
+    oom = slurm_diagnosis(parse_sacct((FIXTURES / "sacct_out_of_memory.txt").read_text(), 43))
+    assert [r.key for r in oom.remedies] == []
+    more = slurm_diagnosis(parse_sacct((FIXTURES / "sacct_out_of_memory.txt").read_text(), 43),
+                           validate_options({"mem": "16g"}))
+    assert more.remedies[0].patch == {"plan.slurm.mem": "32G"} and double_mem("4000M") == "8000M"
 
 
 def test_options_are_validated_with_plan_field_names():

@@ -74,7 +74,19 @@ BAD_PLANS = [
     (with_(on_oom={"remedies": ["buy_more_gpus"]}), "field 'on_oom.remedies': unknown remedy 'buy_more_gpus'"),
     (with_(on_oom={"remedies": ["smaller_micro_batch"], "max_retries": 0}), "field 'on_oom.max_retries'"),
     (with_(resume=True, overwrite=True), "fields 'resume' and 'overwrite' exclude each other"),
+    (with_(on_failure={"classes": ["cosmic_rays"]}), "field 'on_failure.classes': unknown failure class 'cosmic_rays'"),
+    (with_(on_failure={"classes": ["cuda_oom"]}), "'cuda_oom' is retried with a remedy by 'on_oom'"),
+    (with_(on_failure={"classes": ["ok"]}), "unknown failure class 'ok'"),
+    (with_(on_failure={"classes": ["nccl"], "backoff_s": -1}), "field 'on_failure.backoff_s'"),
 ]
+
+
+def test_on_failure_takes_the_classes_triage_produces_and_round_trips(tmp_path, configs):
+    data = with_(on_failure={"classes": ["rendezvous", "nccl"], "max_retries": 3, "backoff_s": 10})
+    plan = load_plan(write_plan(tmp_path, data), SuiteRegistry(configs))
+    assert plan.on_failure.classes == ["rendezvous", "nccl"] and plan.on_failure.backoff_s == 10
+    again = yaml.safe_load(plan.to_yaml())["on_failure"]
+    assert again == {"classes": ["rendezvous", "nccl"], "max_retries": 3, "backoff_s": 10.0}
 
 
 @pytest.mark.parametrize("data,expected", BAD_PLANS, ids=[f"bad{i}" for i in range(len(BAD_PLANS))])

@@ -357,7 +357,7 @@ def test_only_the_tail_of_a_big_log_is_read(tmp_path):
 def test_to_json_shape(tmp_path):
     data = classify(make_job(tmp_path, "cuda_oom.log"), 1).to_json()
     assert set(data) == {"class", "title", "diagnosis", "remedies", "numbers", "evidence"}
-    assert set(data["remedies"][0]) == {"key", "change", "cost", "patch"}
+    assert set(data["remedies"][0]) == {"key", "change", "cost", "patch", "changes"}
     json.dumps(data)
 
 
@@ -377,7 +377,8 @@ def test_cli_json_on_a_job_folder(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["class"] == "host_oom"
     assert data["remedies"][0] == {"key": "fewer_workers", "change": data["remedies"][0]["change"],
-                                   "cost": data["remedies"][0]["cost"], "patch": {"train.num_workers": 2}}
+                                   "cost": data["remedies"][0]["cost"], "patch": {"train.num_workers": 2},
+                                   "changes": [{"kind": "config", "field": "train.num_workers", "value": 2}]}
 
 
 def test_cli_bare_log_with_returncode(capsys):

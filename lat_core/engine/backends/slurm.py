@@ -19,6 +19,8 @@ accepts in place of a job id.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import getpass
 import hashlib
 import os
@@ -105,6 +107,14 @@ class SlurmBackend:
         self._run = run
         self._gres_kind: str | None = None
         self._queue: tuple[float, dict[str, str]] = (0.0, {})
+
+    def with_options(self, overrides: dict) -> "SlurmBackend":
+        """This backend with some options replaced for one job (a remedy's ``time`` or ``mem``);
+        it shares the Slurm queries of the run's backend."""
+        checked = validate_options(overrides)
+        twin = copy.copy(self)
+        twin.options = dataclasses.replace(self.options, **{k: getattr(checked, k) for k in overrides})
+        return twin
 
     # ------------------------------------------------------------------ submission
     def launch(self, argv, env, job_dir, exit_path, show_env=()) -> Launched:

@@ -114,24 +114,46 @@ def slurm_diagnosis(final: dict, options: "SlurmOptions | None" = None) -> Diagn
         return None
     state = final.get("state_raw") or final.get("state")
     text = f"Slurm ended job {final.get('job_id')} in state {state} after {final.get('elapsed') or '?'}."
-    return Diagnosis(cls, title, text, _remedies(cls, options),
+    return Diagnosis(cls, title, text, _remedies(cls, options, final.get("elapsed_s")),
                      {"slurm_state": final.get("state"), "elapsed_s": final.get("elapsed_s")},
                      (f"sacct: {final.get('job_id')}|{state}|{final.get('exit_code')}:{final.get('signal')}",))
 
 
-def _remedies(cls: F, options: "SlurmOptions | None") -> tuple[Remedy, ...]:
+def _remedies(cls: F, options: "SlurmOptions | None", elapsed_s: int | None = None) -> tuple[Remedy, ...]:
+    """Slurm limits doubled for this job; where the plan set no limit, the time it ran before
+    Slurm stopped it stands for the partition's (an unknown memory limit cannot be doubled)."""
     if cls == F.TIMEOUT:
-        now = options.time if options and options.time else "the partition default"
-        return (Remedy("slurm_time", f"raise plan.slurm.time (now {now})", "longer queue wait",
-                       {"plan.slurm.time": None}),
-                Remedy("resume", "resume from the last checkpoint", "none", {"plan.resume": True}))
-    if cls == F.HOST_OOM:
-        now = options.mem if options and options.mem else "the partition default"
-        return (Remedy("slurm_mem", f"raise plan.slurm.mem (now {now})", "longer queue wait",
-                       {"plan.slurm.mem": None}),)
+        now = time_minutes(options.time) if options and options.time else (elapsed_s or 0) // 60
+        was = options.time if options and options.time else f"the partition's, about {now} min"
+        longer = [Remedy("slurm_time", f"time limit {was} -> {max(2 * now, 1)} min for this job",
+                         "longer queue wait", {"plan.slurm.time": str(max(2 * now, 1))})] if now else []
+        return (*longer, Remedy("resume", "resume from the last checkpoint", "none", {"plan.resume": True}))
+    if cls == F.HOST_OOM and options and options.mem:
+        more = double_mem(options.mem)
+        return (Remedy("slurm_mem", f"memory request {options.mem} -> {more} for this job", "longer queue wait",
+                       {"plan.slurm.mem": more}),)
     if cls in (F.NODE_FAIL, F.PREEMPTED):
         return (Remedy("requeue", "requeue the job (nothing in it was at fault)", "none", {}),)
     return ()
+
+
+def time_minutes(text: str) -> int:
+    """Slurm's time formats (``90``, ``90:30``, ``1:30:00``, ``2-00:00:00``, ``2-12``) in whole
+    minutes, a started minute counted."""
+    days, _, clock = text.partition("-") if "-" in text else ("0", "", text)
+    parts = [int(p) for p in clock.split(":")]
+    if "-" in text:  # D-HH[:MM[:SS]]
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    elif len(parts) == 3:  # HH:MM:SS
+        hours, minutes, seconds = parts
+    else:  # MM[:SS]
+        hours, minutes, seconds = 0, parts[0], (parts + [0])[1]
+    return int(days) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+
+
+def double_mem(text: str) -> str:
+    number, unit = re.match(r"^(\d+)([KMGT]?)$", text.upper()).groups()
+    return f"{2 * int(number)}{unit}"
 
 
 @dataclass(frozen=True)
