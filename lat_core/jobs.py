@@ -3,8 +3,9 @@
 One job per (suite config x seed x dataset), in plan order: suites, then rounds, then configs, then
 pairs. Each job lives in ``<output_root>/<data>_seed<seed>/<config_stem>/`` (``__repK`` added when a
 config repeats for the same pair) and holds its resolved config (``job.yaml``, marked ``resolved:
-true``: the trainer trains it as written), where each overridden value came from (``overrides.json``), its command line (``command.json``, secrets masked),
-``train.log``, ``events.jsonl`` and the trainer's outputs.
+true``: the trainer trains it as written), where each overridden value came from
+(``overrides.json``), its command line (``command.json``, secrets masked), ``train.log``,
+``events.jsonl`` and the trainer's outputs.
 """
 
 from __future__ import annotations

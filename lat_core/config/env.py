@@ -1,8 +1,9 @@
 """Environment overrides with the meanings the seeds' launch scripts gave them.
 
 Known variables map onto config fields with a kind (lat_core.config.values, shared with the job
-schema); a value that does not parse or is out of range is an error naming the variable. Every plan env value (known or not) is also passed to the job's environment, as an
-argv/env pair, never through a shell string. Secret values are masked wherever they are shown.
+schema); a value that does not parse or is out of range is an error naming the variable. Every plan
+env value (known or not) is also passed to the job's environment, as an argv/env pair, never through
+a shell string. Secret values are masked wherever they are shown.
 """
 
 from __future__ import annotations

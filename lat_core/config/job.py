@@ -24,7 +24,6 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from lat_core.config import values as V
 from lat_core.config.env import ENV_FIELDS, EnvValueError, apply_env
 from lat_core.config.peft_specs import PeftSpecError, resolve_peft
-from lat_core.config.values import DTYPES, FAMILIES, SCHEDULERS, TRACKERS  # noqa: F401 (re-exported)
 from lat_core.errors import ConfigError
 
 PEFT_METHODS = ("lora", "dora", "rslora", "pissa", "loraga", "sdlora")
@@ -176,7 +175,8 @@ class JobConfig(_Section):
 
 FILE_KEYS = ("name", "model", "peft", "data", "seed", "train", "output_dir", "eval", "data_dir", "gla", "resolved")
 _SECTIONS = ("model", "peft", "train", "eval", "gla")
-_TYPE_WORDS = {"string_type": "expected a string", "dict_type": "expected a mapping", "model_type": "expected a mapping",
+_TYPE_WORDS = {"string_type": "expected a string", "dict_type": "expected a mapping",
+               "model_type": "expected a mapping",
                "bool_type": "expected a boolean", "int_type": "expected an integer", "float_type": "expected a number",
                "list_type": "expected a list", "path_type": "expected a path", "string_too_short": "expected a name"}
 
