@@ -2,9 +2,10 @@
 
 One job per (suite config x seed x dataset), in plan order: suites, then rounds, then configs, then
 pairs. Each job lives in ``<output_root>/<data>_seed<seed>/<config_stem>/`` (``__repK`` added when a
-config repeats for the same pair) and holds its resolved config (``job.yaml``), where each
-overridden value came from (``overrides.json``), its command line (``command.json``, secrets masked),
-``train.log``, ``events.jsonl`` and the trainer's outputs.
+config repeats for the same pair) and holds its resolved config (``job.yaml``, marked ``resolved:
+true``: the trainer trains it as written), where each overridden value came from
+(``overrides.json``), its command line (``command.json``, secrets masked), ``train.log``,
+``events.jsonl`` and the trainer's outputs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from lat_core.config.env import ENV_FIELDS, mask_env, parse_env_value
+from lat_core.config.env import EnvValueError, apply_env, mask_env
+from lat_core.config.job import JobConfig, TrainConfigError, parse_config
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import ConfigError, OutputPathError
 from lat_core.plan import Plan
@@ -42,6 +44,7 @@ class JobSpec:
     mode: str = "fresh"  # fresh | resume | overwrite | done (succeeded before; not rerun)
     world: int = 1  # gpus_per_job: processes under torchrun
     use_libuv: bool = True
+    typed: JobConfig | None = None  # the typed view of ``config``, as the trainer will parse job.yaml
 
     def command(self) -> list[str]:
         flags = {"resume": ["--resume"], "overwrite": ["--overwrite"]}.get(self.mode, [])
@@ -61,8 +64,8 @@ def safe_component(name: str, what: str) -> str:
 def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None = None) -> list[JobSpec]:
     """All jobs of the plan, configs resolved; raises ConfigError naming the config file."""
     root = Path(plan.output_root).expanduser().resolve()
-    env = {**plan.env, **(shell_env or {})}
-    _check_hp_data(plan, shell_env or {})
+    shell_env = dict(shell_env or {})
+    _check_hp_data(plan, shell_env)
     jobs: list[JobSpec] = []
     seen: dict[str, int] = {}
     for ref in plan.suites:
@@ -70,7 +73,7 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
         for round_no, cfg_path in suite.configs_for(plan.round_list(ref)):
             base_cfg = _load_experiment(cfg_path)
             for pair in plan.pairs:
-                jobs.append(_make_job(plan, root, env, suite.name, round_no, cfg_path, base_cfg, pair, seen))
+                jobs.append(_make_job(plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg, pair, seen))
     return jobs
 
 
@@ -86,7 +89,7 @@ def _check_hp_data(plan: Plan, shell_env: dict[str, str]) -> None:
                           f"in the pairs instead (e.g. {other[0].seed}:{value}) and unset HP_DATA", where=source)
 
 
-def _make_job(plan, root, env, suite, round_no, cfg_path, base_cfg, pair, seen) -> JobSpec:
+def _make_job(plan, root, shell_env, suite, round_no, cfg_path, base_cfg, pair, seen) -> JobSpec:
     group = f"{safe_component(pair.dataset, 'dataset')}_seed{pair.seed}"
     stem = safe_component(cfg_path.stem, "config name")
     count = seen.get(f"{group}/{stem}", 0) + 1
@@ -94,13 +97,14 @@ def _make_job(plan, root, env, suite, round_no, cfg_path, base_cfg, pair, seen) 
     if count > 1:
         stem = f"{stem}__rep{count}"
     job_dir = root / group / stem
-    config, provenance = resolve_config(base_cfg, cfg_path, plan, env, pair, job_dir, stem)
+    config, provenance, origin = resolve_config(base_cfg, cfg_path, plan, shell_env, pair, job_dir, stem)
     wants_resume = bool(config.pop("resume", False)) or plan.resume
     mode = job_mode(job_dir, wants_resume, plan.overwrite, strict=bool(base_cfg.get("resume")))
     world = _positive_int(config.pop("gpus_per_job", plan.gpus_per_job), cfg_path)
     use_libuv = bool(config.pop("use_libuv", True))
+    typed = typed_config(config, cfg_path, job_dir, origin)
     return JobSpec(f"{group}/{stem}", suite, round_no, str(cfg_path), stem, pair.seed, pair.dataset,
-                   job_dir, config, provenance, dict(env), mode, world, use_libuv)
+                   job_dir, config, provenance, {**plan.env, **shell_env}, mode, world, use_libuv, typed)
 
 
 def _positive_int(value, cfg_path) -> int:
@@ -149,24 +153,91 @@ def _load_experiment(path: Path) -> dict:
     return data
 
 
-def resolve_config(base, cfg_path, plan: Plan, env, pair, job_dir: Path, stem: str):
-    """defaults < suite YAML < plan overrides < environment; returns (config, provenance)."""
+# Where a value can come from, earliest first: a later layer overrides an earlier one.
+PLAN_OVERRIDES, PLAN_ENV, SHELL = "plan overrides", "plan env", "the launching shell"
+
+
+def resolve_config(base, cfg_path, plan: Plan, shell_env: dict, pair, job_dir: Path, stem: str):
+    """The job's final config: experiment YAML < plan overrides < plan env < launching shell, then
+    the pair's dataset and seed; returns (config, provenance, origin: field -> where it came from).
+
+    This is the one place overrides are applied: the config is written to job.yaml with
+    ``resolved: true`` and the trainer applies nothing on top of it."""
     config = copy.deepcopy(base)
-    provenance: list[dict] = []
+    provenance: list[dict] = [{"field": "*", "value": str(cfg_path), "source": "suite config"}]
+    origin: dict[str, str] = {}
     for dotted, value in _flatten(plan.overrides):
         _set(config, dotted, value)
         provenance.append({"field": dotted, "value": value, "source": "plan.overrides"})
-    for name, value in env.items():
-        if name in ENV_FIELDS:
-            typed = parse_env_value(name, value)
-            _set(config, ENV_FIELDS[name].field, typed)
-            provenance.append({"field": ENV_FIELDS[name].field, "value": typed, "source": f"env:{name}"})
+        origin[dotted] = PLAN_OVERRIDES
+    for label, env in ((PLAN_ENV, plan.env), (SHELL, shell_env)):
+        config = _apply_env_layer(config, env, label, provenance, origin)
     injected = {"name": stem, "data": pair.dataset, "seed": pair.seed, "output_dir": str(job_dir)}
     for key, value in injected.items():
         config[key] = value
         provenance.append({"field": key, "value": value, "source": "plan"})
-    provenance.insert(0, {"field": "*", "value": str(cfg_path), "source": "suite config"})
-    return config, provenance
+        origin[key] = "the plan's pairs" if key in ("data", "seed") else "the plan"
+    _drop_outranked_max_steps(config, origin, provenance)
+    config["resolved"] = True
+    return config, provenance, origin
+
+
+def _apply_env_layer(config: dict, env: dict, label: str, provenance: list, origin: dict) -> dict:
+    sources: dict = {}
+    try:
+        config = apply_env(config, env, sources)
+    except EnvValueError as exc:
+        raise ConfigError(f"{exc.name}={exc.value!r} from {label}: {exc.problem}") from None
+    for dotted, source in sources.items():
+        provenance.append({"field": dotted, "value": _get(config, dotted), "source": source, "from": label})
+        origin[dotted] = f"{source.removeprefix('env:')} from {label}"
+    return config
+
+
+def _rank(origin: dict, dotted: str, config: dict) -> int:
+    """0: not set, 1: the experiment YAML, 2..: the layers after it."""
+    where = origin.get(dotted)
+    if where is None:
+        return 1 if _get(config, dotted) is not None else 0
+    return 2 if where == PLAN_OVERRIDES else 3 if where.endswith(PLAN_ENV) else 4
+
+
+def _drop_outranked_max_steps(config: dict, origin: dict, provenance: list) -> None:
+    """train.epochs set at a later layer than train.max_steps wins over it (a max_steps set at the
+    same layer or later wins, as in the trainer). job.yaml holds the outcome, without the loser, so
+    the trainer, which sees one layer, decides the same way."""
+    epochs, steps = _rank(origin, "train.epochs", config), _rank(origin, "train.max_steps", config)
+    if epochs and steps and epochs > steps:
+        del config["train"]["max_steps"]
+        provenance.append({"field": "train.max_steps", "value": None,
+                           "source": f"dropped: train.epochs from {origin['train.epochs']} outranks it"})
+
+
+def typed_config(config: dict, cfg_path: Path, job_dir: Path, origin: dict) -> JobConfig:
+    """Build the typed config (type and range of every field); ConfigError naming the field and
+    where its value came from, so a bad value stops the run before anything starts."""
+    try:
+        return parse_config(config, job_dir / "job.yaml", environ={})
+    except TrainConfigError as exc:
+        where = _origin_of(exc.field, origin) or str(cfg_path)
+        raise ConfigError(exc.message, where=where) from None
+
+
+def _origin_of(field: str | None, origin: dict) -> str | None:
+    while field:
+        if field in origin:
+            return origin[field]
+        field = field.rpartition(".")[0]
+    return None
+
+
+def _get(config: dict, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
 
 
 def _flatten(mapping: dict, prefix: str = ""):

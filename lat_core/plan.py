@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
-from lat_core.config.env import ENV_FIELDS, MASK, is_secret, is_valid_name, parse_env_value
+from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, parse_env_value
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
 from lat_core.plan_retries import OnFailure
@@ -342,7 +342,7 @@ def _check_env(plan: Plan) -> list[str]:
     for key, value in plan.env.items():
         if not is_valid_name(key):
             problems.append(f"field 'env': {key!r} is not a valid environment variable name")
-        elif key in ENV_FIELDS:
+        elif key in ENV_FIELDS or key in TRACKER_SWITCHES:
             try:
                 parse_env_value(key, value)
             except ValueError as exc:

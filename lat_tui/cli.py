@@ -114,6 +114,8 @@ def plan_from_args(args):
     flags = flags_to_mapping(args)
     if flags:
         where = f"{where} + flags" if args.plan else where
+    if "env" in flags and isinstance(data.get("env"), dict):  # --env adds to the plan's env: (and wins)
+        flags["env"] = {**data["env"], **flags["env"]}
     data.update(flags)
     try:
         return plan_from_mapping(data, _registry(args), where=where, base=base if args.plan else Path.cwd())

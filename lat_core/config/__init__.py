@@ -1,1 +1,2 @@
-"""Experiment configs, the suite registry and the environment-override layer."""
+"""Torch-free configuration shared by every process: the job schema (job.py) and the value kinds it
+shares with the environment table (values.py, env.py), peft specs, suites, datasets, paths."""

@@ -3,8 +3,8 @@
 Why: admission (:mod:`lat_core.engine.admission`) must know what a job will need before it starts. A peak
 measured before is best and a sibling's is next; for a config never run, this prior lets unmeasured
 jobs whose estimates fit start together, instead of queueing behind the first one's first step.
-It imports no torch: it reads the job's ``job.yaml`` (through the trainer's own torch-free config
-parser, with the job's environment, so HP_* overrides count as the trainer will count them), the
+It imports no torch: it reads the job's ``job.yaml`` (through the one job schema the trainer uses,
+lat_core.config.job, so the config it sizes is the one the trainer will train), the
 model's ``config.json`` and the headers of its safetensors files.
 
 The estimate is deliberately high: every sequence is taken at ``max_seq_len`` (GLUE sentences are
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from lat_core.train.config import TINY, TINY_DEFAULTS, JobConfig, PeftConfig, parse_config
+from lat_core.config.job import TINY, TINY_DEFAULTS, JobConfig, PeftConfig, parse_config
 
 GiB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     """Parse, check the output dir, train; map config problems to exit 2."""
     t_start = time.time()
     args = parse_args(argv)
-    from .config import TrainConfigError, load_config
+    from lat_core.config.job import TrainConfigError, load_config
     from .events import EventWriter
     from .checkpoints import prepare_output_dir
     from .loop import failed, log, run

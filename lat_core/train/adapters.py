@@ -16,7 +16,7 @@ import math
 import torch
 import torch.nn as nn
 
-from .config import JobConfig, TrainConfigError
+from lat_core.config.job import JobConfig, TrainConfigError
 
 MAMBA_REFUSED = {
     "out_proj": "LoRA on Mamba's out_proj is refused: the CUDA fast path reads out_proj.weight directly "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .config import TrainConfigError
+from lat_core.config.job import TrainConfigError
 from .events import read_events
 
 CKPT_RE = re.compile(r"^checkpoint-(\d+)$")

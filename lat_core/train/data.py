@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .config import TrainConfigError
+from lat_core.config.job import TrainConfigError
 
 DATA_ROOT = Path(__file__).resolve().parent.parent / "data"
 # dataset name -> (folder under lat_core/data, label words for label 0 and 1)

@@ -28,7 +28,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from .config import TrainConfigError
+from lat_core.config.job import TrainConfigError
 from .data import Dataset
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from . import data as D
-from .config import TrainConfigError
+from lat_core.config.job import TrainConfigError
 
 
 def set_logits_to_keep(model, setting, source: str = "train.logits_to_keep") -> str:

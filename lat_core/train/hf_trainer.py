@@ -17,7 +17,7 @@ import time
 import torch
 from transformers import Trainer, TrainingArguments
 
-from .config import JobConfig
+from lat_core.config.job import JobConfig
 
 
 def lr_multiplier(cfg: JobConfig, max_steps: int) -> tuple:

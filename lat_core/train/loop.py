@@ -20,16 +20,13 @@ import torch
 import torch.nn.functional as F
 
 from . import data as D
-from .config import JobConfig, TrainConfigError
+from lat_core.config.job import JobConfig, TrainConfigError
+from lat_core.results.metrics import spec_for
 from .events import EventWriter, log
 from .checkpoints import checkpoints, load_checkpoint
 from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
     batch_loss, mean_loss_fn, set_logits_to_keep,
 )
-
-MAIN_METRIC = {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson", "samsum": "rougeL",
-               "dart": "bleu", "spider": "exec_accuracy"}
-
 
 def peak_memory() -> dict:
     """Peak RSS of this process (ru_maxrss is KiB on Linux) and peak CUDA allocation."""
@@ -189,7 +186,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
 
     from . import adapters as A
     from .callbacks import EventsCallback, LatRun, RngCallback, TrackerConfigCallback
-    from .config import resolve_max_steps
+    from lat_core.config.job import resolve_max_steps
     from .hf_trainer import LatTrainer, build_scheduler, finish_distributed, training_arguments
     from .models import build_base_model, count_params, load_tokenizer, wrap_peft
     from .tracking import Trackers, public_config
@@ -211,7 +208,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     ds = D.load_dataset(cfg.data, cfg.data_dir)
     tokenizer = load_tokenizer(cfg, D.build_tokenizer(ds))
     setup.lap("data")
-    if not cfg.gla.get("GLA_FORCE_LEFT_PAD", True) and tokenizer.padding_side != "left":
+    if not cfg.gla.force_left_pad and tokenizer.padding_side != "left":
         log("GLA_FORCE_LEFT_PAD=0: keeping right padding; generation runs one prompt at a time")
     else:
         tokenizer.padding_side = "left"
@@ -251,7 +248,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         chosen = sum(int(m.sum()) for m in masks.values())
         log(f"SDLoRA: warm-up {cfg.peft.sdlora_warmup_steps} steps selected {chosen} SSM entries "
             f"of {sum(m.numel() for m in masks.values())}")
-    if cfg.gla.get("GLA_VERBOSE"):
+    if cfg.gla.verbose:
         log("adapted layers: " + ", ".join(n for n, _ in A.lora_layers(model)))
     ssm_ids = {id(p) for p in ssm}
     params = [p for p in model.parameters() if p.requires_grad and id(p) not in ssm_ids]
@@ -261,7 +258,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     optimizer = torch.optim.AdamW(groups, lr=tr.lr, weight_decay=tr.weight_decay)
     trainable, total = count_params(model)
     setup.lap("adapter")
-    main_metric = MAIN_METRIC.get(ds.task, "accuracy")
+    main_metric = spec_for(ds.task).main  # the results tables rank by the same metric
 
     lr_of, sched_desc, sched_name, warm = lr_schedule(cfg, tr.max_steps)
     log(f"lr schedule: {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps")

@@ -11,7 +11,7 @@ import os
 import torch
 import torch.nn as nn
 
-from .config import TINY, TINY_DEFAULTS, JobConfig, TrainConfigError
+from lat_core.config.job import TINY, TINY_DEFAULTS, JobConfig, TrainConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -44,7 +44,7 @@ def _tiny_model(cfg: JobConfig, tokenizer) -> nn.Module:
         config_cls, model_cls = _gla_classes()
         # the loop computes its own loss, so fla's fused (Triton) cross entropy is never needed
         config = config_cls(**sizes, **ids, fuse_cross_entropy=False, tie_word_embeddings=False,
-                            fuse_swiglu=cfg.gla.get("GLA_USE_FUSED_SWIGLU", False))
+                            fuse_swiglu=cfg.gla.use_fused_swiglu)
     else:
         config_cls, model_cls = _mamba_classes()
         config = config_cls(**sizes, **ids, tie_word_embeddings=False)
@@ -65,7 +65,7 @@ def _pretrained_model(cfg: JobConfig) -> nn.Module:
     config_cls, model_cls = _gla_classes() if cfg.model.family == "gla" else _mamba_classes()
     kwargs = {"dtype": DTYPES[cfg.model.dtype]}
     if cfg.model.family == "gla":
-        kwargs["fuse_swiglu"] = cfg.gla.get("GLA_USE_FUSED_SWIGLU", False)
+        kwargs["fuse_swiglu"] = cfg.gla.use_fused_swiglu
         if not torch.cuda.is_available():
             kwargs["fuse_cross_entropy"] = False
     try:

@@ -10,12 +10,11 @@ SWANLAB_API_KEY, ...) are read by the packages themselves and never logged.
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 from pathlib import Path
 
-from .config import JobConfig, TrainConfigError
+from lat_core.config.job import JobConfig, TrainConfigError
 
 # the seeds' SwanLab variables; swanlab and the HF integration read them from the environment,
 # SWANLAB_EXPERIMENT_NAME becomes the Trainer's run_name
@@ -26,8 +25,7 @@ SWANLAB_INIT_ENV = {"SWANLAB_PROJECT": "project", "SWANLAB_WORKSPACE": "workspac
 def public_config(cfg: JobConfig) -> dict:
     """The job config as plain data (no environment, so no secrets)."""
     return {"name": cfg.name, "data": cfg.data, "seed": cfg.seed,
-            "model": dataclasses.asdict(cfg.model), "peft": dataclasses.asdict(cfg.peft),
-            "train": dataclasses.asdict(cfg.train), "eval": dataclasses.asdict(cfg.eval)}
+            **cfg.model_dump(mode="json", include={"model", "peft", "train", "eval"})}
 
 
 class Trackers:

@@ -141,7 +141,7 @@ def _save_tiny_base(family: str, out: Path) -> Path:
     """Build the same tiny random base model the trainer would, and save_pretrained it."""
     sys.path.insert(0, str(ROOT))
     from lat_core.train import data as D
-    from lat_core.train.config import load_config
+    from lat_core.config.job import load_config
     from lat_core.train.models import build_base_model
     cfg = load_config(job(out / "src", family))
     model = build_base_model(cfg, D.build_tokenizer(D.load_dataset(cfg.data)))

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from lat_core.train import data as D
-from lat_core.train.config import TrainConfigError, parse_config
+from lat_core.config.job import TrainConfigError, parse_config
 from lat_core.train.events import EventWriter, read_events
 from lat_core.train.loop import run
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lat_core import memory_prior as M
+from lat_core.engine import memory_prior as M
 from lat_core.engine.memory_prior import GiB, gla_shape, job_prior
 
 ROOT = Path(__file__).resolve().parents[2]

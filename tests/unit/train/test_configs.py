@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from lat_core.config.suites import SuiteRegistry
-from lat_core.train.config import parse_config
+from lat_core.config.job import parse_config
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "configs"

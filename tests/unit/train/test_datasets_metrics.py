@@ -6,7 +6,7 @@ import pytest
 
 from lat_core.train import data as D
 from lat_core.train import metrics as M
-from lat_core.train.config import TrainConfigError
+from lat_core.config.job import TrainConfigError
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "datasets"
 ENV = {"GLUE_LOCAL_DIR": str(FIX / "glue"), "SAMSUM_LOCAL_DIR": str(FIX / "samsum"),

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from lat_core.train import data as D
-from lat_core.train.config import parse_config, resolve_max_steps
+from lat_core.config.job import parse_config, resolve_max_steps
 from lat_core.train.events import EventWriter, read_events
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -3,7 +3,8 @@
 import pytest
 
 from lat_core.engine.memory_prior import gla_shape, trainable_params
-from lat_core.train.config import PeftConfig, expand_targets
+from lat_core.config.job import PeftConfig
+from lat_core.config.peft_specs import expand_targets
 
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 2, "vocab_size": 500}
 GQA_TIED = {"hidden_size": 256, "num_hidden_layers": 3, "num_heads": 4, "num_kv_heads": 2, "vocab_size": 1000,

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from lat_core.train import data as D
-from lat_core.train.config import TrainConfigError, parse_config, resolve_max_steps
+from lat_core.config.job import TrainConfigError, parse_config, resolve_max_steps
 
 ROOT = Path(__file__).resolve().parents[3]
 GLA = ROOT / "configs/experiments/gla/tiny_lora_qkvo.yaml"

@@ -1,0 +1,86 @@
+"""The ``peft`` section before it is typed: named spec files, named target sets, method shorthands.
+
+Why before: a spec file and the shorthands fill in fields, and the typed section (lat_core.config.job)
+must see the final fields to check them once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from lat_core.config.paths import configs_root
+
+# Named target sets usable in peft.target_modules (expanded before PEFT sees them).
+TARGET_SETS = {
+    "QKVO": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "G": ["g_proj"],
+    "GK": ["gk_proj.0", "gk_proj.1"],
+    "MLP": ["gate_proj", "up_proj", "down_proj"],
+    "HEAD": ["lm_head"],
+    "MAMBA_PROJ": ["in_proj", "x_proj"],
+}
+
+
+class PeftSpecError(ValueError):
+    """A spec that cannot be used; the message starts with ``peft.spec:``."""
+
+
+def peft_spec_dir() -> Path:
+    return configs_root() / "peft"
+
+
+def load_peft_spec(name: str) -> dict:
+    """A named spec from configs/peft/<name>.yaml|json (or a path to such a file)."""
+    path = Path(name).expanduser()
+    spec_dir = peft_spec_dir()
+    if not path.is_file():
+        for ext in (".yaml", ".yml", ".json"):
+            if (spec_dir / f"{name}{ext}").is_file():
+                path = spec_dir / f"{name}{ext}"
+                break
+        else:
+            known = sorted(p.stem for p in spec_dir.glob("*.y*ml")) if spec_dir.is_dir() else []
+            raise PeftSpecError(f"peft.spec: no spec {name!r} in {spec_dir} (known: {', '.join(known) or 'none'})")
+    raw = yaml.safe_load(path.read_text())  # JSON is YAML
+    if not isinstance(raw, dict):
+        raise PeftSpecError(f"peft.spec: {path} must hold a mapping of peft fields")
+    if "spec" in raw:
+        raise PeftSpecError(f"peft.spec: {path} may not reference another spec")
+    return raw
+
+
+def expand_targets(targets) -> list:
+    """Named sets (QKVO, G, GK, MLP, HEAD, MAMBA_PROJ) -> module names; order kept, no repeats."""
+    if isinstance(targets, str):
+        targets = [t.strip() for t in targets.replace("+", ",").split(",") if t.strip()]
+    if not isinstance(targets, list):
+        return targets  # the schema names what is wrong with it
+    out: list = []
+    for t in targets:
+        for name in TARGET_SETS.get(t, [t]) if isinstance(t, str) else [t]:
+            if name not in out:
+                out.append(name)
+    return out
+
+
+_SHORTHANDS = {"dora": ("use_dora", True), "rslora": ("use_rslora", True),
+               "pissa": ("init_lora_weights", "pissa"), "loraga": ("init_lora_weights", "loraga")}
+
+
+def resolve_peft(raw_peft: dict, sources: dict) -> dict:
+    """Spec file < inline fields; target sets expanded; method shorthands set their flags."""
+    merged = {}
+    if raw_peft.get("spec"):
+        if not isinstance(raw_peft["spec"], str):
+            raise PeftSpecError(f"peft.spec: expected a spec name or path, got {raw_peft['spec']!r}")
+        merged.update(load_peft_spec(raw_peft["spec"]))
+        sources["peft.spec"] = raw_peft["spec"]
+    merged.update(raw_peft)
+    if "target_modules" in merged:
+        merged["target_modules"] = expand_targets(merged["target_modules"])
+    shorthand = _SHORTHANDS.get(merged.get("method", "lora"))
+    if shorthand:
+        merged.setdefault(*shorthand)
+    return merged

@@ -1,0 +1,138 @@
+"""Kinds of configuration values, shared by the job schema and the environment table.
+
+Why one module: a value reaches a job config either typed (a YAML file, a plan's ``overrides``) or as
+text (an environment variable). Each kind checks a typed value once (``check``: type and range) and
+turns text into a typed value once (``from_text``), so ``HP_PEFT_DROPOUT=1.5`` and ``peft: {dropout:
+1.5}`` are refused by the same function with the same expectation, before anything starts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a value must be (``expected`` completes "expected ..."), how to check it, how to read it."""
+
+    expected: str
+    accepts: Callable[[object], bool]
+    from_text: Callable[[str], object] = str
+    normalise: Callable[[object], object] = lambda value: value
+
+    def check(self, value):
+        """The typed value, normalised; ValueError("expected ...") otherwise."""
+        try:
+            ok = self.accepts(value)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"expected {self.expected}")
+        return self.normalise(value)
+
+    def parse_text(self, text: str):
+        """An environment variable's text -> the checked value."""
+        try:
+            value = self.from_text(text.strip())
+        except (TypeError, ValueError):
+            raise ValueError(f"expected {self.expected}") from None
+        return self.check(value)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _text_bool(text: str) -> bool:
+    low = text.lower()
+    if low in {"1", "true", "yes", "on"}:
+        return True
+    if low in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(text)
+
+
+def _text_number(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+POSITIVE_INT = Kind("a positive integer", lambda v: _is_int(v) and v >= 1, int)
+NONNEG_INT = Kind("an integer >= 0", lambda v: _is_int(v) and v >= 0, int)
+INTEGER = Kind("an integer", _is_int, int)
+NUMBER = Kind("a finite number", _is_number, _text_number, float)
+POSITIVE_NUMBER = Kind("a finite number > 0", lambda v: _is_number(v) and v > 0, _text_number, float)
+NONNEG_NUMBER = Kind("a finite number >= 0", lambda v: _is_number(v) and v >= 0, _text_number, float)
+RATIO = Kind("a number in [0, 1)", lambda v: _is_number(v) and 0 <= v < 1, _text_number, float)
+BOOLEAN = Kind("a boolean (1/0, true/false, yes/no, on/off)", lambda v: isinstance(v, bool), _text_bool)
+TEXT = Kind("a string", lambda v: isinstance(v, str))
+NAMES = Kind("a non-empty list of strings",
+             lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v))
+
+
+def choice(*choices: str) -> Kind:
+    """One of ``choices``, case-insensitive."""
+    return Kind(f"one of {', '.join(choices)}", lambda v: isinstance(v, str) and v.strip().lower() in choices,
+                normalise=lambda v: v.strip().lower())
+
+
+FAMILIES = ("gla", "mamba")
+SCHEDULERS = ("constant", "linear", "cosine", "constant_with_warmup")
+FAMILY = choice(*FAMILIES)
+SCHEDULER = choice(*SCHEDULERS)
+
+DTYPES = ("float32", "bfloat16", "float16")
+_PRECISIONS = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+               "half": "float16", "fp32": "float32", "float32": "float32", "float": "float32"}
+DTYPE = Kind("bf16, fp16 or fp32 (bfloat16, float16, float32)",
+             lambda v: isinstance(v, str) and v.strip().lower() in _PRECISIONS,
+             normalise=lambda v: _PRECISIONS[v.strip().lower()])
+
+
+def _logits_to_keep(value):
+    if isinstance(value, str):
+        low = value.strip().lower()
+        return low if low == "auto" else 0 if low in ("all", "off", "none") else int(low)
+    return value
+
+
+LOGITS_TO_KEEP = Kind("auto, 0/all or an integer >= 0 (the last N positions)",
+                      lambda v: _logits_to_keep(v) == "auto" or NONNEG_INT.accepts(_logits_to_keep(v)),
+                      normalise=_logits_to_keep)
+
+TRACKERS = ("none", "tensorboard", "wandb", "swanlab")
+
+
+def _tracker_list(value) -> list:
+    if isinstance(value, str):
+        value = [v.strip().lower() for v in value.split(",") if v.strip()]
+    return value
+
+
+TRACKER_LIST = Kind(f"one of {', '.join(TRACKERS)} or a (comma) list of them",
+                    lambda v: isinstance(_tracker_list(v), list)
+                    and all(isinstance(t, str) and t in TRACKERS for t in _tracker_list(v)),
+                    normalise=lambda v: [t for t in dict.fromkeys(_tracker_list(v)) if t != "none"])
+
+_INITS = ("gaussian", "pissa", "loraga", "olora")
+
+
+def _init(value):
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return value.strip() if isinstance(value, str) else value
+
+
+INIT_LORA_WEIGHTS = Kind("true, false, gaussian, pissa, pissa_niter_N, loraga or olora",
+                         lambda v: isinstance(_init(v), bool) or _init(v) in _INITS
+                         or (isinstance(_init(v), str) and _init(v).startswith("pissa_niter_")
+                             and _init(v)[12:].isdigit()),
+                         normalise=_init)
