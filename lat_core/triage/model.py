@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Union
 
+from lat_core.config.env import ENV_FIELDS, parse_env_value
 from lat_core.triage.classes import FailureClass
 
 
@@ -92,7 +93,10 @@ def change_from_json(data: dict) -> Change:
 
 
 def parse_patch_item(key: str, value: Any) -> Change:
-    """One ``patch`` entry as a typed change; an unknown ``plan.*`` key is an error, never ignored."""
+    """One ``patch`` entry as a typed change; an unknown ``plan.*`` key is an error, never ignored.
+
+    A variable of the env table (``REPORT_TO``, ``GLA_USE_MAX_NEW_TOKENS``, ...) becomes the config field it
+    sets: a job launched by the engine trains its ``job.yaml`` and ignores those variables."""
     if key == "plan.slots_delta":
         return SlotsChange(int(value))
     if key == "plan.exclude_failed_device" and value is True:
@@ -104,6 +108,8 @@ def parse_patch_item(key: str, value: Any) -> Change:
     if key.startswith("plan."):
         raise ValueError(f"remedy patch key {key!r} = {value!r} has no meaning (known: plan.slots_delta, "
                          "plan.exclude_failed_device: true, plan.resume: true, plan.slurm.<option>: value)")
+    if key in ENV_FIELDS:  # a config variable: the engine-written job.yaml is what the trainer trains
+        return ConfigChange(ENV_FIELDS[key].field, parse_env_value(key, str(value)))
     if key.isupper():
         return EnvChange(key, str(value))
     if key and key == key.lower() and "." in key:

@@ -40,7 +40,7 @@ FAILURE_LOGS = {
 
 
 def _echo(names: list[str], resumed: bool) -> dict:
-    from lat_core.train.config import load_config
+    from lat_core.config.job import load_config
 
     train = {}
     if os.path.exists("job.yaml"):

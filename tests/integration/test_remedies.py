@@ -19,7 +19,7 @@ from tests.integration.test_slurm import slurm_cluster  # noqa: F401  (the sessi
 
 GPUS = [{"id": f"gpu{i}", "label": f"GPU {i}", "slots": 1,
          "env": {"CUDA_VISIBLE_DEVICES": f"GPU-{i}", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}} for i in range(2)]
-NEEDS_CONFIG_PATH = "needs the config-path branch: the trainer re-applies HP_BATCH_SIZE over job.yaml"
+
 
 
 def planned_job(tmp_path, name, train: dict, *, env=None, fail="cuda_oom", extra=()):
@@ -28,7 +28,7 @@ def planned_job(tmp_path, name, train: dict, *, env=None, fail="cuda_oom", extra
     env = env or {}
     plan = Plan.model_validate({"suites": ["t"], "pairs": ["1:tiny-sst2"], "env": env})
     job_dir = tmp_path / "out" / name
-    config, provenance = resolve_config({"train": train}, Path("t.yaml"), plan, env, plan.pairs[0], job_dir, name)
+    config, provenance, _ = resolve_config({"train": train}, Path("t.yaml"), plan, env, plan.pairs[0], job_dir, name)
     materialize(JobSpec(name, "t", 1, "t.yaml", name, 1, "tiny-sst2", job_dir, config, provenance, env))
     echo = ("--echo", "PYTORCH_CUDA_ALLOC_CONF", "HP_BATCH_SIZE")
     return fake_job(tmp_path, name, sleep=0.1, env=env,
@@ -82,8 +82,7 @@ def fail_remedy_fail(tmp_path, job, key, devices=(CPU,)):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env", [{}, pytest.param({"HP_BATCH_SIZE": "8"}, marks=pytest.mark.xfail(
-    strict=True, reason=NEEDS_CONFIG_PATH))], ids=["plain", "HP_BATCH_SIZE"])
+@pytest.mark.parametrize("env", [{}, {"HP_BATCH_SIZE": "8"}], ids=["plain", "HP_BATCH_SIZE"])
 def test_smaller_micro_batch_halves_the_micro_batch_and_keeps_the_effective_batch(tmp_path, env):
     job = planned_job(tmp_path, "oom", {"batch_size": 8, "grad_accum": 1}, env=env)
     _, _, second, patch = fail_remedy_fail(tmp_path, job, "smaller_micro_batch")

@@ -89,3 +89,11 @@ def test_a_remedy_with_a_change_that_cannot_act_applies_nothing(target):
     with pytest.raises(ValueError, match="slurm.time"):
         apply_remedy(target.store, target.run, job, "both")
     assert target.store.job(job.id).env == {}
+
+
+def test_a_config_variable_in_a_patch_becomes_the_config_field_it_sets():
+    """An engine-launched trainer ignores the env table's variables (job.yaml is resolved), so a remedy
+    that names one must change job.yaml, typed as the table parses it."""
+    remedy = Remedy("gen", "", "", {"GLA_USE_MAX_NEW_TOKENS": "0", "REPORT_TO": "none", "HF_HUB_OFFLINE": "1"})
+    assert remedy.changes == (ConfigChange("eval.use_max_new_tokens", False), ConfigChange("train.report_to", []),
+                              EnvChange("HF_HUB_OFFLINE", "1"))
