@@ -18,11 +18,9 @@ record in the runner's pid file, when the runner vanished (see :func:`stop_tree`
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,7 +76,7 @@ def contain(tag: str, mode: str | None = None) -> Containment:
     mode = (mode or os.environ.get(MODE_VAR) or "auto").strip().lower()
     if mode not in MODES:
         raise ContainmentError(f"{MODE_VAR}={mode!r}: expected one of {', '.join(MODES)}")
-    token = uuid.uuid4().hex
+    token = os.urandom(16).hex()
     why = f"forced by {MODE_VAR}=subreaper"
     if mode != "subreaper":
         try:
@@ -92,6 +90,8 @@ def contain(tag: str, mode: str | None = None) -> Containment:
 
 
 def become_subreaper() -> None:
+    import ctypes  # only here: the cgroup path needs no C calls
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
@@ -172,6 +172,21 @@ def stop_tree(containment: Containment | None, runner_pid: int, runner_start: fl
         time.sleep(0.05)
     _reap_children()
     return len(left)
+
+
+def job_oom_kills(containment: Containment | None) -> dict | None:
+    """``{"source", "count"}``: OOM kills inside the job's own cgroup (made for it, so counted from
+    0), for the exit record (read by :func:`lat_core.triage.hostoom.oom_kill_readings`); None where
+    the group has no memory controller. Read here, not through ``lat_core.triage``, which would
+    cost every job's end the import of the whole triage package."""
+    if containment is None or containment.cgroup is None:
+        return None
+    events = Path(containment.cgroup, "memory.events")
+    try:
+        counts = dict(line.split(" ", 1) for line in events.read_text().splitlines() if " " in line)
+        return {"source": f"cgroup2:{events}", "count": int(counts["oom_kill"])}
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def release(containment: Containment | None) -> None:

@@ -25,10 +25,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from lat_core.containment import (TERM_GRACE_S, Containment, ContainmentError, contain, enter, release,
-                                  stop_tree)
+from lat_core.containment import (TERM_GRACE_S, Containment, ContainmentError, contain, enter, job_oom_kills,
+                                  release, stop_tree)
 
 
 def write_exit_record(path: str, record: dict) -> None:
@@ -136,13 +135,9 @@ def _finish(exit_file: str, pid: int, started: float, containment: Containment |
     stopped = stop_tree(containment, os.getpid(), _own_start_time(), grace_s=TERM_GRACE_S)
     if stopped:
         print(f"[lat] the trainer ended; stopped the {stopped} process(es) it left running", flush=True)
-    from lat_core.triage.hostoom import job_oom_kill_count
-
-    oom = job_oom_kill_count(Path(containment.cgroup)) if containment and containment.cgroup else None
+    extra = {"containment": containment.kind if containment else None, "stopped": stopped,
+             "oom_kills": job_oom_kills(containment)}
     release(containment)
-    extra = {"containment": containment.kind if containment else None, "stopped": stopped}
-    if oom is not None and oom.known:
-        extra["oom_kills"] = oom.to_json()
     _record_exit(exit_file, pid, started, returncode, max_rss, extra)
 
 

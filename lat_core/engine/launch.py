@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from lat_core.runner import write_exit_record
-from lat_core.containment import Containment, release, stop_tree
+from lat_core.containment import Containment, job_oom_kills, release, stop_tree
 
 
 @dataclass(frozen=True)
@@ -108,16 +108,11 @@ def stop_vanished_tree(pid: int, pid_start: float | None, exit_path: Path) -> di
     restarted engine reads the same), and say so in the job's log."""
     containment = read_containment(exit_path)
     stopped = stop_tree(containment, pid, pid_start)
-    from lat_core.triage.hostoom import job_oom_kill_count
-
-    oom = job_oom_kill_count(Path(containment.cgroup)) if containment and containment.cgroup else None
-    release(containment)
     note = f"the job's runner vanished (killed?); its {stopped} remaining processes were stopped"
     record = {"returncode": None, "signal": None, "pid": pid, "started": None, "ended": time.time(),
               "containment": containment.kind if containment else None, "stopped": stopped,
-              "vanished": note}
-    if oom is not None and oom.known:
-        record["oom_kills"] = oom.to_json()
+              "oom_kills": job_oom_kills(containment), "vanished": note}
+    release(containment)
     write_exit_record(exit_path, record)
     _log_line(exit_path.parent.parent / "train.log", f"[lat] {note}")
     return record

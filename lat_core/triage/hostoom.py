@@ -3,8 +3,8 @@
 A SIGKILL alone does not prove a host OOM (a user, a scheduler or a watchdog may send one); the
 kernel's ``oom_kill`` counter rising across the job's lifetime does. The job's own cgroup is the
 best source: where the runner gave the job a cgroup v2 of its own with the memory controller
-(:mod:`lat_core.containment`), it reads that group's ``memory.events`` (which started at 0) as the
-trainer ends and puts it in the exit record. Else the runner's cgroup, read at launch and at the
+(:mod:`lat_core.containment`), the runner reads that group's ``memory.events`` (which started at 0)
+as the trainer ends and puts it in the exit record. Else the runner's cgroup, read at launch and at the
 end (v2 ``memory.events``, v1 ``memory.oom_control``), and last the host-wide ``/proc/vmstat``
 counter, which may also count kills of unrelated processes.
 ``root`` is injectable so tests lay out a fake ``/proc`` and ``/sys`` in a temporary folder.
@@ -27,21 +27,12 @@ class OomCounter:
     def known(self) -> bool:
         return self.count is not None
 
-    def to_json(self) -> dict:
-        return {"source": self.source, "count": self.count}
-
     @classmethod
     def from_json(cls, data) -> OomCounter | None:
+        """The job's own counter as the runner recorded it (``lat_core.containment.job_oom_kills``)."""
         if not isinstance(data, dict) or not isinstance(data.get("count"), int):
             return None
         return cls(str(data.get("source", "none")), data["count"])
-
-
-def job_oom_kill_count(cgroup_folder: Path) -> OomCounter:
-    """OOM kills inside the job's own cgroup v2 (created for it, so counted from 0); unknown where
-    the group has no memory controller."""
-    events = cgroup_folder / "memory.events"
-    return OomCounter(f"cgroup2:{events}", _key_value(events, "oom_kill"))
 
 
 def oom_kill_readings(exit_record: dict | None, source: str | None, before: int | None,
