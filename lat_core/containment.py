@@ -132,7 +132,8 @@ def _make_job_cgroup(name: str) -> Path:
 
 
 def enter(containment: Containment) -> None:
-    """In the trainer, before it runs anything: join the job's cgroup and carry the token."""
+    """In the trainer, before it runs anything: join the job's cgroup (the token travels in the
+    environment, :meth:`Containment.child_env`)."""
     if containment.kind == "cgroup":
         Path(containment.cgroup, "cgroup.procs").write_text(str(os.getpid()))
 
@@ -162,15 +163,16 @@ def stop_tree(containment: Containment | None, runner_pid: int, runner_start: fl
     left = members(containment, runner_pid, runner_start)
     if not left:
         return 0
+    reap = runner_pid == os.getpid()  # the runner reaps orphans it adopted; the engine reaps nothing here
     if grace_s > 0:
         _signal_all(left, signal.SIGTERM)
-        _wait_gone(containment, runner_pid, runner_start, grace_s)
+        _wait_gone(containment, runner_pid, runner_start, grace_s, reap)
     deadline = time.monotonic() + GONE_WAIT_S
     while (alive := members(containment, runner_pid, runner_start)) and time.monotonic() < deadline:
         _kill(containment, alive)
+        _wait_gone(containment, runner_pid, runner_start, 0.05, reap)
+    if reap:
         _reap_children()
-        time.sleep(0.05)
-    _reap_children()
     return len(left)
 
 
@@ -206,10 +208,13 @@ def _kill(containment: Containment | None, alive: list[psutil.Process]) -> None:
     _signal_all(alive, signal.SIGKILL)
 
 
-def _wait_gone(containment, runner_pid, runner_start, timeout_s: float) -> None:
+def _wait_gone(containment, runner_pid, runner_start, timeout_s: float, reap: bool) -> None:
     deadline = time.monotonic() + timeout_s
-    while members(containment, runner_pid, runner_start) and time.monotonic() < deadline:
-        _reap_children()
+    while time.monotonic() < deadline:
+        if reap:
+            _reap_children()
+        if not members(containment, runner_pid, runner_start):
+            return
         time.sleep(0.05)
 
 
@@ -222,7 +227,9 @@ def _signal_all(procs: list[psutil.Process], signum: int) -> None:
 
 
 def _reap_children() -> None:
-    """Collect our own exited children (orphans a subreaper adopted), so none stays a zombie."""
+    """Collect the runner's exited children (orphans it adopted as subreaper), so none stays a
+    zombie. Only in the runner, whose one child of its own was already waited for: in the engine it
+    would steal the exit status of its other children."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
