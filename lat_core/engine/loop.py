@@ -287,7 +287,7 @@ class Engine:
 
     def _recover_pid(self, attempt: AttemptRow, run_id: int) -> AttemptRow:
         """An engine that died between recording an attempt and its pid: the runner's own pid file
-        (or, for a backend with ``recover`` such as Slurm, the scheduler's queue) says whether the
+        (or, for a backend that ``recovers_from_queue`` such as Slurm, its queue) says whether the
         launch happened. Never relaunch: nothing found after a grace = failed."""
         backend = self.backend(run_id)
         if backend.recovers_from_queue:  # the runner's pid file holds a pid on another host: useless here
