@@ -8,6 +8,12 @@ sent to the runner are passed on to the trainer, whose exit then gets recorded a
 ``--wait-pid PID`` is the warm-start form (:mod:`lat_core.train.warm`): the trainer was forked,
 already running, by the process that then exec'd this runner, so it is our child and we wait for
 it instead of starting one. The header and the pid file were written before that fork.
+
+A job is its whole process tree (:mod:`lat_core.containment`): the runner contains the trainer (a
+cgroup of its own, else the runner as subreaper), and when the trainer ends it stops whatever the
+job left running (``setsid`` children included) before it writes the exit record, so a recorded
+exit means the tree is gone. How it was contained goes into the pid file, the log header and the
+exit record.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ import signal
 import subprocess
 import sys
 import time
+
+from lat_core.containment import (TERM_GRACE_S, Containment, ContainmentError, contain, enter, job_oom_kills,
+                                  release, stop_tree)
 
 
 def write_exit_record(path: str, record: dict) -> None:
@@ -52,26 +61,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show-env", default="", help="comma-separated names of the job's env overrides")
     parser.add_argument("--wait-pid", type=int, help="wait for this already running child (warm start)")
     parser.add_argument("--started", type=float, help="when the warm-started attempt began")
+    parser.add_argument("--containment", help="the warm-started attempt's containment (JSON)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.wait_pid:
-        return _wait_for_child(args.wait_pid, args.exit_file, args.started or time.time())
+        containment = Containment.from_json(json.loads(args.containment)) if args.containment else None
+        return _wait_for_child(args.wait_pid, args.exit_file, args.started or time.time(), containment)
     if not command:
         parser.error("no command given after --")
     started = time.time()
-    write_pid_file(args.exit_file)
+    containment = start_containment(args.exit_file, started)
+    if containment is None:
+        return 2
+    write_pid_file(args.exit_file, containment)
     _echo(command, args.show_env)
-    child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    print(f"[lat] containment: {containment.describe()}", flush=True)
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, env={**os.environ, **containment.child_env()},
+                             preexec_fn=lambda: enter(containment))
     _forward_signals(_sender(child.pid))
     child.returncode = 0  # reaped below by wait4, not by Popen (whose poll could steal the status)
-    _record_exit(args.exit_file, child.pid, started, *_wait(child.pid))
+    _finish(args.exit_file, child.pid, started, containment)
     return 0
 
 
-def write_pid_file(exit_file: str) -> None:
-    """Who runs the attempt (this pid and its start time), for an engine that lost the launch."""
-    write_exit_record(f"{exit_file}.pid", {"pid": os.getpid(), "pid_start": _own_start_time()})
+def start_containment(exit_file: str, started: float) -> Containment | None:
+    """The attempt's containment; None (the reason in the log and the exit record, exit 2) when a
+    forced one is impossible or ``LAT_CONTAINMENT`` names none: nothing is started then."""
+    job, attempt = os.environ.get("LAT_JOB_ID"), os.environ.get("LAT_ATTEMPT")
+    tag = f"job{job}-a{attempt}" if job and attempt else f"pid{os.getpid()}"
+    try:
+        return contain(tag)
+    except (ContainmentError, OSError) as exc:
+        print(f"[lat] cannot contain the job: {exc}", flush=True)
+        write_exit_record(exit_file, {"returncode": 2, "signal": None, "pid": None, "started": started,
+                                      "ended": time.time(), "error": f"cannot contain the job: {exc}"})
+        return None
+
+
+def write_pid_file(exit_file: str, containment: Containment) -> None:
+    """Who runs the attempt (this pid and its start time) and how its tree is contained, for an
+    engine that lost the launch or finds the runner gone."""
+    write_exit_record(f"{exit_file}.pid", {"pid": os.getpid(), "pid_start": _own_start_time(),
+                                           "containment": containment.to_json()})
 
 
 def _forward_signals(send) -> None:
@@ -89,10 +121,24 @@ def _sender(pid: int):
     return send
 
 
-def _wait_for_child(pid: int, exit_file: str, started: float) -> int:
+def _wait_for_child(pid: int, exit_file: str, started: float, containment: Containment | None) -> int:
     _forward_signals(_sender(pid))
-    _record_exit(exit_file, pid, started, *_wait(pid))
+    _finish(exit_file, pid, started, containment)
     return 0
+
+
+def _finish(exit_file: str, pid: int, started: float, containment: Containment | None) -> None:
+    """Wait for the trainer, stop what the job left running, then record the exit: an exit record
+    means that no process of the attempt is left."""
+    returncode, max_rss = _wait(pid)
+    _forward_signals(lambda signum: None)  # the trainer's pid is free now: never signal a stranger
+    stopped = stop_tree(containment, os.getpid(), _own_start_time(), grace_s=TERM_GRACE_S)
+    if stopped:
+        print(f"[lat] the trainer ended; stopped the {stopped} process(es) it left running", flush=True)
+    extra = {"containment": containment.kind if containment else None, "stopped": stopped,
+             "oom_kills": job_oom_kills(containment)}
+    release(containment)
+    _record_exit(exit_file, pid, started, returncode, max_rss, extra)
 
 
 def _wait(pid: int) -> tuple[int, int]:
@@ -103,7 +149,7 @@ def _wait(pid: int) -> tuple[int, int]:
     return os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024  # Linux reports KiB
 
 
-def _record_exit(exit_file: str, pid: int, started: float, returncode: int, max_rss: int) -> None:
+def _record_exit(exit_file: str, pid: int, started: float, returncode: int, max_rss: int, extra: dict) -> None:
     record = {
         "returncode": returncode,
         "signal": -returncode if returncode < 0 else None,
@@ -111,6 +157,7 @@ def _record_exit(exit_file: str, pid: int, started: float, returncode: int, max_
         "started": started,
         "ended": time.time(),
         "max_rss": max_rss,
+        **extra,
     }
     write_exit_record(exit_file, record)
 

@@ -11,10 +11,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from lat_core.runner import write_exit_record
+from lat_core.containment import Containment, job_oom_kills, release, stop_tree
 
 
 @dataclass(frozen=True)
@@ -91,3 +95,32 @@ def signal_group(pid: int, signum: int = signal.SIGTERM) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+def read_containment(exit_path: Path) -> Containment | None:
+    """How the runner contained the attempt (its pid file), None where it wrote none."""
+    return Containment.from_json((read_exit_record(Path(f"{exit_path}.pid")) or {}).get("containment"))
+
+
+def stop_vanished_tree(pid: int, pid_start: float | None, exit_path: Path) -> dict:
+    """The runner died without an exit record (killed?): SIGKILL what is left of its job and wait
+    until it is gone, so the slot is free for real; then write the exit record in its place (a
+    restarted engine reads the same), and say so in the job's log."""
+    containment = read_containment(exit_path)
+    stopped = stop_tree(containment, pid, pid_start)
+    note = f"the job's runner vanished (killed?); its {stopped} remaining processes were stopped"
+    record = {"returncode": None, "signal": None, "pid": pid, "started": None, "ended": time.time(),
+              "containment": containment.kind if containment else None, "stopped": stopped,
+              "oom_kills": job_oom_kills(containment), "vanished": note}
+    release(containment)
+    write_exit_record(exit_path, record)
+    _log_line(exit_path.parent.parent / "train.log", f"[lat] {note}")
+    return record
+
+
+def _log_line(log: Path, line: str) -> None:
+    try:
+        with open(log, "a") as fh:
+            fh.write(line + "\n")
+    except OSError:
+        pass  # the note is in the exit record and the journal anyway

@@ -32,7 +32,8 @@ from lat_core.engine.mps import start_mps
 from lat_core.engine.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
 from lat_core.engine.notices import RunNotices
 from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
-from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
+from lat_core.triage import classify, read_oom_kill_count
+from lat_core.triage.hostoom import oom_kill_readings
 from lat_core.engine.warm import WarmStarts
 
 CANCEL_GRACE_S = 10.0
@@ -61,7 +62,7 @@ class Engine:
         self._mps: dict[int, object] = {}  # run id -> MpsDaemon or None (plan field ``mps``)
         # warm start forks jobs from a preloaded process: only where jobs really launch as processes
         self._warm = WarmStarts(store, allowed=backend is None and launch_fn is launch, plan_of=self.plan_of,
-                                backend_name=lambda run_id: self.backend(run_id).name, clock=clock)
+                                warm_capable=lambda run_id: self.backend(run_id).supports_warm_start, clock=clock)
 
     def backend(self, run_id: int):
         """The run's backend (plan field ``backend``); tests may inject one for every run."""
@@ -145,7 +146,7 @@ class Engine:
         queued = [j for j in jobs if j.state == "queued"]
         if not queued:
             return
-        local = self.backend(run.id).name == "local"
+        local = self.backend(run.id).samples_local_processes
         self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
         running = [j for j in jobs if j.state == "running"]
         busy = slots_used(jobs)
@@ -174,8 +175,7 @@ class Engine:
 
     def _submits_arrays(self, run_id: int) -> bool:
         """``slurm.array: true``: the jobs of one admission pass go to the backend in one call."""
-        backend = self.backend(run_id)
-        return hasattr(backend, "launch_many") and getattr(getattr(backend, "options", None), "array", False) is True
+        return self.backend(run_id).submits_arrays
 
     def _first_fitting(self, job: JobRow, candidates: list[list[dict]], running: list[JobRow]):
         """(devices, None) for the first candidate set the job fits on, else (None, the first reason)."""
@@ -212,7 +212,7 @@ class Engine:
     def _mps_env(self, run_id: int) -> dict:
         """The client env of the run's private MPS daemon (plan ``mps: true``), started on first use;
         where MPS cannot run, the history says why and jobs run without it."""
-        if not self.plan_of(run_id).get("mps") or self.backend(run_id).name != "local":
+        if not self.plan_of(run_id).get("mps") or not self.backend(run_id).samples_local_processes:
             return {}
         if run_id not in self._mps:
             gpus = [d for d in self.store.run(run_id).devices if d["id"] != "cpu"]
@@ -246,7 +246,7 @@ class Engine:
 
     def _launched(self, job: JobRow, attempt_id: int, launched) -> None:
         self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start)
-        counter = read_oom_kill_count(launched.pid) if self.backend(job.run_id).name == "local" else None
+        counter = read_oom_kill_count(launched.pid) if self.backend(job.run_id).samples_local_processes else None
         if counter and counter.known:
             self.store.set_attempt_oom_counter(attempt_id, counter.source, counter.count)
         if launched.popen is not None:
@@ -272,6 +272,8 @@ class Engine:
                 self._record_exit(attempt, record.get("returncode"), record.get("max_rss"))
             elif attempt.pid and not self.backend(run.id).is_alive(attempt.pid, attempt.pid_start):
                 record = read_exit_record(Path(attempt.exit_path))  # it may have just been written
+                if record is None and self.backend(run.id).reaps_process_tree:  # the slot frees once its tree is gone
+                    record = self.backend(run.id).stop_vanished(attempt.pid, attempt.pid_start, Path(attempt.exit_path))
                 self._record_exit(attempt, *((record.get("returncode"), record.get("max_rss")) if record else (None, None)))
             else:
                 self._enforce_cancel_grace(run, attempt)
@@ -286,11 +288,11 @@ class Engine:
 
     def _recover_pid(self, attempt: AttemptRow, run_id: int) -> AttemptRow:
         """An engine that died between recording an attempt and its pid: the runner's own pid file
-        (or, for a backend with ``recover`` such as Slurm, the scheduler's queue) says whether the
+        (or, for a backend that ``recovers_from_queue`` such as Slurm, its queue) says whether the
         launch happened. Never relaunch: nothing found after a grace = failed."""
-        recover = getattr(self.backend(run_id), "recover", None)
-        if recover is not None:  # the runner's pid file holds a pid on another host: useless here
-            found = recover(Path(attempt.exit_path), attempt.launched)
+        backend = self.backend(run_id)
+        if backend.recovers_from_queue:  # the runner's pid file holds a pid on another host: useless here
+            found = backend.recover(Path(attempt.exit_path), attempt.launched)
             started = {"pid": found.pid, "pid_start": found.pid_start} if found else None
         else:
             started = read_exit_record(Path(attempt.exit_path + ".pid"))
@@ -338,12 +340,13 @@ class Engine:
             self.store.record_config_peak(job.profile_key, gpu, job.peak_rss or 0)
 
     def _triage(self, job: JobRow, attempt: AttemptRow, returncode: int | None):
-        diagnose = getattr(self._job_backend(job), "diagnose", None)
-        found = diagnose(attempt.pid) if diagnose is not None and attempt.pid else None  # Slurm's own verdict
+        backend = self._job_backend(job)
+        found = backend.diagnose(attempt.pid) if backend.diagnoses_failures and attempt.pid else None  # Slurm's verdict
         if found is None:
-            after = reread_oom_kill_count(attempt.oom_source).count if attempt.oom_source else None
+            before, after = oom_kill_readings(read_exit_record(Path(attempt.exit_path)), attempt.oom_source,
+                                              attempt.oom_before)
             found = classify(Path(job.job_dir), returncode, cancelled=attempt.cancel_at is not None,
-                             oom_kills_before=attempt.oom_before, oom_kills_after=after,
+                             oom_kills_before=before, oom_kills_after=after,
                              env=job.env)  # the live env: remedies already applied count
         return still_effective(self.store.run(job.run_id), job, found)
 
@@ -359,7 +362,7 @@ class Engine:
     # ------------------------------------------------------------------ usage
     def _sample_usage(self, run: RunRow) -> None:
         """Process-tree RSS and GPU memory of running jobs, so peaks survive into status and results."""
-        if self._clock() - self._last_sample < self._sample_every_s or self.backend(run.id).name != "local":
+        if self._clock() - self._last_sample < self._sample_every_s or not self.backend(run.id).samples_local_processes:
             return  # pids of remote (Slurm) jobs mean nothing on this host
         self._last_sample = self._clock()
         pids = {a.job_id: a.pid for a in self.store.open_attempts(run.id) if a.pid}

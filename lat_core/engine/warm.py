@@ -149,8 +149,8 @@ class WarmStarts:
     run has such a job (during a countdown too), holding those jobs while it imports, forking them,
     and telling the run's and the job's history what happened."""
 
-    def __init__(self, store, *, allowed: bool, plan_of, backend_name, clock=time.time):
-        self.store, self._allowed, self._plan_of, self._backend_name = store, allowed, plan_of, backend_name
+    def __init__(self, store, *, allowed: bool, plan_of, warm_capable, clock=time.time):
+        self.store, self._allowed, self._plan_of, self._warm_capable = store, allowed, plan_of, warm_capable
         self._clock = clock
         self._starter: WarmStarter | None = None
         self._told: dict[int, str] = {}  # run id -> the status its history last got
@@ -195,9 +195,9 @@ class WarmStarts:
 
     def _for(self, job) -> WarmStarter | None:
         """The preloaded process, where this job may use it: plan ``warm_start`` (default on), the
-        local backend, the real launcher, one process, and variables read after import."""
+        a backend that supports it, the real launcher, one process, and variables read after import."""
         if not (self._allowed and self._plan_of(job.run_id).get("warm_start", True)
-                and self._backend_name(job.run_id) == "local" and job.world == 1 and can_fork(job.argv, job.env)):
+                and self._warm_capable(job.run_id) and job.world == 1 and can_fork(job.argv, job.env)):
             return None
         if self._starter is None:
             self._starter = WarmStarter(Path(self.store.path).parent, clock=self._clock)

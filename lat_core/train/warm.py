@@ -15,8 +15,9 @@ its child, and the engine sends here only jobs whose variables are read after im
 Per request (one JSON line on the Unix socket): fork a child that becomes the job's runner (own
 session, stdio appended to train.log, cwd the job dir, the job's environment, the runner's header
 and pid file), which forks the trainer and then execs ``python -m lat_core.runner --wait-pid``:
-a fresh small runner that waits for its child and writes the exit record, exactly as a cold
-launch's runner does. The reply is the runner's pid.
+a fresh small runner that waits for its child, stops what the job left running and writes the exit
+record, exactly as a cold launch's runner does; the trainer is contained the same way too (its own
+cgroup, or the runner as subreaper: :mod:`lat_core.containment`). The reply is the runner's pid.
 """
 from __future__ import annotations
 
@@ -156,16 +157,24 @@ def _become_runner(request: dict) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         from lat_core import runner
+        from lat_core.containment import enter
 
         started = time.time()
-        runner.write_pid_file(request["exit_file"])
+        containment = runner.start_containment(request["exit_file"], started)
+        if containment is None:
+            os._exit(2)  # the reason is in the log and the exit record; nothing was started
+        runner.write_pid_file(request["exit_file"], containment)
         runner._echo([sys.executable, "-m", request["module"], *request["args"]], request.get("show_env", ""))
         print("[lat] warm start: forked from the preloaded process", flush=True)
+        print(f"[lat] containment: {containment.describe()}", flush=True)
+        os.environ.update(containment.child_env())
         trainer = os.fork()
         if trainer == 0:
+            enter(containment)
             _run_trainer(request["module"], request["args"])  # never returns
         os.execv(sys.executable, [sys.executable, "-m", "lat_core.runner", "--exit-file", request["exit_file"],
-                                  "--wait-pid", str(trainer), "--started", repr(started)])
+                                  "--wait-pid", str(trainer), "--started", repr(started),
+                                  "--containment", json.dumps(containment.to_json())])
     except BaseException:
         traceback.print_exc()
     os._exit(code)

@@ -2,8 +2,11 @@
 
 A SIGKILL alone does not prove a host OOM (a user, a scheduler or a watchdog may send one); the
 kernel's ``oom_kill`` counter rising across the job's lifetime does. The job's own cgroup is the
-best source (cgroup v2 ``memory.events``, v1 ``memory.oom_control``); the host-wide
-``/proc/vmstat`` counter is the fallback and may also count kills of unrelated processes.
+best source: where the runner gave the job a cgroup v2 of its own with the memory controller
+(:mod:`lat_core.containment`), the runner reads that group's ``memory.events`` (which started at 0)
+as the trainer ends and puts it in the exit record. Else the runner's cgroup, read at launch and at the
+end (v2 ``memory.events``, v1 ``memory.oom_control``), and last the host-wide ``/proc/vmstat``
+counter, which may also count kills of unrelated processes.
 ``root`` is injectable so tests lay out a fake ``/proc`` and ``/sys`` in a temporary folder.
 """
 
@@ -23,6 +26,23 @@ class OomCounter:
     @property
     def known(self) -> bool:
         return self.count is not None
+
+    @classmethod
+    def from_json(cls, data) -> OomCounter | None:
+        """The job's own counter as the runner recorded it (``lat_core.containment.job_oom_kills``)."""
+        if not isinstance(data, dict) or not isinstance(data.get("count"), int):
+            return None
+        return cls(str(data.get("source", "none")), data["count"])
+
+
+def oom_kill_readings(exit_record: dict | None, source: str | None, before: int | None,
+                      root: Path = Path("/")) -> tuple[int | None, int | None]:
+    """(before, after) for triage: the job's own cgroup counter from the exit record where the
+    runner recorded one, else the counter read at launch (``source``, ``before``) read again now."""
+    own = OomCounter.from_json((exit_record or {}).get("oom_kills"))
+    if own is not None:
+        return 0, own.count
+    return before, (reread_oom_kill_count(source, root).count if source else None)
 
 
 def read_oom_kill_count(pid: int | None, root: Path = Path("/")) -> OomCounter:

@@ -1,12 +1,19 @@
-"""Jobs as detached local processes: own session, stdio in train.log (see :mod:`lat_core.engine.launch`)."""
+"""Jobs as detached local processes: own session, stdio in train.log (see :mod:`lat_core.engine.launch`),
+each job's process tree contained by its runner (:mod:`lat_core.containment`)."""
 
 from __future__ import annotations
 
-from lat_core.engine.launch import Launched, is_same_process, launch, signal_group
+from pathlib import Path
+
+from lat_core.engine.backends.base import Backend
+from lat_core.engine.launch import Launched, is_same_process, launch, signal_group, stop_vanished_tree
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     name = "local"
+    samples_local_processes = True
+    supports_warm_start = True
+    reaps_process_tree = True
 
     def __init__(self, launch_fn=launch):
         self._launch = launch_fn
@@ -19,3 +26,6 @@ class LocalBackend:
 
     def signal(self, pid, signum) -> bool:
         return signal_group(pid, signum)
+
+    def stop_vanished(self, pid, pid_start, exit_path) -> dict | None:
+        return stop_vanished_tree(pid, pid_start, Path(exit_path))

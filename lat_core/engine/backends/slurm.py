@@ -36,6 +36,7 @@ from lat_core.engine.backends.slurm_array import array_script, marker_path, read
 from lat_core.engine.backends.slurm_states import (SlurmOptions, is_active, parse_sacct, parse_scontrol_job,
                                             slurm_diagnosis, slurm_failure, validate_options)
 from lat_core.engine.launch import Launched, LaunchSpec
+from lat_core.engine.backends.base import Backend
 
 __all__ = ["SlurmBackend", "SlurmError", "find_submitted", "job_name_for", "slurm_failure"]
 
@@ -98,8 +99,10 @@ def _id_times(out) -> list[tuple[int, float]]:
     return found
 
 
-class SlurmBackend:
+class SlurmBackend(Backend):
     name = "slurm"
+    recovers_from_queue = True
+    diagnoses_failures = True
 
     def __init__(self, *, python: str | None = None, run=run_command, where: str | None = None, **options):
         self.options: SlurmOptions = validate_options(options, where=where)
@@ -115,6 +118,11 @@ class SlurmBackend:
         twin = copy.copy(self)
         twin.options = dataclasses.replace(self.options, **{k: getattr(checked, k) for k in overrides})
         return twin
+
+    @property
+    def submits_arrays(self) -> bool:
+        """``slurm.array: true``: the jobs of one admission pass go to sbatch as one array."""
+        return self.options.array is True
 
     # ------------------------------------------------------------------ submission
     def launch(self, argv, env, job_dir, exit_path, show_env=()) -> Launched:

@@ -1,0 +1,56 @@
+"""The backend contract: what every backend does, and the capabilities only some have.
+
+The engine asks a backend's capability flags, never its name or whether it happens to have a
+method, so a new backend says in one place what the engine may expect of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lat_core.engine.launch import Launched, LaunchSpec
+
+
+class Backend:
+    name: str = ""
+    # Job pids are processes on this host: sample their memory, read their cgroup's OOM counter,
+    # measure devices' free memory for admission, and share this host's MPS daemon.
+    samples_local_processes: bool = False
+    # Jobs may fork from the engine's preloaded process (lat_core.engine.warm).
+    supports_warm_start: bool = False
+    # After an engine crash, the scheduler's queue (``recover``) says whether a launch happened;
+    # otherwise the runner's pid file does.
+    recovers_from_queue: bool = False
+    # The jobs of one admission pass go to ``launch_many`` in one call.
+    submits_arrays: bool = False
+    # ``diagnose`` gives the scheduler's own verdict on a failed job (time limit, node, ...).
+    diagnoses_failures: bool = False
+    # ``stop_vanished`` stops the tree of a job whose runner died, and the end of a job ends its tree.
+    reaps_process_tree: bool = False
+
+    def launch(self, argv: list[str], env: dict[str, str], job_dir, exit_path,
+               show_env: tuple[str, ...] = ()) -> Launched:
+        raise NotImplementedError
+
+    def is_alive(self, pid: int | None, pid_start: float | None) -> bool:
+        raise NotImplementedError
+
+    def signal(self, pid: int, signum: int) -> bool:
+        raise NotImplementedError
+
+    def launch_many(self, specs: list[LaunchSpec]) -> list[Launched | OSError]:
+        """Only where :attr:`submits_arrays`."""
+        raise NotImplementedError(f"the {self.name} backend does not submit arrays")
+
+    def recover(self, exit_path: Path, since: float | None) -> Launched | None:
+        """Only where :attr:`recovers_from_queue`."""
+        raise NotImplementedError(f"the {self.name} backend does not recover from a queue")
+
+    def diagnose(self, pid):
+        """Only where :attr:`diagnoses_failures`: a triage Diagnosis, or None."""
+        raise NotImplementedError(f"the {self.name} backend does not diagnose failures")
+
+    def stop_vanished(self, pid: int, pid_start: float | None, exit_path: Path) -> dict | None:
+        """Only where :attr:`reaps_process_tree`: the runner ``pid`` is gone without an exit record;
+        stop what is left of its job and return the exit record written for it."""
+        return None

@@ -1,0 +1,77 @@
+"""The containment record and the job cgroup's OOM counter cross files (pid file, exit record): each
+is read back by the side that did not write it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lat_core.containment import Containment, ContainmentError, cgroup2_mount, contain, job_oom_kills
+from lat_core.engine.launch import read_containment
+from lat_core.runner import write_exit_record
+from lat_core.triage.hostoom import oom_kill_readings
+
+
+@pytest.mark.parametrize("containment", [
+    Containment("cgroup", "ab" * 16, "/sys/fs/cgroup/lat-job3-a1-abababab"),
+    Containment("subreaper", "cd" * 16, None, "no cgroup: [Errno 30] Read-only file system"),
+])
+def test_the_runner_pid_files_containment_reads_back_the_same(tmp_path, containment):
+    exit_path = tmp_path / "attempt-1.exit.json"
+    write_exit_record(f"{exit_path}.pid", {"pid": 1, "pid_start": 2.0, "containment": containment.to_json()})
+    assert read_containment(exit_path) == containment
+
+
+def test_no_or_foreign_containment_reads_as_none(tmp_path):
+    assert read_containment(tmp_path / "missing.exit.json") is None
+    assert Containment.from_json({"kind": "docker"}) is None and Containment.from_json(None) is None
+
+
+def test_an_unknown_mode_is_an_error_naming_the_variable():
+    with pytest.raises(ContainmentError, match="LAT_CONTAINMENT='bogus'"):
+        contain("t", "bogus")
+
+
+def test_the_runner_refuses_an_unknown_mode_and_starts_nothing(tmp_path):
+    exit_file, touched = tmp_path / "x.exit.json", tmp_path / "ran"
+    out = subprocess.run([sys.executable, "-m", "lat_core.runner", "--exit-file", str(exit_file), "--",
+                          "touch", str(touched)], env={**os.environ, "LAT_CONTAINMENT": "bogus"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and not touched.exists()
+    record = json.loads(exit_file.read_text())
+    assert record["returncode"] == 2 and "LAT_CONTAINMENT='bogus'" in record["error"]
+    assert "cannot contain the job" in out.stdout
+
+
+def test_the_job_cgroups_oom_count_in_the_exit_record_is_what_triage_uses(tmp_path):
+    group = tmp_path / "lat-job1-a1"
+    group.mkdir()
+    (group / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\noom_group_kill 0\n")
+    exit_path = tmp_path / "attempt-1.exit.json"
+    write_exit_record(str(exit_path), {"returncode": -9, "oom_kills": job_oom_kills(Containment("cgroup", "t", str(group)))})
+    record = json.loads(exit_path.read_text())
+    assert oom_kill_readings(record, "vmstat", 40, root=tmp_path) == (0, 2)  # the job's own, not the host's
+
+
+def test_without_the_jobs_own_counter_triage_rereads_the_launch_time_source(tmp_path):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "vmstat").write_text("pgfault 9\noom_kill 43\n")
+    no_memory_controller = Containment("cgroup", "t", str(tmp_path))
+    record = {"returncode": -9, "oom_kills": job_oom_kills(no_memory_controller)}
+    assert record["oom_kills"] is None
+    assert oom_kill_readings(record, "vmstat", 40, root=tmp_path) == (40, 43)
+    assert oom_kill_readings(None, None, None, root=tmp_path) == (None, None)
+
+
+def test_the_cgroup2_mount_is_found_on_hybrid_and_unified_hosts(tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text("tmpfs /sys/fs/cgroup tmpfs rw 0 0\ncgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0\n"
+                      "cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n")
+    assert cgroup2_mount(mounts) == Path("/sys/fs/cgroup/unified")
+    mounts.write_text("cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n")
+    assert cgroup2_mount(mounts) == Path("/sys/fs/cgroup")
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    assert cgroup2_mount(mounts) is None
