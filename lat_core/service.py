@@ -17,7 +17,7 @@ from pathlib import Path
 from lat_core.config.env import MASK, mask_env, shell_overrides
 from lat_core.config.paths import configs_root
 from lat_core.config.suites import SuiteRegistry
-from lat_core.devices import resolve_devices
+from lat_core.devices import Device, resolve_devices
 from lat_core.errors import JournalError, OutputPathError, PlanError
 from lat_core.jobs import JobSpec, expand, materialize
 from lat_core.monitor.gpu import GpuProbe
@@ -40,7 +40,7 @@ def default_state_dir() -> Path:
 class PreparedRun:
     plan: Plan
     jobs: list[JobSpec]
-    devices: list[dict]
+    devices: list[Device]
 
 
 def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: GpuProbe | None = None,
@@ -54,10 +54,10 @@ def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: Gpu
     return PreparedRun(plan, jobs, devices)
 
 
-def _check_placeable(jobs: list[JobSpec], devices: list[dict]) -> None:
+def _check_placeable(jobs: list[JobSpec], devices: list[Device]) -> None:
     """A job that needs more GPUs (or CPU slots) than the plan offers could never start."""
-    gpus = sum(1 for d in devices if d["id"] != "cpu" and d["slots"] > 0)
-    cpu_slots = sum(d["slots"] for d in devices if d["id"] == "cpu")
+    gpus = sum(1 for d in devices if not d.is_cpu and d.slots > 0)
+    cpu_slots = sum(d.slots for d in devices if d.is_cpu)
     capacity = cpu_slots if cpu_slots else gpus
     what = "CPU slots" if cpu_slots else "GPUs with slots"
     problems = [f"job {j.key} needs {j.world} processes but the plan has {capacity} {what}"

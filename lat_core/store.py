@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from lat_core.devices import Device
 from lat_core.errors import JournalError
 from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
 
@@ -83,14 +84,14 @@ class Store:
         return _Transaction(self._db)
 
     # ------------------------------------------------------------------ runs
-    def create_run(self, plan_yaml: str, output_root: str, devices: list[dict], countdown_until: float) -> int:
+    def create_run(self, plan_yaml: str, output_root: str, devices: list[Device], countdown_until: float) -> int:
         now = time.time()
         state = "countdown" if countdown_until > now else "running"
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO runs (created, state, plan_yaml, output_root, devices_json, countdown_until, started)"
                 " VALUES (?,?,?,?,?,?,?)",
-                (now, state, plan_yaml, output_root, json.dumps(devices), countdown_until,
+                (now, state, plan_yaml, output_root, _devices_json(devices), countdown_until,
                  now if state == "running" else None),
             )
             run_id = cur.lastrowid
@@ -137,9 +138,9 @@ class Store:
             db.execute("UPDATE runs SET paused=? WHERE id=?", (int(paused), run_id))
             _transition(db, run_id, None, None, "paused" if paused else "resumed", "admission")
 
-    def set_devices(self, run_id: int, devices: list[dict]) -> None:
+    def set_devices(self, run_id: int, devices: list[Device]) -> None:
         with self._tx() as db:
-            db.execute("UPDATE runs SET devices_json=? WHERE id=?", (json.dumps(devices), run_id))
+            db.execute("UPDATE runs SET devices_json=? WHERE id=?", (_devices_json(devices), run_id))
 
     # ------------------------------------------------------------------ jobs
     def add_jobs(self, run_id: int, jobs: Iterable[dict]) -> list[int]:
@@ -359,9 +360,15 @@ def _transition(db, run_id, job_id, old, new, detail) -> None:
     )
 
 
+def _devices_json(devices) -> str:
+    """Devices as the journal keeps them (a mapping is checked as a Device on the way in)."""
+    return json.dumps([Device.from_json(d).to_json() for d in devices])
+
+
 def _run_row(row) -> RunRow:
     data = dict(row)
-    data["devices"] = json.loads(data.pop("devices_json"))
+    where = f"runs.devices_json of run {data['id']}"
+    data["devices"] = [Device.from_json(d, where=where) for d in json.loads(data.pop("devices_json"))]
     data["paused"] = bool(data["paused"])
     return RunRow(**data)
 

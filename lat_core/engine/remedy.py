@@ -54,8 +54,5 @@ def _patch_job_yaml(path: Path, fields: dict) -> None:
 
 
 def _change_slots(store: Store, run: RunRow, device_id: str, delta: int) -> None:
-    devices = [dict(d) for d in run.devices]
-    for device in devices:
-        if device["id"] == device_id:
-            device["slots"] = max(1, device["slots"] + delta)
-    store.set_devices(run.id, devices)
+    store.set_devices(run.id, [d.with_slots(max(1, d.slots + delta)) if d.id == device_id else d
+                               for d in run.devices])
