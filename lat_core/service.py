@@ -22,6 +22,7 @@ from lat_core.errors import JournalError, OutputPathError, PlanError
 from lat_core.jobs import JobSpec, expand, materialize
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.plan import Plan
+from lat_core.run_guard import check_no_live_overlap, creation_lock
 from lat_core.store import Store
 
 JOURNAL_NAME = "journal.sqlite"
@@ -78,7 +79,14 @@ def _check_output_root(root: Path) -> None:
 
 
 def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None) -> int:
-    """Write job directories, then the run and its jobs into the journal; returns the run id."""
+    """Write job directories, then the run and its jobs into the journal; returns the run id.
+    RunConflictError, with nothing written, when a live run owns any of the job folders."""
+    with creation_lock(store.path.parent):
+        check_no_live_overlap(store, [job.job_dir for job in prepared.jobs])
+        return _write_run(store, prepared, now)
+
+
+def _write_run(store: Store, prepared: PreparedRun, now: float | None) -> int:
     for job in prepared.jobs:
         if job.mode != "done":  # a finished job's folder is its record: leave it untouched
             materialize(job)
