@@ -22,11 +22,13 @@ from lat_core.errors import JournalError, OutputPathError, PlanError
 from lat_core.jobs import JobSpec, expand, materialize
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.plan import Plan
+from lat_core.run_secrets import SECRETS_NAME, SecretFile, collect, create_private, secure_state_dir
 from lat_core.run_guard import check_no_live_overlap, creation_lock
 from lat_core.store import Store
 
 JOURNAL_NAME = "journal.sqlite"
 LOCK_NAME = "engine.lock"
+PRIVATE_FILES = (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm", SECRETS_NAME, "engine.log")
 
 
 def default_state_dir() -> Path:
@@ -78,12 +80,18 @@ def _check_output_root(root: Path) -> None:
         raise OutputPathError("output root is not writable", where=str(root))
 
 
-def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None) -> int:
-    """Write job directories, then the run and its jobs into the journal; returns the run id.
-    RunConflictError, with nothing written, when a live run owns any of the job folders."""
+def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None,
+               environ: dict[str, str] | None = None) -> int:
+    """Write job directories, then the run and its jobs into the journal, and its secrets into the
+    state directory's 0600 secrets file; returns the run id. RunConflictError, with nothing
+    written, when a live run owns any of the job folders."""
+    secrets = collect([job.env for job in prepared.jobs], prepared.plan.notify,
+                      os.environ if environ is None else environ)
     with creation_lock(store.path.parent):
         check_no_live_overlap(store, [job.job_dir for job in prepared.jobs])
-        return _write_run(store, prepared, now)
+        run_id = _write_run(store, prepared, now)
+        SecretFile(store.path.parent).save(run_id, secrets)
+        return run_id
 
 
 def _write_run(store: Store, prepared: PreparedRun, now: float | None) -> int:
@@ -180,6 +188,7 @@ def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_
     state_dir.mkdir(parents=True, exist_ok=True)
     # values read back from a saved plan are masked: never hand "***" to the engine as a secret
     env = {**os.environ, **{k: v for k, v in (extra_env or {}).items() if v != MASK}}
+    create_private(state_dir / "engine.log")
     with open(state_dir / "engine.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "lat_core.engine", "--state-dir", str(state_dir)],
@@ -207,7 +216,10 @@ def ensure_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> b
 
 
 def open_store(state_dir: Path) -> Store:
+    """The state directory's journal; the directory private (0700) and its files 0600."""
     try:
+        secure_state_dir(Path(state_dir), PRIVATE_FILES)
+        create_private(Path(state_dir) / JOURNAL_NAME)
         return Store(Path(state_dir) / JOURNAL_NAME)
     except JournalError:
         raise
