@@ -21,6 +21,7 @@ from lat_core.devices import Device, resolve_devices
 from lat_core.errors import JournalError, OutputPathError, PlanError
 from lat_core.jobs import JobSpec, expand, materialize
 from lat_core.monitor.gpu import GpuProbe
+from lat_core.journal_faults import check_space, clear_fault, explain, journal_faults, read_fault
 from lat_core.plan import Plan
 from lat_core.run_secrets import SECRETS_NAME, SecretFile, collect, create_private, secure_state_dir
 from lat_core.run_guard import check_no_live_overlap, creation_lock
@@ -87,7 +88,8 @@ def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None,
     written, when a live run owns any of the job folders."""
     secrets = collect([job.env for job in prepared.jobs], prepared.plan.notify,
                       os.environ if environ is None else environ)
-    with creation_lock(store.path.parent):
+    with creation_lock(store.path.parent), journal_faults(store.path):
+        store.check_writable()
         check_no_live_overlap(store, [job.job_dir for job in prepared.jobs])
         run_id = _write_run(store, prepared, now)
         SecretFile(store.path.parent).save(run_id, secrets)
@@ -97,13 +99,25 @@ def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None,
 def _write_run(store: Store, prepared: PreparedRun, now: float | None) -> int:
     for job in prepared.jobs:
         if job.mode != "done":  # a finished job's folder is its record: leave it untouched
-            materialize(job)
+            _materialize(job)
     now = time.time() if now is None else now
     countdown_until = now + prepared.plan.countdown_minutes * 60
     root = str(Path(prepared.plan.output_root).expanduser().resolve())
     run_id = store.create_run(prepared.plan.to_yaml(), root, prepared.devices, countdown_until)
     store.add_jobs(run_id, [job_record(j) for j in prepared.jobs])
     return run_id
+
+
+def _materialize(job: JobSpec) -> None:
+    """The job's folder, or an OutputPathError naming it (a full or read-only output root)."""
+    try:
+        materialize(job)
+    except (OSError, OutputPathError) as exc:
+        cause = exc if isinstance(exc, OSError) else exc.__cause__
+        if not isinstance(cause, OSError):
+            raise
+        fault = explain(cause, job.job_dir)
+        raise OutputPathError(f"cannot write the job folder: {fault.message}", where=str(job.job_dir)) from exc
 
 
 def job_record(job: JobSpec) -> dict:
@@ -182,9 +196,9 @@ class EngineLock:
             return False
 
 
-def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_s: float = 15.0) -> int:
+def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_s: float = 15.0):
     """Start ``python -m lat_core.engine`` in its own session (it outlives the front end) and wait
-    until it holds the engine lock or has exited, so the caller sees a consistent state."""
+    until it holds the engine lock or has exited, so the caller sees a consistent state; the Popen."""
     state_dir.mkdir(parents=True, exist_ok=True)
     # values read back from a saved plan are masked: never hand "***" to the engine as a secret
     env = {**os.environ, **{k: v for k, v in (extra_env or {}).items() if v != MASK}}
@@ -198,7 +212,7 @@ def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_
     lock, deadline = EngineLock(state_dir), time.time() + wait_s
     while proc.poll() is None and not lock.is_held() and time.time() < deadline:
         time.sleep(0.05)
-    return proc.pid
+    return proc
 
 
 def ensure_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> bool:
@@ -206,20 +220,32 @@ def ensure_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> b
 
     A second lock (``spawn.lock``) serialises front ends starting at the same moment, so only one
     of them spawns; the other then sees the engine's lock held and attaches."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with open(state_dir / "spawn.lock", "a+") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)
-        if EngineLock(state_dir).is_held():
-            return False
-        spawn_engine(state_dir, extra_env)
-        return True
+    with journal_faults(state_dir / JOURNAL_NAME):
+        state_dir.mkdir(parents=True, exist_ok=True)
+        with open(state_dir / "spawn.lock", "a+") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            if EngineLock(state_dir).is_held():
+                return False
+            check_space(state_dir)
+            clear_fault(state_dir)
+            _raise_if_failed(spawn_engine(state_dir, extra_env), state_dir)
+            return True
+
+
+def _raise_if_failed(proc, state_dir: Path) -> None:
+    """An engine that stopped at once on a journal or disk fault: its message, so the front end
+    says why instead of starting engines in a loop."""
+    if proc.poll() not in (None, 0):
+        fault = read_fault(state_dir) or f"the engine exited with status {proc.returncode}; see {state_dir / 'engine.log'}"
+        raise JournalError(f"the engine cannot run: {fault}", where=str(state_dir))
 
 
 def open_store(state_dir: Path) -> Store:
     """The state directory's journal; the directory private (0700) and its files 0600."""
     try:
-        secure_state_dir(Path(state_dir), PRIVATE_FILES)
-        create_private(Path(state_dir) / JOURNAL_NAME)
+        with journal_faults(Path(state_dir) / JOURNAL_NAME):
+            secure_state_dir(Path(state_dir), PRIVATE_FILES)
+            create_private(Path(state_dir) / JOURNAL_NAME)
         return Store(Path(state_dir) / JOURNAL_NAME)
     except JournalError:
         raise

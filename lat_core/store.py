@@ -14,6 +14,7 @@ from typing import Iterable
 
 from lat_core.devices import Device
 from lat_core.errors import JournalError
+from lat_core.journal_faults import check_journal_file, journal_faults, journal_timeout_s
 from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
 
 SCHEMA = """
@@ -65,20 +66,19 @@ class Store:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        try:
+        with journal_faults(self.path):  # full, read-only, locked, damaged: one clear JournalError
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-        except (OSError, sqlite3.Error) as exc:
-            raise JournalError(f"cannot open journal: {exc}", where=str(self.path)) from exc
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.executescript(SCHEMA)
-        _add_missing_columns(self._db)
+            check_journal_file(self.path)
+            self._db = _connect(self.path, journal_timeout_s())
 
     def close(self) -> None:
         self._db.close()
+
+    def check_writable(self) -> None:
+        """Take and release the write lock: a journal locked past the timeout (or read-only) fails
+        here, before a caller writes anything elsewhere (job folders) that it would orphan."""
+        with self._tx():
+            pass
 
     def _tx(self):
         return _Transaction(self._db)
@@ -322,6 +322,17 @@ class Store:
             db.execute("UPDATE commands SET status=?, handled=?, result=? WHERE id=?",
                        (status, time.time(), result, command_id))
             _transition(db, row["run_id"], row["job_id"], None, f"command:{row['verb']}", f"{status} {result}".strip())
+
+
+def _connect(path: Path, timeout_s: float) -> sqlite3.Connection:
+    db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
+    db.row_factory = sqlite3.Row
+    db.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(SCHEMA)
+    _add_missing_columns(db)
+    return db
 
 
 def _add_missing_columns(db: sqlite3.Connection) -> None:

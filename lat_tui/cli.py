@@ -51,7 +51,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every journal or disk fault ends as one message naming the path and exit 2, no traceback."""
+    from lat_core.journal_faults import journal_faults
+
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        with journal_faults(_journal_path(argv)):
+            return _route(argv)
+    except LatError as exc:
+        print(f"lat-tui: {exc.title}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _journal_path(argv: list[str]) -> Path:
+    from lat_core.service import JOURNAL_NAME, default_state_dir
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--state-dir")
+    given = parser.parse_known_args(argv)[0].state_dir
+    return (Path(given).expanduser() if given else default_state_dir()) / JOURNAL_NAME
+
+
+def _route(argv: list[str]) -> int:
     if argv[:1] == ["status"]:
         from lat_tui.status import main as status_main
 
@@ -70,12 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         return control_main(argv)
     if argv[:1] == ["attach"]:
         argv = argv[1:]
-    args = build_parser().parse_args(argv)
-    try:
-        return _dispatch(args)
-    except LatError as exc:
-        print(f"lat-tui: {exc.title}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    return _dispatch(build_parser().parse_args(argv))
 
 
 def _dispatch(args) -> int:

@@ -62,7 +62,11 @@ def main(argv: list[str]) -> int:
         print(f"lat-tui: {exc.title}: {exc}")
         return 2
     command_id = store.add_command(run.id, verb, job_id=job_id, **extra)
-    ensure_engine(state_dir)  # an ended run has no engine; commands still need one to apply them
+    try:
+        ensure_engine(state_dir)  # an ended run has no engine; commands still need one to apply them
+    except LatError as exc:
+        print(f"lat-tui: command {command_id} is queued, but {exc}")
+        return 2
     return 0 if args.no_wait else _report(store, command_id)
 
 

@@ -47,7 +47,10 @@ class RunControls:
             return False
         self.pending_commands[command_id] = label or verb
         if self._run is not None and (self._run.state not in RUN_ACTIVE or not self.engine_alive):
-            self.context.engine_starter(self.context.state_dir, extra_env=plan_env(self._run.plan_yaml))
+            try:
+                self.context.engine_starter(self.context.state_dir, extra_env=plan_env(self._run.plan_yaml))
+            except LatError as exc:
+                self.notify(str(exc), title="Command queued; engine cannot start", severity="error")
         return True
 
     def command_answered(self, command: dict) -> None:

@@ -2,18 +2,24 @@
 
 import os
 import signal
+import sqlite3
 import stat
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from lat_core.devices import cpu_device
 from lat_core.jobs import JobSpec
 from lat_core.plan import Plan
 from lat_core.service import EngineLock, PreparedRun, create_run, ensure_engine, open_store
-from tests.conftest import FAKE_TRAINER
+from tests.conftest import FAKE_TRAINER, fake_job
 from tests.integration.test_detached_engine import engine_pid, wait_for
 
+ROOT = Path(__file__).resolve().parents[2]
 SECRET, HOOK_TOKEN = "sekrit-value-123", "T000/B000/hooktoken456"
 
 
@@ -82,3 +88,150 @@ def test_state_directory_is_private_and_existing_files_are_fixed(tmp_path):
     for name in ("journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm", "secrets.json"):
         assert stat.S_IMODE((state / name).stat().st_mode) == 0o600, name
     assert SECRET in (state / "secrets.json").read_text()
+
+
+# ---------------------------------------------------------------- journal and disk faults
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A small tmpfs of our own (the tests run as root); skipped where mounting is not permitted."""
+    mounted = []
+
+    def mount(name: str, size: str = "512k") -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill(path: Path) -> None:
+    """Write until the file system is full."""
+    try:
+        with open(path / "filler", "wb") as fh:
+            while True:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+    except OSError:
+        pass  # full (the close may be what fails)
+
+
+def lat_tui(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+def headless(state: Path, out: Path) -> subprocess.CompletedProcess:
+    return lat_tui("--plan", str(ROOT / "configs" / "plans" / "demo.yaml"), "--output-root", str(out),
+                   "--state-dir", str(state))
+
+
+def assert_clear_exit_2(done: subprocess.CompletedProcess, path: Path, *words: str) -> None:
+    text = done.stdout + done.stderr
+    assert done.returncode == 2, text
+    assert "Traceback" not in text, text
+    assert str(path) in text, text
+    for word in words:
+        assert word in text, text
+
+
+def a_journal_with_a_live_run(state: Path, tmp_path: Path) -> None:
+    store = open_store(state)
+    run_id = store.create_run("plan: test", str(tmp_path / "out"), [cpu_device(1)], time.time() + 3600)
+    store.add_jobs(run_id, [fake_job(tmp_path, "a")])
+    store.close()
+
+
+def test_full_state_directory(tmp_path, tmpfs):
+    state = tmpfs("state")
+    fill(state)
+    done = headless(state, tmp_path / "runs")
+    assert_clear_exit_2(done, state, "disk is full")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("job.yaml"))
+    assert not EngineLock(state).is_held()
+
+
+def test_full_output_root(tmp_path, tmpfs):
+    out = tmpfs("runs")
+    fill(out)
+    done = headless(tmp_path / "state", out / "demo")
+    assert_clear_exit_2(done, out, "disk is full")
+    assert open_store(tmp_path / "state").runs() == []  # nothing started
+    assert not EngineLock(tmp_path / "state").is_held()
+
+
+def test_disk_filling_under_a_live_engine_stops_it_once_and_a_front_end_revives_it(tmp_path, tmpfs):
+    """The engine meets a full disk when its job ends: it stops (no crash loop), `status` says the
+    disk is full; once space is freed, `status` restarts it and the run finishes."""
+    state = tmpfs("state", size="4m")
+    store = open_store(state)
+    run_id = store.create_run("plan: test", str(tmp_path / "out"), [cpu_device(1)], 0.0)
+    store.add_jobs(run_id, [fake_job(tmp_path, "a", sleep=3.0)])
+    ensure_engine(state)
+    wait_for(lambda: store.jobs(run_id)[0].state == "running", what="job running")
+    fill(state)
+    wait_for(lambda: not EngineLock(state).is_held(), timeout=60, what="engine to stop on the full disk")
+    assert_clear_exit_2(lat_tui("status", "--state-dir", str(state)), state, "cannot start", "disk is full")
+    assert not EngineLock(state).is_held()  # the front end did not start an engine into the fault
+    (state / "filler").unlink()
+    done = lat_tui("status", "--state-dir", str(state))
+    assert done.returncode == 0 and "restarted" in done.stdout, done.stdout + done.stderr
+    wait_for(lambda: store.run(run_id).state == "finished", timeout=60, what="run to finish")
+    assert store.jobs(run_id)[0].state == "succeeded"
+    wait_for(lambda: not EngineLock(state).is_held(), what="engine to exit")
+
+
+def test_read_only_state_directory(tmp_path, tmpfs):
+    state = tmpfs("state")
+    a_journal_with_a_live_run(state, tmp_path)
+    subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)
+    for verb in (["status"], ["pause"], ["--plan", str(ROOT / "configs" / "plans" / "demo.yaml"),
+                                         "--output-root", str(tmp_path / "runs2")]):
+        done = lat_tui(*verb, "--state-dir", str(state))
+        assert_clear_exit_2(done, state, "read-only")
+    assert not (tmp_path / "runs2").exists() or not any((tmp_path / "runs2").rglob("job.yaml"))
+
+
+def test_journal_locked_beyond_the_timeout(tmp_path):
+    state = tmp_path / "state"
+    a_journal_with_a_live_run(state, tmp_path)
+    holder = sqlite3.connect(str(state / "journal.sqlite"), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        quick = {"LAT_JOURNAL_TIMEOUT_S": "1"}
+        done = lat_tui("pause", "--state-dir", str(state), env=quick)
+        assert_clear_exit_2(done, state, "locked by another process for more than 1 s")
+        done = lat_tui("--plan", str(ROOT / "configs" / "plans" / "demo.yaml"), "--output-root",
+                       str(tmp_path / "runs2"), "--state-dir", str(state), env=quick)
+        assert_clear_exit_2(done, state, "locked by another process")
+        assert not (tmp_path / "runs2").exists() or not any((tmp_path / "runs2").rglob("job.yaml"))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_corrupt_journal(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "journal.sqlite").write_bytes(b"this is not a journal" * 100)
+    done = lat_tui("status", "--state-dir", str(state))
+    assert_clear_exit_2(done, state / "journal.sqlite", "damaged", "mv ")
+
+
+def test_truncated_journal(tmp_path):
+    state = tmp_path / "state"
+    store = open_store(state)
+    run_id = store.create_run("plan: test", str(tmp_path / "out"), [cpu_device(1)], 0.0)
+    store.add_jobs(run_id, [fake_job(tmp_path, f"j{i}") for i in range(200)])
+    store.close()  # the last connection checkpoints the WAL into the file
+    journal = state / "journal.sqlite"
+    os.truncate(journal, journal.stat().st_size // 2)
+    done = lat_tui("status", "--state-dir", str(state))
+    assert_clear_exit_2(done, journal, "truncated")
