@@ -119,3 +119,25 @@ def create_private(path: Path) -> None:
     -wal and -shm files)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
     os.close(fd)
+
+
+class JobSecrets:
+    """The engine's view: a run's secrets from its file (read once per run), else the engine's own
+    environment (runs created before secrets were kept in the file)."""
+
+    def __init__(self, state_dir: Path, environ: Mapping[str, str]):
+        self._file, self._environ = SecretFile(state_dir), environ
+        self._by_run: dict[int, RunSecrets] = {}
+
+    def of(self, run_id: int) -> RunSecrets:
+        if run_id not in self._by_run:
+            self._by_run[run_id] = self._file.load(run_id)
+        return self._by_run[run_id]
+
+    def unmask(self, run_id: int, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` as the journal holds it, with each ``***`` replaced by its value; a secret found
+        nowhere is left out (never passed on as ``***``)."""
+        saved = self.of(run_id).env
+        plain = {k: v for k, v in env.items() if v != MASK}
+        known = {k: saved.get(k) or self._environ.get(k) for k, v in env.items() if v == MASK}
+        return {**plain, **{k: v for k, v in known.items() if v and v != MASK}}

@@ -21,7 +21,6 @@ from lat_core.devices import Device
 from lat_core.engine.retries import maybe_retry
 from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.commands import Commands
-from lat_core.config.env import MASK
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.local import LocalBackend
 from lat_core.job_files import describe_exit, last_step, memory_event_peak
@@ -34,7 +33,7 @@ from lat_core.engine.notices import RunNotices
 from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
 from lat_core.engine.warm import WarmStarts
-from lat_core.run_secrets import RunSecrets, SecretFile
+from lat_core.run_secrets import JobSecrets
 
 CANCEL_GRACE_S = 10.0
 SAMPLE_EVERY_S = 2.0
@@ -54,9 +53,8 @@ class Engine:
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
         self._events_offset: dict[int, int] = {}
         self._commands = Commands(self)
-        self._secret_file = SecretFile(Path(store.path).parent)
-        self._run_secrets: dict[int, RunSecrets] = {}
-        self._notices = RunNotices(store, self._secrets, secrets_of=self.secrets_of)
+        self._job_secrets = JobSecrets(Path(store.path).parent, self._secrets)
+        self._notices = RunNotices(store, self._secrets, secrets_of=self._job_secrets.of)
         self._gpu_probe = gpu_probe or GpuProbe()
         self._admission = Admission(store, self._gpu_probe, policy=policy, clock=clock)
         self._sample_every_s = sample_every_s
@@ -205,7 +203,7 @@ class Engine:
         attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path))
         self.store.set_job_state(job.id, "running", f"attempt {n} on {device.id}", device=device.id,
                                  started=self._clock(), ended=None, returncode=None, error=None)
-        env = {**self._unmask(job.run_id, job.env), **device.env, **self._mps_env(job.run_id),
+        env = {**self._job_secrets.unmask(job.run_id, job.env), **device.env, **self._mps_env(job.run_id),
                "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
         try:
             argv, env = self._distributed(job, argv=job.argv, env=env)
@@ -261,21 +259,6 @@ class Engine:
             self.store.set_attempt_oom_counter(attempt_id, counter.source, counter.count)
         if launched.popen is not None:
             self._popens[attempt_id] = launched.popen
-
-    def secrets_of(self, run_id: int) -> RunSecrets:
-        """The run's secrets from the state directory's secrets file (read once per run)."""
-        if run_id not in self._run_secrets:
-            self._run_secrets[run_id] = self._secret_file.load(run_id)
-        return self._run_secrets[run_id]
-
-    def _unmask(self, run_id: int, env: dict) -> dict:
-        """The journal holds secrets masked; their values come from the run's secrets file, else
-        the engine's own environment. A secret found in neither is left out (never passed on as
-        ``***``)."""
-        saved = self.secrets_of(run_id).env
-        known = {k: saved.get(k) or self._secrets.get(k) for k, v in env.items() if v == MASK}
-        plain = {k: v for k, v in env.items() if v != MASK}
-        return {**plain, **{k: v for k, v in known.items() if v and v != MASK}}
 
     # ------------------------------------------------------------------ reaping
     def _reap(self, run: RunRow) -> None:
