@@ -13,6 +13,7 @@ import errno
 import os
 import shutil
 import sqlite3
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -22,6 +23,7 @@ from lat_core.errors import JournalError, LatError
 FAULT_NAME = "engine.fault"
 TIMEOUT_ENV, DEFAULT_TIMEOUT_S = "LAT_JOURNAL_TIMEOUT_S", 30.0
 SQLITE_MAGIC = b"SQLite format 3\x00"
+WAL_INDEX_HEADER, WAL_HEADER, WAL_FRAME_HEADER = 48, 32, 24  # SQLite's WAL file format
 LOW_SPACE = 1 << 20  # less free than this: an I/O error on the journal is the disk being full
 
 FULL = "the disk is full; free space on it (`df -h {dir}`) or use another --state-dir / output root"
@@ -116,6 +118,29 @@ def check_journal_file(path: Path) -> None:
     if size_valid and pages and size < pages * page_size:
         what = f"truncated: {size} bytes of {pages * page_size}"
         raise JournalError(CORRUPT.format(what=what, path=path), where=str(path))
+
+
+def check_wal(path: Path) -> None:
+    """The -shm index says the -wal holds frames, but the -wal is gone or shorter: someone removed
+    it (or it was not copied along). SQLite then fails with 'disk I/O error' or reads stale state."""
+    shm, wal = Path(f"{path}-shm"), Path(f"{path}-wal")
+    try:
+        with open(shm, "rb") as fh:
+            header, copy = fh.read(WAL_INDEX_HEADER), fh.read(WAL_INDEX_HEADER)
+    except OSError:
+        return
+    if len(copy) < WAL_INDEX_HEADER or header != copy or header[12] != 1:
+        return  # mid-update (SQLite keeps two copies), or an index never built: nothing to judge
+    page_size = int.from_bytes(header[14:16], sys.byteorder)
+    page_size = 65536 if page_size == 1 else page_size
+    frames = int.from_bytes(header[16:20], sys.byteorder)
+    needed = WAL_HEADER + frames * (WAL_FRAME_HEADER + page_size) if frames else 0
+    have = wal.stat().st_size if wal.exists() else 0
+    if have < needed:
+        raise JournalError(
+            f"the journal's -wal file is missing or cut short ({have} of {needed} bytes): changes since the "
+            f"last checkpoint are lost; end the engine (pid in {path.parent / 'engine.lock'}), move "
+            f"{shm.name} aside and reopen, or move the journal aside to start afresh", where=str(path))
 
 
 def write_fault(state_dir: Path, message: str) -> None:

@@ -14,7 +14,7 @@ from typing import Iterable
 
 from lat_core.devices import Device
 from lat_core.errors import JournalError
-from lat_core.journal_faults import check_journal_file, journal_faults, journal_timeout_s
+from lat_core.journal_faults import check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
 
 SCHEMA = """
@@ -69,6 +69,7 @@ class Store:
         with journal_faults(self.path):  # full, read-only, locked, damaged: one clear JournalError
             self.path.parent.mkdir(parents=True, exist_ok=True)
             check_journal_file(self.path)
+            check_wal(self.path)
             self._db = _connect(self.path, journal_timeout_s())
 
     def close(self) -> None:

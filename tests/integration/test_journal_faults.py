@@ -235,3 +235,19 @@ def test_truncated_journal(tmp_path):
     os.truncate(journal, journal.stat().st_size // 2)
     done = lat_tui("status", "--state-dir", str(state))
     assert_clear_exit_2(done, journal, "truncated")
+
+
+def test_wal_lost_under_a_live_connection(tmp_path):
+    """Another process (an engine) holds the journal open when its -wal file is removed: SQLite
+    answers new connections with 'disk I/O error'; the front end says what that means."""
+    state = tmp_path / "state"
+    a_journal_with_a_live_run(state, tmp_path)
+    holder = open_store(state)
+    holder.add_transition(1, None, "note", "in the WAL only")
+    (state / "journal.sqlite-wal").unlink()
+    try:
+        done = lat_tui("status", "--state-dir", str(state))
+        assert_clear_exit_2(done, state / "journal.sqlite", "-wal file is missing", "move the journal aside")
+        assert not EngineLock(state).is_held()
+    finally:
+        holder.close()
