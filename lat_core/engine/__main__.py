@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from lat_core.engine.loop import Engine
@@ -40,12 +41,30 @@ def _serve(state_dir: Path, lock, poll: float) -> None:
     print(f"engine {os.getpid()} serving {state_dir}", flush=True)
     engine = Engine(store)
     while True:
-        engine.run(poll_interval=poll)
+        _run_through_locks(engine, store.path, poll)
         lock.release()
         # A front end may have added a run while we were finishing and saw our lock held.
         if not store.active_runs() or not lock.acquire(timeout=0.2):
             break
     print("no active run left; engine exits", flush=True)
+
+
+def _run_through_locks(engine: Engine, journal: Path, poll: float) -> None:
+    """Drain the runs; a journal locked by another process past the timeout is waited out (said
+    once in engine.log) instead of stopping the engine: the lock is someone's long transaction,
+    not damage. Every other fault ends the engine (see ``_stop_on_fault``)."""
+    waiting = False
+    while True:
+        try:
+            engine.run(poll_interval=poll)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower():
+                raise
+            if not waiting:
+                print(f"engine {os.getpid()}: {explain(exc, journal)}; waiting for it", flush=True)
+            waiting = True
+            time.sleep(poll)
 
 
 def _stop_on_fault(state_dir: Path, fault) -> int:

@@ -251,3 +251,25 @@ def test_wal_lost_under_a_live_connection(tmp_path):
         assert not EngineLock(state).is_held()
     finally:
         holder.close()
+
+
+def test_engine_waits_out_a_journal_locked_past_the_timeout(tmp_path):
+    """Another process holds the write lock 3x the timeout while a job ends: the engine says so
+    in engine.log, keeps its pid, and records the job once the lock is gone."""
+    state = tmp_path / "state"
+    store = open_store(state)
+    run_id = store.create_run("plan: test", str(tmp_path / "out"), [cpu_device(1)], 0.0)
+    store.add_jobs(run_id, [fake_job(tmp_path, "a", sleep=1.0)])
+    ensure_engine(state, {"LAT_JOURNAL_TIMEOUT_S": "1"})
+    wait_for(lambda: store.jobs(run_id)[0].state == "running", what="job running")
+    pid = engine_pid(state)
+    holder = sqlite3.connect(str(state / "journal.sqlite"), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    time.sleep(4.0)
+    holder.execute("ROLLBACK")
+    holder.close()
+    wait_for(lambda: store.run(run_id).state == "finished", timeout=60, what="run to finish")
+    assert store.jobs(run_id)[0].state == "succeeded"
+    log = (state / "engine.log").read_text()
+    assert f"engine {pid}: " in log and "locked by another process" in log and "Traceback" not in log
+    wait_for(lambda: not EngineLock(state).is_held(), what="engine to exit")
