@@ -7,9 +7,10 @@ NVML knows them, so NVML's and CUDA's numbering can never disagree.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from lat_core.errors import GpuError, JournalError
 
@@ -38,7 +39,7 @@ class Device:
     def is_cpu(self) -> bool:
         return self.id == CPU_ID
 
-    def with_slots(self, slots: int) -> "Device":
+    def with_slots(self, slots: int) -> Device:
         return dataclasses.replace(self, slots=slots)
 
     def to_json(self) -> dict[str, Any]:
@@ -46,7 +47,7 @@ class Device:
                 "index": self.index, "uuid": self.uuid}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, where: str = "devices") -> "Device":
+    def from_json(cls, data: Mapping[str, Any], *, where: str = "devices") -> Device:
         """The journal's (or a caller's) mapping as a Device; JournalError naming what is wrong."""
         if isinstance(data, Device):
             return data

@@ -14,9 +14,9 @@ import os
 import shutil
 import sqlite3
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from lat_core.errors import JournalError, LatError
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from lat_core.errors import JournalError, RunConflictError
 from lat_core.store import Store
@@ -25,7 +25,7 @@ def creation_lock(state_dir: Path) -> Iterator[None]:
     """Held while one front end checks for conflicts and writes its run (other creators wait)."""
     path = Path(state_dir) / CREATE_LOCK_NAME
     try:
-        fh = open(path, "a+")
+        fh = open(path, "a+")  # noqa: SIM115 - closed by the `with fh` below; opening gets its own message
     except OSError as exc:
         raise JournalError(f"cannot open the run-creation lock: {exc.strerror}", where=str(path)) from exc
     with fh:

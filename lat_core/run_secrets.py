@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from lat_core.config.env import MASK, is_secret
 from lat_core.errors import JournalError
@@ -43,7 +44,7 @@ class RunSecrets:
         return {"env": dict(self.env), "notify": dict(self.notify), "notify_env": dict(self.notify_env)}
 
     @classmethod
-    def from_json(cls, data: Mapping, *, where: str) -> "RunSecrets":
+    def from_json(cls, data: Mapping, *, where: str) -> RunSecrets:
         if not isinstance(data, Mapping) or not all(isinstance(data.get(k, {}), Mapping) for k in ("env", "notify", "notify_env")):
             raise JournalError("a run's secrets are not a mapping of env / notify / notify_env", where=where)
         return cls({str(k): str(v) for k, v in (data.get("env") or {}).items()}, dict(data.get("notify") or {}),

@@ -15,7 +15,13 @@ import pytest
 from lat_core.devices import cpu_device
 from lat_core.jobs import JobSpec
 from lat_core.plan import Plan
-from lat_core.service import EngineLock, PreparedRun, create_run, ensure_engine, open_store
+from lat_core.service import (
+    EngineLock,
+    PreparedRun,
+    create_run,
+    ensure_engine,
+    open_store,
+)
 from tests.conftest import FAKE_TRAINER, fake_job
 from tests.integration.test_detached_engine import engine_pid, wait_for
 
@@ -101,7 +107,7 @@ def tmpfs(tmp_path):
         path = tmp_path / name
         path.mkdir()
         done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, check=False)
         if done.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
         mounted.append(path)
@@ -109,7 +115,7 @@ def tmpfs(tmp_path):
 
     yield mount
     for path in reversed(mounted):
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
 def fill(path: Path) -> None:
@@ -124,7 +130,7 @@ def fill(path: Path) -> None:
 
 
 def lat_tui(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True, check=False,
                           timeout=300, env={**os.environ, **(env or {})})
 
 

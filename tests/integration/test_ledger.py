@@ -1,13 +1,13 @@
 """One device ledger per state directory: every active run's jobs count against a device's slots,
 and every active run's jobs are sampled; the same job folders are never run twice at once."""
 
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from lat_core.devices import cpu_device
-from lat_core.engine.loop import Engine
 from lat_core.service import EngineLock, open_store
 from lat_core.store import Store
 from tests.conftest import fake_job, intervals, max_overlap
@@ -86,3 +86,16 @@ def _cancel_and_stop(state, procs):
     lock, deadline = EngineLock(state), time.time() + 60
     while lock.is_held() and time.time() < deadline:  # the engine ends once the run is cancelled
         time.sleep(0.2)
+
+
+def test_a_malformed_device_in_the_journal_is_a_clear_error(tmp_path):
+    import pytest
+
+    from lat_core.errors import JournalError
+
+    store = Store(tmp_path / "journal.sqlite")
+    run_id = store.create_run("plan: test", str(tmp_path), [cpu_device(1)], 0.0)
+    with sqlite3.connect(tmp_path / "journal.sqlite") as other:  # what another writer left there
+        other.execute("UPDATE runs SET devices_json=? WHERE id=?", ('[{"id": "cpu", "slots": "two"}]', run_id))
+    with pytest.raises(JournalError, match=f"runs.devices_json of run {run_id}"):
+        store.run(run_id)
