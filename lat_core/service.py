@@ -130,9 +130,12 @@ def job_record(job: JobSpec) -> dict:
     }
 
 
-def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry) -> list[dict]:
+def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry,
+                state_dir: Path | None = None) -> list[dict]:
     """Journal records for more suites/pairs in a live run, expanded against the run's own plan
-    (same GPUs, env, output root) and with their directories written; PlanError when invalid."""
+    (same GPUs, env, output root) and with their directories written; PlanError when invalid.
+    With ``state_dir``, RunConflictError (nothing written) when a live run, this one included,
+    already owns one of their folders: writing its job.yaml would change a running job's config."""
     import yaml
 
     from lat_core.plan import plan_from_mapping
@@ -142,9 +145,22 @@ def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry) 
     data["pairs"] = pairs
     plan = plan_from_mapping(data, registry, where="jobs to add")
     jobs = expand(plan, registry)
-    for job in jobs:
-        materialize(job)
+    if state_dir is None:
+        _materialize_all(jobs)
+        return [job_record(j) for j in jobs]
+    store = open_store(state_dir)
+    try:
+        with creation_lock(state_dir):
+            check_no_live_overlap(store, [job.job_dir for job in jobs])
+            _materialize_all(jobs)
+    finally:
+        store.close()
     return [job_record(j) for j in jobs]
+
+
+def _materialize_all(jobs: list[JobSpec]) -> None:
+    for job in jobs:
+        _materialize(job)
 
 
 # ---------------------------------------------------------------- the detached engine

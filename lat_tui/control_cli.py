@@ -88,7 +88,8 @@ def command_for(args, store, run) -> tuple[str, int | None, dict]:
     from lat_core.service import jobs_to_add
 
     names = [n for chunk in args.suite for n in chunk.split()]
-    jobs = jobs_to_add(run, names, args.round, args.pairs, SuiteRegistry(configs_root(args.configs)))
+    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    jobs = jobs_to_add(run, names, args.round, args.pairs, SuiteRegistry(configs_root(args.configs)), state_dir)
     return "add_jobs", None, {"jobs": jobs}
 
 

@@ -99,3 +99,26 @@ def test_a_malformed_device_in_the_journal_is_a_clear_error(tmp_path):
         other.execute("UPDATE runs SET devices_json=? WHERE id=?", ('[{"id": "cpu", "slots": "two"}]', run_id))
     with pytest.raises(JournalError, match=f"runs.devices_json of run {run_id}"):
         store.run(run_id)
+
+
+def test_adding_jobs_a_live_run_already_has_writes_nothing_and_names_the_run(tmp_path):
+    import pytest
+
+    from lat_core.config.paths import configs_root
+    from lat_core.config.suites import SuiteRegistry
+    from lat_core.errors import RunConflictError
+    from lat_core.plan import plan_from_mapping
+    from lat_core.service import create_run, jobs_to_add, prepare_run
+
+    registry, state = SuiteRegistry(configs_root()), tmp_path / "state"
+    plan = plan_from_mapping({"suites": [{"name": "demo"}], "pairs": ["1:tiny-sst2"], "gpus": "cpu",
+                              "countdown_minutes": 30, "output_root": str(tmp_path / "runs")}, registry, where="test")
+    store = open_store(state)
+    run = store.run(create_run(store, prepare_run(plan, registry=registry)))
+    job_yaml = next((tmp_path / "runs").rglob("job.yaml"))
+    job_yaml.write_text("# what the running job reads\n")
+    with pytest.raises(RunConflictError, match=f"run {run.id} \\(countdown\\) is live"):
+        jobs_to_add(run, ["demo"], "all", "1:tiny-sst2", registry, state)
+    assert job_yaml.read_text() == "# what the running job reads\n"
+    added = jobs_to_add(run, ["demo"], "all", "2:tiny-sst2", registry, state)
+    assert added and all("seed2" in job["key"] for job in added)
