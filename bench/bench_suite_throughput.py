@@ -130,7 +130,7 @@ def _old_side(mapping: dict) -> list[str]:
     prepared = prepare_run(plan)
     for job in prepared.jobs:
         materialize(job)
-    device_env = prepared.devices[0]["env"]
+    device_env = dict(prepared.devices[0].env)
     times = run_in_rounds(prepared.jobs, device_env, plan.slots)
     failed = [k for k, (_, _, rc) in times.items() if rc != 0]
     if failed:

@@ -1,4 +1,4 @@
-"""Turn a plan's ``gpus`` + ``slots`` into the devices a run schedules on.
+"""Devices a run schedules on: the ``Device`` type, and a plan's ``gpus`` + ``slots`` resolved into them.
 
 GPUs are addressed by UUID in ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``) when
 NVML knows them, so NVML's and CUDA's numbering can never disagree.
@@ -6,16 +6,71 @@ NVML knows them, so NVML's and CUDA's numbering can never disagree.
 
 from __future__ import annotations
 
-from lat_core.errors import GpuError
-from lat_core.monitor.gpu import GpuSnapshot
-from lat_core.plan import Plan
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from lat_core.errors import GpuError, JournalError
+
+if TYPE_CHECKING:  # the journal's rows import Device: keep this module free of the plan's imports
+    from lat_core.monitor.gpu import GpuSnapshot
+    from lat_core.plan import Plan
+
+CPU_ID = "cpu"
 
 
-def resolve_devices(plan: Plan, snapshot: GpuSnapshot) -> list[dict]:
-    """One dict per device: id (shown), slots, and the env that pins a job to it."""
+@dataclass(frozen=True)
+class Device:
+    """One schedulable device. ``id`` is what jobs and commands name (``cpu``, ``gpu3``, or
+    ``gpu0+gpu1`` for a multi-GPU job's merged view); ``env`` pins a job to it."""
+    id: str
+    label: str
+    slots: int
+    env: Mapping[str, str] = field(default_factory=dict)
+    index: int | None = None
+    uuid: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))  # frozen means frozen
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.id == CPU_ID
+
+    def with_slots(self, slots: int) -> Device:
+        return dataclasses.replace(self, slots=slots)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "label": self.label, "slots": self.slots, "env": dict(self.env),
+                "index": self.index, "uuid": self.uuid}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, where: str = "devices") -> Device:
+        """The journal's (or a caller's) mapping as a Device; JournalError naming what is wrong."""
+        if isinstance(data, Device):
+            return data
+        try:
+            slots, index = data["slots"], data.get("index")
+            if not isinstance(slots, int) or (index is not None and not isinstance(index, int)):
+                raise TypeError(f"slots {slots!r} / index {index!r} must be integers")
+            return cls(id=str(data["id"]), label=str(data.get("label", data["id"])), slots=slots,
+                       env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+                       index=index, uuid=data.get("uuid"))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise JournalError(f"not a device: {data!r} ({exc})", where=where) from exc
+
+
+def cpu_device(slots: int) -> Device:
+    return Device(CPU_ID, "cpu", slots, {"CUDA_VISIBLE_DEVICES": ""})
+
+
+def resolve_devices(plan: Plan, snapshot: GpuSnapshot) -> list[Device]:
+    """One Device per plan device: id (shown), slots, and the env that pins a job to it."""
     slots = plan.slot_plan()
     if plan.gpus == "cpu":
-        return [{"id": "cpu", "label": "cpu", "slots": slots[0], "env": {"CUDA_VISIBLE_DEVICES": ""}}]
+        return [cpu_device(slots[0])]
     if not snapshot.available:
         raise GpuError(f"the plan names GPUs {plan.gpus} but {snapshot.reason}; use 'gpus: cpu' on this machine")
     missing = [g for g in plan.gpus if snapshot.by_index(g) is None]
@@ -25,13 +80,8 @@ def resolve_devices(plan: Plan, snapshot: GpuSnapshot) -> list[dict]:
     return [_gpu_device(snapshot.by_index(g), n) for g, n in zip(plan.gpus, slots)]
 
 
-def _gpu_device(gpu, slots: int) -> dict:
+def _gpu_device(gpu, slots: int) -> Device:
     visible = gpu.uuid or str(gpu.index)
-    return {
-        "id": f"gpu{gpu.index}",
-        "index": gpu.index,
-        "uuid": gpu.uuid,
-        "label": f"GPU {gpu.index} {gpu.name}",
-        "slots": slots,
-        "env": {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-    }
+    return Device(id=f"gpu{gpu.index}", label=f"GPU {gpu.index} {gpu.name}", slots=slots,
+                  env={"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+                  index=gpu.index, uuid=gpu.uuid)

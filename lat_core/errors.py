@@ -43,3 +43,9 @@ class JournalError(LatError):
 
 class OutputPathError(LatError):
     title = "Cannot use output path"
+
+
+class RunConflictError(LatError):
+    """A new run would write into job folders that a live run owns."""
+
+    title = "Jobs already running"

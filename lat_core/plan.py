@@ -17,7 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
-from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, parse_env_value
+from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, mask_env, parse_env_value
+from lat_core.engine.notify import mask_url
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
 from lat_core.plan_retries import OnFailure
@@ -189,17 +190,31 @@ class Plan(BaseModel):
                 del data[optional]
         if data["warm_start"]:
             del data["warm_start"]
+        data["env"] = mask_env(data["env"])
         if "notify" in data:
-            data["notify"] = _mask_secrets(data["notify"])
+            data["notify"] = _mask_notify(data["notify"])
         return yaml.safe_dump(data, sort_keys=False)
 
 
 def _mask_secrets(node):
-    """A saved plan never holds a credential (use ``password_env`` to name a variable instead)."""
+    """A saved plan never holds a credential: their values live in the state directory's 0600
+    secrets file (:mod:`lat_core.run_secrets`); ``password_env`` names a variable and stays."""
     if isinstance(node, dict):
         return {k: (MASK if is_secret(str(k)) and not str(k).endswith("_env") else _mask_secrets(v))
                 for k, v in node.items()}
     return node
+
+
+def _mask_notify(notify: dict) -> dict:
+    """Also a webhook's URL path (Slack and Discord put the token there) and its header values."""
+    masked = _mask_secrets(notify)
+    webhook = masked.get("webhook")
+    if isinstance(webhook, dict):
+        if webhook.get("url"):
+            webhook["url"] = mask_url(str(webhook["url"]))
+        if isinstance(webhook.get("headers"), dict):
+            webhook["headers"] = {k: MASK for k in webhook["headers"]}
+    return masked
 
 
 def parse_rounds(value):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from lat_core.devices import Device
+
 
 @dataclass(frozen=True)
 class RunRow:
@@ -13,7 +15,7 @@ class RunRow:
     state: str
     plan_yaml: str
     output_root: str
-    devices: list
+    devices: list[Device]
     countdown_until: float
     started: float | None
     ended: float | None

@@ -17,15 +17,19 @@ from pathlib import Path
 from lat_core.config.env import MASK, mask_env, shell_overrides
 from lat_core.config.paths import configs_root
 from lat_core.config.suites import SuiteRegistry
-from lat_core.devices import resolve_devices
+from lat_core.devices import Device, resolve_devices
 from lat_core.errors import JournalError, OutputPathError, PlanError
 from lat_core.jobs import JobSpec, expand, materialize
 from lat_core.monitor.gpu import GpuProbe
+from lat_core.journal_faults import check_space, clear_fault, explain, journal_faults, read_fault
 from lat_core.plan import Plan
+from lat_core.run_secrets import SECRETS_NAME, SecretFile, collect, create_private, secure_state_dir
+from lat_core.run_guard import check_no_live_overlap, creation_lock
 from lat_core.store import Store
 
 JOURNAL_NAME = "journal.sqlite"
 LOCK_NAME = "engine.lock"
+PRIVATE_FILES = (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm", SECRETS_NAME, "engine.log")
 
 
 def default_state_dir() -> Path:
@@ -40,7 +44,7 @@ def default_state_dir() -> Path:
 class PreparedRun:
     plan: Plan
     jobs: list[JobSpec]
-    devices: list[dict]
+    devices: list[Device]
 
 
 def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: GpuProbe | None = None,
@@ -54,10 +58,10 @@ def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: Gpu
     return PreparedRun(plan, jobs, devices)
 
 
-def _check_placeable(jobs: list[JobSpec], devices: list[dict]) -> None:
+def _check_placeable(jobs: list[JobSpec], devices: list[Device]) -> None:
     """A job that needs more GPUs (or CPU slots) than the plan offers could never start."""
-    gpus = sum(1 for d in devices if d["id"] != "cpu" and d["slots"] > 0)
-    cpu_slots = sum(d["slots"] for d in devices if d["id"] == "cpu")
+    gpus = sum(1 for d in devices if not d.is_cpu and d.slots > 0)
+    cpu_slots = sum(d.slots for d in devices if d.is_cpu)
     capacity = cpu_slots if cpu_slots else gpus
     what = "CPU slots" if cpu_slots else "GPUs with slots"
     problems = [f"job {j.key} needs {j.world} processes but the plan has {capacity} {what}"
@@ -77,17 +81,43 @@ def _check_output_root(root: Path) -> None:
         raise OutputPathError("output root is not writable", where=str(root))
 
 
-def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None) -> int:
-    """Write job directories, then the run and its jobs into the journal; returns the run id."""
+def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None,
+               environ: dict[str, str] | None = None) -> int:
+    """Write job directories, then the run and its jobs into the journal, and its secrets into the
+    state directory's 0600 secrets file; returns the run id. RunConflictError, with nothing
+    written, when a live run owns any of the job folders."""
+    secrets = collect([job.env for job in prepared.jobs], prepared.plan.notify,
+                      os.environ if environ is None else environ)
+    with creation_lock(store.path.parent), journal_faults(store.path):
+        store.check_writable()
+        check_no_live_overlap(store, [job.job_dir for job in prepared.jobs])
+        run_id = _write_run(store, prepared, now)
+        SecretFile(store.path.parent).save(run_id, secrets)
+        return run_id
+
+
+def _write_run(store: Store, prepared: PreparedRun, now: float | None) -> int:
     for job in prepared.jobs:
         if job.mode != "done":  # a finished job's folder is its record: leave it untouched
-            materialize(job)
+            _materialize(job)
     now = time.time() if now is None else now
     countdown_until = now + prepared.plan.countdown_minutes * 60
     root = str(Path(prepared.plan.output_root).expanduser().resolve())
     run_id = store.create_run(prepared.plan.to_yaml(), root, prepared.devices, countdown_until)
     store.add_jobs(run_id, [job_record(j) for j in prepared.jobs])
     return run_id
+
+
+def _materialize(job: JobSpec) -> None:
+    """The job's folder, or an OutputPathError naming it (a full or read-only output root)."""
+    try:
+        materialize(job)
+    except (OSError, OutputPathError) as exc:
+        cause = exc if isinstance(exc, OSError) else exc.__cause__
+        if not isinstance(cause, OSError):
+            raise
+        fault = explain(cause, job.job_dir)
+        raise OutputPathError(f"cannot write the job folder: {fault.message}", where=str(job.job_dir)) from exc
 
 
 def job_record(job: JobSpec) -> dict:
@@ -100,9 +130,12 @@ def job_record(job: JobSpec) -> dict:
     }
 
 
-def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry) -> list[dict]:
+def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry,
+                state_dir: Path | None = None) -> list[dict]:
     """Journal records for more suites/pairs in a live run, expanded against the run's own plan
-    (same GPUs, env, output root) and with their directories written; PlanError when invalid."""
+    (same GPUs, env, output root) and with their directories written; PlanError when invalid.
+    With ``state_dir``, RunConflictError (nothing written) when a live run, this one included,
+    already owns one of their folders: writing its job.yaml would change a running job's config."""
     import yaml
 
     from lat_core.plan import plan_from_mapping
@@ -112,9 +145,22 @@ def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry) 
     data["pairs"] = pairs
     plan = plan_from_mapping(data, registry, where="jobs to add")
     jobs = expand(plan, registry)
-    for job in jobs:
-        materialize(job)
+    if state_dir is None:
+        _materialize_all(jobs)
+        return [job_record(j) for j in jobs]
+    store = open_store(state_dir)
+    try:
+        with creation_lock(state_dir):
+            check_no_live_overlap(store, [job.job_dir for job in jobs])
+            _materialize_all(jobs)
+    finally:
+        store.close()
     return [job_record(j) for j in jobs]
+
+
+def _materialize_all(jobs: list[JobSpec]) -> None:
+    for job in jobs:
+        _materialize(job)
 
 
 # ---------------------------------------------------------------- the detached engine
@@ -166,12 +212,13 @@ class EngineLock:
             return False
 
 
-def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_s: float = 15.0) -> int:
+def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_s: float = 15.0):
     """Start ``python -m lat_core.engine`` in its own session (it outlives the front end) and wait
-    until it holds the engine lock or has exited, so the caller sees a consistent state."""
+    until it holds the engine lock or has exited, so the caller sees a consistent state; the Popen."""
     state_dir.mkdir(parents=True, exist_ok=True)
     # values read back from a saved plan are masked: never hand "***" to the engine as a secret
     env = {**os.environ, **{k: v for k, v in (extra_env or {}).items() if v != MASK}}
+    create_private(state_dir / "engine.log")
     with open(state_dir / "engine.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "lat_core.engine", "--state-dir", str(state_dir)],
@@ -181,7 +228,7 @@ def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_
     lock, deadline = EngineLock(state_dir), time.time() + wait_s
     while proc.poll() is None and not lock.is_held() and time.time() < deadline:
         time.sleep(0.05)
-    return proc.pid
+    return proc
 
 
 def ensure_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> bool:
@@ -189,17 +236,32 @@ def ensure_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> b
 
     A second lock (``spawn.lock``) serialises front ends starting at the same moment, so only one
     of them spawns; the other then sees the engine's lock held and attaches."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with open(state_dir / "spawn.lock", "a+") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)
-        if EngineLock(state_dir).is_held():
-            return False
-        spawn_engine(state_dir, extra_env)
-        return True
+    with journal_faults(state_dir / JOURNAL_NAME):
+        state_dir.mkdir(parents=True, exist_ok=True)
+        with open(state_dir / "spawn.lock", "a+") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            if EngineLock(state_dir).is_held():
+                return False
+            check_space(state_dir)
+            clear_fault(state_dir)
+            _raise_if_failed(spawn_engine(state_dir, extra_env), state_dir)
+            return True
+
+
+def _raise_if_failed(proc, state_dir: Path) -> None:
+    """An engine that stopped at once on a journal or disk fault: its message, so the front end
+    says why instead of starting engines in a loop."""
+    if proc.poll() not in (None, 0):
+        fault = read_fault(state_dir) or f"the engine exited with status {proc.returncode}; see {state_dir / 'engine.log'}"
+        raise JournalError(f"the engine cannot run: {fault}", where=str(state_dir))
 
 
 def open_store(state_dir: Path) -> Store:
+    """The state directory's journal; the directory private (0700) and its files 0600."""
     try:
+        with journal_faults(Path(state_dir) / JOURNAL_NAME):
+            secure_state_dir(Path(state_dir), PRIVATE_FILES)
+            create_private(Path(state_dir) / JOURNAL_NAME)
         return Store(Path(state_dir) / JOURNAL_NAME)
     except JournalError:
         raise

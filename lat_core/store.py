@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from lat_core.devices import Device
 from lat_core.errors import JournalError
+from lat_core.journal_faults import check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
 
 SCHEMA = """
@@ -66,33 +68,33 @@ class Store:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        try:
+        with journal_faults(self.path):  # full, read-only, locked, damaged: one clear JournalError
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-        except (OSError, sqlite3.Error) as exc:
-            raise JournalError(f"cannot open journal: {exc}", where=str(self.path)) from exc
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.executescript(SCHEMA)
-        _add_missing_columns(self._db)
+            check_journal_file(self.path)
+            check_wal(self.path)
+            self._db = _connect(self.path, journal_timeout_s())
 
     def close(self) -> None:
         self._db.close()
+
+    def check_writable(self) -> None:
+        """Take and release the write lock: a journal locked past the timeout (or read-only) fails
+        here, before a caller writes anything elsewhere (job folders) that it would orphan."""
+        with self._tx():
+            pass
 
     def _tx(self):
         return _Transaction(self._db)
 
     # ------------------------------------------------------------------ runs
-    def create_run(self, plan_yaml: str, output_root: str, devices: list[dict], countdown_until: float) -> int:
+    def create_run(self, plan_yaml: str, output_root: str, devices: list[Device], countdown_until: float) -> int:
         now = time.time()
         state = "countdown" if countdown_until > now else "running"
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO runs (created, state, plan_yaml, output_root, devices_json, countdown_until, started)"
                 " VALUES (?,?,?,?,?,?,?)",
-                (now, state, plan_yaml, output_root, json.dumps(devices), countdown_until,
+                (now, state, plan_yaml, output_root, _devices_json(devices), countdown_until,
                  now if state == "running" else None),
             )
             run_id = cur.lastrowid
@@ -139,9 +141,9 @@ class Store:
             db.execute("UPDATE runs SET paused=? WHERE id=?", (int(paused), run_id))
             _transition(db, run_id, None, None, "paused" if paused else "resumed", "admission")
 
-    def set_devices(self, run_id: int, devices: list[dict]) -> None:
+    def set_devices(self, run_id: int, devices: list[Device]) -> None:
         with self._tx() as db:
-            db.execute("UPDATE runs SET devices_json=? WHERE id=?", (json.dumps(devices), run_id))
+            db.execute("UPDATE runs SET devices_json=? WHERE id=?", (_devices_json(devices), run_id))
 
     # ------------------------------------------------------------------ jobs
     def add_jobs(self, run_id: int, jobs: Iterable[dict]) -> list[int]:
@@ -335,6 +337,17 @@ class Store:
             _transition(db, row["run_id"], row["job_id"], None, f"command:{row['verb']}", f"{status} {result}".strip())
 
 
+def _connect(path: Path, timeout_s: float) -> sqlite3.Connection:
+    db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
+    db.row_factory = sqlite3.Row
+    db.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(SCHEMA)
+    _add_missing_columns(db)
+    return db
+
+
 def _add_missing_columns(db: sqlite3.Connection) -> None:
     """Bring a journal written by an older LAT up to this schema: columns added since are created
     with their declared type and default, so upgrading never strands a running experiment."""
@@ -371,9 +384,15 @@ def _transition(db, run_id, job_id, old, new, detail) -> None:
     )
 
 
+def _devices_json(devices) -> str:
+    """Devices as the journal keeps them (a mapping is checked as a Device on the way in)."""
+    return json.dumps([Device.from_json(d).to_json() for d in devices])
+
+
 def _run_row(row) -> RunRow:
     data = dict(row)
-    data["devices"] = json.loads(data.pop("devices_json"))
+    where = f"runs.devices_json of run {data['id']}"
+    data["devices"] = [Device.from_json(d, where=where) for d in json.loads(data.pop("devices_json"))]
     data["paused"] = bool(data["paused"])
     return RunRow(**data)
 

@@ -51,11 +51,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every journal or disk fault ends as one message naming the path and exit 2, no traceback."""
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _route(argv)
+    except LatError as exc:
+        print(f"lat-tui: {exc.title}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _on_journal(argv: list[str], run, *args) -> int:
+    """``run(*args)``, with SQLite and disk errors turned into a JournalError naming the journal."""
+    from lat_core.journal_faults import journal_faults
+
+    with journal_faults(_journal_path(argv)):
+        return run(*args)
+
+
+def _journal_path(argv: list[str]) -> Path:
+    from lat_core.service import JOURNAL_NAME, default_state_dir
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--state-dir")
+    given = parser.parse_known_args(argv)[0].state_dir
+    return (Path(given).expanduser() if given else default_state_dir()) / JOURNAL_NAME
+
+
+def _route(argv: list[str]) -> int:
     if argv[:1] == ["status"]:
         from lat_tui.status import main as status_main
 
-        return status_main(argv[1:])
+        return _on_journal(argv, status_main, argv[1:])
     if argv[:1] == ["triage"]:
         from lat_tui.triage_cli import main as triage_main
 
@@ -67,15 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] and argv[0] in CONTROL_VERBS:
         from lat_tui.control_cli import main as control_main
 
-        return control_main(argv)
+        return _on_journal(argv, control_main, argv)
     if argv[:1] == ["attach"]:
         argv = argv[1:]
     args = build_parser().parse_args(argv)
-    try:
-        return _dispatch(args)
-    except LatError as exc:
-        print(f"lat-tui: {exc.title}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    return _dispatch(args) if args.save_plan else _on_journal(argv, _dispatch, args)
 
 
 def _dispatch(args) -> int:

@@ -62,7 +62,11 @@ def main(argv: list[str]) -> int:
         print(f"lat-tui: {exc.title}: {exc}")
         return 2
     command_id = store.add_command(run.id, verb, job_id=job_id, **extra)
-    ensure_engine(state_dir)  # an ended run has no engine; commands still need one to apply them
+    try:
+        ensure_engine(state_dir)  # an ended run has no engine; commands still need one to apply them
+    except LatError as exc:
+        print(f"lat-tui: command {command_id} is queued, but {exc}")
+        return 2
     return 0 if args.no_wait else _report(store, command_id)
 
 
@@ -84,7 +88,8 @@ def command_for(args, store, run) -> tuple[str, int | None, dict]:
     from lat_core.service import jobs_to_add
 
     names = [n for chunk in args.suite for n in chunk.split()]
-    jobs = jobs_to_add(run, names, args.round, args.pairs, SuiteRegistry(configs_root(args.configs)))
+    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    jobs = jobs_to_add(run, names, args.round, args.pairs, SuiteRegistry(configs_root(args.configs)), state_dir)
     return "add_jobs", None, {"jobs": jobs}
 
 

@@ -72,5 +72,5 @@ def summarize(store: Store, run_id: int, out: TextIO) -> int:
     return EXIT_OK if not bad else EXIT_FAILED
 
 
-def _devices_text(devices: list[dict]) -> str:
-    return ", ".join(f"{d['id']} x{d['slots']}" for d in devices)
+def _devices_text(devices) -> str:
+    return ", ".join(f"{d.id} x{d.slots}" for d in devices)

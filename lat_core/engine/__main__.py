@@ -3,37 +3,81 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from pathlib import Path
 
 from lat_core.engine.loop import Engine
+from lat_core.errors import LatError
+from lat_core.journal_faults import explain, write_fault
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the detached engine process: lock, drain every active run, exit."""
     import argparse
 
-    from lat_core.service import EngineLock, open_store
+    from lat_core.service import JOURNAL_NAME, EngineLock
 
     parser = argparse.ArgumentParser(prog="lat_core.engine")
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--poll", type=float, default=0.5)
     args = parser.parse_args(argv)
-    lock = EngineLock(Path(args.state_dir))
-    if not lock.acquire():
-        print(f"another engine already serves {args.state_dir}; exiting", flush=True)
-        return 0
-    store = open_store(Path(args.state_dir))
-    print(f"engine {os.getpid()} serving {args.state_dir}", flush=True)
+    state_dir = Path(args.state_dir)
+    lock = EngineLock(state_dir)
+    try:
+        if not lock.acquire():
+            print(f"another engine already serves {args.state_dir}; exiting", flush=True)
+            return 0
+        _serve(state_dir, lock, args.poll)
+    except (LatError, sqlite3.Error, OSError) as exc:
+        return _stop_on_fault(state_dir, explain(exc, state_dir / JOURNAL_NAME))
+    return 0
+
+
+def _serve(state_dir: Path, lock, poll: float) -> None:
+    from lat_core.service import open_store
+
+    store = open_store(state_dir)
+    print(f"engine {os.getpid()} serving {state_dir}", flush=True)
     engine = Engine(store)
     while True:
-        engine.run(poll_interval=args.poll)
+        _run_through_locks(engine, store.path, poll)
         lock.release()
         # A front end may have added a run, or a command (a requeue of an ended run), while we were
         # finishing and saw our lock held.
         if not (store.active_runs() or store.runs_with_pending_commands()) or not lock.acquire(timeout=0.2):
             break
     print("no active run left; engine exits", flush=True)
-    return 0
+
+
+def _run_through_locks(engine: Engine, journal: Path, poll: float) -> None:
+    """Drain the runs; a journal locked by another process past the timeout is waited out (said
+    once in engine.log) instead of stopping the engine: the lock is someone's long transaction,
+    not damage. Every other fault ends the engine (see ``_stop_on_fault``)."""
+    waiting = False
+    while True:
+        try:
+            engine.run(poll_interval=poll)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower():
+                raise
+            if not waiting:
+                print(f"engine {os.getpid()}: {explain(exc, journal)}; waiting for it", flush=True)
+            waiting = True
+            time.sleep(poll)
+
+
+def _stop_on_fault(state_dir: Path, fault) -> int:
+    """A journal or disk fault stops the engine with one line (no traceback) and a record that
+    the next front end prints instead of restarting it in a loop; running jobs go on."""
+    message = f"{fault.where}: {fault.message}" if fault.where else fault.message
+    try:
+        print(f"engine {os.getpid()} stopped: {message}", flush=True)
+    except OSError:
+        pass  # engine.log is on the full or read-only disk too
+    write_fault(state_dir, message)
+    return 2
 
 
 if __name__ == "__main__":

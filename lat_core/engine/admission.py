@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from lat_core.devices import Device
 from lat_core.engine.memory_prior import MemoryPrior, job_prior
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
@@ -68,28 +69,29 @@ class Admission:
         # per pass (a remedy between attempts may rewrite job.yaml or the job's env).
         self._priors: dict[tuple[int, int], MemoryPrior | None] = {}
 
-    def begin(self, devices: list[dict] | None, min_free_gb: float = 0.0) -> None:
+    def begin(self, devices: list[Device] | None, min_free_gb: float = 0.0) -> None:
         """One NVML and one psutil reading per admission pass, not per job. ``None``: the jobs run
         elsewhere (Slurm), so this host's memory says nothing and only slots count."""
         self._enabled = devices is not None
         self._min_free = int(min_free_gb * GiB)
-        self._gpus = self.probe.snapshot() if devices and any(d["id"] != "cpu" for d in devices) else None
+        self._gpus = self.probe.snapshot() if devices and any(not d.is_cpu for d in devices) else None
         self._hostsnap = self._host() if self._enabled else None
         self._expected = {}
 
-    def blocker(self, job: JobRow, device: dict, running: list[JobRow]) -> str | None:
-        """None when ``job`` may start on ``device`` now, else why it waits."""
+    def blocker(self, job: JobRow, device: Device, running: list[JobRow]) -> str | None:
+        """None when ``job`` may start on ``device`` now, else why it waits. ``running``: every
+        active run's running jobs on this host (they all draw on the same memory)."""
         if not self._enabled:
             return None
         self._running = running
-        expected = self.expected_peak(job, device["id"])
+        expected = self.expected_peak(job, device.id)
         starting = [j for j in running if self._is_starting(j)]
         host_wait = self._host_blocker(expected, starting, running)
         if host_wait:
             return host_wait
-        if device["id"] == "cpu":
+        if device.is_cpu:
             return None
-        return self._gpu_blocker(expected, device, [j for j in starting if j.device == device["id"]])
+        return self._gpu_blocker(expected, device, [j for j in starting if j.device == device.id])
 
     def expected_peak(self, job: JobRow, device_id: str | None = None) -> Estimate | None:
         """(GPU bytes, RSS bytes) the job is expected to need on ``device_id`` (default: the
@@ -100,15 +102,15 @@ class Admission:
             self._expected[key] = self._estimate(job, on_cpu=key[1])
         return self._expected[key]
 
-    def prior_note(self, job: JobRow, device: dict) -> str | None:
+    def prior_note(self, job: JobRow, device: Device) -> str | None:
         """For the history of a job admitted to a GPU on its static prior: why it did not wait for
         a sibling to settle (on the CPU nothing waited for that)."""
-        if not self._enabled or device["id"] == "cpu":
+        if not self._enabled or device.is_cpu:
             return None
-        expected = self.expected_peak(job, device["id"])
+        expected = self.expected_peak(job, device.id)
         if expected is None or not expected.from_prior:
             return None
-        return f"admitted on {device['id']} without a measured peak: needs {expected.needs(expected.gpu, 'GPU memory')}"
+        return f"admitted on {device.id} without a measured peak: needs {expected.needs(expected.gpu, 'GPU memory')}"
 
     def _estimate(self, job: JobRow, *, on_cpu: bool) -> Estimate | None:
         measured = self.store.config_peak(job.profile_key)
@@ -148,22 +150,22 @@ class Admission:
             return False  # not started, or past its first logged step: memory has (nearly) peaked
         return self._clock() - job.started < self.policy.settle_s
 
-    def _gpu_blocker(self, expected, device: dict, starting: list[JobRow]) -> str | None:
-        gpu = self._gpus.by_index(device.get("index", -1)) if self._gpus else None
+    def _gpu_blocker(self, expected, device: Device, starting: list[JobRow]) -> str | None:
+        gpu = self._gpus.by_index(device.index) if self._gpus and device.index is not None else None
         if gpu is None:
             return None  # no NVML reading: the slot plan alone decides
         free_now = gpu.memory_total - gpu.memory_used
         if free_now < self._min_free:  # the plan's pre-launch threshold (min_free_gb)
-            return f"{device['id']} has {fmt_gib(free_now)} free, the plan asks for at least {fmt_gib(self._min_free)}"
+            return f"{device.id} has {fmt_gib(free_now)} free, the plan asks for at least {fmt_gib(self._min_free)}"
         unknown = [j for j in starting if self.expected_peak(j) is None]
         if unknown:
-            return f"waiting for {unknown[0].key} to settle on {device['id']}"
+            return f"waiting for {unknown[0].key} to settle on {device.id}"
         if expected is None:
             return None
         claims = sum(self._still_to_claim(j, gpu=True) for j in starting)
         free = gpu.memory_total - gpu.memory_used - self.policy.gpu_margin - claims
         if expected.gpu > free:
-            return f"needs {expected.needs(expected.gpu, 'GPU memory')}, {fmt_gib(max(free, 0))} free on {device['id']}"
+            return f"needs {expected.needs(expected.gpu, 'GPU memory')}, {fmt_gib(max(free, 0))} free on {device.id}"
         return None
 
     def _host_blocker(self, expected, starting: list[JobRow], running: list[JobRow]) -> str | None:

@@ -60,12 +60,11 @@ class Commands:
         device_id, slots = command["args"].get("device"), command["args"].get("slots")
         if not isinstance(slots, int) or slots < 0:
             return "rejected", f"slots must be an integer >= 0, got {slots!r}"
-        devices = [dict(d) for d in run.devices]
-        match = next((d for d in devices if d["id"] == device_id), None)
+        match = next((d for d in run.devices if d.id == device_id), None)
         if match is None:
-            return "rejected", f"no device {device_id!r} in this run ({', '.join(d['id'] for d in devices)})"
-        old, match["slots"] = match["slots"], slots
-        self.store.set_devices(run.id, devices)
+            return "rejected", f"no device {device_id!r} in this run ({', '.join(d.id for d in run.devices)})"
+        self.store.set_devices(run.id, [d.with_slots(slots) if d is match else d for d in run.devices])
+        old = match.slots
         return "done", f"{device_id}: {old} -> {slots} slots"
 
     def cmd_add_jobs(self, run: RunRow, command) -> Result:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import yaml
 
+from lat_core.devices import Device
 from lat_core.engine.remedy import still_effective
 from lat_core.engine.retries import backoff_hold, maybe_retry
 from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.commands import Commands
-from lat_core.config.env import MASK
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.local import LocalBackend
 from lat_core.job_files import describe_exit, last_step, memory_event_peak
@@ -35,6 +35,7 @@ from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count
 from lat_core.triage.hostoom import oom_kill_readings
 from lat_core.engine.warm import WarmStarts
+from lat_core.run_secrets import JobSecrets
 
 CANCEL_GRACE_S = 10.0
 SAMPLE_EVERY_S = 2.0
@@ -54,7 +55,8 @@ class Engine:
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
         self._events_offset: dict[int, int] = {}
         self._commands = Commands(self)
-        self._notices = RunNotices(store, self._secrets)
+        self._job_secrets = JobSecrets(Path(store.path).parent, self._secrets)
+        self._notices = RunNotices(store, self._secrets, secrets_of=self._job_secrets.of)
         self._gpu_probe = gpu_probe or GpuProbe()
         self._admission = Admission(store, self._gpu_probe, policy=policy, clock=clock)
         self._sample_every_s = sample_every_s
@@ -91,6 +93,7 @@ class Engine:
         Commands to ended runs (requeue, add jobs) are applied first: they may make a run active."""
         for run_id in self.store.runs_with_pending_commands():
             self._handle_commands(self.store.run(run_id))
+        self._sample_usage()
         for run in self.store.active_runs():
             self._tick_run(run)
         active = bool(self.store.active_runs())
@@ -115,7 +118,6 @@ class Engine:
         run = self.store.run(run.id)
         self._reap(run)
         self._read_progress(run)
-        self._sample_usage(run)
         if run.state == "countdown" and self._clock() >= run.countdown_until:
             self.store.set_run_state(run.id, "running", "countdown over")
             run = self.store.run(run.id)
@@ -148,8 +150,9 @@ class Engine:
             return
         local = self.backend(run.id).samples_local_processes
         self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
-        running = [j for j in jobs if j.state == "running"]
-        busy = slots_used(jobs)
+        on_host = self._jobs_sharing_devices(run)
+        running = [j for j in on_host if j.state == "running"]
+        busy = slots_used(on_host)
         batch = [] if self._submits_arrays(run.id) else None
         for job in queued:
             if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
@@ -165,13 +168,19 @@ class Engine:
             if chosen is None:
                 continue
             for device in chosen:
-                busy[device["id"]] = busy.get(device["id"], 0) + (job.world if len(chosen) == 1 else 1)
+                busy[device.id] = busy.get(device.id, 0) + (job.world if len(chosen) == 1 else 1)
             note = self._admission.prior_note(job, chosen[0])
             if note:  # the history says why unmeasured jobs started together
                 self.store.add_transition(run.id, job.id, "admission", note)
             self._start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
         self._launch_batch(run.id, batch or [])
+
+    def _jobs_sharing_devices(self, run: RunRow) -> list[JobRow]:
+        """Every active run's jobs on the same backend: one device ledger per state directory."""
+        name = self.backend(run.id).name
+        return [j for other in self.store.active_runs() if self.backend(other.id).name == name
+                for j in self.store.jobs(other.id)]
 
     def _submits_arrays(self, run_id: int) -> bool:
         """``slurm.array: true``: the jobs of one admission pass go to the backend in one call."""
@@ -187,15 +196,15 @@ class Engine:
             first_reason = first_reason or reason
         return None, first_reason
 
-    def _start(self, job: JobRow, device: dict, batch: list | None = None) -> None:
+    def _start(self, job: JobRow, device: Device, batch: list | None = None) -> None:
         """Attempt row and running state first, then the launch; with ``batch``, the launch waits for
         :meth:`_launch_batch` at the end of the admission pass."""
         job_dir = Path(job.job_dir)
         exit_path = job_dir / ".lat" / f"attempt-{job.attempts + 1}.exit.json"
-        attempt_id, n = self.store.start_attempt(job.id, device["id"], str(exit_path))
-        self.store.set_job_state(job.id, "running", f"attempt {n} on {device['id']}", device=device["id"],
+        attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path))
+        self.store.set_job_state(job.id, "running", f"attempt {n} on {device.id}", device=device.id,
                                  started=self._clock(), ended=None, returncode=None, error=None)
-        env = {**self._unmask(job.env), **device["env"], **self._mps_env(job.run_id),
+        env = {**self._job_secrets.unmask(job.run_id, job.env), **device.env, **self._mps_env(job.run_id),
                "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
         try:
             argv, env = self._distributed(job, argv=job.argv, env=env)
@@ -215,11 +224,11 @@ class Engine:
         if not self.plan_of(run_id).get("mps") or not self.backend(run_id).samples_local_processes:
             return {}
         if run_id not in self._mps:
-            gpus = [d for d in self.store.run(run_id).devices if d["id"] != "cpu"]
+            gpus = [d for d in self.store.run(run_id).devices if not d.is_cpu]
             daemon, why = None, "the run has no GPU"
             if gpus:
                 base = Path(self.store.path).parent / "mps" / f"run{run_id}"
-                daemon, why = start_mps(base, ",".join(d.get("uuid") or str(d.get("index")) for d in gpus))
+                daemon, why = start_mps(base, ",".join(d.uuid or str(d.index) for d in gpus))
             self._mps[run_id] = daemon
             self.store.add_transition(run_id, None, "mps", why if daemon else f"not used: {why}")
         daemon = self._mps[run_id]
@@ -251,13 +260,6 @@ class Engine:
             self.store.set_attempt_oom_counter(attempt_id, counter.source, counter.count)
         if launched.popen is not None:
             self._popens[attempt_id] = launched.popen
-
-    def _unmask(self, env: dict) -> dict:
-        """The journal holds secrets masked; their values come from the engine's own environment.
-        A secret this engine never received is left out (never passed on as ``***``)."""
-        known = {k: self._secrets.get(k) for k, v in env.items() if v == MASK}
-        plain = {k: v for k, v in env.items() if v != MASK}
-        return {**plain, **{k: v for k, v in known.items() if v and v != MASK}}
 
     # ------------------------------------------------------------------ reaping
     def _reap(self, run: RunRow) -> None:
@@ -360,15 +362,18 @@ class Engine:
             self.backend(run.id).signal(attempt.pid, signal.SIGKILL)
 
     # ------------------------------------------------------------------ usage
-    def _sample_usage(self, run: RunRow) -> None:
-        """Process-tree RSS and GPU memory of running jobs, so peaks survive into status and results."""
-        if self._clock() - self._last_sample < self._sample_every_s or not self.backend(run.id).samples_local_processes:
-            return  # pids of remote (Slurm) jobs mean nothing on this host
-        self._last_sample = self._clock()
-        pids = {a.job_id: a.pid for a in self.store.open_attempts(run.id) if a.pid}
-        if not pids:
+    def _sample_usage(self) -> None:
+        """Process-tree RSS and GPU memory of every active run's running jobs (one reading per
+        interval for all runs), so peaks survive into status, results and admission."""
+        if self._clock() - self._last_sample < self._sample_every_s:
             return
-        gpus = self._gpu_probe.snapshot() if any(d["id"] != "cpu" for d in run.devices) else GpuSnapshot(())
+        self._last_sample = self._clock()
+        local = [r for r in self.store.active_runs() if self.backend(r.id).samples_local_processes]
+        pids = {a.job_id: a.pid for r in local for a in self.store.open_attempts(r.id) if a.pid}
+        if not pids:  # pids of remote (Slurm) jobs mean nothing on this host
+            return
+        on_gpu = any(not d.is_cpu for r in local for d in r.devices)
+        gpus = self._gpu_probe.snapshot() if on_gpu else GpuSnapshot(())
         usage = job_usage(pids, gpus)
         self.store.record_usage({job_id: (u.rss_bytes, u.gpu_bytes) for job_id, u in usage.items()})
 

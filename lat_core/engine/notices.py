@@ -14,6 +14,7 @@ import threading
 import yaml
 
 from lat_core.engine.notify import Notices
+from lat_core.run_secrets import RunSecrets
 from lat_core.store import JobRow, RunRow, Store
 from lat_core.triage.classes import OOM_CLASSES
 
@@ -21,17 +22,19 @@ log = logging.getLogger(__name__)
 
 
 class RunNotices:
-    def __init__(self, store: Store, environ=None):
+    def __init__(self, store: Store, environ=None, secrets_of=None):
         self.store = store
         self._environ = dict(os.environ if environ is None else environ)
+        self._secrets_of = secrets_of or (lambda run_id: RunSecrets())  # the run's settings in clear
         self._by_run: dict[int, Notices] = {}
         self._sent: set[tuple[int, int | None, str]] = set()
 
     def _notices(self, run: RunRow) -> Notices:
         if run.id not in self._by_run:
             plan = yaml.safe_load(run.plan_yaml) or {}
-            notify = plan.get("notify") if isinstance(plan, dict) else None
-            self._by_run[run.id] = Notices.from_config(notify, self._environ)
+            secrets = self._secrets_of(run.id)
+            notify = secrets.notify or (plan.get("notify") if isinstance(plan, dict) else None)
+            self._by_run[run.id] = Notices.from_config(notify, {**self._environ, **secrets.notify_env})
         return self._by_run[run.id]
 
     def run_started(self, run: RunRow) -> None:

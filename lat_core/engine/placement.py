@@ -10,13 +10,17 @@ from __future__ import annotations
 import socket
 import sys
 
+from lat_core.devices import Device
 from lat_core.rows import JobRow
 
 PORT_TRIES = 10
 
 
 def slots_used(jobs: list[JobRow]) -> dict[str, int]:
-    """device id -> slots taken by running jobs (a 2-GPU job takes one slot on each of its GPUs)."""
+    """device id -> slots taken by running jobs (a 2-GPU job takes one slot on each of its GPUs).
+
+    Pass every active run's jobs on this host: a device is one ledger per state directory, so two
+    runs on a 1-slot device never run two trainers at once."""
     busy: dict[str, int] = {}
     for job in jobs:
         if job.state != "running" or not job.device:
@@ -28,32 +32,32 @@ def slots_used(jobs: list[JobRow]) -> dict[str, int]:
     return busy
 
 
-def free_slots(devices: list[dict], busy: dict[str, int]) -> list[tuple[int, dict]]:
+def free_slots(devices: list[Device], busy: dict[str, int]) -> list[tuple[int, Device]]:
     """(free slots, device), the freest first; plan order breaks ties."""
-    free = [(d["slots"] - busy.get(d["id"], 0), i, d) for i, d in enumerate(devices)]
+    free = [(d.slots - busy.get(d.id, 0), i, d) for i, d in enumerate(devices)]
     return [(n, d) for n, _, d in sorted(free, key=lambda t: (-t[0], t[1])) if n > 0]
 
 
-def placements(job: JobRow, devices: list[dict], busy: dict[str, int]) -> list[list[dict]]:
+def placements(job: JobRow, devices: list[Device], busy: dict[str, int]) -> list[list[Device]]:
     """Candidate device sets for ``job``, best first; empty when it cannot start now. Devices a
     remedy excluded for this job (``avoid_devices``) are never candidates."""
-    free = free_slots([d for d in devices if d["id"] not in job.avoid_devices], busy)
+    free = free_slots([d for d in devices if d.id not in job.avoid_devices], busy)
     if job.world == 1:
         return [[d] for _, d in free]
-    cpu = [d for n, d in free if d["id"] == "cpu" and n >= job.world]
+    cpu = [d for n, d in free if d.is_cpu and n >= job.world]
     if cpu:
         return [cpu]
-    gpus = [d for _, d in free if d["id"] != "cpu"]
+    gpus = [d for _, d in free if not d.is_cpu]
     return [gpus[: job.world]] if len(gpus) >= job.world else []
 
 
-def merge(devices: list[dict]) -> dict:
+def merge(devices: list[Device]) -> Device:
     """One pseudo-device for a multi-GPU job: ids joined with '+', all GPUs visible to it."""
     if len(devices) == 1:
         return devices[0]
-    visible = ",".join(d["env"]["CUDA_VISIBLE_DEVICES"] for d in devices)
-    return {"id": "+".join(d["id"] for d in devices), "slots": 1,
-            "env": {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}}
+    visible = ",".join(d.env["CUDA_VISIBLE_DEVICES"] for d in devices)
+    ids = "+".join(d.id for d in devices)
+    return Device(ids, ids, 1, {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
 
 
 def find_free_port(tries: int = PORT_TRIES, start: int = 29500) -> tuple[int, int]:

@@ -80,7 +80,7 @@ def check_change(run: RunRow, job: JobRow, change: Change) -> str | None:
     if isinstance(change, (SlotsChange, AvoidDevice)) and not devices_of(job):
         return f"{change.kind}: the job never ran on a device"
     if isinstance(change, AvoidDevice):
-        left = [d for d in run.devices if d["id"] not in {*devices_of(job), *job.avoid_devices}]
+        left = [d for d in run.devices if d.id not in {*devices_of(job), *job.avoid_devices}]
         if len(left) < job.world:
             return f"avoid_device: no other device is left for it in this run ({job.device} is the last)"
     if isinstance(change, BackendOption):
@@ -118,14 +118,11 @@ def _set_env(target: Target, change: EnvChange) -> str:
 
 
 def _change_slots(target: Target, change: SlotsChange) -> str:
-    devices = [dict(d) for d in target.run.devices]
-    changed = []
-    for device in devices:
-        if device["id"] in target.device_ids:
-            old, device["slots"] = device["slots"], max(1, device["slots"] + change.delta)
-            changed.append(f"{device['id']} slots {old} -> {device['slots']}")
+    devices = [d.with_slots(max(1, d.slots + change.delta)) if d.id in target.device_ids else d
+               for d in target.run.devices]
     target.store.set_devices(target.run.id, devices)
-    return ", ".join(changed)
+    return ", ".join(f"{old.id} slots {old.slots} -> {new.slots}"
+                     for old, new in zip(target.run.devices, devices) if old.id in target.device_ids)
 
 
 def _avoid_device(target: Target, _change: AvoidDevice) -> str:
@@ -166,7 +163,7 @@ def would_act(run: RunRow, job: JobRow, change: Change) -> bool:
     if isinstance(change, EnvChange):
         return job.env.get(change.name) != change.value
     if isinstance(change, SlotsChange):
-        return any(max(1, d["slots"] + change.delta) != d["slots"] for d in run.devices if d["id"] in devices_of(job))
+        return any(max(1, d.slots + change.delta) != d.slots for d in run.devices if d.id in devices_of(job))
     if isinstance(change, AvoidDevice):
         return bool(set(devices_of(job)) - set(job.avoid_devices)) and check_change(run, job, change) is None
     if isinstance(change, Resume):

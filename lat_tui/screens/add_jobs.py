@@ -82,7 +82,7 @@ class AddJobsScreen(ModalScreen[list[dict] | None]):
     @work(thread=True, group="add-jobs")
     def _expand(self, suites: list[str], rounds: str, pairs: str) -> None:
         try:
-            jobs = jobs_to_add(self.run, suites, rounds, pairs, self.context.registry)
+            jobs = jobs_to_add(self.run, suites, rounds, pairs, self.context.registry, self.context.state_dir)
         except PlanError as exc:
             self.post_message(JobsExpanded(None, list(exc.problems)))
         except (LatError, OSError, ValueError) as exc:

@@ -47,7 +47,10 @@ class RunControls:
             return False
         self.pending_commands[command_id] = label or verb
         if self._run is not None and (self._run.state not in RUN_ACTIVE or not self.engine_alive):
-            self.context.engine_starter(self.context.state_dir, extra_env=plan_env(self._run.plan_yaml))
+            try:
+                self.context.engine_starter(self.context.state_dir, extra_env=plan_env(self._run.plan_yaml))
+            except LatError as exc:
+                self.notify(str(exc), title="Command queued; engine cannot start", severity="error")
         return True
 
     def command_answered(self, command: dict) -> None:
@@ -124,17 +127,17 @@ class RunControls:
         if device is None:
             self.notify("This run has no devices to change.", severity="warning")
             return
-        slots = int(device.get("slots", 1)) + delta
+        slots = device.slots + delta
         if slots < 0:
-            self.notify(f"{device['id']} already has no slots.", severity="warning")
-        elif self.send_command("set_slots", device=device["id"], slots=slots, label=f"{device['id']} slots={slots}"):
-            self.notify(f"Setting {device['id']} to {slots} slot{'s' if slots != 1 else ''} ...")
+            self.notify(f"{device.id} already has no slots.", severity="warning")
+        elif self.send_command("set_slots", device=device.id, slots=slots, label=f"{device.id} slots={slots}"):
+            self.notify(f"Setting {device.id} to {slots} slot{'s' if slots != 1 else ''} ...")
 
-    def _slot_device(self) -> dict | None:
-        """The selected job's device, else the run's first one."""
-        devices = [d for d in (self._run.devices if self._run else []) if isinstance(d, dict) and "id" in d]
+    def _slot_device(self):
+        """The selected job's device (a lat_core Device), else the run's first one."""
+        devices = self._run.devices if self._run else []
         job = self.selected_job()
-        chosen = next((d for d in devices if job and d["id"] == job.device), None)
+        chosen = next((d for d in devices if job and d.id == job.device), None)
         return chosen or (devices[0] if devices else None)
 
     def add_jobs(self, jobs: list[dict]) -> None:

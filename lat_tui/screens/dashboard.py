@@ -221,7 +221,11 @@ class DashboardScreen(RunControls, Screen):
 
     def action_start_engine(self) -> None:
         env = plan_env(self._run.plan_yaml) if self._run else {}
-        started = self.context.engine_starter(self.context.state_dir, extra_env=env)
+        try:
+            started = self.context.engine_starter(self.context.state_dir, extra_env=env)
+        except LatError as exc:  # a journal or disk fault: say why, never retry in a loop
+            self.notify(str(exc), title=exc.title, severity="error")
+            return
         self.notify("Engine started." if started else "An engine is already running.")
 
     def action_new_run(self) -> None:

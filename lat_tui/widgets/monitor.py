@@ -113,8 +113,7 @@ def host_line(host: HostSnapshot, colors: dict[str, str]) -> Text:
 
 def slots_text(devices: list) -> str:
     """``slots gpu0=2 gpu1=3``: what the dashboard's ``+``/``-`` keys change."""
-    known = [d for d in devices if isinstance(d, dict) and "id" in d]
-    return "slots " + " ".join(f"{d['id']}={d.get('slots', '?')}" for d in known) if known else ""
+    return "slots " + " ".join(f"{d.id}={d.slots}" for d in devices) if devices else ""
 
 
 def short_name(name: str) -> str:

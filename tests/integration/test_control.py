@@ -58,7 +58,7 @@ def test_slot_change_mid_run_raises_concurrency(tmp_path):
     store.add_command(run_id, "set_slots", device="gpu7", slots=3)  # no such device: rejected
     drain(store)
     assert max_overlap(intervals(tmp_path).values()) == 3
-    assert store.run(run_id).devices[0]["slots"] == 3
+    assert store.run(run_id).devices[0].slots == 3
     results = [(t.new_state, t.detail) for t in store.transitions(run_id) if t.new_state == "command:set_slots"]
     assert results[0][1].startswith("done cpu: 1 -> 3") and results[1][1].startswith("rejected no device 'gpu7'")
 

@@ -79,14 +79,24 @@ def test_gpus_on_a_machine_without_them_exit_2(tmp_path, configs, capsys, monkey
     assert not (tmp_path / "state").exists()
 
 
-def test_status_prints_the_latest_run(tmp_path, capsys):
+def test_status_prints_the_latest_run_and_restarts_its_dead_engine(tmp_path, capsys):
+    import time
+
+    from lat_core.service import EngineLock
+
     store = open_store(tmp_path / "state")
-    run_id = store.create_run("p", str(tmp_path), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}], 0)
+    run_id = store.create_run("p", str(tmp_path), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}],
+                              time.time() + 3600)  # a countdown keeps the job queued
     store.add_jobs(run_id, [{"key": "d_seed1/a", "suite": "s", "round": 1, "stem": "a", "seed": 1,
                              "dataset": "d", "job_dir": str(tmp_path), "argv": ["x"], "env": {}}])
     assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
     text = capsys.readouterr().out
-    assert f"run {run_id}: running" in text and "d_seed1/a" in text and "queued" in text
+    assert f"run {run_id}: countdown; engine restarted" in text and "d_seed1/a" in text and "queued" in text
+    store.add_command(run_id, "cancel_run")
+    deadline = time.time() + 60
+    while EngineLock(tmp_path / "state").is_held():
+        assert time.time() < deadline, "the restarted engine did not exit after the cancel"
+        time.sleep(0.2)
 
 
 @pytest.mark.slow

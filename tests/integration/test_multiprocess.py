@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from lat_core.engine.loop import Engine
+from lat_core.devices import Device
 from lat_core.engine.placement import distributed_argv, find_free_port, placements, slots_used
 from lat_core.rows import JobRow
 from tests.conftest import fake_job
@@ -55,12 +56,12 @@ def row(world, device=None, state="queued"):
 
 
 def test_placements_for_multi_gpu_jobs():
-    gpus = [{"id": f"gpu{i}", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": f"G{i}"}} for i in range(3)]
-    assert [d["id"] for d in placements(row(2), gpus, {})[0]] == ["gpu0", "gpu1"]
+    gpus = [Device(f"gpu{i}", f"GPU {i}", 1, {"CUDA_VISIBLE_DEVICES": f"G{i}"}, index=i) for i in range(3)]
+    assert [d.id for d in placements(row(2), gpus, {})[0]] == ["gpu0", "gpu1"]
     busy = slots_used([row(2, "gpu0+gpu1", "running")])
     assert busy == {"gpu0": 1, "gpu1": 1}
     assert placements(row(2), gpus, busy) == []  # only gpu2 is free: no partial allocation
-    assert [d["id"] for d in placements(row(1), gpus, busy)[0]] == ["gpu2"]
+    assert [d.id for d in placements(row(1), gpus, busy)[0]] == ["gpu2"]
 
 
 def test_port_probing_skips_busy_ports():

@@ -112,7 +112,7 @@ async def test_good_input_creates_run_starts_engine_and_opens_dashboard(make_app
         await _wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
         await _wait_for(pilot, lambda: app.screen.query_one("#jobs").row_count == 2)
     runs = _runs(state_dir)
-    assert len(runs) == 1 and runs[0].devices[0]["slots"] == 2
+    assert len(runs) == 1 and runs[0].devices[0].slots == 2
     assert (out / "tiny-sst2_seed1" / "a" / "job.yaml").is_file()
     assert engine_spy.calls == [(state_dir, {"NUM_DATA_WORKERS": "0"})]
 

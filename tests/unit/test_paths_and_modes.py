@@ -46,8 +46,8 @@ def test_gpu_that_does_not_exist_is_named(configs, tmp_path):
 def test_gpus_are_pinned_by_uuid(configs, tmp_path):
     plan = plan_for(configs, tmp_path / "o", gpus=[1], slots=2)
     prepared = prepare_run(plan, registry=SuiteRegistry(configs), probe=GpuProbe(FakeNvml.with_gpus(2)))
-    assert prepared.devices[0]["env"] == {"CUDA_VISIBLE_DEVICES": "GPU-fake-0001", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    assert prepared.devices[0]["slots"] == 2
+    assert dict(prepared.devices[0].env) == {"CUDA_VISIBLE_DEVICES": "GPU-fake-0001", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert prepared.devices[0].slots == 2
 
 
 def _events(job_dir, *kinds):
