@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from lat_core.states import JobState, RunState
+
 
 @dataclass(frozen=True)
 class RunRow:
     id: int
     created: float
-    state: str
+    state: RunState
     plan_yaml: str
     output_root: str
     devices: list
@@ -34,7 +36,7 @@ class JobRow:
     job_dir: str
     argv: list
     env: dict
-    state: str
+    state: JobState
     device: str | None
     attempts: int
     started: float | None
@@ -51,6 +53,7 @@ class JobRow:
     waiting: str | None = None
     world: int = 1  # processes (GPUs) the job runs with; > 1 means torchrun
     use_libuv: int = 1
+    added: float | None = None  # when the journal got the job: older records in its folder are not its own
 
     @property
     def profile_key(self) -> str:

@@ -14,6 +14,7 @@ from typing import Iterable
 
 from lat_core.errors import JournalError
 from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
+from lat_core.states import ENGINE_ERROR, ENGINE_RECOVERED, JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -28,7 +29,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   env_json TEXT NOT NULL, state TEXT NOT NULL, device TEXT, attempts INTEGER NOT NULL DEFAULT 0,
   started REAL, ended REAL, returncode INTEGER, last_step INTEGER, last_loss REAL, error TEXT,
   diagnosis_json TEXT, rss INTEGER, gpu_mem INTEGER, peak_rss INTEGER, peak_gpu INTEGER, waiting TEXT,
-  world INTEGER NOT NULL DEFAULT 1, use_libuv INTEGER NOT NULL DEFAULT 1,
+  world INTEGER NOT NULL DEFAULT 1, use_libuv INTEGER NOT NULL DEFAULT 1, added REAL,
   UNIQUE (run_id, key)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -55,8 +56,7 @@ CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
 CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
 """
 
-JOB_FINAL = ("succeeded", "failed", "cancelled")
-RUN_ACTIVE = ("countdown", "running", "cancelling")
+__all__ = ["JOB_FINAL", "RUN_ACTIVE", "JobState", "RunState", "Store"]
 
 
 class Store:
@@ -85,13 +85,13 @@ class Store:
     # ------------------------------------------------------------------ runs
     def create_run(self, plan_yaml: str, output_root: str, devices: list[dict], countdown_until: float) -> int:
         now = time.time()
-        state = "countdown" if countdown_until > now else "running"
+        state = RunState.COUNTDOWN if countdown_until > now else RunState.RUNNING
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO runs (created, state, plan_yaml, output_root, devices_json, countdown_until, started)"
                 " VALUES (?,?,?,?,?,?,?)",
                 (now, state, plan_yaml, output_root, json.dumps(devices), countdown_until,
-                 now if state == "running" else None),
+                 now if state is RunState.RUNNING else None),
             )
             run_id = cur.lastrowid
             _transition(db, run_id, None, None, state, "run created")
@@ -115,13 +115,14 @@ class Store:
         rows = self._db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id", RUN_ACTIVE)
         return [_run_row(r) for r in rows]
 
-    def set_run_state(self, run_id: int, state: str, detail: str = "") -> None:
+    def set_run_state(self, run_id: int, state: RunState, detail: str = "") -> None:
         with self._tx() as db:
             old = db.execute("SELECT state FROM runs WHERE id=?", (run_id,)).fetchone()["state"]
             if old == state:
                 return
-            ended = time.time() if state in ("finished", "cancelled") else None
-            started = time.time() if state == "running" else None
+            state = RunState(state)
+            ended = time.time() if state in RUN_ENDED else None
+            started = time.time() if state is RunState.RUNNING else None
             db.execute(
                 "UPDATE runs SET state=?, ended=COALESCE(?, ended), started=COALESCE(started, ?) WHERE id=?",
                 (state, ended, started, run_id),
@@ -148,16 +149,17 @@ class Store:
         with self._tx() as db:
             start = db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs WHERE run_id=?", (run_id,)).fetchone()[0]
             for offset, job in enumerate(jobs, start=1):
+                state = JobState(job.get("state", JobState.QUEUED))
                 cur = db.execute(
                     "INSERT INTO jobs (run_id, seq, key, suite, round, stem, seed, dataset, job_dir,"
-                    " argv_json, env_json, state, world, use_libuv) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " argv_json, env_json, state, world, use_libuv, added) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (run_id, start + offset, job["key"], job["suite"], job["round"], job["stem"], job["seed"],
                      job["dataset"], job["job_dir"], json.dumps(job["argv"]), json.dumps(job["env"]),
-                     job.get("state", "queued"), job.get("world", 1), int(job.get("use_libuv", True))),
+                     state, job.get("world", 1), int(job.get("use_libuv", True)), time.time()),
                 )
                 ids.append(cur.lastrowid)
-                detail = "already succeeded earlier; overwrite reruns it" if job.get("state") == "succeeded" else ""
-                _transition(db, run_id, cur.lastrowid, None, job.get("state", "queued"), detail)
+                detail = "already succeeded earlier; overwrite reruns it" if state is JobState.SUCCEEDED else ""
+                _transition(db, run_id, cur.lastrowid, None, state, detail)
         return ids
 
     def jobs(self, run_id: int) -> list[JobRow]:
@@ -170,16 +172,9 @@ class Store:
             raise JournalError(f"no job {job_id}", where=str(self.path))
         return _job_row(row)
 
-    def set_job_state(self, job_id: int, state: str, detail: str = "", **fields) -> None:
-        allowed = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json"}
-        unknown = set(fields) - allowed
-        if unknown:
-            raise ValueError(f"unknown job fields {sorted(unknown)}")
+    def set_job_state(self, job_id: int, state: JobState, detail: str = "", **fields) -> None:
         with self._tx() as db:
-            row = db.execute("SELECT run_id, state FROM jobs WHERE id=?", (job_id,)).fetchone()
-            sets = ", ".join(f"{k}=?" for k in ["state", *fields])
-            db.execute(f"UPDATE jobs SET {sets} WHERE id=?", (state, *fields.values(), job_id))
-            _transition(db, row["run_id"], job_id, row["state"], state, detail)
+            _set_job_state(db, job_id, JobState(state), detail, fields)
 
     def set_job_env(self, job_id: int, env: dict) -> None:
         from lat_core.config.env import mask_env
@@ -241,15 +236,20 @@ class Store:
         return [tuple(r) for r in rows]
 
     # ------------------------------------------------------------------ attempts
-    def start_attempt(self, job_id: int, device: str, exit_path: str) -> tuple[int, int]:
-        """Record an attempt before launching it (so a crash never loses a launch). Returns (id, n)."""
+    def start_attempt(self, job_id: int, device: str, exit_path: str, started: float | None = None,
+                      detail: str | None = None) -> tuple[int, int]:
+        """Record an attempt and set the job ``running``, in one transaction, before launching it:
+        a crash can never leave an attempt without its running job, or a running job without its
+        attempt (so a launch is never lost, nor done twice). Returns (attempt id, attempt number)."""
         with self._tx() as db:
             n = db.execute("SELECT attempts FROM jobs WHERE id=?", (job_id,)).fetchone()[0] + 1
             cur = db.execute(
                 "INSERT INTO attempts (job_id, n, device, launched, exit_path) VALUES (?,?,?,?,?)",
                 (job_id, n, device, time.time(), exit_path),
             )
-            db.execute("UPDATE jobs SET attempts=? WHERE id=?", (n, job_id))
+            fields = {"attempts": n, "device": device, "started": started or time.time(), "ended": None,
+                      "returncode": None, "error": None}
+            _set_job_state(db, job_id, JobState.RUNNING, detail or f"attempt {n} on {device}", fields)
         return cur.lastrowid, n
 
     def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float) -> None:
@@ -264,6 +264,29 @@ class Store:
     def end_attempt(self, attempt_id: int, returncode: int | None) -> None:
         with self._tx() as db:
             db.execute("UPDATE attempts SET ended=?, returncode=? WHERE id=?", (time.time(), returncode, attempt_id))
+
+    def finish_attempt(self, attempt_id: int, returncode: int | None, state: JobState, detail: str,
+                       **fields) -> bool:
+        """End an attempt and set its job's final state in one transaction. Only a job still
+        ``running`` changes state (a success, or a cancel already recorded, is never overwritten);
+        the attempt ends either way. True when the job's state was set."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET ended=COALESCE(ended, ?), returncode=COALESCE(returncode, ?) WHERE id=?",
+                       (time.time(), returncode, attempt_id))
+            job_id = db.execute("SELECT job_id FROM attempts WHERE id=?", (attempt_id,)).fetchone()[0]
+            if db.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()[0] != JobState.RUNNING:
+                return False
+            _set_job_state(db, job_id, JobState(state), detail, {"returncode": returncode, **fields})
+        return True
+
+    def running_without_attempt(self, run_id: int) -> list[JobRow]:
+        """Jobs ``running`` with no open attempt: what a crash between two journal writes of an
+        older engine could leave; the engine's recovery pass settles them."""
+        rows = self._db.execute(
+            "SELECT * FROM jobs j WHERE run_id=? AND state=? AND NOT EXISTS"
+            " (SELECT 1 FROM attempts a WHERE a.job_id=j.id AND a.ended IS NULL) ORDER BY seq",
+            (run_id, JobState.RUNNING))
+        return [_job_row(r) for r in rows]
 
     def request_cancel(self, attempt_id: int, when: float) -> None:
         """Persisted, so an engine restarted mid-cancel still records the job as cancelled."""
@@ -289,6 +312,13 @@ class Store:
             sql += " AND job_id=?"
             args.append(job_id)
         return [Transition(**dict(r)) for r in self._db.execute(sql + " ORDER BY id", args)]
+
+    def engine_error(self, run_id: int) -> str | None:
+        """Why the engine cannot serve the run right now (its last tick failed), else None."""
+        row = self._db.execute(
+            "SELECT new_state, detail FROM transitions WHERE run_id=? AND job_id IS NULL AND new_state IN (?,?)"
+            " ORDER BY id DESC LIMIT 1", (run_id, ENGINE_ERROR, ENGINE_RECOVERED)).fetchone()
+        return row["detail"] if row and row["new_state"] == ENGINE_ERROR else None
 
     def add_transition(self, run_id: int, job_id: int | None, what: str, detail: str = "") -> None:
         """History entries that are not state changes (notices sent, ...)."""
@@ -352,6 +382,19 @@ class _Transaction:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
+_JOB_FIELDS = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json"}
+
+
+def _set_job_state(db: sqlite3.Connection, job_id: int, state: JobState, detail: str, fields: dict) -> None:
+    unknown = set(fields) - _JOB_FIELDS
+    if unknown:
+        raise ValueError(f"unknown job fields {sorted(unknown)}")
+    row = db.execute("SELECT run_id, state FROM jobs WHERE id=?", (job_id,)).fetchone()
+    sets = ", ".join(f"{k}=?" for k in ["state", *fields])
+    db.execute(f"UPDATE jobs SET {sets} WHERE id=?", (state, *fields.values(), job_id))
+    _transition(db, row["run_id"], job_id, row["state"], state, detail)
+
+
 def _transition(db, run_id, job_id, old, new, detail) -> None:
     db.execute(
         "INSERT INTO transitions (ts, run_id, job_id, old_state, new_state, detail) VALUES (?,?,?,?,?,?)",
@@ -363,6 +406,7 @@ def _run_row(row) -> RunRow:
     data = dict(row)
     data["devices"] = json.loads(data.pop("devices_json"))
     data["paused"] = bool(data["paused"])
+    data["state"] = RunState(data["state"])
     return RunRow(**data)
 
 
@@ -372,4 +416,5 @@ def _job_row(row) -> JobRow:
     data["env"] = json.loads(data.pop("env_json"))
     diagnosis = data.pop("diagnosis_json")
     data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
+    data["state"] = JobState(data["state"])
     return JobRow(**data)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -23,14 +24,17 @@ from lat_core.engine.commands import Commands
 from lat_core.config.env import MASK
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.local import LocalBackend
-from lat_core.job_files import describe_exit, last_step, memory_event_peak
-from lat_core.engine.launch import LaunchSpec, launch, read_exit_record
+from lat_core.job_files import EventTail, ExitRecord, describe_exit, events_path, exit_record_path, \
+    last_progress, memory_event_peak, read_exit, read_pid_record
+from lat_core.engine.launch import LaunchSpec, launch
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
 from lat_core.engine.mps import start_mps
 from lat_core.engine.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
 from lat_core.engine.notices import RunNotices
-from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
+from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, LostAttempt, find_lost_attempt
+from lat_core.states import JOB_FINAL, JobState, RunState
+from lat_core.store import AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
 from lat_core.engine.warm import WarmStarts
 
@@ -50,7 +54,8 @@ class Engine:
         self._clock = clock
         self._secrets = dict(os.environ if secrets is None else secrets)
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
-        self._events_offset: dict[int, int] = {}
+        self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
+        self._errors = EngineErrors(store, clock)
         self._commands = Commands(self)
         self._notices = RunNotices(store, self._secrets)
         self._gpu_probe = gpu_probe or GpuProbe()
@@ -89,8 +94,11 @@ class Engine:
         Commands to ended runs (requeue, add jobs) are applied first: they may make a run active."""
         for run_id in self.store.runs_with_pending_commands():
             self._handle_commands(self.store.run(run_id))
+            self._errors.retry_now(run_id)  # a command (cancel, ...) may be what the failing run needed
         for run in self.store.active_runs():
-            self._tick_run(run)
+            if self._errors.due(run.id):
+                with self._errors.guard(run.id):
+                    self._tick_run(run)
         active = bool(self.store.active_runs())
         if not active:
             self.close()
@@ -101,25 +109,36 @@ class Engine:
         self._warm.close()
 
     def run(self, poll_interval: float = 0.5, on_tick=None) -> None:
-        while self.tick():
+        """Tick until no run is active. A tick that fails as a whole (the journal itself) is
+        reported on stderr (the engine's log) and retried with backoff: the engine never dies of it."""
+        failures = 0
+        while True:
+            try:
+                active = self.tick()
+                failures = 0
+            except JOURNAL_ERRORS as exc:
+                failures += 1
+                print(f"engine error: {type(exc).__name__}: {exc}; retrying", file=sys.stderr, flush=True)
+                active = True
             if on_tick:
                 on_tick()
-            time.sleep(poll_interval)
-        if on_tick:
-            on_tick()
+            if not active:
+                return
+            time.sleep(poll_interval * min(2 ** failures, 60))
 
     def _tick_run(self, run: RunRow) -> None:
         self._handle_commands(run)
         run = self.store.run(run.id)
         self._reap(run)
+        self._settle_orphans(run)
         self._read_progress(run)
         self._sample_usage(run)
-        if run.state == "countdown" and self._clock() >= run.countdown_until:
-            self.store.set_run_state(run.id, "running", "countdown over")
+        if run.state is RunState.COUNTDOWN and self._clock() >= run.countdown_until:
+            self.store.set_run_state(run.id, RunState.RUNNING, "countdown over")
             run = self.store.run(run.id)
-        if run.state in ("countdown", "running"):
+        if run.state in (RunState.COUNTDOWN, RunState.RUNNING):
             self._warm.prepare(run)
-        if run.state == "running":
+        if run.state is RunState.RUNNING:
             self._notices.run_started(run)
             if not run.paused:
                 self._admit(run)
@@ -128,8 +147,8 @@ class Engine:
     def _finish_if_drained(self, run: RunRow) -> None:
         jobs = self.store.jobs(run.id)
         if all(j.state in JOB_FINAL for j in jobs) and not self.store.open_attempts(run.id):
-            failed = sum(j.state != "succeeded" for j in jobs)
-            final = "cancelled" if run.state == "cancelling" else "finished"
+            failed = sum(j.state is not JobState.SUCCEEDED for j in jobs)
+            final = RunState.CANCELLED if run.state is RunState.CANCELLING else RunState.FINISHED
             self.store.set_run_state(run.id, final, f"{len(jobs) - failed} succeeded, {failed} not")
             self._notices.run_finished(self.store.run(run.id))
             daemon = self._mps.pop(run.id, None)
@@ -141,12 +160,12 @@ class Engine:
         """Plan order, no barrier: each queued job takes the freest device that has a slot and the
         memory it is expected to need; a job that waits for memory does not block smaller ones."""
         jobs = self.store.jobs(run.id)
-        queued = [j for j in jobs if j.state == "queued"]
+        queued = [j for j in jobs if j.state is JobState.QUEUED]
         if not queued:
             return
         local = self.backend(run.id).name == "local"
         self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
-        running = [j for j in jobs if j.state == "running"]
+        running = [j for j in jobs if j.state is JobState.RUNNING]
         busy = slots_used(jobs)
         batch = [] if self._submits_arrays(run.id) else None
         for job in queued:
@@ -167,7 +186,8 @@ class Engine:
             note = self._admission.prior_note(job, chosen[0])
             if note:  # the history says why unmeasured jobs started together
                 self.store.add_transition(run.id, job.id, "admission", note)
-            self._start(job, merge(chosen), batch)
+            with self._errors.job_guard(job.id, "engine error starting this job", self._job_fault):
+                self._start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
         self._launch_batch(run.id, batch or [])
 
@@ -189,11 +209,12 @@ class Engine:
     def _start(self, job: JobRow, device: dict, batch: list | None = None) -> None:
         """Attempt row and running state first, then the launch; with ``batch``, the launch waits for
         :meth:`_launch_batch` at the end of the admission pass."""
+        if (lost := self._lost_attempt(job)) is not None:
+            self._take_over(job, device["id"], lost)  # the journal had lost it: never launch a job twice
+            return
         job_dir = Path(job.job_dir)
-        exit_path = job_dir / ".lat" / f"attempt-{job.attempts + 1}.exit.json"
-        attempt_id, n = self.store.start_attempt(job.id, device["id"], str(exit_path))
-        self.store.set_job_state(job.id, "running", f"attempt {n} on {device['id']}", device=device["id"],
-                                 started=self._clock(), ended=None, returncode=None, error=None)
+        exit_path = exit_record_path(job_dir, job.attempts + 1)
+        attempt_id, n = self.store.start_attempt(job.id, device["id"], str(exit_path), started=self._clock())
         env = {**self._unmask(job.env), **device["env"], **self._mps_env(job.run_id),
                "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
         try:
@@ -203,7 +224,9 @@ class Engine:
                 return
             launched = (self._warm.launch(job, argv, env, job_dir, exit_path)
                         or self.backend(job.run_id).launch(argv, env, job_dir, exit_path, tuple(job.env)))
-        except OSError as exc:
+        except JOURNAL_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails this job alone
             self._launch_failed(job, attempt_id, exc)
             return
         self._launched(job, attempt_id, launched)
@@ -239,9 +262,9 @@ class Engine:
             else:
                 self._launched(job, attempt_id, one)
 
-    def _launch_failed(self, job: JobRow, attempt_id: int, exc: OSError) -> None:
-        self.store.end_attempt(attempt_id, None)
-        self.store.set_job_state(job.id, "failed", f"launch failed: {exc}", ended=self._clock(), error=str(exc))
+    def _launch_failed(self, job: JobRow, attempt_id: int, exc: Exception) -> None:
+        self.store.finish_attempt(attempt_id, None, JobState.FAILED, f"launch failed: {exc}", ended=self._clock(),
+                                  error=f"launch failed: {exc}")
 
     def _launched(self, job: JobRow, attempt_id: int, launched) -> None:
         self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start)
@@ -261,19 +284,58 @@ class Engine:
     # ------------------------------------------------------------------ reaping
     def _reap(self, run: RunRow) -> None:
         for attempt in self.store.open_attempts(run.id):
-            popen = self._popens.get(attempt.id)
-            if popen is not None:
-                popen.poll()  # reap our own child so it does not linger as a zombie
-            if attempt.pid is None:
-                attempt = self._recover_pid(attempt, run.id)
-            record = read_exit_record(Path(attempt.exit_path))
-            if record is not None:
-                self._record_exit(attempt, record.get("returncode"), record.get("max_rss"))
-            elif attempt.pid and not self.backend(run.id).is_alive(attempt.pid, attempt.pid_start):
-                record = read_exit_record(Path(attempt.exit_path))  # it may have just been written
-                self._record_exit(attempt, *((record.get("returncode"), record.get("max_rss")) if record else (None, None)))
-            else:
-                self._enforce_cancel_grace(run, attempt)
+            with self._errors.job_guard(attempt.job_id, "engine error reaping this job", self._job_fault):
+                self._reap_attempt(run, attempt)
+
+    def _reap_attempt(self, run: RunRow, attempt: AttemptRow) -> None:
+        popen = self._popens.get(attempt.id)
+        if popen is not None:
+            popen.poll()  # reap our own child so it does not linger as a zombie
+        if attempt.pid is None:
+            attempt = self._recover_pid(attempt, run.id)
+        record = read_exit(Path(attempt.exit_path))
+        if record is None and attempt.pid and not self.backend(run.id).is_alive(attempt.pid, attempt.pid_start):
+            record = read_exit(Path(attempt.exit_path))  # it may have just been written
+            record = record or ExitRecord(None)
+        if record is not None:
+            self._record_exit(attempt, record.returncode, record.max_rss, record.problem)
+        else:
+            self._enforce_cancel_grace(run, attempt)
+
+    def _settle_orphans(self, run: RunRow) -> None:
+        """Jobs ``running`` with no open attempt (an older engine died between two journal writes):
+        settled from their last attempt's outcome, so no job stays stuck."""
+        for job in self.store.running_without_attempt(run.id):
+            with self._errors.job_guard(job.id, "engine error settling this job", self._job_fault):
+                attempts = self.store.attempts(job.id)
+                self.store.add_transition(run.id, job.id, "recovered", "running with no open attempt: settled from "
+                                          + (f"attempt {attempts[-1].n}" if attempts else "nothing (no attempt)"))
+                if not attempts:
+                    self._job_fault(job.id, "running without any attempt recorded (an engine crash); requeue it")
+                    continue
+                last = attempts[-1]
+                record = read_exit(Path(last.exit_path))
+                returncode = last.returncode if last.returncode is not None else (record and record.returncode)
+                self._record_exit(last, returncode)
+
+    def _lost_attempt(self, job: JobRow) -> LostAttempt | None:
+        """What the job's folder holds of attempts newer than the journal knows (a lost tail)."""
+        known = self.store.attempts(job.id)
+        since = job.added or self.store.run(job.run_id).created
+        if known:
+            since = max(since, known[-1].ended or known[-1].launched)
+        local = self.backend(job.run_id).name == "local"
+        return find_lost_attempt(job, since, self.backend(job.run_id).is_alive if local else None)
+
+    def _take_over(self, job: JobRow, device_id: str, lost: LostAttempt) -> None:
+        detail = f"{lost.describe()} (the journal had lost it): not launched again"
+        attempt_id, _ = self.store.start_attempt(job.id, device_id, str(lost.exit_path), started=self._clock(),
+                                                 detail=detail)
+        if lost.pid is not None:
+            self.store.set_attempt_pid(attempt_id, lost.pid.pid, lost.pid.pid_start)
+        if not lost.alive:
+            attempt = next(a for a in self.store.attempts(job.id) if a.id == attempt_id)
+            self._record_exit(attempt, lost.returncode)
 
     def _distributed(self, job: JobRow, *, argv: list[str], env: dict) -> tuple[list[str], dict]:
         """Multi-process jobs run under torchrun on a probed free rendezvous port (reported)."""
@@ -289,45 +351,55 @@ class Engine:
         launch happened. Never relaunch: nothing found after a grace = failed."""
         recover = getattr(self.backend(run_id), "recover", None)
         if recover is not None:  # the runner's pid file holds a pid on another host: useless here
-            found = recover(Path(attempt.exit_path), attempt.launched)
-            started = {"pid": found.pid, "pid_start": found.pid_start} if found else None
+            started = recover(Path(attempt.exit_path), attempt.launched)
         else:
-            started = read_exit_record(Path(attempt.exit_path + ".pid"))
+            started = read_pid_record(Path(attempt.exit_path))
         if started:
-            self.store.set_attempt_pid(attempt.id, started["pid"], started["pid_start"])
-            return self.store.attempts(attempt.job_id)[-1]
-        if self._clock() - attempt.launched > LAUNCH_GRACE_S:
-            self.store.end_attempt(attempt.id, None)
-            self.store.set_job_state(attempt.job_id, "failed", "launch interrupted by an engine crash",
-                                     ended=self._clock(), error="launch interrupted by an engine crash; requeue it")
+            self.store.set_attempt_pid(attempt.id, started.pid, started.pid_start)
+            return next(a for a in self.store.attempts(attempt.job_id) if a.id == attempt.id)
+        if self._clock() - attempt.launched > LAUNCH_GRACE_S and read_exit(Path(attempt.exit_path)) is None:
+            why = "launch interrupted by an engine crash"
+            self.store.finish_attempt(attempt.id, None, JobState.FAILED, why, ended=self._clock(),
+                                      error=f"{why}; requeue it")
         return attempt
 
-    def _record_exit(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None = None) -> None:
+    def _record_exit(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None = None,
+                     problem: str | None = None) -> None:
         self._popens.pop(attempt.id, None)
         if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
             self.store.record_peak_rss(attempt.job_id, max_rss)
-        cancelled = attempt.cancel_at is not None
-        self.store.end_attempt(attempt.id, returncode)
         job = self.store.job(attempt.job_id)
-        if job.state != "running":
-            return
-        self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
-        job = self.store.job(job.id)
-        if returncode == 0:
-            state, error, diagnosis = "succeeded", None, None
+        if job.state is JobState.RUNNING:
+            self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
+            job = self.store.job(job.id)
+        state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
+        if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
+                                         error=error, diagnosis_json=diagnosis_json):
+            return  # the job had already been settled (cancelled before start, ...): never overwritten
+        if state is JobState.SUCCEEDED:
             self._remember_peak(job)
-        elif cancelled:
-            state, error, diagnosis = "cancelled", "cancelled by user", None
-        else:
-            state = "failed"
-            diagnosis = self._triage(job, attempt, returncode)
-            error = describe_exit(returncode, Path(job.job_dir), diagnosis)
-        self.store.set_job_state(job.id, state, error or "exit 0", ended=self._clock(), returncode=returncode,
-                                 error=error, diagnosis_json=json.dumps(diagnosis.to_json()) if diagnosis else None)
-        if state == "failed":
+        elif state is JobState.FAILED:
             run, failed = self.store.run(job.run_id), self.store.job(job.id)
             self._notices.job_failed(run, failed)
             maybe_retry(self.store, run, failed)
+
+    def _judge(self, job: JobRow, attempt: AttemptRow, returncode: int | None, problem: str | None):
+        """(state, error, diagnosis json) of an ended attempt. Triage reads what the job left, so
+        whatever goes wrong in it is part of this job's reason, never the engine's end."""
+        if returncode == 0:
+            return JobState.SUCCEEDED, None, None
+        if attempt.cancel_at is not None:
+            return JobState.CANCELLED, "cancelled by user", None
+        try:
+            diagnosis = self._triage(job, attempt, returncode)
+            error = describe_exit(returncode, Path(job.job_dir), diagnosis)
+            diagnosis_json = json.dumps(diagnosis.to_json()) if diagnosis else None
+        except JOURNAL_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a triage bug fails this job with its reason
+            error = f"{describe_exit(returncode, Path(job.job_dir))} (triage failed: {type(exc).__name__}: {exc})"
+            diagnosis_json = None
+        return JobState.FAILED, f"{error} ({problem})" if problem else error, diagnosis_json
 
     def _remember_peak(self, job: JobRow) -> None:
         """What this config needed, for memory-aware admission of its next jobs."""
@@ -365,23 +437,20 @@ class Engine:
     # ------------------------------------------------------------------ progress
     def _read_progress(self, run: RunRow) -> None:
         for job in self.store.jobs(run.id):
-            if job.state == "running":
-                self._read_events(job)
+            if job.state is JobState.RUNNING:
+                with self._errors.job_guard(job.id, "engine error reading this job's events", self._job_fault):
+                    self._read_events(job)
 
     def _read_events(self, job: JobRow) -> None:
-        path = Path(job.job_dir) / "events.jsonl"
-        offset = self._events_offset.get(job.id, 0)
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
-        except FileNotFoundError:
-            return
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        self._events_offset[job.id] = offset + len(complete)
-        last = last_step(complete)
+        tail = self._tails.setdefault(job.id, EventTail(events_path(Path(job.job_dir))))
+        bad_before = tail.bad_lines
+        last = last_progress(tail.read())
         if last is not None:
             self.store.set_progress(job.id, *last)
+        if tail.bad_lines > bad_before:  # told once per job, then counted
+            detail = f"{tail.bad_lines} bad line(s) skipped; first: {tail.first_bad}"
+            if bad_before == 0 or tail.bad_lines >= 10 * bad_before:
+                self.store.add_transition(job.run_id, job.id, "bad events", detail)
 
     # ------------------------------------------------------------------ commands
     def _handle_commands(self, run: RunRow) -> None:
@@ -390,16 +459,37 @@ class Engine:
             if handler is None:
                 self.store.finish_command(command["id"], "rejected", f"unknown command {command['verb']!r}")
                 continue
-            status, result = handler(run, command)
+            try:
+                status, result = handler(run, command)
+            except JOURNAL_ERRORS:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bad command is answered, never fatal
+                status, result = "failed", f"engine error: {type(exc).__name__}: {exc}"
             self.store.finish_command(command["id"], status, result)
 
     def cancel(self, job: JobRow) -> None:
         """Queued: cancelled at once. Running: SIGTERM to its process group, SIGKILL after a grace."""
-        if job.state == "queued":
-            self.store.set_job_state(job.id, "cancelled", "cancelled before start", ended=self._clock())
+        if job.state is JobState.QUEUED:
+            self.store.set_job_state(job.id, JobState.CANCELLED, "cancelled before start", ended=self._clock())
             return
-        for attempt in self.store.open_attempts(job.run_id):
-            if attempt.job_id == job.id and attempt.pid:
-                self.store.request_cancel(attempt.id, self._clock())
+        attempts = [a for a in self.store.open_attempts(job.run_id) if a.job_id == job.id]
+        if not attempts:  # running with no attempt (an engine crash): nothing to stop
+            self.store.set_job_state(job.id, JobState.CANCELLED, "cancelled; no process was running",
+                                     ended=self._clock(), error="cancelled by user")
+        for attempt in attempts:
+            self.store.request_cancel(attempt.id, self._clock())
+            if attempt.pid:
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
+
+    def _job_fault(self, job_id: int, reason: str) -> None:
+        """Fail one job for something the engine could not handle about it; its process (if any)
+        is stopped, since nothing would watch it any more."""
+        job = self.store.job(job_id)
+        attempts = [a for a in self.store.open_attempts(job.run_id) if a.job_id == job_id]
+        for attempt in attempts:
+            if attempt.pid and self.backend(job.run_id).is_alive(attempt.pid, attempt.pid_start):
+                self.backend(job.run_id).signal(attempt.pid, signal.SIGKILL)
+            self.store.finish_attempt(attempt.id, None, JobState.FAILED, reason, ended=self._clock(), error=reason)
+        if not attempts and not job.state.final:
+            self.store.set_job_state(job_id, JobState.FAILED, reason, ended=self._clock(), error=reason)
 
