@@ -9,7 +9,6 @@ state directory.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -18,21 +17,20 @@ from pathlib import Path
 
 import yaml
 
-from lat_core.engine.retries import maybe_retry
 from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.commands import Commands
 from lat_core.config.env import MASK
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.local import LocalBackend
-from lat_core.job_files import EventTail, ExitRecord, describe_exit, events_path, exit_record_path, \
-    last_progress, memory_event_peak, read_exit, read_pid_record
+from lat_core.job_files import EventTail, events_path, exit_record_path, last_progress, memory_event_peak
 from lat_core.engine.launch import LaunchSpec, launch
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
 from lat_core.engine.mps import start_mps
 from lat_core.engine.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
 from lat_core.engine.notices import RunNotices
-from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, LostAttempt, find_lost_attempt
+from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors
+from lat_core.engine.recovery import Recovery
 from lat_core.states import JOB_FINAL, JobState, RunState
 from lat_core.store import AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
@@ -40,10 +38,9 @@ from lat_core.engine.warm import WarmStarts
 
 CANCEL_GRACE_S = 10.0
 SAMPLE_EVERY_S = 2.0
-LAUNCH_GRACE_S = 30.0
 
 
-class Engine:
+class Engine(Recovery):
     def __init__(self, store: Store, *, launch_fn=launch, backend=None, clock=time.time, secrets: dict | None = None,
                  gpu_probe: GpuProbe | None = None, sample_every_s: float = SAMPLE_EVERY_S,
                  policy: AdmissionPolicy | None = None):
@@ -282,61 +279,6 @@ class Engine:
         return {**plain, **{k: v for k, v in known.items() if v and v != MASK}}
 
     # ------------------------------------------------------------------ reaping
-    def _reap(self, run: RunRow) -> None:
-        for attempt in self.store.open_attempts(run.id):
-            with self._errors.job_guard(attempt.job_id, "engine error reaping this job", self._job_fault):
-                self._reap_attempt(run, attempt)
-
-    def _reap_attempt(self, run: RunRow, attempt: AttemptRow) -> None:
-        popen = self._popens.get(attempt.id)
-        if popen is not None:
-            popen.poll()  # reap our own child so it does not linger as a zombie
-        if attempt.pid is None:
-            attempt = self._recover_pid(attempt, run.id)
-        record = read_exit(Path(attempt.exit_path))
-        if record is None and attempt.pid and not self.backend(run.id).is_alive(attempt.pid, attempt.pid_start):
-            record = read_exit(Path(attempt.exit_path))  # it may have just been written
-            record = record or ExitRecord(None)
-        if record is not None:
-            self._record_exit(attempt, record.returncode, record.max_rss, record.problem)
-        else:
-            self._enforce_cancel_grace(run, attempt)
-
-    def _settle_orphans(self, run: RunRow) -> None:
-        """Jobs ``running`` with no open attempt (an older engine died between two journal writes):
-        settled from their last attempt's outcome, so no job stays stuck."""
-        for job in self.store.running_without_attempt(run.id):
-            with self._errors.job_guard(job.id, "engine error settling this job", self._job_fault):
-                attempts = self.store.attempts(job.id)
-                self.store.add_transition(run.id, job.id, "recovered", "running with no open attempt: settled from "
-                                          + (f"attempt {attempts[-1].n}" if attempts else "nothing (no attempt)"))
-                if not attempts:
-                    self._job_fault(job.id, "running without any attempt recorded (an engine crash); requeue it")
-                    continue
-                last = attempts[-1]
-                record = read_exit(Path(last.exit_path))
-                returncode = last.returncode if last.returncode is not None else (record and record.returncode)
-                self._record_exit(last, returncode)
-
-    def _lost_attempt(self, job: JobRow) -> LostAttempt | None:
-        """What the job's folder holds of attempts newer than the journal knows (a lost tail)."""
-        known = self.store.attempts(job.id)
-        since = job.added or self.store.run(job.run_id).created
-        if known:
-            since = max(since, known[-1].ended or known[-1].launched)
-        local = self.backend(job.run_id).name == "local"
-        return find_lost_attempt(job, since, self.backend(job.run_id).is_alive if local else None)
-
-    def _take_over(self, job: JobRow, device_id: str, lost: LostAttempt) -> None:
-        detail = f"{lost.describe()} (the journal had lost it): not launched again"
-        attempt_id, _ = self.store.start_attempt(job.id, device_id, str(lost.exit_path), started=self._clock(),
-                                                 detail=detail)
-        if lost.pid is not None:
-            self.store.set_attempt_pid(attempt_id, lost.pid.pid, lost.pid.pid_start)
-        if not lost.alive:
-            attempt = next(a for a in self.store.attempts(job.id) if a.id == attempt_id)
-            self._record_exit(attempt, lost.returncode)
-
     def _distributed(self, job: JobRow, *, argv: list[str], env: dict) -> tuple[list[str], dict]:
         """Multi-process jobs run under torchrun on a probed free rendezvous port (reported)."""
         if job.world == 1:
@@ -344,62 +286,6 @@ class Engine:
         port, tries = find_free_port()
         self.store.add_transition(job.run_id, job.id, "rendezvous", f"port {port} after {tries} probe(s)")
         return distributed_argv(argv, job.world, port), {**env, **distributed_env(job.world, port, bool(job.use_libuv))}
-
-    def _recover_pid(self, attempt: AttemptRow, run_id: int) -> AttemptRow:
-        """An engine that died between recording an attempt and its pid: the runner's own pid file
-        (or, for a backend with ``recover`` such as Slurm, the scheduler's queue) says whether the
-        launch happened. Never relaunch: nothing found after a grace = failed."""
-        recover = getattr(self.backend(run_id), "recover", None)
-        if recover is not None:  # the runner's pid file holds a pid on another host: useless here
-            started = recover(Path(attempt.exit_path), attempt.launched)
-        else:
-            started = read_pid_record(Path(attempt.exit_path))
-        if started:
-            self.store.set_attempt_pid(attempt.id, started.pid, started.pid_start)
-            return next(a for a in self.store.attempts(attempt.job_id) if a.id == attempt.id)
-        if self._clock() - attempt.launched > LAUNCH_GRACE_S and read_exit(Path(attempt.exit_path)) is None:
-            why = "launch interrupted by an engine crash"
-            self.store.finish_attempt(attempt.id, None, JobState.FAILED, why, ended=self._clock(),
-                                      error=f"{why}; requeue it")
-        return attempt
-
-    def _record_exit(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None = None,
-                     problem: str | None = None) -> None:
-        self._popens.pop(attempt.id, None)
-        if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
-            self.store.record_peak_rss(attempt.job_id, max_rss)
-        job = self.store.job(attempt.job_id)
-        if job.state is JobState.RUNNING:
-            self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
-            job = self.store.job(job.id)
-        state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
-        if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
-                                         error=error, diagnosis_json=diagnosis_json):
-            return  # the job had already been settled (cancelled before start, ...): never overwritten
-        if state is JobState.SUCCEEDED:
-            self._remember_peak(job)
-        elif state is JobState.FAILED:
-            run, failed = self.store.run(job.run_id), self.store.job(job.id)
-            self._notices.job_failed(run, failed)
-            maybe_retry(self.store, run, failed)
-
-    def _judge(self, job: JobRow, attempt: AttemptRow, returncode: int | None, problem: str | None):
-        """(state, error, diagnosis json) of an ended attempt. Triage reads what the job left, so
-        whatever goes wrong in it is part of this job's reason, never the engine's end."""
-        if returncode == 0:
-            return JobState.SUCCEEDED, None, None
-        if attempt.cancel_at is not None:
-            return JobState.CANCELLED, "cancelled by user", None
-        try:
-            diagnosis = self._triage(job, attempt, returncode)
-            error = describe_exit(returncode, Path(job.job_dir), diagnosis)
-            diagnosis_json = json.dumps(diagnosis.to_json()) if diagnosis else None
-        except JOURNAL_ERRORS:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a triage bug fails this job with its reason
-            error = f"{describe_exit(returncode, Path(job.job_dir))} (triage failed: {type(exc).__name__}: {exc})"
-            diagnosis_json = None
-        return JobState.FAILED, f"{error} ({problem})" if problem else error, diagnosis_json
 
     def _remember_peak(self, job: JobRow) -> None:
         """What this config needed, for memory-aware admission of its next jobs."""
@@ -480,16 +366,3 @@ class Engine:
             self.store.request_cancel(attempt.id, self._clock())
             if attempt.pid:
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
-
-    def _job_fault(self, job_id: int, reason: str) -> None:
-        """Fail one job for something the engine could not handle about it; its process (if any)
-        is stopped, since nothing would watch it any more."""
-        job = self.store.job(job_id)
-        attempts = [a for a in self.store.open_attempts(job.run_id) if a.job_id == job_id]
-        for attempt in attempts:
-            if attempt.pid and self.backend(job.run_id).is_alive(attempt.pid, attempt.pid_start):
-                self.backend(job.run_id).signal(attempt.pid, signal.SIGKILL)
-            self.store.finish_attempt(attempt.id, None, JobState.FAILED, reason, ended=self._clock(), error=reason)
-        if not attempts and not job.state.final:
-            self.store.set_job_state(job_id, JobState.FAILED, reason, ended=self._clock(), error=reason)
-

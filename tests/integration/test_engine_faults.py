@@ -19,7 +19,8 @@ import pytest
 
 from lat_core.engine.backends.local import LocalBackend
 from lat_core.engine.launch import Launched, launch, process_start_time
-from lat_core.engine.loop import LAUNCH_GRACE_S, Engine
+from lat_core.engine.loop import Engine
+from lat_core.engine.recovery import LAUNCH_GRACE_S
 from lat_core.job_files import exit_record_path
 from lat_core.runner import write_exit_record
 from lat_core.states import JOB_FINAL, JobState, RunState
