@@ -194,8 +194,9 @@ def memory_event_peak(job_dir: Path) -> int:
 
 
 def has_finished(job_dir: Path) -> bool:
-    """The trainer wrote its ``finished`` event (it ends the file of a job that succeeded)."""
-    return any(e.name == "finished" for e in tail_events(job_dir))
+    """The trainer wrote its ``finished`` event among the last few (it ends a succeeded job's file;
+    an older success followed by a rerun's events does not count)."""
+    return any(e.name == "finished" for e in tail_events(job_dir)[-5:])
 
 
 def finished_since(job_dir: Path, since: float) -> float | None:

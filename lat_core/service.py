@@ -22,6 +22,7 @@ from lat_core.errors import JournalError, OutputPathError, PlanError
 from lat_core.jobs import JobSpec, expand, materialize
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.plan import Plan
+from lat_core.states import JobState
 from lat_core.store import Store
 
 JOURNAL_NAME = "journal.sqlite"
@@ -95,7 +96,7 @@ def job_record(job: JobSpec) -> dict:
     return {
         "key": job.key, "suite": job.suite, "round": job.round, "stem": job.stem, "seed": job.seed,
         "dataset": job.dataset, "job_dir": str(job.job_dir), "argv": job.command(), "env": mask_env(job.env),
-        "state": "succeeded" if job.mode == "done" else "queued",
+        "state": JobState.SUCCEEDED if job.mode == "done" else JobState.QUEUED,
         "world": job.world, "use_libuv": job.use_libuv,
     }
 

@@ -114,7 +114,8 @@ class LostAttempt:
         return 0 if self.finished_at is not None else None
 
 
-def find_lost_attempt(job: JobRow, since: float, alive: Callable[[int, float | None], bool] | None) -> LostAttempt | None:
+def find_lost_attempt(job: JobRow, since: float,
+                      alive: Callable[[int, float | None], bool] | None) -> LostAttempt | None:
     """The newest attempt record in the job's folder written at or after ``since`` (when the journal
     got the job, or its last known attempt ended), or a ``finished`` event after it. ``alive`` checks
     a pid (None where pids are not local, e.g. Slurm: then pid files are not looked at)."""
@@ -123,7 +124,8 @@ def find_lost_attempt(job: JobRow, since: float, alive: Callable[[int, float | N
     since -= MTIME_SLACK_S
     for exit_path in sorted(unknown, key=_attempt_number, reverse=True):
         record = read_exit(exit_path) if _written_since(exit_path, since) else None
-        pid = read_pid_record(exit_path) if alive is not None and _written_since(Path(f"{exit_path}.pid"), since) else None
+        pid_written = alive is not None and _written_since(Path(f"{exit_path}.pid"), since)
+        pid = read_pid_record(exit_path) if pid_written else None
         if record is not None:
             return LostAttempt(exit_path, record, pid, None)
         if pid is not None:

@@ -129,7 +129,8 @@ def test_a_trainer_killed_by_any_signal_fails_alone_with_the_signal_named(tmp_pa
     drain(store)
     assert_settled(store, run_id, tmp_path)
     killed, fine = store.jobs(run_id)
-    name = "SIGRTMIN+6" if signum == signal.SIGRTMIN + 6 else ("SIGRTMAX" if signum == 64 else signal.Signals(signum).name)
+    names = {signal.SIGRTMIN + 6: "SIGRTMIN+6", 64: "SIGRTMAX"}
+    name = names.get(signum) or signal.Signals(signum).name
     assert killed.state is JobState.FAILED and killed.returncode == -signum
     assert killed.error.startswith(f"killed by {name}"), killed.error
     assert fine.state is JobState.SUCCEEDED
