@@ -21,6 +21,9 @@ class RunRow:
     ended: float | None
     paused: bool
 
+    def __post_init__(self):
+        object.__setattr__(self, "state", RunState(self.state))  # typed however the row was built
+
 
 @dataclass(frozen=True)
 class JobRow:
@@ -54,6 +57,9 @@ class JobRow:
     world: int = 1  # processes (GPUs) the job runs with; > 1 means torchrun
     use_libuv: int = 1
     added: float | None = None  # when the journal got the job: older records in its folder are not its own
+
+    def __post_init__(self):
+        object.__setattr__(self, "state", JobState(self.state))  # typed however the row was built
 
     @property
     def profile_key(self) -> str:

@@ -406,7 +406,6 @@ def _run_row(row) -> RunRow:
     data = dict(row)
     data["devices"] = json.loads(data.pop("devices_json"))
     data["paused"] = bool(data["paused"])
-    data["state"] = RunState(data["state"])
     return RunRow(**data)
 
 
@@ -416,5 +415,4 @@ def _job_row(row) -> JobRow:
     data["env"] = json.loads(data.pop("env_json"))
     diagnosis = data.pop("diagnosis_json")
     data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
-    data["state"] = JobState(data["state"])
     return JobRow(**data)

@@ -11,6 +11,7 @@ import socket
 import sys
 
 from lat_core.rows import JobRow
+from lat_core.states import JobState
 
 PORT_TRIES = 10
 
@@ -19,7 +20,7 @@ def slots_used(jobs: list[JobRow]) -> dict[str, int]:
     """device id -> slots taken by running jobs (a 2-GPU job takes one slot on each of its GPUs)."""
     busy: dict[str, int] = {}
     for job in jobs:
-        if job.state != "running" or not job.device:
+        if job.state is not JobState.RUNNING or not job.device:
             continue
         parts = job.device.split("+")
         per_part = job.world if len(parts) == 1 else 1

@@ -15,6 +15,7 @@ import yaml
 
 from lat_core.engine.remedy import apply_remedy
 from lat_core.rows import JobRow, RunRow
+from lat_core.states import JobState
 from lat_core.store import Store
 
 OOM_CLASSES = ("cuda_oom", "host_oom")
@@ -39,10 +40,10 @@ def maybe_retry(store: Store, run: RunRow, job: JobRow) -> bool:
     if choice is None:
         return False
     applied = apply_remedy(store, run, job, choice)
-    store.set_job_state(job.id, "queued", f"{TAG}{choice}: {applied}", ended=None, returncode=None)
+    store.set_job_state(job.id, JobState.QUEUED, f"{TAG}{choice}: {applied}", ended=None, returncode=None)
     return True
 
 
 def _remedies_used(store: Store, job: JobRow) -> list[str]:
-    details = [t.detail for t in store.transitions(job.run_id, job_id=job.id) if t.new_state == "queued"]
+    details = [t.detail for t in store.transitions(job.run_id, job_id=job.id) if t.new_state == JobState.QUEUED]
     return [d[len(TAG):].split(":")[0] for d in details if d.startswith(TAG)]

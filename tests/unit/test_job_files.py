@@ -139,3 +139,22 @@ def test_memory_event_peak_takes_the_last_valid_memory_event(tmp_path):
                                            '{"event": "memory", "peak_gpu_bytes": "x"}\n')
     assert memory_event_peak(tmp_path) == 10
     assert isinstance(parse_event(b'{"event": "memory"}'), MemoryEvent)
+
+
+def test_states_keep_their_journal_text_and_rows_are_typed_however_built(tmp_path):
+    from lat_core.rows import JobRow
+    from lat_core.states import JOB_FINAL, JobState, RunState
+    from lat_core.store import Store
+
+    store = Store(tmp_path / "journal.sqlite")
+    run_id = store.create_run("plan: x", str(tmp_path), [], 0.0)
+    [job_id] = store.add_jobs(run_id, [{"key": "k", "suite": "s", "round": 1, "stem": "k", "seed": 1,
+                                        "dataset": "d", "job_dir": str(tmp_path), "argv": [], "env": {}}])
+    store.set_job_state(job_id, JobState.FAILED, "x")
+    raw = store._db.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()[0]
+    assert raw == "failed" and type(raw) is str  # the journal keeps plain text
+    assert store.job(job_id).state is JobState.FAILED and store.run(run_id).state is RunState.RUNNING
+    assert store.job(job_id).state == "failed" and f"{JobState.FAILED}" == "failed"  # front ends compare text
+    row = JobRow(1, 1, 1, "k", "s", 1, "k", 1, "d", "/x", [], {}, "running", None, 0, None, None, None, None, None, None)
+    assert row.state is JobState.RUNNING and not row.state.final and JobState.CANCELLED in JOB_FINAL
+    store.close()
