@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import yaml
@@ -106,16 +107,17 @@ class Engine(Recovery):
         self._warm.close()
 
     def run(self, poll_interval: float = 0.5, on_tick=None) -> None:
-        """Tick until no run is active. A tick that fails as a whole (the journal itself) is
-        reported on stderr (the engine's log) and retried with backoff: the engine never dies of it."""
+        """Tick until no run is active. A tick that fails outside any run's guard (the journal
+        itself) is reported on stderr (the engine's log) and retried with backoff: the engine never
+        dies of it; each run's own failures are recorded in its history (:class:`EngineErrors`)."""
         failures = 0
         while True:
             try:
                 active = self.tick()
                 failures = 0
-            except JOURNAL_ERRORS as exc:
+            except Exception:  # noqa: BLE001 - the engine outlives any failing tick
                 failures += 1
-                print(f"engine error: {type(exc).__name__}: {exc}; retrying", file=sys.stderr, flush=True)
+                traceback.print_exc(file=sys.stderr)
                 active = True
             if on_tick:
                 on_tick()

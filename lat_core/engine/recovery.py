@@ -52,9 +52,12 @@ class Recovery:
             self.store.set_attempt_pid(attempt.id, started.pid, started.pid_start)
             return next(a for a in self.store.attempts(attempt.job_id) if a.id == attempt.id)
         if self._clock() - attempt.launched > LAUNCH_GRACE_S and read_exit(Path(attempt.exit_path)) is None:
-            why = "launch interrupted by an engine crash"
-            self.store.finish_attempt(attempt.id, None, JobState.FAILED, why, ended=self._clock(),
-                                      error=f"{why}; requeue it")
+            if attempt.cancel_at is not None:
+                why, state, error = "cancelled; its launch never happened", JobState.CANCELLED, "cancelled by user"
+            else:
+                why, state = "launch interrupted by an engine crash", JobState.FAILED
+                error = f"{why}; requeue it"
+            self.store.finish_attempt(attempt.id, None, state, why, ended=self._clock(), error=error)
         return attempt
 
     def _record_exit(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None = None,

@@ -288,7 +288,7 @@ def test_a_job_stuck_running_without_an_attempt_is_cancellable(tmp_path):
     drain(store)
     job = store.jobs(run_id)[0]
     assert job.state is JobState.CANCELLED and launches(tmp_path, "stuck") == 0
-    assert [c["status"] for c in [store.command(1)]] == ["done"]
+    assert store.command(1)["status"] == "done"
 
 
 # ---------------------------------------------------------------------------- lost journal tail
@@ -342,3 +342,15 @@ def test_records_of_an_earlier_run_in_the_same_folder_do_not_count(tmp_path):
     store, run_id = make_run(tmp_path, [job])
     drain(store)
     assert_settled(store, run_id, tmp_path, launched=1)
+
+
+def test_a_job_whose_launch_never_happened_is_cancellable(tmp_path):
+    store, run_id = make_run(tmp_path, [fake_job(tmp_path, "never")])
+    crash_after_attempt_row(store, run_id)
+    job = store.jobs(run_id)[0]
+    store.add_command(run_id, "cancel_job", job.id)
+    drain(store, Engine(store, clock=lambda: time.time() + LAUNCH_GRACE_S + 1))
+    assert_settled(store, run_id, tmp_path, launched=0)
+    job = store.jobs(run_id)[0]
+    assert job.state is JobState.CANCELLED and job.error == "cancelled by user"
+    assert store.command(1)["status"] == "done"
