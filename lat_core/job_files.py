@@ -233,6 +233,8 @@ def read_exit(exit_path: Path) -> ExitRecord | None:
     rc, rss, ended = raw.get("returncode"), raw.get("max_rss"), raw.get("ended")
     if rc is not None and (not isinstance(rc, int) or isinstance(rc, bool)):
         return ExitRecord(None, problem=f"the exit record's returncode is {_kind(rc)}, not an integer")
+    if rc is not None and not -128 <= rc <= 255:  # exit codes are a byte; deaths by signal are negative
+        return ExitRecord(None, problem=f"the exit record's returncode {rc} is out of range")
     return ExitRecord(rc, rss if isinstance(rss, int) and rss > 0 else None, ended if _is_number(ended) else None)
 
 

@@ -25,6 +25,8 @@ from lat_core.job_files import exit_record_path
 from lat_core.runner import write_exit_record
 from lat_core.states import JOB_FINAL, JobState, RunState
 from lat_core.store import Store
+from lat_tui.format import progress_line
+from lat_tui.status import main as status
 from tests.conftest import ROOT, fake_job
 
 FAULTY = ROOT / "tests" / "helpers" / "faulty_trainer.py"
@@ -207,9 +209,11 @@ def test_a_run_whose_tick_raises_is_told_and_retried_and_other_runs_drain(tmp_pa
         time.sleep(0.05)
     errors = [d for s, d in history(store, broken) if s == "engine error"]
     assert len(errors) == 1 and errors[0].startswith("ValueError: could not convert string to float: 'lots'")
-    from lat_tui.status import main as status
+    told = "engine error: ValueError: could not convert string to float: 'lots'"
     status(["--state-dir", str(tmp_path / "state"), "--run", str(broken)])
-    assert "engine error: ValueError: could not convert string to float: 'lots'" in capsys.readouterr().out
+    assert told in capsys.readouterr().out
+    progress = [progress_line(t, None, 0.0) for t in store.transitions(broken) if t.job_id is None]
+    assert any(f"run {broken}: {told}" in line for line in progress)  # what headless prints
     store.add_command(broken, "cancel_run")  # a broken run can always be cleared
     drain(store, engine)
     assert store.run(broken).state is RunState.CANCELLED and store.jobs(broken)[0].state is JobState.CANCELLED

@@ -126,6 +126,8 @@ def test_exit_records_round_trip_and_bad_ones_say_why(tmp_path):
     assert read_exit(path).returncode == -40 and read_exit(path).max_rss == 2048
     path.write_text(json.dumps({"returncode": "oops"}))
     assert read_exit(path).returncode is None and "returncode is str" in read_exit(path).problem
+    path.write_text(json.dumps({"returncode": 10**30}))
+    assert read_exit(path).returncode is None and "out of range" in read_exit(path).problem
     path.write_bytes(b"\x00garbage")
     assert read_exit(path).problem == "the exit record is unreadable"
     (tmp_path / ".lat" / "attempt-2.exit.json.pid").write_text(json.dumps({"pid": 42, "pid_start": 1.5}))
