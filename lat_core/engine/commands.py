@@ -90,7 +90,7 @@ class Commands:
 
     def cmd_requeue(self, run: RunRow, command) -> Result:
         job = self.store.job(command["job_id"])
-        if job.state not in JOB_FINAL:
+        if job.state not in JOB_FINAL and not self._stuck(job):
             return "rejected", (f"job is {job.state}; only finished, failed or cancelled jobs are requeued"
                                 " (cancel it first)")
         remedy = command["args"].get("remedy")
@@ -104,3 +104,7 @@ class Commands:
         if run.state in RUN_ENDED:
             self.store.set_run_state(run.id, RunState.RUNNING, "job requeued")
         return "done", f"{job.key} requeued"
+
+    def _stuck(self, job) -> bool:
+        """``running`` with no open attempt (left by a crashed engine): nothing runs, so it may be requeued."""
+        return job.state is JobState.RUNNING and all(a.job_id != job.id for a in self.store.open_attempts(job.run_id))

@@ -358,3 +358,13 @@ def test_a_job_whose_launch_never_happened_is_cancellable(tmp_path):
     job = store.jobs(run_id)[0]
     assert job.state is JobState.CANCELLED and job.error == "cancelled by user"
     assert store.command(1)["status"] == "done"
+
+
+def test_a_job_stuck_running_without_an_attempt_can_be_requeued_and_runs_once(tmp_path):
+    store, run_id = make_run(tmp_path, [fake_job(tmp_path, "stuck")])
+    job = store.jobs(run_id)[0]
+    store.set_job_state(job.id, JobState.RUNNING, "an old engine's half-written launch")
+    store.add_command(run_id, "requeue", job.id)
+    drain(store)
+    assert_settled(store, run_id, tmp_path, launched=1)
+    assert store.jobs(run_id)[0].state is JobState.SUCCEEDED and store.command(1)["status"] == "done"
