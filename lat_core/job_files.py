@@ -117,8 +117,8 @@ class EventTail:
     offset: int = 0
     bad_lines: int = 0
     first_bad: str | None = None
-    _lines_seen: int = 0
-    _skipping: bool = False  # inside an overlong line: drop bytes up to its newline
+    _lines_seen: int = field(default=0, init=False, repr=False)
+    _skipping: bool = field(default=False, init=False, repr=False)  # inside an overlong line: drop to its newline
 
     def read(self) -> list[Event]:
         events: list[Event] = []

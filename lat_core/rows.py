@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 
@@ -98,3 +99,21 @@ class AttemptRow:
     cancel_at: float | None = None
     oom_source: str | None = None
     oom_before: int | None = None
+
+
+def run_row(row) -> RunRow:
+    """A ``runs`` row (sqlite3.Row) with its JSON columns decoded."""
+    data = dict(row)
+    data["devices"] = json.loads(data.pop("devices_json"))
+    data["paused"] = bool(data["paused"])
+    return RunRow(**data)
+
+
+def job_row(row) -> JobRow:
+    """A ``jobs`` row (sqlite3.Row) with its JSON columns decoded."""
+    data = dict(row)
+    data["argv"] = json.loads(data.pop("argv_json"))
+    data["env"] = json.loads(data.pop("env_json"))
+    diagnosis = data.pop("diagnosis_json")
+    data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
+    return JobRow(**data)

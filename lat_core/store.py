@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from lat_core.errors import JournalError
-from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
+from lat_core.rows import AttemptRow, JobRow, RunRow, Transition, job_row, run_row
 from lat_core.states import ENGINE_ERROR, ENGINE_RECOVERED, JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 
 SCHEMA = """
@@ -101,19 +101,19 @@ class Store:
         row = self._db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
             raise JournalError(f"no run {run_id}", where=str(self.path))
-        return _run_row(row)
+        return run_row(row)
 
     def runs(self) -> list[RunRow]:
-        return [_run_row(r) for r in self._db.execute("SELECT * FROM runs ORDER BY id")]
+        return [run_row(r) for r in self._db.execute("SELECT * FROM runs ORDER BY id")]
 
     def latest_run(self) -> RunRow | None:
         row = self._db.execute("SELECT * FROM runs ORDER BY id DESC LIMIT 1").fetchone()
-        return _run_row(row) if row else None
+        return run_row(row) if row else None
 
     def active_runs(self) -> list[RunRow]:
         marks = ",".join("?" * len(RUN_ACTIVE))
         rows = self._db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id", RUN_ACTIVE)
-        return [_run_row(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     def set_run_state(self, run_id: int, state: RunState, detail: str = "") -> None:
         with self._tx() as db:
@@ -164,13 +164,13 @@ class Store:
 
     def jobs(self, run_id: int) -> list[JobRow]:
         rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? ORDER BY seq", (run_id,))
-        return [_job_row(r) for r in rows]
+        return [job_row(r) for r in rows]
 
     def job(self, job_id: int) -> JobRow:
         row = self._db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             raise JournalError(f"no job {job_id}", where=str(self.path))
-        return _job_row(row)
+        return job_row(row)
 
     def set_job_state(self, job_id: int, state: JobState, detail: str = "", **fields) -> None:
         with self._tx() as db:
@@ -261,10 +261,6 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE attempts SET oom_source=?, oom_before=? WHERE id=?", (source, count, attempt_id))
 
-    def end_attempt(self, attempt_id: int, returncode: int | None) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE attempts SET ended=?, returncode=? WHERE id=?", (time.time(), returncode, attempt_id))
-
     def finish_attempt(self, attempt_id: int, returncode: int | None, state: JobState, detail: str,
                        **fields) -> bool:
         """End an attempt and set its job's final state in one transaction. Only a job still
@@ -286,7 +282,7 @@ class Store:
             "SELECT * FROM jobs j WHERE run_id=? AND state=? AND NOT EXISTS"
             " (SELECT 1 FROM attempts a WHERE a.job_id=j.id AND a.ended IS NULL) ORDER BY seq",
             (run_id, JobState.RUNNING))
-        return [_job_row(r) for r in rows]
+        return [job_row(r) for r in rows]
 
     def request_cancel(self, attempt_id: int, when: float) -> None:
         """Persisted, so an engine restarted mid-cancel still records the job as cancelled."""
@@ -401,18 +397,3 @@ def _transition(db, run_id, job_id, old, new, detail) -> None:
         (time.time(), run_id, job_id, old, new, detail),
     )
 
-
-def _run_row(row) -> RunRow:
-    data = dict(row)
-    data["devices"] = json.loads(data.pop("devices_json"))
-    data["paused"] = bool(data["paused"])
-    return RunRow(**data)
-
-
-def _job_row(row) -> JobRow:
-    data = dict(row)
-    data["argv"] = json.loads(data.pop("argv_json"))
-    data["env"] = json.loads(data.pop("env_json"))
-    diagnosis = data.pop("diagnosis_json")
-    data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
-    return JobRow(**data)

@@ -253,7 +253,10 @@ def crash_between_attempt_end_and_job_state(store, run_id):
     """An older engine's split writes: the attempt ended (exit 0), the job still says running."""
     crash_after_pid(store, run_id)
     attempt = store.open_attempts(run_id)[0]
-    store.end_attempt(attempt.id, 0)
+    db = sqlite3.connect(store.path)
+    db.execute("UPDATE attempts SET ended=?, returncode=0 WHERE id=?", (time.time(), attempt.id))
+    db.commit()
+    db.close()
 
 
 def crash_with_a_stray_open_attempt_after_success(store, run_id):
