@@ -371,3 +371,32 @@ def test_a_job_stuck_running_without_an_attempt_can_be_requeued_and_runs_once(tm
     drain(store)
     assert_settled(store, run_id, tmp_path, launched=1)
     assert store.jobs(run_id)[0].state is JobState.SUCCEEDED and store.command(1)["status"] == "done"
+
+
+def test_the_detached_engine_survives_what_froze_the_queue_on_main(tmp_path):
+    """The issue's own case: a null step, a string loss, a real-time signal death and a non-numeric
+    memory event, under the real detached engine; the run drains and nothing runs twice."""
+    from lat_core.service import EngineLock, ensure_engine, open_store
+
+    state = tmp_path / "state"
+    store = open_store(state)
+    run_id = store.create_run("plan: test", str(tmp_path / "out"), [CPU], 0.0)
+    store.add_jobs(run_id, [faulty_job(tmp_path, "null-step", lines=BAD_LINES["null-step"]),
+                            faulty_job(tmp_path, "string-loss", lines=BAD_LINES["string-loss"]),
+                            faulty_job(tmp_path, "rt-signal", signal=signal.SIGRTMIN + 6),
+                            faulty_job(tmp_path, "memory-text", lines=BAD_LINES["memory-text"]),
+                            fake_job(tmp_path, "plain")])
+    ensure_engine(state)
+    deadline = time.time() + 90
+    while store.run(run_id).state is not RunState.FINISHED:
+        assert time.time() < deadline, [(j.key, j.state) for j in store.jobs(run_id)]
+        time.sleep(0.2)
+    assert_settled(store, run_id, tmp_path)
+    states = {j.key: j for j in store.jobs(run_id)}
+    assert states["rt-signal"].state is JobState.FAILED and states["rt-signal"].error.startswith("killed by SIGRTMIN+6")
+    assert all(j.state is JobState.SUCCEEDED for k, j in states.items() if k != "rt-signal")
+    assert "Traceback" not in (state / "engine.log").read_text()
+    deadline = time.time() + 15
+    while EngineLock(state).is_held():  # it exits by itself once no run is active
+        assert time.time() < deadline
+        time.sleep(0.2)
