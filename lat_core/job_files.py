@@ -14,6 +14,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Iterator
 
 EVENTS_FILE = "events.jsonl"
 TRAIN_LOG = "train.log"
@@ -120,40 +121,64 @@ class EventTail:
     _lines_seen: int = field(default=0, init=False, repr=False)
     _skipping: bool = field(default=False, init=False, repr=False)  # inside an overlong line: drop to its newline
 
-    def read(self) -> list[Event]:
-        events: list[Event] = []
+    @classmethod
+    def near_end(cls, path: Path, window: int = MAX_EVENT_BYTES) -> "EventTail":
+        """A tail that starts ``window`` bytes before the end (at the next line start): an engine
+        restarted on a long job needs its latest progress, not every step since the start."""
+        try:
+            size = Path(path).stat().st_size
+        except OSError:
+            size = 0
+        tail = cls(Path(path), offset=max(0, size - window))
+        tail._skipping = tail.offset > 0  # the first line is cut: drop it uncounted
+        tail._lines_seen = -1 if tail._skipping else 0
+        return tail
+
+    def read(self) -> Iterator[Event]:
+        """The new valid events, one at a time (a restarted engine reads a long file in bounded memory)."""
         try:
             fh = open(self.path, "rb")
         except OSError:
-            return events
+            return
         with fh:
             fh.seek(self.offset)
-            pending = b""
+            pending = bytearray()
             while chunk := fh.read(CHUNK_BYTES):
-                *lines, pending = (pending + chunk).split(b"\n")
+                if self._skipping:
+                    chunk = self._skip_to_newline(chunk)
+                pending += chunk
+                *lines, rest = pending.split(b"\n")
                 for line in lines:
                     self.offset += len(line) + 1
-                    self._take(line, events)
+                    self._lines_seen += 1
+                    if event := self._parse(line):
+                        yield event
+                pending = rest
                 if len(pending) > MAX_EVENT_BYTES:
                     self.offset += len(pending)
-                    pending = b""
-                    if not self._skipping:
-                        self._skipping = True
-                        self._bad(self._lines_seen + 1, f"a line over {MAX_EVENT_BYTES // 1024} KiB")
-        return events
+                    pending = bytearray()
+                    self._skipping = True
+                    self._bad(self._lines_seen + 1, f"a line over {MAX_EVENT_BYTES // 1024} KiB")
 
-    def _take(self, line: bytes, events: list[Event]) -> None:
-        if self._skipping:  # the end of an overlong line, already counted
-            self._skipping = False
-            self._lines_seen += 1
-            return
+    def _skip_to_newline(self, chunk: bytes) -> bytes:
+        """Drop the rest of an overlong line (already counted); what follows its end is kept."""
+        end = chunk.find(b"\n")
+        if end < 0:
+            self.offset += len(chunk)
+            return b""
+        self.offset += end + 1
         self._lines_seen += 1
+        self._skipping = False
+        return chunk[end + 1:]
+
+    def _parse(self, line: bytes) -> Event | None:
         if not line.strip():
-            return
+            return None
         try:
-            events.append(parse_event(line))
+            return parse_event(line)
         except BadEvent as exc:
             self._bad(self._lines_seen, str(exc))
+            return None
 
     def _bad(self, line_no: int, reason: str) -> None:
         """``line_no`` counts from where this tail began reading."""
@@ -162,10 +187,13 @@ class EventTail:
             self.first_bad = f"line {line_no}: {reason}"
 
 
-def last_progress(events: list[Event]) -> tuple[int, float | None] | None:
+def last_progress(events: Iterable[Event]) -> tuple[int, float | None] | None:
     """(step, loss) of the last step event: what the job table shows."""
-    steps = [e for e in events if isinstance(e, StepEvent)]
-    return (steps[-1].step, steps[-1].loss) if steps else None
+    last = None
+    for event in events:
+        if isinstance(event, StepEvent):
+            last = (event.step, event.loss)
+    return last
 
 
 def tail_events(job_dir: Path, max_bytes: int = CHUNK_BYTES) -> list[Event]:
@@ -200,8 +228,9 @@ def has_finished(job_dir: Path) -> bool:
 
 
 def finished_since(job_dir: Path, since: float) -> float | None:
-    """When the job last wrote ``finished`` at or after ``since`` (a whole-file, bounded read)."""
-    times = [e.t for e in EventTail(events_path(job_dir)).read() if e.name == "finished" and e.t and e.t >= since]
+    """When the job last wrote ``finished`` at or after ``since``. A finish ends its attempt's
+    events, so the end of the file is where to look (a launch never reads a long file whole)."""
+    times = [e.t for e in tail_events(job_dir) if e.name == "finished" and e.t and e.t >= since]
     return max(times) if times else None
 
 

@@ -330,7 +330,9 @@ class Engine(Recovery):
                     self._read_events(job)
 
     def _read_events(self, job: JobRow) -> None:
-        tail = self._tails.setdefault(job.id, EventTail(events_path(Path(job.job_dir))))
+        if job.id not in self._tails:
+            self._tails[job.id] = EventTail.near_end(events_path(Path(job.job_dir)))
+        tail = self._tails[job.id]
         bad_before = tail.bad_lines
         last = last_progress(tail.read())
         if last is not None:

@@ -21,7 +21,7 @@ def test_events_the_trainer_writes_read_back_typed(tmp_path):
         w.emit("memory", peak_gpu_bytes=123)
         w.emit("finished")
     tail = EventTail(tmp_path / "events.jsonl")
-    events = tail.read()
+    events = list(tail.read())
     assert [e.name for e in events] == ["started", "step", "step", "memory", "finished"]
     assert events[1] == StepEvent("step", events[1].t, step=3, loss=0.5)
     assert last_progress(events) == (4, None)
@@ -66,7 +66,7 @@ def test_a_torn_last_line_waits_for_its_end(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_bytes(b'{"event": "step", "step": 1, "loss": 1.0}\n{"event": "step", "st')
     tail = EventTail(path)
-    assert len(tail.read()) == 1
+    assert len(list(tail.read())) == 1
     with open(path, "ab") as fh:
         fh.write(b'ep": 2, "loss": 0.25}\n')
     assert last_progress(tail.read()) == (2, 0.25) and tail.bad_lines == 0
@@ -81,7 +81,7 @@ def test_a_100_mb_line_is_skipped_in_bounded_memory(tmp_path):
         fh.write(b'"}\n{"event": "step", "step": 7, "loss": 0.7}\n')
     tail = EventTail(path)
     tracemalloc.start()
-    events = tail.read()
+    events = list(tail.read())
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 4 * MAX_EVENT_BYTES, peak
@@ -94,7 +94,7 @@ def test_an_overlong_line_still_being_written_is_skipped_across_reads(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"y" * (MAX_EVENT_BYTES + 10))
     tail = EventTail(path)
-    assert tail.read() == [] and tail.bad_lines == 1
+    assert list(tail.read()) == [] and tail.bad_lines == 1
     with open(path, "ab") as fh:
         fh.write(b'yyy\n{"event": "step", "step": 3, "loss": 0.3}\n')
     assert last_progress(tail.read()) == (3, 0.3) and tail.bad_lines == 1
@@ -160,3 +160,15 @@ def test_states_keep_their_journal_text_and_rows_are_typed_however_built(tmp_pat
     row = JobRow(1, 1, 1, "k", "s", 1, "k", 1, "d", "/x", [], {}, "running", None, 0, None, None, None, None, None, None)
     assert row.state is JobState.RUNNING and not row.state.final and JobState.CANCELLED in JOB_FINAL
     store.close()
+
+
+def test_a_tail_near_the_end_finds_the_latest_progress_of_a_long_file(tmp_path):
+    path = tmp_path / "events.jsonl"
+    with open(path, "w") as fh:
+        for step in range(1, 40_001):
+            fh.write(json.dumps({"t": 1.0, "event": "step", "step": step, "loss": 1 / step}) + "\n")
+    assert path.stat().st_size > 2 * MAX_EVENT_BYTES
+    tail = EventTail.near_end(path)
+    assert tail.offset > 0 and last_progress(tail.read()) == (40_000, 1 / 40_000)
+    assert tail.bad_lines == 0 and tail.offset == path.stat().st_size
+    assert EventTail.near_end(tmp_path / "missing.jsonl").offset == 0
