@@ -1,10 +1,8 @@
 """Nothing a job does can stall the queue: bad events, any exit signal, a triage that raises, an
 engine that dies between two journal writes, a journal that lost its tail.
 
-Real runner processes, a real journal, real exit records. Every test checks one final state per
-job, one launch per job (the trainers' own record logs), that the run drains, and what the user
-is told (the job's error, the run's history, ``lat-tui status``).
-"""
+Real runner processes, journal and exit records. Each test checks one final state and one launch
+per job (the trainers' own records), that the run drains, and what the user is told."""
 
 import json
 import shutil
@@ -253,10 +251,8 @@ def crash_between_attempt_end_and_job_state(store, run_id):
     """An older engine's split writes: the attempt ended (exit 0), the job still says running."""
     crash_after_pid(store, run_id)
     attempt = store.open_attempts(run_id)[0]
-    db = sqlite3.connect(store.path)
-    db.execute("UPDATE attempts SET ended=?, returncode=0 WHERE id=?", (time.time(), attempt.id))
-    db.commit()
-    db.close()
+    with sqlite3.connect(store.path) as db:  # commits; the test's end closes it
+        db.execute("UPDATE attempts SET ended=?, returncode=0 WHERE id=?", (time.time(), attempt.id))
 
 
 def crash_with_a_stray_open_attempt_after_success(store, run_id):
