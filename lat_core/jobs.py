@@ -23,6 +23,7 @@ from lat_core.config.env import EnvValueError, apply_env, mask_env
 from lat_core.config.job import JobConfig, TrainConfigError, parse_config
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import ConfigError, OutputPathError
+from lat_core.job_files import events_path, has_finished
 from lat_core.plan import Plan
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -121,26 +122,11 @@ def job_mode(job_dir: Path, resume: bool, overwrite: bool, strict: bool) -> str:
     that had started, so jobs the crash kept from starting begin normally."""
     if overwrite:
         return "overwrite"
-    events = job_dir / "events.jsonl"
-    if _has_finished(events):
+    if has_finished(job_dir):
         return "done"
-    if resume and (strict or events.exists()):
+    if resume and (strict or events_path(job_dir).exists()):
         return "resume"
     return "fresh"
-
-
-def _has_finished(events: Path) -> bool:
-    try:
-        text = events.read_text(errors="replace")
-    except OSError:
-        return False
-    for line in text.splitlines()[-5:]:
-        try:
-            if json.loads(line).get("event") == "finished":
-                return True
-        except (ValueError, AttributeError):
-            continue
-    return False
 
 
 def _load_experiment(path: Path) -> dict:
@@ -239,7 +225,6 @@ def _get(config: dict, dotted: str):
         node = node.get(part)
     return node
 
-
 def _flatten(mapping: dict, prefix: str = ""):
     for key, value in mapping.items():
         dotted = f"{prefix}{key}"
@@ -248,14 +233,12 @@ def _flatten(mapping: dict, prefix: str = ""):
         else:
             yield dotted, value
 
-
 def _set(config: dict, dotted: str, value) -> None:
     node = config
     *parents, leaf = dotted.split(".")
     for part in parents:
         node = node.setdefault(part, {})
     node[leaf] = value
-
 
 def materialize(job: JobSpec) -> None:
     """Create the job directory and write job.yaml, overrides.json and command.json."""
@@ -267,7 +250,6 @@ def materialize(job: JobSpec) -> None:
         _write_atomic(job.job_dir / "command.json", json.dumps(record, indent=1))
     except OSError as exc:  # read-only file system, disk full, a file where a directory should be
         raise OutputPathError(f"cannot write the job directory: {exc.strerror or exc}", where=str(job.job_dir)) from exc
-
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")

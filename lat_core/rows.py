@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
 from lat_core.devices import Device
+
+from lat_core.states import JobState, RunState
 
 
 @dataclass(frozen=True)
 class RunRow:
     id: int
     created: float
-    state: str
+    state: RunState
     plan_yaml: str
     output_root: str
     devices: list[Device]
@@ -20,6 +23,9 @@ class RunRow:
     started: float | None
     ended: float | None
     paused: bool
+
+    def __post_init__(self):
+        object.__setattr__(self, "state", RunState(self.state))  # typed however the row was built
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class JobRow:
     job_dir: str
     argv: list
     env: dict
-    state: str
+    state: JobState
     device: str | None
     attempts: int
     started: float | None
@@ -56,6 +62,10 @@ class JobRow:
     avoid_devices: tuple = ()  # device ids a remedy excluded for this job (placement skips them)
     backend_options: dict = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
     not_before: float = 0.0  # a retry's backoff: admission holds the job until this time
+    added: float | None = None  # when the journal got the job: older records in its folder are not its own
+
+    def __post_init__(self):
+        object.__setattr__(self, "state", JobState(self.state))  # typed however the row was built
 
     @property
     def profile_key(self) -> str:
@@ -94,3 +104,24 @@ class AttemptRow:
     cancel_at: float | None = None
     oom_source: str | None = None
     oom_before: int | None = None
+
+
+def run_row(row) -> RunRow:
+    """A ``runs`` row (sqlite3.Row) with its JSON columns decoded."""
+    data = dict(row)
+    where = f"runs.devices_json of run {data['id']}"
+    data["devices"] = [Device.from_json(d, where=where) for d in json.loads(data.pop("devices_json"))]
+    data["paused"] = bool(data["paused"])
+    return RunRow(**data)
+
+
+def job_row(row) -> JobRow:
+    """A ``jobs`` row (sqlite3.Row) with its JSON columns decoded."""
+    data = dict(row)
+    data["argv"] = json.loads(data.pop("argv_json"))
+    data["env"] = json.loads(data.pop("env_json"))
+    data["avoid_devices"] = tuple(json.loads(data.pop("avoid_devices_json")))
+    data["backend_options"] = json.loads(data.pop("backend_options_json"))
+    diagnosis = data.pop("diagnosis_json")
+    data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
+    return JobRow(**data)

@@ -25,6 +25,7 @@ from lat_core.journal_faults import check_space, clear_fault, explain, journal_f
 from lat_core.plan import Plan
 from lat_core.run_secrets import SECRETS_NAME, SecretFile, collect, create_private, secure_state_dir
 from lat_core.run_guard import check_no_live_overlap, creation_lock
+from lat_core.states import JobState
 from lat_core.store import Store
 
 JOURNAL_NAME = "journal.sqlite"
@@ -125,7 +126,7 @@ def job_record(job: JobSpec) -> dict:
     return {
         "key": job.key, "suite": job.suite, "round": job.round, "stem": job.stem, "seed": job.seed,
         "dataset": job.dataset, "job_dir": str(job.job_dir), "argv": job.command(), "env": mask_env(job.env),
-        "state": "succeeded" if job.mode == "done" else "queued",
+        "state": JobState.SUCCEEDED if job.mode == "done" else JobState.QUEUED,
         "world": job.world, "use_libuv": job.use_libuv,
     }
 

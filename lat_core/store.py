@@ -15,7 +15,8 @@ from typing import Iterable
 from lat_core.devices import Device
 from lat_core.errors import JournalError
 from lat_core.journal_faults import check_journal_file, check_wal, journal_faults, journal_timeout_s
-from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
+from lat_core.rows import AttemptRow, JobRow, RunRow, Transition, job_row, run_row
+from lat_core.states import ENGINE_ERROR, ENGINE_RECOVERED, JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -32,7 +33,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   diagnosis_json TEXT, rss INTEGER, gpu_mem INTEGER, peak_rss INTEGER, peak_gpu INTEGER, waiting TEXT,
   world INTEGER NOT NULL DEFAULT 1, use_libuv INTEGER NOT NULL DEFAULT 1,
   avoid_devices_json TEXT NOT NULL DEFAULT '[]', backend_options_json TEXT NOT NULL DEFAULT '{}',
-  not_before REAL NOT NULL DEFAULT 0,
+  not_before REAL NOT NULL DEFAULT 0, added REAL,
   UNIQUE (run_id, key)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -59,8 +60,7 @@ CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
 CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
 """
 
-JOB_FINAL = ("succeeded", "failed", "cancelled")
-RUN_ACTIVE = ("countdown", "running", "cancelling")
+__all__ = ["JOB_FINAL", "RUN_ACTIVE", "JobState", "RunState", "Store"]
 
 
 class Store:
@@ -89,13 +89,13 @@ class Store:
     # ------------------------------------------------------------------ runs
     def create_run(self, plan_yaml: str, output_root: str, devices: list[Device], countdown_until: float) -> int:
         now = time.time()
-        state = "countdown" if countdown_until > now else "running"
+        state = RunState.COUNTDOWN if countdown_until > now else RunState.RUNNING
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO runs (created, state, plan_yaml, output_root, devices_json, countdown_until, started)"
                 " VALUES (?,?,?,?,?,?,?)",
                 (now, state, plan_yaml, output_root, _devices_json(devices), countdown_until,
-                 now if state == "running" else None),
+                 now if state is RunState.RUNNING else None),
             )
             run_id = cur.lastrowid
             _transition(db, run_id, None, None, state, "run created")
@@ -105,27 +105,28 @@ class Store:
         row = self._db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
             raise JournalError(f"no run {run_id}", where=str(self.path))
-        return _run_row(row)
+        return run_row(row)
 
     def runs(self) -> list[RunRow]:
-        return [_run_row(r) for r in self._db.execute("SELECT * FROM runs ORDER BY id")]
+        return [run_row(r) for r in self._db.execute("SELECT * FROM runs ORDER BY id")]
 
     def latest_run(self) -> RunRow | None:
         row = self._db.execute("SELECT * FROM runs ORDER BY id DESC LIMIT 1").fetchone()
-        return _run_row(row) if row else None
+        return run_row(row) if row else None
 
     def active_runs(self) -> list[RunRow]:
         marks = ",".join("?" * len(RUN_ACTIVE))
         rows = self._db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id", RUN_ACTIVE)
-        return [_run_row(r) for r in rows]
+        return [run_row(r) for r in rows]
 
-    def set_run_state(self, run_id: int, state: str, detail: str = "") -> None:
+    def set_run_state(self, run_id: int, state: RunState, detail: str = "") -> None:
         with self._tx() as db:
             old = db.execute("SELECT state FROM runs WHERE id=?", (run_id,)).fetchone()["state"]
             if old == state:
                 return
-            ended = time.time() if state in ("finished", "cancelled") else None
-            started = time.time() if state == "running" else None
+            state = RunState(state)
+            ended = time.time() if state in RUN_ENDED else None
+            started = time.time() if state is RunState.RUNNING else None
             db.execute(
                 "UPDATE runs SET state=?, ended=COALESCE(?, ended), started=COALESCE(started, ?) WHERE id=?",
                 (state, ended, started, run_id),
@@ -152,38 +153,32 @@ class Store:
         with self._tx() as db:
             start = db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs WHERE run_id=?", (run_id,)).fetchone()[0]
             for offset, job in enumerate(jobs, start=1):
+                state = JobState(job.get("state", JobState.QUEUED))
                 cur = db.execute(
                     "INSERT INTO jobs (run_id, seq, key, suite, round, stem, seed, dataset, job_dir,"
-                    " argv_json, env_json, state, world, use_libuv) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " argv_json, env_json, state, world, use_libuv, added) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (run_id, start + offset, job["key"], job["suite"], job["round"], job["stem"], job["seed"],
                      job["dataset"], job["job_dir"], json.dumps(job["argv"]), json.dumps(job["env"]),
-                     job.get("state", "queued"), job.get("world", 1), int(job.get("use_libuv", True))),
+                     state, job.get("world", 1), int(job.get("use_libuv", True)), time.time()),
                 )
                 ids.append(cur.lastrowid)
-                detail = "already succeeded earlier; overwrite reruns it" if job.get("state") == "succeeded" else ""
-                _transition(db, run_id, cur.lastrowid, None, job.get("state", "queued"), detail)
+                detail = "already succeeded earlier; overwrite reruns it" if state is JobState.SUCCEEDED else ""
+                _transition(db, run_id, cur.lastrowid, None, state, detail)
         return ids
 
     def jobs(self, run_id: int) -> list[JobRow]:
         rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? ORDER BY seq", (run_id,))
-        return [_job_row(r) for r in rows]
+        return [job_row(r) for r in rows]
 
     def job(self, job_id: int) -> JobRow:
         row = self._db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             raise JournalError(f"no job {job_id}", where=str(self.path))
-        return _job_row(row)
+        return job_row(row)
 
-    def set_job_state(self, job_id: int, state: str, detail: str = "", **fields) -> None:
-        allowed = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json", "not_before"}
-        unknown = set(fields) - allowed
-        if unknown:
-            raise ValueError(f"unknown job fields {sorted(unknown)}")
+    def set_job_state(self, job_id: int, state: JobState, detail: str = "", **fields) -> None:
         with self._tx() as db:
-            row = db.execute("SELECT run_id, state FROM jobs WHERE id=?", (job_id,)).fetchone()
-            sets = ", ".join(f"{k}=?" for k in ["state", *fields])
-            db.execute(f"UPDATE jobs SET {sets} WHERE id=?", (state, *fields.values(), job_id))
-            _transition(db, row["run_id"], job_id, row["state"], state, detail)
+            _set_job_state(db, job_id, JobState(state), detail, fields)
 
     def set_job_env(self, job_id: int, env: dict) -> None:
         from lat_core.config.env import mask_env
@@ -255,15 +250,20 @@ class Store:
         return [tuple(r) for r in rows]
 
     # ------------------------------------------------------------------ attempts
-    def start_attempt(self, job_id: int, device: str, exit_path: str) -> tuple[int, int]:
-        """Record an attempt before launching it (so a crash never loses a launch). Returns (id, n)."""
+    def start_attempt(self, job_id: int, device: str, exit_path: str, started: float | None = None,
+                      detail: str | None = None) -> tuple[int, int]:
+        """Record an attempt and set the job ``running``, in one transaction, before launching it:
+        a crash can never leave an attempt without its running job, or a running job without its
+        attempt (so a launch is never lost, nor done twice). Returns (attempt id, attempt number)."""
         with self._tx() as db:
             n = db.execute("SELECT attempts FROM jobs WHERE id=?", (job_id,)).fetchone()[0] + 1
             cur = db.execute(
                 "INSERT INTO attempts (job_id, n, device, launched, exit_path) VALUES (?,?,?,?,?)",
                 (job_id, n, device, time.time(), exit_path),
             )
-            db.execute("UPDATE jobs SET attempts=? WHERE id=?", (n, job_id))
+            fields = {"attempts": n, "device": device, "started": started or time.time(), "ended": None,
+                      "returncode": None, "error": None}
+            _set_job_state(db, job_id, JobState.RUNNING, detail or f"attempt {n} on {device}", fields)
         return cur.lastrowid, n
 
     def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float) -> None:
@@ -275,9 +275,28 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE attempts SET oom_source=?, oom_before=? WHERE id=?", (source, count, attempt_id))
 
-    def end_attempt(self, attempt_id: int, returncode: int | None) -> None:
+    def finish_attempt(self, attempt_id: int, returncode: int | None, state: JobState, detail: str,
+                       **fields) -> bool:
+        """End an attempt and set its job's final state in one transaction. Only a job still
+        ``running`` changes state (a success, or a cancel already recorded, is never overwritten);
+        the attempt ends either way. True when the job's state was set."""
         with self._tx() as db:
-            db.execute("UPDATE attempts SET ended=?, returncode=? WHERE id=?", (time.time(), returncode, attempt_id))
+            db.execute("UPDATE attempts SET ended=COALESCE(ended, ?), returncode=COALESCE(returncode, ?) WHERE id=?",
+                       (time.time(), returncode, attempt_id))
+            job_id = db.execute("SELECT job_id FROM attempts WHERE id=?", (attempt_id,)).fetchone()[0]
+            if db.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()[0] != JobState.RUNNING:
+                return False
+            _set_job_state(db, job_id, JobState(state), detail, {"returncode": returncode, **fields})
+        return True
+
+    def running_without_attempt(self, run_id: int) -> list[JobRow]:
+        """Jobs ``running`` with no open attempt: what a crash between two journal writes of an
+        older engine could leave; the engine's recovery pass settles them."""
+        rows = self._db.execute(
+            "SELECT * FROM jobs j WHERE run_id=? AND state=? AND NOT EXISTS"
+            " (SELECT 1 FROM attempts a WHERE a.job_id=j.id AND a.ended IS NULL) ORDER BY seq",
+            (run_id, JobState.RUNNING))
+        return [job_row(r) for r in rows]
 
     def request_cancel(self, attempt_id: int, when: float) -> None:
         """Persisted, so an engine restarted mid-cancel still records the job as cancelled."""
@@ -303,6 +322,13 @@ class Store:
             sql += " AND job_id=?"
             args.append(job_id)
         return [Transition(**dict(r)) for r in self._db.execute(sql + " ORDER BY id", args)]
+
+    def engine_error(self, run_id: int) -> str | None:
+        """Why the engine cannot serve the run right now (its last tick failed), else None."""
+        row = self._db.execute(
+            "SELECT new_state, detail FROM transitions WHERE run_id=? AND job_id IS NULL AND new_state IN (?,?)"
+            " ORDER BY id DESC LIMIT 1", (run_id, ENGINE_ERROR, ENGINE_RECOVERED)).fetchone()
+        return row["detail"] if row and row["new_state"] == ENGINE_ERROR else None
 
     def add_transition(self, run_id: int, job_id: int | None, what: str, detail: str = "") -> None:
         """History entries that are not state changes (notices sent, ...)."""
@@ -377,6 +403,19 @@ class _Transaction:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
+_JOB_FIELDS = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json", "not_before"}
+
+
+def _set_job_state(db: sqlite3.Connection, job_id: int, state: JobState, detail: str, fields: dict) -> None:
+    unknown = set(fields) - _JOB_FIELDS
+    if unknown:
+        raise ValueError(f"unknown job fields {sorted(unknown)}")
+    row = db.execute("SELECT run_id, state FROM jobs WHERE id=?", (job_id,)).fetchone()
+    sets = ", ".join(f"{k}=?" for k in ["state", *fields])
+    db.execute(f"UPDATE jobs SET {sets} WHERE id=?", (state, *fields.values(), job_id))
+    _transition(db, row["run_id"], job_id, row["state"], state, detail)
+
+
 def _transition(db, run_id, job_id, old, new, detail) -> None:
     db.execute(
         "INSERT INTO transitions (ts, run_id, job_id, old_state, new_state, detail) VALUES (?,?,?,?,?,?)",
@@ -387,22 +426,3 @@ def _transition(db, run_id, job_id, old, new, detail) -> None:
 def _devices_json(devices) -> str:
     """Devices as the journal keeps them (a mapping is checked as a Device on the way in)."""
     return json.dumps([Device.from_json(d).to_json() for d in devices])
-
-
-def _run_row(row) -> RunRow:
-    data = dict(row)
-    where = f"runs.devices_json of run {data['id']}"
-    data["devices"] = [Device.from_json(d, where=where) for d in json.loads(data.pop("devices_json"))]
-    data["paused"] = bool(data["paused"])
-    return RunRow(**data)
-
-
-def _job_row(row) -> JobRow:
-    data = dict(row)
-    data["argv"] = json.loads(data.pop("argv_json"))
-    data["env"] = json.loads(data.pop("env_json"))
-    data["avoid_devices"] = tuple(json.loads(data.pop("avoid_devices_json")))
-    data["backend_options"] = json.loads(data.pop("backend_options_json"))
-    diagnosis = data.pop("diagnosis_json")
-    data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
-    return JobRow(**data)

@@ -21,6 +21,8 @@ def fmt_loss(loss: float | None) -> str:
 
 def progress_line(t: Transition, job: JobRow | None, started: float) -> str:
     stamp = fmt_elapsed(t.ts - started)
+    if job is None and t.new_state == "engine error":
+        return f"[{stamp}] run {t.run_id}: engine error: {t.detail}"
     if job is None:
         return f"[{stamp}] run {t.run_id}: {t.old_state or '-'} -> {t.new_state}  {t.detail}".rstrip()
     arrow = t.new_state if t.old_state is None else f"{t.old_state} -> {t.new_state}"

@@ -37,6 +37,8 @@ def main(argv: list[str]) -> int:
         return 1
     engine, code = ("running", 0) if EngineLock(state_dir).is_held() else _revive(state_dir, run)
     print(f"run {run.id}: {run.state}; engine {engine}; outputs in {run.output_root}")
+    if error := store.engine_error(run.id):
+        print(f"engine error: {error}")
     if run.state == "countdown":
         print(f"countdown: {fmt_elapsed(max(0.0, run.countdown_until - time.time()))} left")
     jobs = store.jobs(run.id)

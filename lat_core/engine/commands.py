@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lat_core.engine.remedy import apply_remedy
-from lat_core.store import JOB_FINAL, RunRow
+from lat_core.states import JOB_FINAL, RUN_ENDED, JobState, RunState
+from lat_core.store import RunRow
 
 if TYPE_CHECKING:
     from lat_core.engine.loop import Engine
@@ -24,13 +25,13 @@ class Commands:
 
     # ---------------------------------------------------------------- countdown
     def cmd_skip_countdown(self, run: RunRow, _command) -> Result:
-        if run.state != "countdown":
+        if run.state is not RunState.COUNTDOWN:
             return "rejected", "no countdown is running"
         self.store.set_countdown(run.id, self.engine.now())
         return "done", "countdown skipped"
 
     def cmd_extend_countdown(self, run: RunRow, command) -> Result:
-        if run.state != "countdown":
+        if run.state is not RunState.COUNTDOWN:
             return "rejected", "no countdown is running"
         minutes = float(command["args"].get("minutes", 5))
         self.store.set_countdown(run.id, run.countdown_until + minutes * 60)
@@ -41,7 +42,7 @@ class Commands:
         for job in self.store.jobs(run.id):
             if job.state not in JOB_FINAL:
                 self.engine.cancel(job)
-        self.store.set_run_state(run.id, "cancelling", "cancelled by user")
+        self.store.set_run_state(run.id, RunState.CANCELLING, "cancelled by user")
         return "done", "run cancelled: nothing new starts, running jobs are stopped"
 
     def cmd_pause(self, run: RunRow, _command) -> Result:
@@ -74,8 +75,8 @@ class Commands:
         if clash:
             return "rejected", f"jobs already in this run: {', '.join(clash[:3])}"
         self.store.add_jobs(run.id, jobs)
-        if run.state in ("finished", "cancelled"):
-            self.store.set_run_state(run.id, "running", "jobs added")
+        if run.state in RUN_ENDED:
+            self.store.set_run_state(run.id, RunState.RUNNING, "jobs added")
         return "done", f"{len(jobs)} jobs added"
 
     # ---------------------------------------------------------------- jobs
@@ -88,8 +89,9 @@ class Commands:
 
     def cmd_requeue(self, run: RunRow, command) -> Result:
         job = self.store.job(command["job_id"])
-        if job.state not in JOB_FINAL:
-            return "rejected", f"job is {job.state}; only finished, failed or cancelled jobs are requeued"
+        if job.state not in JOB_FINAL and not self._stuck(job):
+            return "rejected", (f"job is {job.state}; only finished, failed or cancelled jobs are requeued"
+                                " (cancel it first)")
         remedy = command["args"].get("remedy")
         if remedy:
             try:
@@ -97,7 +99,11 @@ class Commands:
             except ValueError as exc:
                 return "rejected", str(exc)
         detail = f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user"
-        self.store.set_job_state(job.id, "queued", detail, ended=None, returncode=None, error=None, not_before=0)
-        if run.state in ("finished", "cancelled"):
-            self.store.set_run_state(run.id, "running", "job requeued")
+        self.store.set_job_state(job.id, JobState.QUEUED, detail, ended=None, returncode=None, error=None, not_before=0)
+        if run.state in RUN_ENDED:
+            self.store.set_run_state(run.id, RunState.RUNNING, "job requeued")
         return "done", f"{job.key} requeued"
+
+    def _stuck(self, job) -> bool:
+        """``running`` with no open attempt (left by a crashed engine): nothing runs, so it may be requeued."""
+        return job.state is JobState.RUNNING and all(a.job_id != job.id for a in self.store.open_attempts(job.run_id))

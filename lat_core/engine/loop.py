@@ -9,29 +9,33 @@ state directory.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
+import sys
 import time
+import traceback
 from pathlib import Path
 
 import yaml
 
 from lat_core.devices import Device
 from lat_core.engine.remedy import still_effective
-from lat_core.engine.retries import backoff_hold, maybe_retry
+from lat_core.engine.retries import backoff_hold
 from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.commands import Commands
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.local import LocalBackend
-from lat_core.job_files import describe_exit, last_step, memory_event_peak
+from lat_core.job_files import EventTail, events_path, exit_record_path, last_progress, memory_event_peak
 from lat_core.engine.launch import LaunchSpec, launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
 from lat_core.engine.mps import start_mps
 from lat_core.engine.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
 from lat_core.engine.notices import RunNotices
-from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
+from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors
+from lat_core.engine.recovery import Recovery
+from lat_core.states import JOB_FINAL, JobState, RunState
+from lat_core.store import AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count
 from lat_core.triage.hostoom import oom_kill_readings
 from lat_core.engine.warm import WarmStarts
@@ -39,10 +43,9 @@ from lat_core.run_secrets import JobSecrets
 
 CANCEL_GRACE_S = 10.0
 SAMPLE_EVERY_S = 2.0
-LAUNCH_GRACE_S = 30.0
 
 
-class Engine:
+class Engine(Recovery):
     def __init__(self, store: Store, *, launch_fn=launch, backend=None, clock=time.time, secrets: dict | None = None,
                  gpu_probe: GpuProbe | None = None, sample_every_s: float = SAMPLE_EVERY_S,
                  policy: AdmissionPolicy | None = None):
@@ -53,7 +56,8 @@ class Engine:
         self._clock = clock
         self._secrets = dict(os.environ if secrets is None else secrets)
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
-        self._events_offset: dict[int, int] = {}
+        self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
+        self._errors = EngineErrors(store, clock)
         self._commands = Commands(self)
         self._job_secrets = JobSecrets(Path(store.path).parent, self._secrets)
         self._notices = RunNotices(store, self._secrets, secrets_of=self._job_secrets.of)
@@ -93,9 +97,12 @@ class Engine:
         Commands to ended runs (requeue, add jobs) are applied first: they may make a run active."""
         for run_id in self.store.runs_with_pending_commands():
             self._handle_commands(self.store.run(run_id))
-        self._sample_usage()
+            self._errors.retry_now(run_id)  # a command (cancel, ...) may be what the failing run needed
+        self._sample_usage()  # one reading for every active run's jobs (the device ledger)
         for run in self.store.active_runs():
-            self._tick_run(run)
+            if self._errors.due(run.id):
+                with self._errors.guard(run.id):
+                    self._tick_run(run)
         active = bool(self.store.active_runs())
         if not active:
             self.close()
@@ -106,24 +113,36 @@ class Engine:
         self._warm.close()
 
     def run(self, poll_interval: float = 0.5, on_tick=None) -> None:
-        while self.tick():
+        """Tick until no run is active. A tick that fails outside any run's guard (the journal
+        itself) is reported on stderr (the engine's log) and retried with backoff: the engine never
+        dies of it; each run's own failures are recorded in its history (:class:`EngineErrors`)."""
+        failures = 0
+        while True:
+            try:
+                active = self.tick()
+                failures = 0
+            except Exception:  # noqa: BLE001 - the engine outlives any failing tick
+                failures += 1
+                traceback.print_exc(file=sys.stderr)
+                active = True
             if on_tick:
                 on_tick()
-            time.sleep(poll_interval)
-        if on_tick:
-            on_tick()
+            if not active:
+                return
+            time.sleep(poll_interval * min(2 ** failures, 60))
 
     def _tick_run(self, run: RunRow) -> None:
         self._handle_commands(run)
         run = self.store.run(run.id)
         self._reap(run)
+        self._settle_orphans(run)
         self._read_progress(run)
-        if run.state == "countdown" and self._clock() >= run.countdown_until:
-            self.store.set_run_state(run.id, "running", "countdown over")
+        if run.state is RunState.COUNTDOWN and self._clock() >= run.countdown_until:
+            self.store.set_run_state(run.id, RunState.RUNNING, "countdown over")
             run = self.store.run(run.id)
-        if run.state in ("countdown", "running"):
+        if run.state in (RunState.COUNTDOWN, RunState.RUNNING):
             self._warm.prepare(run)
-        if run.state == "running":
+        if run.state is RunState.RUNNING:
             self._notices.run_started(run)
             if not run.paused:
                 self._admit(run)
@@ -132,8 +151,8 @@ class Engine:
     def _finish_if_drained(self, run: RunRow) -> None:
         jobs = self.store.jobs(run.id)
         if all(j.state in JOB_FINAL for j in jobs) and not self.store.open_attempts(run.id):
-            failed = sum(j.state != "succeeded" for j in jobs)
-            final = "cancelled" if run.state == "cancelling" else "finished"
+            failed = sum(j.state is not JobState.SUCCEEDED for j in jobs)
+            final = RunState.CANCELLED if run.state is RunState.CANCELLING else RunState.FINISHED
             self.store.set_run_state(run.id, final, f"{len(jobs) - failed} succeeded, {failed} not")
             self._notices.run_finished(self.store.run(run.id))
             daemon = self._mps.pop(run.id, None)
@@ -145,13 +164,13 @@ class Engine:
         """Plan order, no barrier: each queued job takes the freest device that has a slot and the
         memory it is expected to need; a job that waits for memory does not block smaller ones."""
         jobs = self.store.jobs(run.id)
-        queued = [j for j in jobs if j.state == "queued"]
+        queued = [j for j in jobs if j.state is JobState.QUEUED]
         if not queued:
             return
         local = self.backend(run.id).samples_local_processes
         self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
         on_host = self._jobs_sharing_devices(run)
-        running = [j for j in on_host if j.state == "running"]
+        running = [j for j in on_host if j.state is JobState.RUNNING]
         busy = slots_used(on_host)
         batch = [] if self._submits_arrays(run.id) else None
         for job in queued:
@@ -172,7 +191,8 @@ class Engine:
             note = self._admission.prior_note(job, chosen[0])
             if note:  # the history says why unmeasured jobs started together
                 self.store.add_transition(run.id, job.id, "admission", note)
-            self._start(job, merge(chosen), batch)
+            with self._errors.job_guard(job.id, "engine error starting this job", self._job_fault):
+                self._start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
         self._launch_batch(run.id, batch or [])
 
@@ -199,11 +219,12 @@ class Engine:
     def _start(self, job: JobRow, device: Device, batch: list | None = None) -> None:
         """Attempt row and running state first, then the launch; with ``batch``, the launch waits for
         :meth:`_launch_batch` at the end of the admission pass."""
+        if (lost := self._lost_attempt(job)) is not None:
+            self._take_over(job, device.id, lost)  # the journal had lost it: never launch a job twice
+            return
         job_dir = Path(job.job_dir)
-        exit_path = job_dir / ".lat" / f"attempt-{job.attempts + 1}.exit.json"
-        attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path))
-        self.store.set_job_state(job.id, "running", f"attempt {n} on {device.id}", device=device.id,
-                                 started=self._clock(), ended=None, returncode=None, error=None)
+        exit_path = exit_record_path(job_dir, job.attempts + 1)
+        attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path), started=self._clock())
         env = {**self._job_secrets.unmask(job.run_id, job.env), **device.env, **self._mps_env(job.run_id),
                "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
         try:
@@ -213,7 +234,9 @@ class Engine:
                 return
             launched = (self._warm.launch(job, argv, env, job_dir, exit_path)
                         or self._job_backend(job).launch(argv, env, job_dir, exit_path, tuple(job.env)))
-        except OSError as exc:
+        except JOURNAL_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails this job alone
             self._launch_failed(job, attempt_id, exc)
             return
         self._launched(job, attempt_id, launched)
@@ -249,9 +272,9 @@ class Engine:
             else:
                 self._launched(job, attempt_id, one)
 
-    def _launch_failed(self, job: JobRow, attempt_id: int, exc: OSError) -> None:
-        self.store.end_attempt(attempt_id, None)
-        self.store.set_job_state(job.id, "failed", f"launch failed: {exc}", ended=self._clock(), error=str(exc))
+    def _launch_failed(self, job: JobRow, attempt_id: int, exc: Exception) -> None:
+        self.store.finish_attempt(attempt_id, None, JobState.FAILED, f"launch failed: {exc}", ended=self._clock(),
+                                  error=f"launch failed: {exc}")
 
     def _launched(self, job: JobRow, attempt_id: int, launched) -> None:
         self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start)
@@ -262,24 +285,6 @@ class Engine:
             self._popens[attempt_id] = launched.popen
 
     # ------------------------------------------------------------------ reaping
-    def _reap(self, run: RunRow) -> None:
-        for attempt in self.store.open_attempts(run.id):
-            popen = self._popens.get(attempt.id)
-            if popen is not None:
-                popen.poll()  # reap our own child so it does not linger as a zombie
-            if attempt.pid is None:
-                attempt = self._recover_pid(attempt, run.id)
-            record = read_exit_record(Path(attempt.exit_path))
-            if record is not None:
-                self._record_exit(attempt, record.get("returncode"), record.get("max_rss"))
-            elif attempt.pid and not self.backend(run.id).is_alive(attempt.pid, attempt.pid_start):
-                record = read_exit_record(Path(attempt.exit_path))  # it may have just been written
-                if record is None and self.backend(run.id).reaps_process_tree:  # the slot frees once its tree is gone
-                    record = self.backend(run.id).stop_vanished(attempt.pid, attempt.pid_start, Path(attempt.exit_path))
-                self._record_exit(attempt, *((record.get("returncode"), record.get("max_rss")) if record else (None, None)))
-            else:
-                self._enforce_cancel_grace(run, attempt)
-
     def _distributed(self, job: JobRow, *, argv: list[str], env: dict) -> tuple[list[str], dict]:
         """Multi-process jobs run under torchrun on a probed free rendezvous port (reported)."""
         if job.world == 1:
@@ -287,52 +292,6 @@ class Engine:
         port, tries = find_free_port()
         self.store.add_transition(job.run_id, job.id, "rendezvous", f"port {port} after {tries} probe(s)")
         return distributed_argv(argv, job.world, port), {**env, **distributed_env(job.world, port, bool(job.use_libuv))}
-
-    def _recover_pid(self, attempt: AttemptRow, run_id: int) -> AttemptRow:
-        """An engine that died between recording an attempt and its pid: the runner's own pid file
-        (or, for a backend that ``recovers_from_queue`` such as Slurm, its queue) says whether the
-        launch happened. Never relaunch: nothing found after a grace = failed."""
-        backend = self.backend(run_id)
-        if backend.recovers_from_queue:  # the runner's pid file holds a pid on another host: useless here
-            found = backend.recover(Path(attempt.exit_path), attempt.launched)
-            started = {"pid": found.pid, "pid_start": found.pid_start} if found else None
-        else:
-            started = read_exit_record(Path(attempt.exit_path + ".pid"))
-        if started:
-            self.store.set_attempt_pid(attempt.id, started["pid"], started["pid_start"])
-            return self.store.attempts(attempt.job_id)[-1]
-        if self._clock() - attempt.launched > LAUNCH_GRACE_S:
-            self.store.end_attempt(attempt.id, None)
-            self.store.set_job_state(attempt.job_id, "failed", "launch interrupted by an engine crash",
-                                     ended=self._clock(), error="launch interrupted by an engine crash; requeue it")
-        return attempt
-
-    def _record_exit(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None = None) -> None:
-        self._popens.pop(attempt.id, None)
-        if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
-            self.store.record_peak_rss(attempt.job_id, max_rss)
-        cancelled = attempt.cancel_at is not None
-        self.store.end_attempt(attempt.id, returncode)
-        job = self.store.job(attempt.job_id)
-        if job.state != "running":
-            return
-        self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
-        job = self.store.job(job.id)
-        if returncode == 0:
-            state, error, diagnosis = "succeeded", None, None
-            self._remember_peak(job)
-        elif cancelled:
-            state, error, diagnosis = "cancelled", "cancelled by user", None
-        else:
-            state = "failed"
-            diagnosis = self._triage(job, attempt, returncode)
-            error = describe_exit(returncode, Path(job.job_dir), diagnosis)
-        self.store.set_job_state(job.id, state, error or "exit 0", ended=self._clock(), returncode=returncode,
-                                 error=error, diagnosis_json=json.dumps(diagnosis.to_json()) if diagnosis else None)
-        if state == "failed":
-            run, failed = self.store.run(job.run_id), self.store.job(job.id)
-            self._notices.job_failed(run, failed)
-            maybe_retry(self.store, run, failed, now=self._clock())
 
     def _remember_peak(self, job: JobRow) -> None:
         """What this config needed, for memory-aware admission of its next jobs."""
@@ -380,23 +339,22 @@ class Engine:
     # ------------------------------------------------------------------ progress
     def _read_progress(self, run: RunRow) -> None:
         for job in self.store.jobs(run.id):
-            if job.state == "running":
-                self._read_events(job)
+            if job.state is JobState.RUNNING:
+                with self._errors.job_guard(job.id, "engine error reading this job's events", self._job_fault):
+                    self._read_events(job)
 
     def _read_events(self, job: JobRow) -> None:
-        path = Path(job.job_dir) / "events.jsonl"
-        offset = self._events_offset.get(job.id, 0)
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
-        except FileNotFoundError:
-            return
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        self._events_offset[job.id] = offset + len(complete)
-        last = last_step(complete)
+        if job.id not in self._tails:
+            self._tails[job.id] = EventTail.near_end(events_path(Path(job.job_dir)))
+        tail = self._tails[job.id]
+        bad_before = tail.bad_lines
+        last = last_progress(tail.read())
         if last is not None:
             self.store.set_progress(job.id, *last)
+        if tail.bad_lines > bad_before:  # told once per job, then counted
+            detail = f"{tail.bad_lines} bad line(s) skipped; first: {tail.first_bad}"
+            if bad_before == 0 or tail.bad_lines >= 10 * bad_before:
+                self.store.add_transition(job.run_id, job.id, "bad events", detail)
 
     # ------------------------------------------------------------------ commands
     def _handle_commands(self, run: RunRow) -> None:
@@ -405,16 +363,24 @@ class Engine:
             if handler is None:
                 self.store.finish_command(command["id"], "rejected", f"unknown command {command['verb']!r}")
                 continue
-            status, result = handler(run, command)
+            try:
+                status, result = handler(run, command)
+            except JOURNAL_ERRORS:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bad command is answered, never fatal
+                status, result = "failed", f"engine error: {type(exc).__name__}: {exc}"
             self.store.finish_command(command["id"], status, result)
 
     def cancel(self, job: JobRow) -> None:
         """Queued: cancelled at once. Running: SIGTERM to its process group, SIGKILL after a grace."""
-        if job.state == "queued":
-            self.store.set_job_state(job.id, "cancelled", "cancelled before start", ended=self._clock())
+        if job.state is JobState.QUEUED:
+            self.store.set_job_state(job.id, JobState.CANCELLED, "cancelled before start", ended=self._clock())
             return
-        for attempt in self.store.open_attempts(job.run_id):
-            if attempt.job_id == job.id and attempt.pid:
-                self.store.request_cancel(attempt.id, self._clock())
+        attempts = [a for a in self.store.open_attempts(job.run_id) if a.job_id == job.id]
+        if not attempts:  # running with no attempt (an engine crash): nothing to stop
+            self.store.set_job_state(job.id, JobState.CANCELLED, "cancelled; no process was running",
+                                     ended=self._clock(), error="cancelled by user")
+        for attempt in attempts:
+            self.store.request_cancel(attempt.id, self._clock())
+            if attempt.pid:
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
-

@@ -15,6 +15,7 @@ import yaml
 
 from lat_core.engine.notify import Notices
 from lat_core.run_secrets import RunSecrets
+from lat_core.states import JobState
 from lat_core.store import JobRow, RunRow, Store
 from lat_core.triage.classes import OOM_CLASSES
 
@@ -44,7 +45,7 @@ class RunNotices:
 
     def run_finished(self, run: RunRow) -> None:
         jobs = self.store.jobs(run.id)
-        bad = [j for j in jobs if j.state != "succeeded"]
+        bad = [j for j in jobs if j.state is not JobState.SUCCEEDED]
         lines = [f"{j.state}: {j.key}  {j.error or ''}".rstrip() for j in bad]
         self._emit(run, None, "finish", f"LAT run {run.id} finished: {len(jobs) - len(bad)}/{len(jobs)} succeeded",
                    "\n".join([f"Run {run.id} finished; outputs in {run.output_root}.", *lines]))

@@ -12,6 +12,7 @@ import sys
 
 from lat_core.devices import Device
 from lat_core.rows import JobRow
+from lat_core.states import JobState
 
 PORT_TRIES = 10
 
@@ -23,7 +24,7 @@ def slots_used(jobs: list[JobRow]) -> dict[str, int]:
     runs on a 1-slot device never run two trainers at once."""
     busy: dict[str, int] = {}
     for job in jobs:
-        if job.state != "running" or not job.device:
+        if job.state is not JobState.RUNNING or not job.device:
             continue
         parts = job.device.split("+")
         per_part = job.world if len(parts) == 1 else 1

@@ -25,6 +25,7 @@ import yaml
 
 from lat_core.engine.remedy import Target, apply_change, apply_remedy
 from lat_core.rows import JobRow, RunRow
+from lat_core.states import JobState
 from lat_core.store import Store
 from lat_core.triage.classes import OOM_CLASSES
 from lat_core.triage.model import Resume
@@ -70,7 +71,7 @@ def _retry_oom(store: Store, run: RunRow, job: JobRow) -> bool:
     except ValueError as exc:  # the remedy cannot act on this job: it stays failed, the history says why
         store.add_transition(run.id, job.id, "auto-retry", f"not retried: {exc}")
         return False
-    store.set_job_state(job.id, "queued", f"{TAG}{choice}: {applied}", ended=None, returncode=None)
+    store.set_job_state(job.id, JobState.QUEUED, f"{TAG}{choice}: {applied}", ended=None, returncode=None)
     return True
 
 
@@ -103,5 +104,5 @@ def _failure_retries(store: Store, job: JobRow) -> int:
 
 
 def _remedies_used(store: Store, job: JobRow) -> list[str]:
-    details = [t.detail for t in store.transitions(job.run_id, job_id=job.id) if t.new_state == "queued"]
+    details = [t.detail for t in store.transitions(job.run_id, job_id=job.id) if t.new_state == JobState.QUEUED]
     return [d[len(TAG):].split(":")[0] for d in details if d.startswith(TAG)]

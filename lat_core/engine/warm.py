@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
 from lat_core.engine.launch import Launched, process_start_time
+from lat_core.states import JobState
 
 WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain")
 # Variables read after the imports (the trainer's own overrides when it loads its config, CUDA's at
@@ -161,7 +162,7 @@ class WarmStarts:
             self._starter = None
 
     def prepare(self, run) -> None:
-        queued = [j for j in self.store.jobs(run.id) if j.state == "queued"]
+        queued = [j for j in self.store.jobs(run.id) if j.state is JobState.QUEUED]
         warm = next((w for j in queued if (w := self._for(j))), None)
         if warm is None:
             return

@@ -1,0 +1,154 @@
+"""How the engine survives what goes wrong: per-run error guards with backoff, per-job guards,
+and the job folder's own records for a journal that lost its tail.
+
+A job can fail only itself: whatever the engine cannot handle about one job (its events, its exit,
+its triage) fails that job with a readable reason. What fails a whole run's tick (a bug, the
+journal busy) is recorded in that run's history as ``engine error`` and retried with backoff.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from lat_core.errors import JournalError
+from lat_core.job_files import ExitRecord, PidRecord, RUNNER_DIR, finished_since, read_exit, read_pid_record
+from lat_core.rows import JobRow
+from lat_core.states import ENGINE_ERROR, ENGINE_RECOVERED
+from lat_core.store import Store
+
+JOURNAL_ERRORS = (sqlite3.Error, JournalError)  # the journal itself: retried, never blamed on a job
+BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+REASON_CHARS = 300
+MTIME_SLACK_S = 1.0  # file times lag time.time() by a clock tick; older runs' records are far older
+
+
+def reason_of(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
+
+
+class EngineErrors:
+    """Per-run tick guard: a failing tick is told once per distinct reason, then retried after
+    1 s, 2 s, 5 s ... 60 s; the first tick that passes again says so."""
+
+    def __init__(self, store: Store, clock: Callable[[], float]):
+        self.store = store
+        self._clock = clock
+        self._failures: dict[int, int] = {}
+        self._retry_at: dict[int, float] = {}
+        self._told: dict[int, str] = {}
+
+    def due(self, run_id: int) -> bool:
+        return self._clock() >= self._retry_at.get(run_id, 0.0)
+
+    def retry_now(self, run_id: int) -> None:
+        self._retry_at.pop(run_id, None)
+
+    @contextmanager
+    def guard(self, run_id: int):
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - the engine outlives any one run's failing tick
+            self._failed(run_id, exc)
+        else:
+            if self._failures.pop(run_id, 0):
+                self._retry_at.pop(run_id, None)
+                self._told.pop(run_id, None)
+                self.store.add_transition(run_id, None, ENGINE_RECOVERED, "the run is served again")
+
+    def _failed(self, run_id: int, exc: Exception) -> None:
+        traceback.print_exc(file=sys.stderr)  # the engine's log keeps the whole traceback
+        n = self._failures[run_id] = self._failures.get(run_id, 0) + 1
+        delay = BACKOFF_S[min(n, len(BACKOFF_S)) - 1]
+        self._retry_at[run_id] = self._clock() + delay
+        reason = reason_of(exc)
+        if self._told.get(run_id) == reason:
+            return
+        try:
+            self.store.add_transition(run_id, None, ENGINE_ERROR, f"{reason} (retrying with backoff)")
+            self._told[run_id] = reason
+        except JOURNAL_ERRORS as again:
+            print(f"engine error: {reason}; not recorded: {reason_of(again)}", file=sys.stderr, flush=True)
+
+    @contextmanager
+    def job_guard(self, job_id: int, what: str, fail: Callable[[int, str], None]):
+        """Whatever goes wrong handling one job (but the journal) fails that job, with ``what``."""
+        try:
+            yield
+        except JOURNAL_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one job's fault fails only that job
+            traceback.print_exc(file=sys.stderr)
+            fail(job_id, f"{what}: {reason_of(exc)}")
+
+
+@dataclass(frozen=True)
+class LostAttempt:
+    """An attempt the job's folder proves ran, that the journal does not know (lost WAL, tail)."""
+
+    exit_path: Path
+    record: ExitRecord | None  # it ended
+    pid: PidRecord | None  # it runs (alive) or ran (dead, no exit record)
+    finished_at: float | None  # its events end with ``finished``
+    alive: bool = False
+
+    def describe(self) -> str:
+        name = self.exit_path.name.removesuffix(".exit.json")
+        if self.alive:
+            return f"adopted {name}, still running as pid {self.pid.pid}"
+        if self.record is not None:
+            return f"settled from {name}'s exit record"
+        if self.finished_at is not None:
+            return "settled from the job's finished event"
+        return f"settled: {name} ran (pid {self.pid.pid}) and left no exit record"
+
+    @property
+    def returncode(self) -> int | None:
+        if self.record is not None:
+            return self.record.returncode
+        return 0 if self.finished_at is not None else None
+
+
+def find_lost_attempt(job: JobRow, since: float,
+                      alive: Callable[[int, float | None], bool] | None) -> LostAttempt | None:
+    """The newest attempt record in the job's folder written at or after ``since`` (when the journal
+    got the job, or its last known attempt ended), or a ``finished`` event after it. ``alive`` checks
+    a pid (None where pids are not local, e.g. Slurm: then pid files are not looked at)."""
+    runner_dir = Path(job.job_dir) / RUNNER_DIR
+    unknown = [p for p in _attempt_paths(runner_dir) if _attempt_number(p) > job.attempts]
+    since -= MTIME_SLACK_S
+    for exit_path in sorted(unknown, key=_attempt_number, reverse=True):
+        record = read_exit(exit_path) if _written_since(exit_path, since) else None
+        pid_written = alive is not None and _written_since(Path(f"{exit_path}.pid"), since)
+        pid = read_pid_record(exit_path) if pid_written else None
+        if record is not None:
+            return LostAttempt(exit_path, record, pid, None)
+        if pid is not None:
+            return LostAttempt(exit_path, None, pid, None, alive=alive(pid.pid, pid.pid_start))
+    finished = finished_since(Path(job.job_dir), since)
+    if finished is not None:
+        return LostAttempt(runner_dir / f"attempt-{job.attempts + 1}.exit.json", None, None, finished)
+    return None
+
+
+def _attempt_paths(runner_dir: Path) -> set[Path]:
+    found = set(runner_dir.glob("attempt-*.exit.json"))
+    found |= {Path(str(p).removesuffix(".pid")) for p in runner_dir.glob("attempt-*.exit.json.pid")}
+    return found
+
+
+def _attempt_number(exit_path: Path) -> int:
+    digits = exit_path.name.removeprefix("attempt-").removesuffix(".exit.json")
+    return int(digits) if digits.isdigit() else -1
+
+
+def _written_since(path: Path, since: float) -> bool:
+    try:
+        return path.stat().st_mtime >= since
+    except OSError:
+        return False

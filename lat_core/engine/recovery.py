@@ -1,0 +1,150 @@
+"""How attempts end and get settled: reaping exits, judging them, and recovery of what a crash, a
+lost journal tail or a fault in the engine's own handling of a job left half-way. Part of
+:class:`lat_core.engine.loop.Engine` (a mixin: it uses the engine's store, backends and clock)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+from lat_core.engine.faults import JOURNAL_ERRORS, LostAttempt, find_lost_attempt
+from lat_core.engine.retries import maybe_retry
+from lat_core.job_files import ExitRecord, describe_exit, read_exit, read_pid_record
+from lat_core.rows import AttemptRow, JobRow, RunRow
+from lat_core.states import JobState
+
+
+LAUNCH_GRACE_S = 30.0
+
+
+class Recovery:
+    def _reap(self, run: RunRow) -> None:
+        for attempt in self.store.open_attempts(run.id):
+            with self._errors.job_guard(attempt.job_id, "engine error reaping this job", self._job_fault):
+                self._reap_attempt(run, attempt)
+
+    def _reap_attempt(self, run: RunRow, attempt: AttemptRow) -> None:
+        popen = self._popens.get(attempt.id)
+        if popen is not None:
+            popen.poll()  # reap our own child so it does not linger as a zombie
+        if attempt.pid is None:
+            attempt = self._recover_pid(attempt, run.id)
+        record = read_exit(Path(attempt.exit_path))
+        backend = self.backend(run.id)
+        if record is None and attempt.pid and not backend.is_alive(attempt.pid, attempt.pid_start):
+            record = read_exit(Path(attempt.exit_path))  # it may have just been written
+            if record is None and backend.reaps_process_tree:  # the slot frees once the job's tree is gone
+                backend.stop_vanished(attempt.pid, attempt.pid_start, Path(attempt.exit_path))
+                record = read_exit(Path(attempt.exit_path))
+            record = record or ExitRecord(None)
+        if record is not None:
+            self._record_exit(attempt, record.returncode, record.max_rss, record.problem)
+        else:
+            self._enforce_cancel_grace(run, attempt)
+
+    def _recover_pid(self, attempt: AttemptRow, run_id: int) -> AttemptRow:
+        """An engine that died between recording an attempt and its pid: the runner's own pid file
+        (or, for a backend that ``recovers_from_queue`` such as Slurm, its queue) says whether the
+        launch happened. Never relaunch: nothing found after a grace = failed."""
+        backend = self.backend(run_id)
+        if backend.recovers_from_queue:  # the runner's pid file holds a pid on another host: useless here
+            started = backend.recover(Path(attempt.exit_path), attempt.launched)
+        else:
+            started = read_pid_record(Path(attempt.exit_path))
+        if started:
+            self.store.set_attempt_pid(attempt.id, started.pid, started.pid_start)
+            return next(a for a in self.store.attempts(attempt.job_id) if a.id == attempt.id)
+        if self._clock() - attempt.launched > LAUNCH_GRACE_S and read_exit(Path(attempt.exit_path)) is None:
+            if attempt.cancel_at is not None:
+                why, state, error = "cancelled; its launch never happened", JobState.CANCELLED, "cancelled by user"
+            else:
+                why, state = "launch interrupted by an engine crash", JobState.FAILED
+                error = f"{why}; requeue it"
+            self.store.finish_attempt(attempt.id, None, state, why, ended=self._clock(), error=error)
+        return attempt
+
+    def _record_exit(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None = None,
+                     problem: str | None = None) -> None:
+        self._popens.pop(attempt.id, None)
+        if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
+            self.store.record_peak_rss(attempt.job_id, max_rss)
+        job = self.store.job(attempt.job_id)
+        if job.state is JobState.RUNNING:
+            self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
+            job = self.store.job(job.id)
+        state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
+        if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
+                                         error=error, diagnosis_json=diagnosis_json):
+            return  # the job had already been settled (cancelled before start, ...): never overwritten
+        if state is JobState.SUCCEEDED:
+            self._remember_peak(job)
+        elif state is JobState.FAILED:
+            run, failed = self.store.run(job.run_id), self.store.job(job.id)
+            self._notices.job_failed(run, failed)
+            maybe_retry(self.store, run, failed, now=self._clock())
+
+    def _settle_orphans(self, run: RunRow) -> None:
+        """Jobs ``running`` with no open attempt (an older engine died between two journal writes):
+        settled from their last attempt's outcome, so no job stays stuck."""
+        for job in self.store.running_without_attempt(run.id):
+            with self._errors.job_guard(job.id, "engine error settling this job", self._job_fault):
+                attempts = self.store.attempts(job.id)
+                self.store.add_transition(run.id, job.id, "recovered", "running with no open attempt: settled from "
+                                          + (f"attempt {attempts[-1].n}" if attempts else "nothing (no attempt)"))
+                if not attempts:
+                    self._job_fault(job.id, "running without any attempt recorded (an engine crash); requeue it")
+                    continue
+                last = attempts[-1]
+                record = read_exit(Path(last.exit_path))
+                returncode = last.returncode if last.returncode is not None else (record and record.returncode)
+                self._record_exit(last, returncode)
+
+    def _lost_attempt(self, job: JobRow) -> LostAttempt | None:
+        """What the job's folder holds of attempts newer than the journal knows (a lost tail)."""
+        known = self.store.attempts(job.id)
+        since = job.added or self.store.run(job.run_id).created
+        if known:
+            since = max(since, known[-1].ended or known[-1].launched)
+        backend = self.backend(job.run_id)
+        return find_lost_attempt(job, since, backend.is_alive if backend.samples_local_processes else None)
+
+    def _take_over(self, job: JobRow, device_id: str, lost: LostAttempt) -> None:
+        detail = f"{lost.describe()} (the journal had lost it): not launched again"
+        attempt_id, _ = self.store.start_attempt(job.id, device_id, str(lost.exit_path), started=self._clock(),
+                                                 detail=detail)
+        if lost.pid is not None:
+            self.store.set_attempt_pid(attempt_id, lost.pid.pid, lost.pid.pid_start)
+        if not lost.alive:
+            attempt = next(a for a in self.store.attempts(job.id) if a.id == attempt_id)
+            self._record_exit(attempt, lost.returncode)
+
+    def _judge(self, job: JobRow, attempt: AttemptRow, returncode: int | None, problem: str | None):
+        """(state, error, diagnosis json) of an ended attempt. Triage reads what the job left, so
+        whatever goes wrong in it is part of this job's reason, never the engine's end."""
+        if returncode == 0:
+            return JobState.SUCCEEDED, None, None
+        if attempt.cancel_at is not None:
+            return JobState.CANCELLED, "cancelled by user", None
+        try:
+            diagnosis = self._triage(job, attempt, returncode)
+            error = describe_exit(returncode, Path(job.job_dir), diagnosis)
+            diagnosis_json = json.dumps(diagnosis.to_json()) if diagnosis else None
+        except JOURNAL_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a triage bug fails this job with its reason
+            error = f"{describe_exit(returncode, Path(job.job_dir))} (triage failed: {type(exc).__name__}: {exc})"
+            diagnosis_json = None
+        return JobState.FAILED, f"{error} ({problem})" if problem else error, diagnosis_json
+
+    def _job_fault(self, job_id: int, reason: str) -> None:
+        """Fail one job for something the engine could not handle about it; its process (if any)
+        is stopped, since nothing would watch it any more."""
+        job = self.store.job(job_id)
+        attempts = [a for a in self.store.open_attempts(job.run_id) if a.job_id == job_id]
+        for attempt in attempts:
+            if attempt.pid and self.backend(job.run_id).is_alive(attempt.pid, attempt.pid_start):
+                self.backend(job.run_id).signal(attempt.pid, signal.SIGKILL)
+            self.store.finish_attempt(attempt.id, None, JobState.FAILED, reason, ended=self._clock(), error=reason)
+        if not attempts and not job.state.final:
+            self.store.set_job_state(job_id, JobState.FAILED, reason, ended=self._clock(), error=reason)
