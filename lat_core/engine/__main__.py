@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     store = open_store(Path(args.state_dir))
     print(f"engine {os.getpid()} serving {args.state_dir}", flush=True)
+    note_replacement(store, os.getpid())
     engine = Engine(store)
     while True:
         engine.run(poll_interval=args.poll)
@@ -33,6 +34,14 @@ def main(argv: list[str] | None = None) -> int:
             break
     print("no active run left; engine exits", flush=True)
     return 0
+
+
+def note_replacement(store, pid: int) -> None:
+    """An engine only exits once no run is active, so an active run whose jobs were launched
+    before this process started lost its engine: say so in the run's history."""
+    for run in store.active_runs():
+        if any(job.attempts > 0 for job in store.jobs(run.id)):
+            store.add_transition(run.id, None, "engine", f"engine {pid} started (replacing a dead one)")
 
 
 if __name__ == "__main__":

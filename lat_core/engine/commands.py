@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lat_core.engine.remedy import apply_remedy
-from lat_core.store import JOB_FINAL, RunRow
+from lat_core.engine.requeue import STARTS, restart_argv
+from lat_core.store import JOB_FINAL, RUN_ACTIVE, RunRow
 
 if TYPE_CHECKING:
     from lat_core.engine.loop import Engine
@@ -45,12 +46,16 @@ class Commands:
         return "done", "run cancelled: nothing new starts, running jobs are stopped"
 
     def cmd_pause(self, run: RunRow, _command) -> Result:
+        if run.state not in RUN_ACTIVE:
+            return "rejected", f"run {run.id} is {run.state}; only an active run can be paused"
         if run.paused:
             return "rejected", "admission is already paused"
         self.store.set_paused(run.id, True)
         return "done", "admission paused; running jobs go on"
 
     def cmd_resume(self, run: RunRow, _command) -> Result:
+        if run.state not in RUN_ACTIVE and not run.paused:
+            return "rejected", f"run {run.id} is {run.state}; only an active run can be resumed"
         if not run.paused:
             return "rejected", "admission is not paused"
         self.store.set_paused(run.id, False)
@@ -91,6 +96,8 @@ class Commands:
         job = self.store.job(command["job_id"])
         if job.state not in JOB_FINAL:
             return "rejected", f"job is {job.state}; only finished, failed or cancelled jobs are requeued"
+        if (start := command["args"].get("start")) not in (None, *STARTS):
+            return "rejected", f"unknown requeue start {start!r} (expected one of {', '.join(STARTS)})"
         remedy = command["args"].get("remedy")
         if remedy:
             try:
@@ -98,7 +105,17 @@ class Commands:
             except ValueError as exc:
                 return "rejected", str(exc)
         detail = f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user"
+        self._restart_as_asked(run, self.store.job(job.id), start)
         self.store.set_job_state(job.id, "queued", detail, ended=None, returncode=None, error=None)
         if run.state in ("finished", "cancelled"):
             self.store.set_run_state(run.id, "running", "job requeued")
         return "done", f"{job.key} requeued"
+
+    def _restart_as_asked(self, run: RunRow, job, start: str | None) -> None:
+        """Give the new attempt its start flag (see engine/requeue.py), and drop a pause left on an
+        ended run, which would otherwise keep the requeued job queued forever."""
+        argv = restart_argv(job.argv, job.state == "succeeded", start)
+        if argv != job.argv:
+            self.store.set_job_argv(job.id, argv)
+        if run.paused and run.state not in RUN_ACTIVE:
+            self.store.set_paused(run.id, False)

@@ -121,8 +121,7 @@ class Engine:
             self._warm.prepare(run)
         if run.state == "running":
             self._notices.run_started(run)
-            if not run.paused:
-                self._admit(run)
+            self._admit(run)
         self._finish_if_drained(run)
 
     def _finish_if_drained(self, run: RunRow) -> None:
@@ -150,14 +149,13 @@ class Engine:
         busy = slots_used(jobs)
         batch = [] if self._submits_arrays(run.id) else None
         for job in queued:
-            if (hold := self._warm.hold(job)) is not None:
-                self.store.set_waiting(job.id, hold)
+            if run.paused or (hold := self._warm.hold(job)) is not None:  # every job passed over gets its reason
+                self.store.set_waiting(job.id, "admission paused" if run.paused else hold)
                 continue
             candidates = placements(job, run.devices, busy)
-            if not candidates:
-                if job.world == 1:
-                    break
-                continue  # a gang job waits for N free slots; single jobs behind it may still fit
+            if not candidates:  # a gang job waits for N free slots; single jobs behind it may still fit
+                self.store.set_waiting(job.id, f"no free slot on {'/'.join(d['id'] for d in run.devices)}")
+                continue
             chosen, reason = self._first_fitting(job, candidates, running)
             self.store.set_waiting(job.id, reason)
             if chosen is None:
