@@ -3,33 +3,62 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-from lat_core.service import EngineLock, default_state_dir, open_store
-from lat_tui.format import fmt_elapsed, job_table
+from lat_core.job_files import last_log_line
+from lat_tui.cli_common import EXIT_OK, cli_entry, client_for, state_flags
+from lat_tui.columns import plain_table
+from lat_tui.format import fmt_elapsed
+from lat_tui.json_views import dumps, job_view, run_view
 
 
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lat-tui status", parents=[state_flags()],
+                                description="a run's job table, without the TUI")
+    p.add_argument("--json", action="store_true", help="print one JSON document (schema 1; see README)")
+    return p
+
+
+@cli_entry("lat-tui status")
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lat-tui status")
-    parser.add_argument("--state-dir")
-    parser.add_argument("--run", type=int, help="run id (default: the latest)")
-    args = parser.parse_args(argv)
-    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
-    store = open_store(state_dir)
-    run = store.run(args.run) if args.run else store.latest_run()
-    if run is None:
-        print(f"no run in {state_dir}")
-        return 1
-    engine = "running" if EngineLock(state_dir).is_held() else "not running"
-    print(f"run {run.id}: {run.state}; engine {engine}; outputs in {run.output_root}")
+    args = build_parser().parse_args(argv)
+    client = client_for(args)
+    run = client.resolve_run(args.run_id)
+    jobs = client.jobs(run.id)
+    alive = client.engine_alive()
+    if args.json:
+        print(dumps({"run": run_view(run, jobs), "engine_alive": alive, "jobs": [job_view(j) for j in jobs]}))
+        return EXIT_OK
+    print(f"run {run.id}: {run.state}{' (admission paused)' if run.paused else ''}; "
+          f"engine {'running' if alive else 'not running'}; outputs in {run.output_root}")
     if run.state == "countdown":
         print(f"countdown: {fmt_elapsed(max(0.0, run.countdown_until - time.time()))} left")
-    jobs = store.jobs(run.id)
-    print(job_table(jobs))
+    print(plain_table(jobs))
     for job in jobs:
-        if job.error:
-            print(f"  {job.key}: {job.error}")
-        elif job.state == "queued" and job.waiting:
-            print(f"  {job.key}: waiting: {job.waiting}")
-    return 0
+        for line in job_notes(job):
+            print(f"  {job.key}: {line}")
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def job_notes(job) -> list[str]:
+    """Why a job ended or waits; the log's last line on a line of its own, so it does not read as
+    part of the cause."""
+    if job.error:
+        cause, last = split_last_log_line(job.error, Path(job.job_dir))
+        return [cause] + ([f"last log line: {last}"] if last else [])
+    if job.state == "queued" and job.waiting:
+        return [f"waiting: {job.waiting}"]
+    return []
+
+
+def split_last_log_line(error: str, job_dir: Path) -> tuple[str, str]:
+    """The stored reason ends with the log's last line when triage did not pin the cause
+    (``killed by SIGKILL: killed: ...: step 305/400 loss 2.6676``); (cause, that line), or
+    (error, "") when it does not end with it."""
+    last = last_log_line(job_dir / "train.log")
+    if last and error.endswith(f": {last}"):
+        return error[: -len(last) - 2], last
+    return error, ""
