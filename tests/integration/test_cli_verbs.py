@@ -112,8 +112,9 @@ def test_status_into_a_closed_pipe_ends_quietly(finished):
     state, _, _ = finished
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(state)}
     for verb in ("status", "runs", "follow"):
-        out = subprocess.run(f"{sys.executable} -m lat_tui.cli {verb} | head -1", shell=True, capture_output=True,
-                             text=True, env=env, timeout=60)
+        # the reader closes its end at once, so the verb's first write meets a closed pipe
+        out = subprocess.run(f"{sys.executable} -m lat_tui.cli {verb} | (exec 0<&-; sleep 3)", shell=True,
+                             capture_output=True, text=True, env=env, timeout=60)
         assert "BrokenPipeError" not in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
