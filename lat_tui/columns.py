@@ -19,6 +19,11 @@ class Column:
     cell: Callable[[JobRow, float], str]  # (job, now) -> text; "" when unknown
 
 
+def state_text(state) -> str:
+    """A job or run state as its plain value, whether the core hands a str or a str-valued Enum."""
+    return str(getattr(state, "value", state))
+
+
 def usage_cells(job: JobRow) -> tuple[str, str]:
     """Host RSS and GPU memory: the latest sample while the job runs, its peak once it ended."""
     rss, gpu = (job.rss, job.gpu_mem) if job.state == "running" else (job.peak_rss, job.peak_gpu)
@@ -28,7 +33,7 @@ def usage_cells(job: JobRow) -> tuple[str, str]:
 JOB_COLUMNS: tuple[Column, ...] = (
     Column("id", "id", 4, lambda j, now: str(j.id)),
     Column("key", "job", 30, lambda j, now: j.key),
-    Column("state", "state", 9, lambda j, now: str(j.state)),
+    Column("state", "state", 9, lambda j, now: state_text(j.state)),
     Column("device", "dev", 4, lambda j, now: j.device or ""),
     Column("elapsed", "time", 7, lambda j, now: fmt.clock(j.elapsed(now))),
     Column("step", "step", 5, lambda j, now: fmt.step(j.last_step)),

@@ -17,6 +17,7 @@ import yaml
 from lat_core.client import JOB_FINAL, Client
 from lat_core.rows import AttemptRow, JobRow
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK, cli_entry, client_for, state_flags
+from lat_tui.columns import state_text
 from lat_tui.format import fmt_elapsed
 from lat_tui.json_views import dumps, event_view, job_view, run_view
 from lat_tui.status import job_notes
@@ -66,7 +67,7 @@ def runs(client: Client, args) -> int:
     for run, jobs in rows:
         counts = run_view(run, jobs).jobs_by_state
         summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "-"
-        state = f"{run.state} (paused)" if run.paused else str(run.state)
+        state = state_text(run.state) + (" (paused)" if run.paused else "")
         table.append((str(run.id), state, time.strftime("%Y-%m-%d %H:%M", time.localtime(run.created)), summary,
                       run.output_root))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]

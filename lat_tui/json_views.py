@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass
 
 from lat_core.rows import JobRow, RunRow, Transition
+from lat_tui.columns import state_text
 
 SCHEMA_VERSION = 1
 
@@ -67,19 +68,19 @@ class EventView:
 def run_view(run: RunRow, jobs: list[JobRow]) -> RunView:
     counts: dict[str, int] = {}
     for job in jobs:
-        counts[str(job.state)] = counts.get(str(job.state), 0) + 1
-    return RunView(run.id, str(run.state), run.created, run.started, run.ended, bool(run.paused), run.output_root,
+        counts[state_text(job.state)] = counts.get(state_text(job.state), 0) + 1
+    return RunView(run.id, state_text(run.state), run.created, run.started, run.ended, bool(run.paused), run.output_root,
                    [{"id": d["id"], "slots": d["slots"]} for d in run.devices], counts)
 
 
 def job_view(job: JobRow, now: float | None = None) -> JobView:
-    return JobView(job.id, job.run_id, job.key, job.suite, job.stem, job.seed, job.dataset, str(job.state),
+    return JobView(job.id, job.run_id, job.key, job.suite, job.stem, job.seed, job.dataset, state_text(job.state),
                    job.device, job.attempts, job.started, job.ended, job.elapsed(now or time.time()),
                    job.last_step, job.last_loss, job.peak_rss, job.peak_gpu, job.waiting, job.error, job.job_dir)
 
 
 def event_view(t: Transition) -> EventView:
-    return EventView(t.ts, t.new_state, t.old_state, t.detail)
+    return EventView(t.ts, state_text(t.new_state), None if t.old_state is None else state_text(t.old_state), t.detail)
 
 
 def dumps(document: dict) -> str:
@@ -89,7 +90,7 @@ def dumps(document: dict) -> str:
 def _plain(value):
     if dataclasses.is_dataclass(value):
         return dataclasses.asdict(value)
-    return str(value)  # str-valued enums (job and run states)
+    return state_text(value)  # str-valued enums (job and run states)
 
 
 def from_json(cls, data: dict):

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from lat_core.rows import JobRow
-from lat_tui.columns import JOB_COLUMNS
+from lat_tui.columns import JOB_COLUMNS, state_text
 KEY_MIN_WIDTH = 12  # at 80 columns the id column leaves the key 12
 KEY_MAX_WIDTH = 48
 CHROME = 2 + 2  # the cell padding of the key column, and the vertical scrollbar
@@ -70,7 +70,7 @@ class JobTable(DataTable):
             if column.key == "key":
                 cells.append(_key_text(job.key, self.key_width, with_dataset=not getattr(self, "_one_dataset", False)))
             elif column.key == "state":
-                cells.append(Text(str(job.state), style=self._state_style(job.state)))
+                cells.append(Text(state_text(job.state), style=self._state_style(job.state)))
             else:
                 cells.append(column.cell(job, now))
         return tuple(cells)

@@ -48,3 +48,23 @@ def test_plain_table_has_the_job_id_first(tmp_path):
     run_id = store.create_run("p", str(tmp_path), [{"id": "cpu", "slots": 1, "env": {}}], 0)
     ids = store.add_jobs(run_id, [job_record(tmp_path, "a")])
     assert plain_table(store.jobs(run_id)).splitlines()[1].split()[:3] == [str(ids[0]), "a", "queued"]
+
+
+def test_json_views_round_trip_and_take_enum_states(tmp_path):
+    import enum
+    import json
+    from dataclasses import replace
+
+    from lat_tui.json_views import JobView, dumps, from_json, job_view
+
+    class State(str, enum.Enum):  # the core may hand states as str-valued Enums
+        RUNNING = "running"
+
+    store = open_store(tmp_path / "state")
+    run_id = store.create_run("p", str(tmp_path), [{"id": "cpu", "slots": 1, "env": {}}], 0)
+    store.add_jobs(run_id, [job_record(tmp_path, "a")])
+    job = replace(store.jobs(run_id)[0], state=State.RUNNING, started=100.0, last_loss=0.5, last_step=2)
+    view = job_view(job, now=160.0)
+    document = json.loads(dumps({"job": view}))
+    assert document["schema"] == 1 and document["job"]["state"] == "running"
+    assert from_json(JobView, document["job"]) == view and view.elapsed == 60.0
