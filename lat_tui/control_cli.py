@@ -12,7 +12,6 @@ import argparse
 import sys
 
 from lat_core.client import Client, resumable_checkpoints
-from lat_core.errors import LatError
 from lat_core.rows import JobRow, RunRow
 from lat_tui.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
 

@@ -59,7 +59,7 @@ def test_runs_and_show_json(finished):
 
 
 def test_show_and_runs_text(finished):
-    state, run_id, jobs = finished
+    state, _, jobs = finished
     text = lat(state, "show", str(jobs["bad"].id)).stdout
     for part in ("job.yaml", "attempts:", "#1 on cpu", "history:", "diagnosis:", "python_exception",
                  f"folder: {jobs['bad'].job_dir}"):
@@ -82,7 +82,7 @@ def test_wait_and_follow_exit_like_headless(finished):
     assert out.returncode == 1 and "1/2 jobs succeeded" in out.stdout and "bad" in out.stdout
     follow = lat(state, "follow")
     assert follow.returncode == 1
-    assert "job %d ok: queued -> running" % jobs["ok"].id in follow.stdout and "1/2 jobs succeeded" in follow.stdout
+    assert f"job {jobs['ok'].id} ok: queued -> running" in follow.stdout and "1/2 jobs succeeded" in follow.stdout
 
 
 def test_cancel_needs_a_job_or_all(finished):
@@ -92,7 +92,7 @@ def test_cancel_needs_a_job_or_all(finished):
 
 
 def test_requeue_offers_resume_when_a_failed_job_has_checkpoints(finished):
-    state, run_id, jobs = finished
+    state, _, jobs = finished
     checkpoint = Path(jobs["bad"].job_dir) / "checkpoint-300"
     checkpoint.mkdir()
     (checkpoint / "trainer_state.json").write_text("{}")
