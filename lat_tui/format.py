@@ -3,7 +3,6 @@ itself: :mod:`lat_tui.columns`)."""
 
 from __future__ import annotations
 
-import time
 
 from lat_core.rows import JobRow, Transition
 
