@@ -3,7 +3,6 @@ itself: :mod:`lat_tui.columns`)."""
 
 from __future__ import annotations
 
-
 from lat_core.rows import JobRow, Transition
 
 
