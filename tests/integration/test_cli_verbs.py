@@ -121,10 +121,13 @@ def test_status_into_a_closed_pipe_ends_quietly(finished):
 def test_help_lists_every_subcommand_and_every_argument_has_help():
     out = subprocess.run([sys.executable, "-m", "lat_tui.cli", "--help"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    from lat_tui.cli import build_parser
+
     for verb in VERBS:
         assert f"  {verb.name}" in out.stdout
-        for action in verb.parser()._actions:
-            assert action.help, f"lat-tui {verb.name}: {action.dest} has no help"
+    for name, parser in [("lat-tui", build_parser()), *((v.name, v.parser()) for v in VERBS)]:
+        for action in parser._actions:  # argparse lists a parser's arguments only here
+            assert action.help, f"{name}: {action.dest} has no help"
     version = subprocess.run([sys.executable, "-m", "lat_tui.cli", "--version"], capture_output=True, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert version.stdout.startswith("lat-tui 0.")
