@@ -156,3 +156,11 @@ def test_results_without_a_root_uses_the_latest_run_and_nothing_found_is_exit_1(
     out = lat(state, "results", str(empty))
     assert out.returncode == 1 and "no job folder" in out.stderr
     assert not (empty / "_results").exists()
+
+
+def test_pause_on_a_finished_run_is_refused_by_the_engine(finished):
+    state, run_id, _ = finished
+    out = lat(state, "pause")
+    assert out.returncode == 1
+    assert out.stdout.strip() == f"pause: rejected run {run_id} is finished; only an active run can be paused"
+    assert json.loads(lat(state, "status", "--json").stdout)["run"]["paused"] is False
