@@ -30,9 +30,12 @@ class DashboardData:
 def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState,
                    command_ids: tuple[int, ...] = ()) -> DashboardData:
     """Run, jobs, devices and the selected job's new log lines; raises LatError on journal trouble."""
-    run = client.run(run_id)
-    jobs = client.jobs(run_id)
-    commands = {cid: client.command(cid) for cid in command_ids}
+    try:
+        run = client.run(run_id)
+        jobs = client.jobs(run_id)
+        commands = {cid: client.command(cid) for cid in command_ids}
+    finally:
+        client.close()  # a worker thread per poll: its connection ends with the read
     lines, tail = read_tail(tail)
     return DashboardData(run, jobs, probe.snapshot(), host_snapshot(), client.engine_alive(),
                          lines, tail, commands)
