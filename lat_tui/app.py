@@ -15,8 +15,7 @@ from lat_core.config.paths import configs_root
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError
 from lat_core.monitor.gpu import GpuProbe
-from lat_core.service import ensure_engine, open_store
-from lat_core.store import RUN_ACTIVE
+from lat_core.client import RUN_ACTIVE, Client, ensure_engine
 from lat_tui.context import AppContext
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.screens.plan import PlanScreen
@@ -44,15 +43,10 @@ class LatApp(App[int | None]):
 
     def _latest_run_id(self) -> int | None:
         try:
-            store = open_store(self.context.state_dir)
+            latest = self.context.client.current_run()
         except LatError as exc:
             self.notify(str(exc), title=exc.title, severity="error")
             return None
-        try:
-            active = store.active_runs()
-            latest = active[-1] if active else store.latest_run()
-        finally:
-            store.close()
         return latest.id if latest else None
 
     def _first_plan_done(self, run_id: int | None) -> None:
@@ -86,11 +80,7 @@ def run_tui(state_dir: Path, configs_dir: Path | None = None) -> int:
 
 def farewell(state_dir: Path, run_id: int) -> str:
     """What to tell the shell on exit: the run goes on without us, or where its outputs are."""
-    store = open_store(state_dir)
-    try:
-        run = store.run(run_id)
-    finally:
-        store.close()
+    run = Client(state_dir).run(run_id)
     if run.state in RUN_ACTIVE:
         return f"lat-tui: run {run_id} goes on in the background engine; run lat-tui again to re-attach."
     return f"lat-tui: run {run_id} {run.state}; outputs in {run.output_root}"

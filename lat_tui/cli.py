@@ -1,11 +1,11 @@
-"""``lat-tui``: the TUI with no plan; headless with ``--plan`` or the seeds' flags; ``status``.
+"""``lat-tui``: the TUI with no plan; headless with ``--plan`` or the seeds' flags; subcommands.
 
     lat-tui                                   open the TUI (re-attaches to a live run)
     lat-tui --plan configs/plans/demo.yaml    run a plan headless
     lat-tui --suite E4 --round all --pairs "87:glue-tvt_cola 13:glue-tvt_rte" \\
             --gpus "2 3 5 6" --gpu-plan "3,3,1,3" --sleep-mins 5   the seeds' flags, same plan
     lat-tui ... --save-plan plan.yaml         write the plan out instead of running it
-    lat-tui status                            print the latest run without the TUI
+    lat-tui SUBCOMMAND ...                    status, logs, wait, cancel, ... (listed below)
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from pathlib import Path
 from lat_core.errors import LatError, PlanError
 
 EXIT_USAGE = 2
-CONTROL_VERBS = ("cancel", "pause", "resume", "requeue", "slots", "countdown", "add")
 
 # seeds' flag -> plan field, so errors about a flag name the flag the user typed
 FLAG_FIELDS = {
@@ -29,8 +28,12 @@ FLAG_FIELDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lat-tui", description="LAT control center",
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    from lat_core import __version__
+    from lat_tui.verbs import verbs_help
+
+    p = argparse.ArgumentParser(prog="lat-tui", description="LAT control center" + __doc__.split("\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=verbs_help())
+    p.add_argument("--version", action="version", version=f"lat-tui {__version__}")
     p.add_argument("--plan", help="plan YAML to run headless")
     p.add_argument("--suite", action="append", help="suite name (repeatable, or space-separated)")
     p.add_argument("--round", default=None, help="'all' or round numbers ('1 2' / '1,2'); applies to every --suite")
@@ -51,13 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Every journal or disk fault ends as one message naming the path and exit 2, no traceback."""
+    """Every journal or disk fault ends as one message naming the path and exit 2, no traceback; a
+    reader that went away (``| head``) ends the command quietly."""
+    from lat_tui.cli_common import quiet_broken_pipe
+
     argv = sys.argv[1:] if argv is None else argv
     try:
-        return _route(argv)
-    except LatError as exc:
-        print(f"lat-tui: {exc.title}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        try:
+            return _route(argv)
+        except LatError as exc:
+            print(f"lat-tui: {exc.title}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    except BrokenPipeError:  # `lat-tui ... | head`: the reader left; every verb ends quietly
+        return quiet_broken_pipe()
 
 
 def _on_journal(argv: list[str], run, *args) -> int:
@@ -78,22 +87,10 @@ def _journal_path(argv: list[str]) -> Path:
 
 
 def _route(argv: list[str]) -> int:
-    if argv[:1] == ["status"]:
-        from lat_tui.status import main as status_main
+    from lat_tui.verbs import BY_NAME
 
-        return _on_journal(argv, status_main, argv[1:])
-    if argv[:1] == ["triage"]:
-        from lat_tui.triage_cli import main as triage_main
-
-        return triage_main(argv[1:])
-    if argv[:1] == ["results"]:
-        from lat_tui.results_cli import main as results_main
-
-        return results_main(argv[1:])
-    if argv[:1] and argv[0] in CONTROL_VERBS:
-        from lat_tui.control_cli import main as control_main
-
-        return _on_journal(argv, control_main, argv)
+    if argv[:1] and argv[0] in BY_NAME:
+        return _on_journal(argv, BY_NAME[argv[0]].run, argv[1:])
     if argv[:1] == ["attach"]:
         argv = argv[1:]
     args = build_parser().parse_args(argv)
@@ -101,10 +98,10 @@ def _route(argv: list[str]) -> int:
 
 
 def _dispatch(args) -> int:
+    from lat_core.client import resolve_state_dir
     from lat_core.config.paths import configs_root
-    from lat_core.service import default_state_dir
 
-    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    state_dir = resolve_state_dir(args.state_dir)
     if not (args.plan or args.suite or args.save_plan):
         from lat_tui.app import run_tui
 

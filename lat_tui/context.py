@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from lat_core.client import Client
 from lat_core.config.suites import SuiteRegistry
 from lat_core.monitor.gpu import GpuProbe
 
@@ -15,4 +16,8 @@ class AppContext:
     state_dir: Path
     registry: SuiteRegistry
     probe: GpuProbe
-    engine_starter: Callable[..., object]  # lat_core.service.ensure_engine, or a fake in tests
+    engine_starter: Callable[..., object]  # lat_core.client.ensure_engine, or a fake in tests
+    client: Client = field(init=False, repr=False, compare=False)  # every read and command goes here
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "client", Client(self.state_dir))

@@ -1,105 +1,120 @@
 """Control a live run from any shell; every command goes through the journal to the engine.
 
-    lat-tui cancel JOB_ID | --run       lat-tui pause | resume
-    lat-tui requeue JOB_ID [--remedy KEY]   lat-tui slots DEVICE N
-    lat-tui countdown skip | extend MIN     lat-tui add --suite S --pairs P
+    lat-tui cancel JOB_ID | --all           lat-tui pause | resume
+    lat-tui requeue JOB_ID [--remedy KEY] [--resume | --fresh]
+    lat-tui slots DEVICE N                  lat-tui countdown skip | extend MIN
+    lat-tui add --suite S --pairs P
 """
 
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
+import sys
 
-from lat_core.errors import LatError
-from lat_core.service import default_state_dir, ensure_engine, open_store
+from lat_core.client import Client, resumable_checkpoints
+from lat_core.rows import JobRow, RunRow
+from lat_tui.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
 
 VERBS = ("cancel", "pause", "resume", "requeue", "slots", "countdown", "add")
+HELP = {
+    "cancel": "cancel a job (SIGTERM, SIGKILL after 10 s), or the whole run with --all",
+    "pause": "stop admitting queued jobs of an active run (running ones go on)",
+    "resume": "admit queued jobs again",
+    "requeue": "run an ended job again (a succeeded one from scratch; offers to resume from checkpoints)",
+    "slots": "change a device's slot count while the run goes on",
+    "countdown": "skip or extend the countdown before the first launch",
+    "add": "add jobs (another suite or pair) to a live run",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--state-dir")
-    common.add_argument("--run", type=int, dest="run_id", help="run id (default: the latest)")
-    common.add_argument("--no-wait", action="store_true", help="do not wait for the engine's answer")
-    p = argparse.ArgumentParser(prog="lat-tui", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="verb", required=True)
-    _add = sub.add_parser
-    sub.add_parser = lambda name, **kw: _add(name, parents=[common], **kw)  # every verb takes the common flags
-    cancel = sub.add_parser("cancel", help="cancel a job (SIGTERM, SIGKILL after 10 s) or the whole run")
-    cancel.add_argument("job", nargs="?", type=int)
-    cancel.add_argument("--all", action="store_true", help="cancel the whole run")
-    sub.add_parser("pause", help="stop admitting new jobs (running ones go on)")
-    sub.add_parser("resume", help="admit jobs again")
-    requeue = sub.add_parser("requeue", help="queue a finished, failed or cancelled job again")
-    requeue.add_argument("job", type=int)
-    requeue.add_argument("--remedy", help="apply this triage remedy (see `lat-tui triage`) first")
-    slots = sub.add_parser("slots", help="change a device's slot count while the run goes on")
-    slots.add_argument("device", help="device id as shown (gpu0, gpu3, cpu)")
-    slots.add_argument("count", type=int)
-    countdown = sub.add_parser("countdown", help="skip or extend the countdown")
-    countdown.add_argument("action", choices=("skip", "extend"))
-    countdown.add_argument("minutes", nargs="?", type=float, default=5.0)
-    add = sub.add_parser("add", help="add jobs (another suite or pair) to a live run")
-    add.add_argument("--suite", action="append", required=True)
-    add.add_argument("--round", default="all")
-    add.add_argument("--pairs", required=True)
-    add.add_argument("--configs")
+def build_parser(verb: str) -> argparse.ArgumentParser:
+    """The parser of one control verb (``lat-tui VERB --help``)."""
+    p = argparse.ArgumentParser(prog=f"lat-tui {verb}", parents=[state_flags()], description=HELP[verb])
+    p.add_argument("--no-wait", action="store_true", help="do not wait for the engine's answer")
+    if verb == "cancel":
+        p.add_argument("job", nargs="?", type=int, help="job id (as in `lat-tui status`)")
+        p.add_argument("--all", action="store_true", help="cancel the whole run: nothing new starts, running jobs stop")
+    elif verb == "requeue":
+        p.add_argument("job", type=int, help="job id (as in `lat-tui status`)")
+        p.add_argument("--remedy", help="apply this triage remedy (see `lat-tui triage`) first")
+        start = p.add_mutually_exclusive_group()
+        start.add_argument("--resume", action="store_const", const="resume", dest="start",
+                           help="continue from the job's newest checkpoint-*")
+        start.add_argument("--fresh", action="store_const", const="fresh", dest="start",
+                           help="start over from step 0 (old checkpoints and events are cleared)")
+    elif verb == "slots":
+        p.add_argument("device", help="device id as shown (gpu0, gpu3, cpu)")
+        p.add_argument("count", type=int, help="jobs at once on that device (0: none)")
+    elif verb == "countdown":
+        p.add_argument("action", choices=("skip", "extend"), help="skip: start now; extend: add MINUTES")
+        p.add_argument("minutes", nargs="?", type=float, default=5.0, help="minutes to add (default 5)")
+    elif verb == "add":
+        p.add_argument("--suite", action="append", required=True, help="suite name (repeatable)")
+        p.add_argument("--round", default="all", help="'all' or round numbers (default: all)")
+        p.add_argument("--pairs", required=True, help="'seed:dataset' pairs, space-separated")
+        p.add_argument("--configs", help="configs directory (default: the project's configs/)")
     return p
 
 
+@cli_entry("lat-tui")
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
-    try:
-        store = open_store(state_dir)
-        run = store.run(args.run_id) if args.run_id else store.latest_run()
-        if run is None:
-            print(f"lat-tui: no run in {state_dir}")
-            return 1
-        verb, job_id, extra = command_for(args, store, run)
-    except LatError as exc:
-        print(f"lat-tui: {exc.title}: {exc}")
-        return 2
-    command_id = store.add_command(run.id, verb, job_id=job_id, **extra)
-    try:
-        ensure_engine(state_dir)  # an ended run has no engine; commands still need one to apply them
-    except LatError as exc:
-        print(f"lat-tui: command {command_id} is queued, but {exc}")
-        return 2
-    return 0 if args.no_wait else _report(store, command_id)
+    """``argv`` starts with the verb."""
+    args = build_parser(argv[0]).parse_args(argv[1:])
+    args.verb = argv[0]
+    if args.verb == "cancel" and args.job is None and not args.all:
+        print("lat-tui cancel: name a job id, or --all to cancel the whole run", file=sys.stderr)
+        return EXIT_USAGE
+    client = client_for(args)
+    run = client.resolve_run(args.run_id)
+    if args.verb == "requeue":
+        offer = resume_offer(client.job(args.job), args.start)
+        if offer:
+            print(offer)
+            return EXIT_FAILED
+    verb, job_id, extra = command_for(args, client, run)
+    command_id = client.send(run, verb, job_id, **extra)
+    return EXIT_OK if args.no_wait else report(client, command_id)
 
 
-def command_for(args, store, run) -> tuple[str, int | None, dict]:
+def command_for(args, client: Client, run: RunRow) -> tuple[str, int | None, dict]:
     if args.verb == "cancel":
-        if args.all or args.job is None:
-            return "cancel_run", None, {}
-        return "cancel_job", store.job(args.job).id, {}
+        return ("cancel_run", None, {}) if args.all else ("cancel_job", client.job(args.job).id, {})
     if args.verb in ("pause", "resume"):
         return args.verb, None, {}
     if args.verb == "requeue":
-        return "requeue", store.job(args.job).id, ({"remedy": args.remedy} if args.remedy else {})
+        extra = {"remedy": args.remedy} if args.remedy else {}
+        return "requeue", client.job(args.job).id, {**extra, **({"start": args.start} if args.start else {})}
     if args.verb == "slots":
         return "set_slots", None, {"device": args.device, "slots": args.count}
     if args.verb == "countdown":
         return ("skip_countdown", None, {}) if args.action == "skip" else ("extend_countdown", None, {"minutes": args.minutes})
     from lat_core.config.paths import configs_root
     from lat_core.config.suites import SuiteRegistry
-    from lat_core.service import jobs_to_add
 
     names = [n for chunk in args.suite for n in chunk.split()]
-    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
-    jobs = jobs_to_add(run, names, args.round, args.pairs, SuiteRegistry(configs_root(args.configs)), state_dir)
-    return "add_jobs", None, {"jobs": jobs}
+    return "add_jobs", None, {"jobs": client.jobs_to_add(run, names, args.round, args.pairs,
+                                                         SuiteRegistry(configs_root(args.configs)))}
 
 
-def _report(store, command_id: int, timeout: float = 15.0) -> int:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        row = store.command(command_id)
-        if row["status"] != "pending":
-            print(f"{row['verb']}: {row['status']} {row['result'] or ''}".rstrip())
-            return 0 if row["status"] == "done" else 1
-        time.sleep(0.2)
-    print("sent; the engine has not answered yet (is it running? `lat-tui status`)")
-    return 0
+def resume_offer(job: JobRow, start: str | None) -> str | None:
+    """A failed or cancelled job with checkpoints could continue where it stopped: say so and send
+    nothing until the user picks --resume or --fresh."""
+    if start is not None or job.state not in ("failed", "cancelled"):
+        return None
+    found = resumable_checkpoints(job.job_dir)
+    if not found:
+        return None
+    step, path = found[-1]
+    return (f"job {job.id} {job.key} has {len(found)} checkpoint(s), the newest {path.name} (step {step}); "
+            f"nothing was requeued.\n"
+            f"  lat-tui requeue {job.id} --resume   continue from {path.name}\n"
+            f"  lat-tui requeue {job.id} --fresh    start over from step 0 (checkpoints are cleared)")
+
+
+def report(client: Client, command_id: int, timeout: float = 15.0) -> int:
+    row = client.wait_answer(command_id, timeout)
+    if row is None:
+        print("sent; the engine has not answered yet (is it running? `lat-tui status`)")
+        return EXIT_OK
+    print(f"{row.verb}: {row.status} {row.result}".rstrip())
+    return EXIT_OK if row.status == "done" else EXIT_FAILED

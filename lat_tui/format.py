@@ -1,10 +1,9 @@
-"""Plain-text formatting shared by the headless front end and ``lat-tui status``."""
+"""Plain-text formatting shared by the headless front end and ``lat-tui status`` (the job table
+itself: :mod:`lat_tui.columns`)."""
 
 from __future__ import annotations
 
-import time
-
-from lat_core.store import JobRow, Transition
+from lat_core.rows import JobRow, Transition
 
 
 def fmt_elapsed(seconds: float | None) -> str:
@@ -27,27 +26,3 @@ def progress_line(t: Transition, job: JobRow | None, started: float) -> str:
         return f"[{stamp}] run {t.run_id}: {t.old_state or '-'} -> {t.new_state}  {t.detail}".rstrip()
     arrow = t.new_state if t.old_state is None else f"{t.old_state} -> {t.new_state}"
     return f"[{stamp}] job {job.id} {job.key}: {arrow}  {t.detail}".rstrip()
-
-
-COLUMNS = ("id", "job", "state", "device", "elapsed", "step", "loss", "peak rss", "peak gpu", "tries")
-
-
-def fmt_bytes(n: int | None) -> str:
-    if not n:
-        return "-"
-    for unit, size in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return f"{n}B"
-
-
-def job_table(jobs: list[JobRow], now: float | None = None) -> str:
-    now = now or time.time()
-    rows = [COLUMNS] + [
-        (str(j.id), j.key, j.state, j.device or "-", fmt_elapsed(j.elapsed(now)),
-         "-" if j.last_step is None else str(j.last_step), fmt_loss(j.last_loss),
-         fmt_bytes(j.peak_rss), fmt_bytes(j.peak_gpu), str(j.attempts))
-        for j in jobs
-    ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

@@ -2,7 +2,8 @@
 
 It creates the run, makes sure a detached engine serves the state directory, and follows the
 journal: one progress line per state change, a summary table at the end, exit code 0 only when
-every job succeeded. Ctrl-C detaches without stopping anything; ``lat-tui status`` re-reads it.
+every job succeeded. Ctrl-C detaches without stopping anything; ``lat-tui status`` re-reads it,
+``lat-tui follow`` picks the stream up again.
 """
 
 from __future__ import annotations
@@ -10,63 +11,78 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
+from lat_core.client import Client, plan_env_of
 from lat_core.plan import Plan
-from lat_core.service import EngineLock, create_run, ensure_engine, open_store, prepare_run
-from lat_core.store import Store, Transition
-from lat_tui.format import job_table, progress_line
+from lat_core.rows import RunRow
+from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK
+from lat_tui.columns import plain_table
+from lat_tui.format import progress_line
 
-EXIT_OK, EXIT_FAILED, EXIT_DETACHED = 0, 1, 130
+RUN_ENDED = ("finished", "cancelled")
 
 
 def run_headless(plan: Plan, state_dir: Path, *, registry=None, probe=None, out: TextIO | None = None,
                  poll: float = 0.5) -> int:
     out = out or sys.stdout  # looked up at call time, so redirections apply
-    prepared = prepare_run(plan, registry=registry, probe=probe)
-    store = open_store(state_dir)
-    run_id = create_run(store, prepared)
-    run = store.run(run_id)
-    print(f"run {run_id}: {len(prepared.jobs)} jobs on {_devices_text(run.devices)}; "
-          f"outputs in {run.output_root}; journal {store.path}", file=out, flush=True)
-    ensure_engine(state_dir, plan.env)
+    client = Client(state_dir)
+    run, prepared = client.new_run(plan, registry=registry, probe=probe)
+    print(f"run {run.id}: {len(prepared.jobs)} jobs on {_devices_text(run.devices)}; "
+          f"outputs in {run.output_root}; journal {client.journal_path}", file=out, flush=True)
+    client.ensure_engine(plan.env)
+    return follow_detachable(client, run.id, out=out, poll=poll)
+
+
+def follow_detachable(client: Client, run_id: int, *, out: TextIO, poll: float = 0.5) -> int:
+    """:func:`follow` until the run ends; Ctrl-C detaches (exit 130) and the run goes on."""
     try:
-        return follow(store, run_id, state_dir, out=out, poll=poll, env=plan.env)
+        return follow(client, run_id, out=out, poll=poll)
     except KeyboardInterrupt:
-        print(f"\ndetached: the engine keeps running; `lat-tui status --state-dir {state_dir}` shows progress",
+        print(f"\ndetached: the engine keeps running; `lat-tui status --state-dir {client.state_dir}` shows progress",
               file=out, flush=True)
         return EXIT_DETACHED
 
 
-def follow(store: Store, run_id: int, state_dir: Path, *, out: TextIO, poll: float, env=None) -> int:
+def follow(client: Client, run_id: int, *, out: TextIO, poll: float, after_id: int = 0) -> int:
     """Print transitions until the run ends; restart the engine if it died (it adopts running jobs)."""
-    last_id = 0
-    started = store.run(run_id).created
+    started = client.run(run_id).created
+    for t in stream_history(client, run_id, poll=poll, after_id=after_id):
+        job = client.job(t.job_id) if t.job_id else None
+        print(progress_line(t, job, started), file=out, flush=True)
+    return summarize(client, run_id, out)
+
+
+def stream_history(client: Client, run_id: int, *, poll: float, after_id: int = 0,
+                   until: Callable[[RunRow], bool] | None = None):
+    """The run's history entries as they are written, until ``until(run)`` (default: the run
+    ended); keeps an engine serving the run meanwhile."""
+    until = until or (lambda run: run.state in RUN_ENDED)
+    last_id = after_id
     while True:
-        for t in store.transitions(run_id, after_id=last_id):
+        for t in client.history(run_id, after_id=last_id):
             last_id = t.id
-            _print_transition(store, t, started, out)
-        run = store.run(run_id)
-        if run.state in ("finished", "cancelled"):
-            break
-        if not EngineLock(state_dir).is_held():
-            ensure_engine(state_dir, env)
+            yield t
+        run = client.run(run_id)
+        if until(run):
+            for t in client.history(run_id, after_id=last_id):  # what the last pass wrote
+                yield t
+            return
+        if not client.engine_alive():
+            client.ensure_engine(plan_env_of(run))
         time.sleep(poll)
-    return summarize(store, run_id, out)
 
 
-def _print_transition(store: Store, t: Transition, started: float, out: TextIO) -> None:
-    job = store.job(t.job_id) if t.job_id else None
-    print(progress_line(t, job, started), file=out, flush=True)
-
-
-def summarize(store: Store, run_id: int, out: TextIO) -> int:
-    jobs = store.jobs(run_id)
+def summarize(client: Client, run_id: int, out: TextIO) -> int:
+    jobs = client.jobs(run_id)
     print("", file=out)
-    print(job_table(jobs), file=out)
+    print(plain_table(jobs), file=out)
     bad = [j for j in jobs if j.state != "succeeded"]
+    earlier = [j for j in jobs if j.state == "succeeded" and j.attempts == 0]
     ok = len(jobs) - len(bad)
-    print(f"\n{ok}/{len(jobs)} jobs succeeded", file=out, flush=True)
+    note = (f" ({len(earlier)} had succeeded in an earlier run and were not rerun; "
+            f"--overwrite reruns them)") if earlier else ""
+    print(f"\n{ok}/{len(jobs)} jobs succeeded{note}", file=out, flush=True)
     for job in bad:
         print(f"  {job.state}: {job.key}  {job.error or ''}".rstrip(), file=out, flush=True)
     return EXIT_OK if not bad else EXIT_FAILED
@@ -74,3 +90,5 @@ def summarize(store: Store, run_id: int, out: TextIO) -> int:
 
 def _devices_text(devices) -> str:
     return ", ".join(f"{d.id} x{d.slots}" for d in devices)
+
+

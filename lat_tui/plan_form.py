@@ -14,7 +14,7 @@ from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.plan import Plan, plan_from_mapping
-from lat_core.service import create_run, open_store, prepare_run
+from lat_core.client import Client
 
 CPU = "cpu"
 WHERE = "plan form"
@@ -85,14 +85,9 @@ def start_run(form: PlanForm, state_dir: Path, registry: SuiteRegistry, probe: G
               engine_starter: Callable[..., object]) -> int:
     """Validate, write the run into the journal, make sure an engine drains it; the run id."""
     plan = validate_form(form, registry)
-    prepared = prepare_run(plan, registry=registry, probe=probe)
-    store = open_store(state_dir)
-    try:
-        run_id = create_run(store, prepared)
-    finally:
-        store.close()
+    run, _ = Client(state_dir).new_run(plan, registry=registry, probe=probe)
     engine_starter(state_dir, extra_env=plan.env)
-    return run_id
+    return run.id
 
 
 def problem_lines(error: LatError) -> list[str]:

@@ -1,19 +1,15 @@
-"""One read of everything the dashboard shows, made off the UI thread.
-
-A fresh journal connection per read: SQLite connections belong to the thread that opened them, and
-a thread worker runs in a new thread each time.
-"""
+"""One read of everything the dashboard shows, made off the UI thread (the client keeps one journal
+connection per thread)."""
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
-from lat_core.service import EngineLock, open_store
-from lat_core.store import JobRow, RunRow
+from lat_core.client import Client, CommandRow
+from lat_core.rows import JobRow, RunRow
 from lat_tui.tail import TailState, read_tail
 
 HISTORY_SAMPLES = 60
@@ -28,21 +24,20 @@ class DashboardData:
     engine_alive: bool
     log_lines: list[str] = field(default_factory=list)
     tail: TailState = TailState()
-    commands: dict[int, dict] = field(default_factory=dict)  # the asked-about commands, by id
+    commands: dict[int, CommandRow] = field(default_factory=dict)  # the asked-about commands, by id
 
 
-def read_dashboard(state_dir: Path, run_id: int, probe: GpuProbe, tail: TailState,
+def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState,
                    command_ids: tuple[int, ...] = ()) -> DashboardData:
     """Run, jobs, devices and the selected job's new log lines; raises LatError on journal trouble."""
-    store = open_store(state_dir)
     try:
-        run = store.run(run_id)
-        jobs = store.jobs(run_id)
-        commands = {cid: store.command(cid) for cid in command_ids}
+        run = client.run(run_id)
+        jobs = client.jobs(run_id)
+        commands = {cid: client.command(cid) for cid in command_ids}
     finally:
-        store.close()
+        client.close()  # a worker thread per poll: its connection ends with the read
     lines, tail = read_tail(tail)
-    return DashboardData(run, jobs, probe.snapshot(), host_snapshot(), EngineLock(state_dir).is_held(),
+    return DashboardData(run, jobs, probe.snapshot(), host_snapshot(), client.engine_alive(),
                          lines, tail, commands)
 
 

@@ -1,6 +1,6 @@
 """``lat-tui results [OUTPUT_ROOT] [--out DIR] [--small] [--workers N] [--format csv,json,md,png]``.
 
-Prints the Markdown tables to stdout, writes the chosen formats to ``--out`` (default
+Without OUTPUT_ROOT it aggregates the latest run's output root. Prints the Markdown tables to stdout, writes the chosen formats to ``--out`` (default
 ``<OUTPUT_ROOT>/_results``) and lists skipped folders with their reasons on stderr.
 """
 
@@ -11,16 +11,19 @@ import sys
 from pathlib import Path
 
 from lat_core.errors import LatError
+from lat_core.results.scan import FOREIGN_REASON
 
-EXIT_USAGE = 2
+EXIT_FAILED, EXIT_USAGE = 1, 2
 SKIPPED_SHOWN = 20
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lat-tui results",
                                 description="aggregate an output tree into tables and plots")
-    p.add_argument("output_root", nargs="?", default="runs",
-                   help="the plan's output_root (default: runs)")
+    p.add_argument("output_root", nargs="?", default=None,
+                   help="the plan's output_root (default: the latest run's)")
+    p.add_argument("--state-dir", metavar="DIR", help="where to find the latest run (default: $LAT_STATE_DIR "
+                   "or ~/.local/state/lat)")
     p.add_argument("--out", help="where files go (default: OUTPUT_ROOT/_results)")
     p.add_argument("--small", action="store_true", help="leave out checkpoint and job config paths")
     p.add_argument("--workers", type=int, default=None, help="threads reading job folders")
@@ -46,8 +49,12 @@ def run(args) -> int:
     from lat_core.results.render import table_markdown
 
     formats = check_formats(args.format.split(","))
-    root = Path(args.output_root).expanduser()
+    root = Path(args.output_root).expanduser() if args.output_root else latest_output_root(args.state_dir)
     report = aggregate(root, workers=args.workers)
+    if not report.results and all(is_foreign(s) for s in report.skipped):
+        print(f"lat-tui results: no job folder (job.yaml or events.jsonl) under {root}; nothing written",
+              file=sys.stderr)
+        return EXIT_FAILED
     tables = build_tables(report, small=args.small)
     for table in tables:
         print(table_markdown(table))
@@ -59,6 +66,16 @@ def run(args) -> int:
     print(f"{len(report.results)} job(s) aggregated in {report.seconds:.2f}s; "
           f"{len(written)} file(s) written to {out}", file=sys.stderr)
     return 0
+
+
+def is_foreign(skipped) -> bool:
+    return skipped.reason == FOREIGN_REASON
+
+
+def latest_output_root(state_dir: str | None) -> Path:
+    from lat_core.client import Client
+
+    return Path(Client(state_dir).resolve_run().output_root)
 
 
 def main(argv: list[str] | None = None) -> int:

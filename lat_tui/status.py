@@ -3,49 +3,75 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-from lat_core.errors import LatError
-from lat_core.service import EngineLock, default_state_dir, ensure_engine, open_store
-from lat_core.store import RUN_ACTIVE
-from lat_tui.format import fmt_elapsed, job_table
+from lat_core.errors import JournalError
+from lat_core.job_files import last_log_line
+from lat_tui.cli_common import EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
+from lat_tui.columns import plain_table
+from lat_tui.format import fmt_elapsed
+from lat_tui.json_views import dumps, job_view, run_view
 
 
-def _revive(state_dir: Path, run) -> tuple[str, int]:
-    """A dead engine of an active run is restarted (it adopts running jobs), or the reason it
-    cannot and exit code 2."""
-    if run.state not in RUN_ACTIVE:
-        return "not running", 0
-    try:
-        ensure_engine(state_dir)
-    except LatError as exc:
-        return f"not running and cannot start: {exc}", 2
-    return "restarted (it adopts the running jobs)", 0
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lat-tui status", parents=[state_flags()],
+                                description="a run's job table, without the TUI")
+    p.add_argument("--json", action="store_true", help="print one JSON document (schema 1; see README)")
+    return p
 
 
+@cli_entry("lat-tui status")
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lat-tui status")
-    parser.add_argument("--state-dir")
-    parser.add_argument("--run", type=int, help="run id (default: the latest)")
-    args = parser.parse_args(argv)
-    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
-    store = open_store(state_dir)
-    run = store.run(args.run) if args.run else store.latest_run()
-    if run is None:
-        print(f"no run in {state_dir}")
-        return 1
-    engine, code = ("running", 0) if EngineLock(state_dir).is_held() else _revive(state_dir, run)
-    print(f"run {run.id}: {run.state}; engine {engine}; outputs in {run.output_root}")
-    if error := store.engine_error(run.id):
+    args = build_parser().parse_args(argv)
+    client = client_for(args)
+    run = client.resolve_run(args.run_id)
+    jobs = client.jobs(run.id)
+    engine, code = _engine_state(client, run)
+    if args.json:
+        print(dumps({"run": run_view(run, jobs), "engine_alive": client.engine_alive(),
+                     "jobs": [job_view(j) for j in jobs]}))
+        return code
+    print(f"run {run.id}: {run.state}{' (admission paused)' if run.paused else ''}; "
+          f"engine {engine}; outputs in {run.output_root}")
+    if error := client.engine_error(run.id):
         print(f"engine error: {error}")
     if run.state == "countdown":
         print(f"countdown: {fmt_elapsed(max(0.0, run.countdown_until - time.time()))} left")
-    jobs = store.jobs(run.id)
-    print(job_table(jobs))
+    print(plain_table(jobs))
     for job in jobs:
-        if job.error:
-            print(f"  {job.key}: {job.error}")
-        elif job.state == "queued" and job.waiting:
-            print(f"  {job.key}: waiting: {job.waiting}")
+        for line in job_notes(job):
+            print(f"  {job.key}: {line}")
+    sys.stdout.flush()
     return code
+
+
+def _engine_state(client, run) -> tuple[str, int]:
+    """A dead engine of an active run is restarted (it adopts running jobs), or the reason it
+    cannot and exit code 2."""
+    try:
+        return client.revive_engine(run), EXIT_OK
+    except JournalError as exc:
+        return f"not running and cannot start: {exc}", EXIT_USAGE
+
+
+def job_notes(job) -> list[str]:
+    """Why a job ended or waits; the log's last line on a line of its own, so it does not read as
+    part of the cause."""
+    if job.error:
+        cause, last = split_last_log_line(job.error, Path(job.job_dir))
+        return [cause] + ([f"last log line: {last}"] if last else [])
+    if job.state == "queued" and job.waiting:
+        return [f"waiting: {job.waiting}"]
+    return []
+
+
+def split_last_log_line(error: str, job_dir: Path) -> tuple[str, str]:
+    """The stored reason ends with the log's last line when triage did not pin the cause
+    (``killed by SIGKILL: killed: ...: step 305/400 loss 2.6676``); (cause, that line), or
+    (error, "") when it does not end with it."""
+    last = last_log_line(job_dir / "train.log")
+    if last and error.endswith(f": {last}"):
+        return error[: -len(last) - 2], last
+    return error, ""

@@ -39,6 +39,7 @@ def _serve(state_dir: Path, lock, poll: float) -> None:
 
     store = open_store(state_dir)
     print(f"engine {os.getpid()} serving {state_dir}", flush=True)
+    note_replacement(store, os.getpid())
     engine = Engine(store)
     while True:
         _run_through_locks(engine, store.path, poll)
@@ -78,6 +79,14 @@ def _stop_on_fault(state_dir: Path, fault) -> int:
         pass  # engine.log is on the full or read-only disk too
     write_fault(state_dir, message)
     return 2
+
+
+def note_replacement(store, pid: int) -> None:
+    """An engine only exits once no run is active, so an active run whose jobs were launched
+    before this process started lost its engine: say so in the run's history."""
+    for run in store.active_runs():
+        if any(job.attempts > 0 for job in store.jobs(run.id)):
+            store.add_transition(run.id, None, "engine", f"engine {pid} started (replacing a dead one)")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lat_core.engine.remedy import apply_remedy
-from lat_core.states import JOB_FINAL, RUN_ENDED, JobState, RunState
+from lat_core.engine.requeue import STARTS, restart_argv
+from lat_core.states import JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 from lat_core.store import RunRow
 
 if TYPE_CHECKING:
@@ -46,12 +47,16 @@ class Commands:
         return "done", "run cancelled: nothing new starts, running jobs are stopped"
 
     def cmd_pause(self, run: RunRow, _command) -> Result:
+        if run.state not in RUN_ACTIVE:
+            return "rejected", f"run {run.id} is {run.state}; only an active run can be paused"
         if run.paused:
             return "rejected", "admission is already paused"
         self.store.set_paused(run.id, True)
         return "done", "admission paused; running jobs go on"
 
     def cmd_resume(self, run: RunRow, _command) -> Result:
+        if run.state not in RUN_ACTIVE and not run.paused:
+            return "rejected", f"run {run.id} is {run.state}; only an active run can be resumed"
         if not run.paused:
             return "rejected", "admission is not paused"
         self.store.set_paused(run.id, False)
@@ -92,6 +97,8 @@ class Commands:
         if job.state not in JOB_FINAL and not self._stuck(job):
             return "rejected", (f"job is {job.state}; only finished, failed or cancelled jobs are requeued"
                                 " (cancel it first)")
+        if (start := command["args"].get("start")) not in (None, *STARTS):
+            return "rejected", f"unknown requeue start {start!r} (expected one of {', '.join(STARTS)})"
         remedy = command["args"].get("remedy")
         if remedy:
             try:
@@ -99,6 +106,7 @@ class Commands:
             except ValueError as exc:
                 return "rejected", str(exc)
         detail = f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user"
+        self._restart_as_asked(run, self.store.job(job.id), start)
         self.store.set_job_state(job.id, JobState.QUEUED, detail, ended=None, returncode=None, error=None, not_before=0)
         if run.state in RUN_ENDED:
             self.store.set_run_state(run.id, RunState.RUNNING, "job requeued")
@@ -107,3 +115,12 @@ class Commands:
     def _stuck(self, job) -> bool:
         """``running`` with no open attempt (left by a crashed engine): nothing runs, so it may be requeued."""
         return job.state is JobState.RUNNING and all(a.job_id != job.id for a in self.store.open_attempts(job.run_id))
+
+    def _restart_as_asked(self, run: RunRow, job, start: str | None) -> None:
+        """Give the new attempt its start flag (see engine/requeue.py), and drop a pause left on an
+        ended run, which would otherwise keep the requeued job queued forever."""
+        argv = restart_argv(job.argv, job.state is JobState.SUCCEEDED, start)
+        if argv != job.argv:
+            self.store.set_job_argv(job.id, argv)
+        if run.paused and run.state not in RUN_ACTIVE:
+            self.store.set_paused(run.id, False)

@@ -144,8 +144,7 @@ class Engine(Recovery):
             self._warm.prepare(run)
         if run.state is RunState.RUNNING:
             self._notices.run_started(run)
-            if not run.paused:
-                self._admit(run)
+            self._admit(run)
         self._finish_if_drained(run)
 
     def _finish_if_drained(self, run: RunRow) -> None:
@@ -174,14 +173,13 @@ class Engine(Recovery):
         busy = slots_used(on_host)
         batch = [] if self._submits_arrays(run.id) else None
         for job in queued:
-            if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
-                self.store.set_waiting(job.id, hold)
+            if run.paused or (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
+                self.store.set_waiting(job.id, "admission paused" if run.paused else hold)  # every job passed over
                 continue
             candidates = placements(job, run.devices, busy)
-            if not candidates:
-                if job.world == 1 and not job.avoid_devices:
-                    break
-                continue  # a gang job waits for N free slots; single jobs behind it may still fit
+            if not candidates:  # a gang job waits for N free slots; single jobs behind it may still fit
+                self.store.set_waiting(job.id, f"no free slot on {'/'.join(d.id for d in run.devices)}")
+                continue
             chosen, reason = self._first_fitting(job, candidates, running)
             self.store.set_waiting(job.id, reason)
             if chosen is None:

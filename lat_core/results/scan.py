@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 EVENTS_FILE = "events.jsonl"
 CONFIG_FILE = "job.yaml"
+FOREIGN_REASON = "foreign folder: no job.yaml or events.jsonl"
 _PAIR_DIR = re.compile(r"^(?P<data>.+)_seed(?P<seed>-?\d+)$")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -241,7 +242,7 @@ def _needs_config(started: dict) -> bool:
     return not (started.get("config") and started.get("data") and "seed" in started)
 
 
-def _build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobResult | Skipped:
+def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobResult | Skipped:
     config = _read_config(job_dir / CONFIG_FILE) if has_config and _needs_config(parsed.started) else {}
     name, data, seed = _identity(job_dir, config, parsed.started)
     spec = spec_for(data)
@@ -266,14 +267,13 @@ def _scan_job_unguarded(job_dir: Path) -> JobResult | Skipped:
     events_text = _read_text(job_dir / EVENTS_FILE)
     has_config = (job_dir / CONFIG_FILE).is_file()
     if events_text is None:
-        reason = "not started: no events.jsonl" if has_config else \
-            "foreign folder: no job.yaml or events.jsonl"
+        reason = "not started: no events.jsonl" if has_config else FOREIGN_REASON
         return Skipped(job_dir, reason)
     parsed = parse_events(events_text)
     problem = _status_problem(parsed)
     if problem is not None:
         return Skipped(job_dir, problem)
-    return _build_result(job_dir, has_config, parsed)
+    return build_result(job_dir, has_config, parsed)
 
 
 def scan_job(job_dir: Path) -> JobResult | Skipped:

@@ -17,9 +17,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from lat_core.errors import LatError, PlanError
-from lat_core.store import RunRow
+from lat_core.rows import RunRow
 from lat_tui.context import AppContext
-from lat_core.service import jobs_to_add
 
 
 class JobsExpanded(Message):
@@ -82,7 +81,7 @@ class AddJobsScreen(ModalScreen[list[dict] | None]):
     @work(thread=True, group="add-jobs")
     def _expand(self, suites: list[str], rounds: str, pairs: str) -> None:
         try:
-            jobs = jobs_to_add(self.run, suites, rounds, pairs, self.context.registry, self.context.state_dir)
+            jobs = self.context.client.jobs_to_add(self.run, suites, rounds, pairs, self.context.registry)
         except PlanError as exc:
             self.post_message(JobsExpanded(None, list(exc.problems)))
         except (LatError, OSError, ValueError) as exc:

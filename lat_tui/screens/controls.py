@@ -6,12 +6,11 @@ every command it sent and ``command_answered`` turns it into a notification.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 
+from lat_core.client import JOB_FINAL, RUN_ACTIVE, CommandRow, plan_env_of
 from lat_core.errors import LatError
-from lat_core.service import open_store
-from lat_core.store import JOB_FINAL, RUN_ACTIVE, JobRow, RunRow
+from lat_core.rows import JobRow, RunRow
 from lat_tui.context import AppContext
 
 CONFIRM_SECONDS = 3.0
@@ -36,30 +35,27 @@ class RunControls:
     # ------------------------------------------------------------------ sending
     def send_command(self, verb: str, job_id: int | None = None, *, label: str = "", **args) -> bool:
         """Write the command; start an engine when the run has none that will read it."""
+        run = self._run or self.context.client.run(self.run_id)
         try:
-            store = open_store(self.context.state_dir)
-            try:
-                command_id = store.add_command(self.run_id, verb, job_id, **args)
-            finally:
-                store.close()
-        except (LatError, sqlite3.Error) as exc:
+            command_id = self.context.client.send(run, verb, job_id, start_engine=False, **args)
+        except LatError as exc:
             self.notify(str(exc), title="Command not sent", severity="error")
             return False
         self.pending_commands[command_id] = label or verb
         if self._run is not None and (self._run.state not in RUN_ACTIVE or not self.engine_alive):
             try:
-                self.context.engine_starter(self.context.state_dir, extra_env=plan_env(self._run.plan_yaml))
+                self.context.engine_starter(self.context.state_dir, extra_env=plan_env_of(self._run))
             except LatError as exc:
                 self.notify(str(exc), title="Command queued; engine cannot start", severity="error")
         return True
 
-    def command_answered(self, command: dict) -> None:
-        label = self.pending_commands.pop(command["id"], command["verb"])
-        result = f": {command['result']}" if command.get("result") else ""
-        if command["status"] == "done":
+    def command_answered(self, command: CommandRow) -> None:
+        label = self.pending_commands.pop(command.id, command.verb)
+        result = f": {command.result}" if command.result else ""
+        if command.status == "done":
             self.notify(f"{label}: done{result}", timeout=4)
         else:
-            self.notify(f"{label}: {command['status']}{result}", severity="error", timeout=8)
+            self.notify(f"{label}: {command.status}{result}", severity="error", timeout=8)
 
     def selected_job(self) -> JobRow | None:
         return self._jobs.get(self._selected) if self._selected else None
@@ -144,14 +140,3 @@ class RunControls:
         if jobs and self.send_command("add_jobs", jobs=jobs, label=f"add {len(jobs)} job{'s' if len(jobs) != 1 else ''}"):
             self.notify(f"Adding {len(jobs)} job(s) ...")
 
-
-def plan_env(plan_yaml: str) -> dict[str, str]:
-    """The plan's env overrides, for an engine started on its behalf."""
-    import yaml  # only when an engine is started: keeps the app's start-up light
-
-    try:
-        data = yaml.safe_load(plan_yaml) or {}
-    except yaml.YAMLError:
-        return {}
-    env = data.get("env") if isinstance(data, dict) else None
-    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}

@@ -6,7 +6,6 @@ and the handler re-arms the timer only after it has updated the widgets.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from textual import on, work
@@ -18,10 +17,11 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Log
 
 from lat_core.errors import LatError
-from lat_core.store import RUN_ACTIVE, JobRow, RunRow
+from lat_core.client import RUN_ACTIVE, plan_env_of
+from lat_core.rows import JobRow, RunRow
 from lat_tui.context import AppContext
 from lat_tui.poll import DashboardData, GpuHistory, read_dashboard
-from lat_tui.screens.controls import RunControls, plan_env
+from lat_tui.screens.controls import RunControls
 from lat_tui.screens.plan import PlanScreen
 from lat_tui.tail import TailState
 from lat_tui.widgets.job_detail import JobDetail
@@ -114,8 +114,8 @@ class DashboardScreen(RunControls, Screen):
     @work(thread=True, group="dashboard-poll")
     def _poll(self, run_id: int, tail: TailState, command_ids: tuple[int, ...]) -> None:
         try:
-            data = read_dashboard(self.context.state_dir, run_id, self.context.probe, tail, command_ids)
-        except (LatError, OSError, sqlite3.Error) as exc:
+            data = read_dashboard(self.context.client, run_id, self.context.probe, tail, command_ids)
+        except (LatError, OSError) as exc:
             self.post_message(PollFailed(run_id, str(exc)))
         else:
             self.post_message(Polled(data))
@@ -151,7 +151,7 @@ class DashboardScreen(RunControls, Screen):
         self.gpu_history.add(data.gpus)
         self.query_one(MonitorPanel).show(data.gpus, data.host, self.gpu_history, slots_text(data.run.devices))
         for command in data.commands.values():
-            if command["status"] != "pending" and command["id"] in self.pending_commands:
+            if command.answered and command.id in self.pending_commands:
                 self.command_answered(command)
         table = self.query_one(JobTable)
         table.show_jobs(data.jobs)
@@ -220,7 +220,7 @@ class DashboardScreen(RunControls, Screen):
         self.poll_now()
 
     def action_start_engine(self) -> None:
-        env = plan_env(self._run.plan_yaml) if self._run else {}
+        env = plan_env_of(self._run) if self._run else {}
         try:
             started = self.context.engine_starter(self.context.state_dir, extra_env=env)
         except LatError as exc:  # a journal or disk fault: say why, never retry in a loop

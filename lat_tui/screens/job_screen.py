@@ -6,7 +6,6 @@ the job: state changes and the commands applied to it (cancel, requeue with a re
 
 from __future__ import annotations
 
-import sqlite3
 import time
 
 from rich.text import Text
@@ -17,8 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from lat_core.errors import LatError
-from lat_core.service import open_store
-from lat_core.store import JobRow, Transition
+from lat_core.rows import JobRow, Transition
 from lat_tui import fmt
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
@@ -50,13 +48,9 @@ class JobScreen(Screen):
 
     def action_reload(self) -> None:
         try:
-            store = open_store(self.context.state_dir)
-            try:
-                job = store.job(self.job_id)
-                history = store.transitions(job.run_id, job_id=job.id)
-            finally:
-                store.close()
-        except (LatError, sqlite3.Error) as exc:
+            job = self.context.client.job(self.job_id)
+            history = self.context.client.history(job.run_id, job_id=job.id)
+        except LatError as exc:
             self.query_one("#job-text", Static).update(Text(f"cannot read the journal: {exc}"))
             return
         self._job = job

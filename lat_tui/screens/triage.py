@@ -6,7 +6,6 @@ applies the remedy's patch before the job runs again and records it in the job's
 
 from __future__ import annotations
 
-import sqlite3
 
 from rich.text import Text
 from textual import on
@@ -17,8 +16,7 @@ from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from lat_core.errors import LatError
-from lat_core.service import open_store
-from lat_core.store import JobRow
+from lat_core.rows import JobRow
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
 from lat_tui.widgets.job_table import _key_text
@@ -59,12 +57,8 @@ class TriageScreen(Screen):
 
     def reload(self) -> None:
         try:
-            store = open_store(self.context.state_dir)
-            try:
-                jobs = store.jobs(self.run_id)
-            finally:
-                store.close()
-        except (LatError, sqlite3.Error) as exc:
+            jobs = self.context.client.jobs(self.run_id)
+        except LatError as exc:
             self.notify(str(exc), title="Cannot read the journal", severity="error")
             return
         self._failed = {job.id: job for job in jobs if job.state == "failed"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from lat_core.store import JobRow
+from lat_core.rows import JobRow
 
 
 class JobDetail(Static):

@@ -9,13 +9,9 @@ import time
 from rich.text import Text
 from textual.widgets import DataTable
 
-from lat_core.store import JobRow
-from lat_tui import fmt
-
-COLUMNS = (("job", "key", 30), ("state", "state", 9), ("dev", "device", 4), ("time", "elapsed", 7),
-           ("step", "step", 5), ("loss", "loss", 6), ("rss", "rss", 4), ("gpu", "gpu", 4),
-           ("try", "attempts", 3))
-KEY_MIN_WIDTH = 14
+from lat_core.rows import JobRow
+from lat_tui.columns import JOB_COLUMNS, state_text
+KEY_MIN_WIDTH = 12  # at 80 columns the id column leaves the key 12
 KEY_MAX_WIDTH = 48
 CHROME = 2 + 2  # the cell padding of the key column, and the vertical scrollbar
 
@@ -31,13 +27,13 @@ class JobTable(DataTable):
 
     def on_mount(self) -> None:
         self.key_width = self._key_width(self.app.size.width)
-        for label, key, width in COLUMNS:
-            self.add_column(label, key=key, width=self.key_width if key == "key" else width)
+        for column in JOB_COLUMNS:
+            self.add_column(column.header, key=column.key, width=self.key_width if column.key == "key" else column.width)
 
     @staticmethod
     def _key_width(screen_width: int) -> int:
         """The job key takes what the other columns leave of the screen."""
-        others = sum(width + 2 for _, key, width in COLUMNS if key != "key")
+        others = sum(c.width + 2 for c in JOB_COLUMNS if c.key != "key")
         return max(KEY_MIN_WIDTH, min(KEY_MAX_WIDTH, screen_width - others - CHROME))
 
     def clear_jobs(self) -> None:
@@ -63,21 +59,21 @@ class JobTable(DataTable):
 
     def _update_row(self, job_id: int, cells: tuple) -> None:
         old = self._cells[job_id]
-        for (_, column, _), before, after in zip(COLUMNS, old, cells):
+        for column, before, after in zip(JOB_COLUMNS, old, cells):
             if str(before) != str(after) or getattr(before, "style", None) != getattr(after, "style", None):
-                self.update_cell(str(job_id), column, after)
+                self.update_cell(str(job_id), column.key, after)
 
     def _cells_for(self, job: JobRow, now: float) -> tuple:
-        return (
-            _key_text(job.key, self.key_width, with_dataset=not getattr(self, "_one_dataset", False)),
-            Text(job.state, style=self._state_style(job.state)),
-            job.device or "",
-            fmt.clock(job.elapsed(now)),
-            fmt.step(job.last_step),
-            fmt.loss(job.last_loss),
-            *usage_cells(job),
-            str(job.attempts),
-        )
+        """The shared column spec's text; the key is shortened to fit and the state coloured."""
+        cells = []
+        for column in JOB_COLUMNS:
+            if column.key == "key":
+                cells.append(_key_text(job.key, self.key_width, with_dataset=not getattr(self, "_one_dataset", False)))
+            elif column.key == "state":
+                cells.append(Text(state_text(job.state), style=self._state_style(job.state)))
+            else:
+                cells.append(column.cell(job, now))
+        return tuple(cells)
 
     def _state_style(self, state: str) -> str:
         """Theme colours (solid ones: Rich styles cannot take the theme's alpha variants)."""
@@ -86,12 +82,6 @@ class JobTable(DataTable):
         variable = STATE_COLORS.get(state)
         color = self.app.theme_variables.get(variable, "") if variable else ""
         return f"bold {color}" if state in ("running", "failed") and color else color
-
-
-def usage_cells(job: JobRow) -> tuple[str, str]:
-    """Host RSS and GPU memory: the latest sample while the job runs, its peak once it ended."""
-    rss, gpu = (job.rss, job.gpu_mem) if job.state == "running" else (job.peak_rss, job.peak_gpu)
-    return fmt.size(rss), fmt.size(gpu or None)  # a CPU job's 0 bytes of GPU memory is noise
 
 
 def _key_text(key: str, width: int, with_dataset: bool = True) -> str:

@@ -17,7 +17,7 @@ from rich.style import Style
 from rich.text import Text
 
 from lat_core.results import JobResult, Report, Skipped, Table, aggregate, build_tables
-from lat_core.results.scan import CONFIG_FILE, EVENTS_FILE, _build_result, parse_events
+from lat_core.results.scan import CONFIG_FILE, EVENTS_FILE, build_result, parse_events
 from lat_core.results.tables import Row
 from lat_tui.widgets.curve import Series
 
@@ -54,7 +54,7 @@ def _running_result(skipped: Skipped) -> JobResult | None:
     parsed = parse_events(text)
     if parsed.finished is not None or parsed.failed is not None:
         return None
-    outcome = _build_result(skipped.path, (skipped.path / CONFIG_FILE).is_file(), parsed)
+    outcome = build_result(skipped.path, (skipped.path / CONFIG_FILE).is_file(), parsed)
     return outcome if isinstance(outcome, JobResult) else None
 
 

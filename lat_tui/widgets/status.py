@@ -7,7 +7,7 @@ from collections import Counter
 
 from textual.widgets import Static
 
-from lat_core.store import JobRow, RunRow
+from lat_core.rows import JobRow, RunRow
 from lat_tui import fmt
 
 STATE_ORDER = ("running", "queued", "succeeded", "failed", "cancelled")

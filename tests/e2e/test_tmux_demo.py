@@ -75,11 +75,13 @@ JOB_STATES = {"queued", "running", "succeeded", "failed", "cancelled"}
 
 
 def job_rows(screen: str) -> list[str]:
-    """Table rows: a job key (``config@seed:data`` on narrow screens), then its state (the detail line
+    """Table rows: the job id, a job key (``config@seed:data`` on narrow screens), then its state (the detail line
     and the log title have a '·')."""
     rows = []
     for line in screen.splitlines():
         words = line.split()
+        if words and words[0].isdigit():  # the job id column
+            words = words[1:]
         if len(words) >= 2 and ("_seed" in words[0] or "@" in words[0]) and words[1] in JOB_STATES:
             rows.append(line)
     return rows

@@ -79,9 +79,17 @@ def main() -> int:
     p.add_argument("--fail-log", choices=sorted(FAILURE_LOGS), help="die with this failure's log")
     p.add_argument("--fail-before-attempt", type=int, default=10**6, help="... while LAT_ATTEMPT is below this")
     p.add_argument("--checkpoint", action="store_true", help="save a checkpoint-2 folder before failing")
+    p.add_argument("--like-trainer", action="store_true",
+                   help="as lat_core.train does: log a finished event, refuse a finished folder without a flag")
+    p.add_argument("--say-steps", action="store_true", help="print a line per step (a log to follow)")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--overwrite", action="store_true")
     a = p.parse_args()
+    if a.like_trainer and not (a.resume or a.overwrite) and _finished_before():
+        print("events.jsonl already holds a finished run; pass --overwrite to start again", file=sys.stderr)
+        return 2
+    if a.overwrite and os.path.exists("events.jsonl"):
+        os.remove("events.jsonl")
     if a.echo is not None:
         with open("events.jsonl", "a") as ev:
             ev.write(json.dumps(_echo(a.echo, a.resume)) + "\n")
@@ -95,13 +103,18 @@ def main() -> int:
             fh.write(os.environ.get(a.print_env, "<unset>") + "\n")
     log = os.path.join(a.record, f"{a.name}.log")
     with open(log, "a") as fh:
-        fh.write(f"start {time.time()} {os.getpid()}\n")
+        flags = " ".join(f for f in ("--resume", "--overwrite") if getattr(a, f[2:]))
+        fh.write(f"start {time.time()} {os.getpid()} {flags}".rstrip() + "\n")
     with open("events.jsonl", "a") as ev:
         ev.write(json.dumps({"t": time.time(), "event": "started", "pid": os.getpid()}) + "\n")
         for step in range(1, 4):
             time.sleep(a.sleep / 3)
             ev.write(json.dumps({"t": time.time(), "event": "step", "step": step, "loss": 2.0 / step}) + "\n")
             ev.flush()
+            if a.say_steps:
+                print(f"step {step}/3 loss {2.0 / step:.4f}", flush=True)
+        if a.like_trainer and not a.exit:
+            ev.write(json.dumps({"t": time.time(), "event": "finished"}) + "\n")
     print(f"fake trainer {a.name} done, exiting {a.exit}", flush=True)
     if a.exit:
         print("Traceback (most recent call last):\n  File \"fake_trainer.py\", line 1, in <module>\n"
@@ -109,6 +122,14 @@ def main() -> int:
     with open(log, "a") as fh:
         fh.write(f"end {time.time()}\n")
     return a.exit
+
+
+def _finished_before() -> bool:
+    try:
+        with open("events.jsonl") as fh:
+            return any(json.loads(line).get("event") == "finished" for line in fh if line.strip())
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

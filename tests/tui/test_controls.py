@@ -146,7 +146,8 @@ async def test_enter_shows_history_env_and_diagnosis(make_app, journal, tmp_path
     async with app.run_test(size=SIZE) as pilot:
         await on_dashboard(pilot, app)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, JobScreen))
+        await wait_for(pilot, lambda: isinstance(app.screen, JobScreen)
+                       and str(app.screen.query_one("#job-text").render()))  # mounted and filled
         text = str(app.screen.query_one("#job-text").render())
         for expected in ("queued → failed", "command:requeue", "train.batch_size=8", "SWANLAB_API_KEY=***",
                          "1. halve_batch", "tiny-sst2_seed1/a", str(tmp_path / "out")):

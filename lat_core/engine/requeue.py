@@ -1,0 +1,23 @@
+"""How a requeued job's trainer starts its new attempt.
+
+A succeeded job's folder holds a finished run, which the trainer refuses to train over without
+``--overwrite``; a failed or cancelled job can continue from its checkpoints (``--resume``) or
+start over (``--overwrite``, which also clears the old checkpoints and events). The front end
+chooses (``lat-tui requeue N --resume | --fresh``); the default for a succeeded job is a fresh
+attempt, for the others the job's own command as planned.
+"""
+
+from __future__ import annotations
+
+START_FLAGS = ("--resume", "--overwrite")
+STARTS = {"resume": "--resume", "fresh": "--overwrite"}
+
+
+def restart_argv(argv: list[str], succeeded: bool, start: str | None) -> list[str]:
+    """``argv`` with the start flag for the new attempt; ValueError for an unknown ``start``."""
+    if start is not None and start not in STARTS:
+        raise ValueError(f"unknown requeue start {start!r} (expected one of {', '.join(STARTS)})")
+    if start is None and not succeeded:
+        return list(argv)
+    flag = STARTS[start or "fresh"]
+    return [a for a in argv if a not in START_FLAGS] + [flag]
