@@ -70,7 +70,7 @@ def run_view(run: RunRow, jobs: list[JobRow]) -> RunView:
     for job in jobs:
         counts[state_text(job.state)] = counts.get(state_text(job.state), 0) + 1
     return RunView(run.id, state_text(run.state), run.created, run.started, run.ended, bool(run.paused), run.output_root,
-                   [{"id": d["id"], "slots": d["slots"]} for d in run.devices], counts)
+                   [{"id": d.id, "slots": d.slots} for d in run.devices], counts)
 
 
 def job_view(job: JobRow, now: float | None = None) -> JobView:
