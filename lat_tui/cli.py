@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", default=None, help="rerun jobs that already succeeded")
     p.add_argument("--save-plan", metavar="FILE", help="write the plan to FILE and exit")
     p.add_argument("--state-dir", help="journal and engine state (default $LAT_STATE_DIR or ~/.local/state/lat)")
-    p.add_argument("--configs", help="configs directory (default: the project's configs/)")
+    p.add_argument("--configs", help="your config tree (suites/, experiments/, peft/, plans/), searched before "
+                   "the shipped one (default $LAT_CONFIGS)")
     return p
 
 
@@ -60,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         from lat_tui.triage_cli import main as triage_main
 
         return triage_main(argv[1:])
+    if argv[:1] == ["suites"]:
+        from lat_tui.suites_cli import main as suites_main
+
+        return suites_main(argv[1:])
     if argv[:1] == ["results"]:
         from lat_tui.results_cli import main as results_main
 
@@ -79,14 +84,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
-    from lat_core.config.paths import configs_root
     from lat_core.service import default_state_dir
 
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
     if not (args.plan or args.suite or args.save_plan):
         from lat_tui.app import run_tui
 
-        return run_tui(state_dir, configs_root(args.configs))
+        return run_tui(state_dir, args.configs)
     plan = plan_from_args(args)
     if args.save_plan:
         Path(args.save_plan).write_text(plan.to_yaml())
@@ -98,10 +102,10 @@ def _dispatch(args) -> int:
 
 
 def _registry(args):
-    from lat_core.config.paths import configs_root
+    from lat_core.config.paths import config_trees
     from lat_core.config.suites import SuiteRegistry
 
-    return SuiteRegistry(configs_root(args.configs))
+    return SuiteRegistry(config_trees(args.configs))
 
 
 def plan_from_args(args):
@@ -110,7 +114,10 @@ def plan_from_args(args):
 
     data, where, base = {}, "command line", Path.cwd()
     if args.plan:
-        data, where, base = _read_plan_mapping(Path(args.plan)), args.plan, Path(args.plan).parent
+        from lat_core.config.paths import config_trees, find_plan
+
+        plan_path = find_plan(args.plan, config_trees(args.configs))
+        data, where, base = _read_plan_mapping(plan_path), str(plan_path), plan_path.parent
     flags = flags_to_mapping(args)
     if flags:
         where = f"{where} + flags" if args.plan else where

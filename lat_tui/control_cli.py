@@ -79,12 +79,12 @@ def command_for(args, store, run) -> tuple[str, int | None, dict]:
         return "set_slots", None, {"device": args.device, "slots": args.count}
     if args.verb == "countdown":
         return ("skip_countdown", None, {}) if args.action == "skip" else ("extend_countdown", None, {"minutes": args.minutes})
-    from lat_core.config.paths import configs_root
+    from lat_core.config.paths import config_trees
     from lat_core.config.suites import SuiteRegistry
     from lat_core.service import jobs_to_add
 
     names = [n for chunk in args.suite for n in chunk.split()]
-    jobs = jobs_to_add(run, names, args.round, args.pairs, SuiteRegistry(configs_root(args.configs)))
+    jobs = jobs_to_add(run, names, args.round, args.pairs, SuiteRegistry(config_trees(args.configs)))
     return "add_jobs", None, {"jobs": jobs}
 
 

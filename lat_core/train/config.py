@@ -7,6 +7,7 @@ caught before any heavy import and reported as one line naming the field.
 from __future__ import annotations
 
 from lat_core.config.env import ENV_FIELDS, TRACKERS as ENV_TRACKERS, parse_env_value
+from lat_core.config.paths import config_trees, shipped_configs
 
 import dataclasses
 import math
@@ -30,8 +31,7 @@ TARGET_SETS = {
     "HEAD": ["lm_head"],
     "MAMBA_PROJ": ["in_proj", "x_proj"],
 }
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PEFT_SPEC_DIR = REPO_ROOT / "configs" / "peft"
+PEFT_SPEC_DIR = shipped_configs() / "peft"
 
 
 class TrainConfigError(ValueError):
@@ -281,17 +281,18 @@ GLA_TOGGLES = {"GLA_USE_FUSED_SWIGLU": False, "GLA_FORCE_LEFT_PAD": True, "GLA_V
 
 
 def load_peft_spec(name: str) -> dict:
-    """A named spec from configs/peft/<name>.yaml|json (or a path to such a file)."""
+    """A named spec from peft/<name>.yaml|yml|json of the config trees (the user's first), or a
+    path to such a file; the engine pins a user tree's spec as its path in job.yaml."""
     path = Path(name).expanduser()
     if not path.is_file():
-        for ext in (".yaml", ".yml", ".json"):
-            if (PEFT_SPEC_DIR / f"{name}{ext}").is_file():
-                path = PEFT_SPEC_DIR / f"{name}{ext}"
-                break
-        else:
-            known = sorted(p.stem for p in PEFT_SPEC_DIR.glob("*.y*ml")) if PEFT_SPEC_DIR.is_dir() else []
-            raise TrainConfigError(f"peft.spec: no spec {name!r} in {PEFT_SPEC_DIR} "
+        dirs = [tree.path / "peft" for tree in config_trees()]
+        found = [d / f"{name}{ext}" for d in dirs for ext in (".yaml", ".yml", ".json")
+                 if (d / f"{name}{ext}").is_file()]
+        if not found:
+            known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.y*ml")})
+            raise TrainConfigError(f"peft.spec: no spec {name!r} in {' or '.join(map(str, dirs))} "
                                    f"(known: {', '.join(known) or 'none'})")
+        path = found[0]
     raw = yaml.safe_load(path.read_text())  # JSON is YAML
     if not isinstance(raw, dict):
         raise TrainConfigError(f"peft.spec: {path} must hold a mapping of peft fields")
