@@ -101,6 +101,7 @@ class TrainSection:
     logits_to_keep: object = "auto"      # auto | 0 (all logits) | N (last N positions)
     eval_accumulation_steps: int = 0     # move eval results to the host every N batches (0: each)
     save_optimizer_state: bool = True
+    save_total_limit: int | None = 1     # newest checkpoints kept besides the best one; null keeps all
     report_to: object = "none"           # none | tensorboard | wandb | swanlab, or a list
 
 
@@ -224,6 +225,8 @@ def _validate(cfg: JobConfig) -> None:
         raise TrainConfigError(f"train.warmup_ratio: must be in [0, 1), got {t.warmup_ratio}")
     if t.warmup_steps < 0:
         raise TrainConfigError(f"train.warmup_steps: must be >= 0, got {t.warmup_steps}")
+    if t.save_total_limit is not None and (isinstance(t.save_total_limit, bool) or t.save_total_limit < 1):
+        raise TrainConfigError(f"train.save_total_limit: must be >= 1 or null (keep all), got {t.save_total_limit}")
     if t.prefetch_factor is not None and t.prefetch_factor < 1:
         raise TrainConfigError(f"train.prefetch_factor: must be >= 1, got {t.prefetch_factor}")
     for key in ("large_dataset_threshold", "eval_accumulation_steps"):
