@@ -41,7 +41,8 @@ def main(argv: list[str]) -> int:
     for row in rows:
         shadow = f"  (replaces {', '.join(row['replaces'])})" if row["replaces"] else ""
         jobs = f"{row['configs']} config(s)" if row["error"] is None else f"error: {row['error']}"
-        print(f"{row['name']:<20} {row['origin']:<8} {jobs:<14} {row['description']}{shadow}")
+        about = row["description"] if len(row["description"]) <= 70 else row["description"][:67] + "..."
+        print(f"{row['name']:<20} {row['origin']:<8} {jobs:<14} {about}{shadow}")
         print(f"{'':<20} {row['path']}")
     return 0
 
@@ -50,7 +51,8 @@ def _row(registry, entry) -> dict:
     """One suite's listing; a suite that does not load is listed with its error, not dropped."""
     try:
         suite = registry.get(entry.name)
-        configs, description, error = sum(map(len, suite.rounds.values())), suite.description, None
+        configs, error = sum(map(len, suite.rounds.values())), None
+        description = " ".join(suite.description.split())   # YAML block text: one line
     except LatError as exc:
         configs, description, error = 0, "", str(exc)
     return {"name": entry.name, "origin": entry.origin, "path": str(entry.path), "configs": configs,
