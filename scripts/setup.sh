@@ -14,7 +14,7 @@ PY=${PYTHON:-python3}
 # pipefail makes a failed pip fail this script (grep's status would otherwise be the pipe's).
 pip() {
   echo "==> pip $*" >&2
-  python -m pip --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
+  python -m pip --disable-pip-version-check "$@" 2>&1 | { grep --line-buffered -v "^WARNING: Location" || true; }
 }
 if ! python -c "import torch" 2>/dev/null; then
   if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
