@@ -40,7 +40,7 @@ from bench.old_scripts import run_in_rounds  # noqa: E402
 from bench.suite_data import write_sst2  # noqa: E402
 from lat_core.jobs import materialize  # noqa: E402
 from lat_core.monitor.gpu import GpuProbe  # noqa: E402
-from lat_core.config.paths import configs_root  # noqa: E402
+from lat_core.config.paths import config_trees  # noqa: E402
 from lat_core.config.suites import SuiteRegistry  # noqa: E402
 from lat_core.plan import plan_from_mapping  # noqa: E402
 from lat_core.service import prepare_run  # noqa: E402
@@ -126,7 +126,7 @@ def run_side(args, side: str, out: Path, data: Path | None) -> dict:
 
 
 def _old_side(mapping: dict) -> list[str]:
-    plan = plan_from_mapping(mapping, SuiteRegistry(configs_root()), where="bench old side")
+    plan = plan_from_mapping(mapping, SuiteRegistry(config_trees()), where="bench old side")
     prepared = prepare_run(plan)
     for job in prepared.jobs:
         materialize(job)

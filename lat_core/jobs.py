@@ -72,7 +72,7 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     for ref in plan.suites:
         suite = registry.get(ref.name)
         for round_no, cfg_path in suite.configs_for(plan.round_list(ref)):
-            base_cfg = _load_experiment(cfg_path)
+            base_cfg = registry.pin_user_peft_spec(_load_experiment(cfg_path))
             for pair in plan.pairs:
                 jobs.append(_make_job(plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg, pair, seen))
     return jobs

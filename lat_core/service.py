@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lat_core.config.env import MASK, mask_env, shell_overrides
-from lat_core.config.paths import configs_root
+from lat_core.config.paths import config_trees
 from lat_core.config.suites import SuiteRegistry
 from lat_core.devices import Device, resolve_devices
 from lat_core.errors import JournalError, OutputPathError, PlanError
@@ -51,7 +51,7 @@ class PreparedRun:
 def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: GpuProbe | None = None,
                 environ: dict[str, str] | None = None) -> PreparedRun:
     """Resolve devices and expand jobs without touching the journal or the disk."""
-    registry = registry or SuiteRegistry(configs_root())
+    registry = registry or SuiteRegistry(config_trees())
     devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
     jobs = expand(plan, registry, shell_overrides(dict(os.environ if environ is None else environ)))
     _check_placeable(jobs, devices)

@@ -11,7 +11,7 @@ from typing import Callable
 
 from textual.app import App
 
-from lat_core.config.paths import configs_root
+from lat_core.config.paths import config_trees
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError
 from lat_core.monitor.gpu import GpuProbe
@@ -68,7 +68,7 @@ class LatApp(App[int | None]):
 
 def run_tui(state_dir: Path, configs_dir: Path | None = None) -> int:
     """Entry point for ``lat-tui`` without a plan; returns the process exit code."""
-    registry = SuiteRegistry(configs_root(configs_dir))
+    registry = SuiteRegistry(config_trees(configs_dir))
     app = LatApp(state_dir, registry, GpuProbe())
     run_id = app.run()
     if app.return_code:

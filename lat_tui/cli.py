@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", default=None, help="rerun jobs that already succeeded")
     p.add_argument("--save-plan", metavar="FILE", help="write the plan to FILE and exit")
     p.add_argument("--state-dir", help="journal and engine state (default $LAT_STATE_DIR or ~/.local/state/lat)")
-    p.add_argument("--configs", help="configs directory (default: the project's configs/)")
+    p.add_argument("--configs", help="your config tree (suites/, experiments/, peft/, plans/), searched before "
+                   "the shipped one (default $LAT_CONFIGS)")
     return p
 
 
@@ -99,13 +100,12 @@ def _route(argv: list[str]) -> int:
 
 def _dispatch(args) -> int:
     from lat_core.client import resolve_state_dir
-    from lat_core.config.paths import configs_root
 
     state_dir = resolve_state_dir(args.state_dir)
     if not (args.plan or args.suite or args.save_plan):
         from lat_tui.app import run_tui
 
-        return run_tui(state_dir, configs_root(args.configs))
+        return run_tui(state_dir, args.configs)
     plan = plan_from_args(args)
     if args.save_plan:
         Path(args.save_plan).write_text(plan.to_yaml())
@@ -117,10 +117,10 @@ def _dispatch(args) -> int:
 
 
 def _registry(args):
-    from lat_core.config.paths import configs_root
+    from lat_core.config.paths import config_trees
     from lat_core.config.suites import SuiteRegistry
 
-    return SuiteRegistry(configs_root(args.configs))
+    return SuiteRegistry(config_trees(args.configs))
 
 
 def plan_from_args(args):
@@ -129,7 +129,10 @@ def plan_from_args(args):
 
     data, where, base = {}, "command line", Path.cwd()
     if args.plan:
-        data, where, base = _read_plan_mapping(Path(args.plan)), args.plan, Path(args.plan).parent
+        from lat_core.config.paths import config_trees, find_plan
+
+        plan_path = find_plan(args.plan, config_trees(args.configs))
+        data, where, base = _read_plan_mapping(plan_path), str(plan_path), plan_path.parent
     flags = flags_to_mapping(args)
     if flags:
         where = f"{where} + flags" if args.plan else where

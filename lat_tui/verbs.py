@@ -34,7 +34,9 @@ def _table() -> tuple[Verb, ...]:
            Verb("wait", "lat_tui.watch_cli", watch_cli.HELP["wait"], True),
            Verb("follow", "lat_tui.watch_cli", watch_cli.HELP["follow"], True)]
     control = [Verb(name, "lat_tui.control_cli", control_cli.HELP[name], True) for name in control_cli.VERBS]
-    other = [Verb("triage", "lat_tui.triage_cli", "why a job died: class, diagnosis, ranked remedies", False),
+    other = [Verb("suites", "lat_tui.suites_cli", "the suites a plan can name, and which config tree each comes from",
+                  False),
+             Verb("triage", "lat_tui.triage_cli", "why a job died: class, diagnosis, ranked remedies", False),
              Verb("results", "lat_tui.results_cli", "aggregate a run's outputs into tables and plots", False),
              Verb("completion", "lat_tui.completion", "print a bash or zsh completion script", False)]
     return tuple(own + control + other)

@@ -10,9 +10,15 @@ what=${1:-demo}
 PY=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 . .venv/bin/activate
-pip() { python -m pip --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+# pip's own progress shows (a first install downloads for minutes); one noisy warning is dropped.
+# pipefail makes a failed pip fail this script (grep's status would otherwise be the pipe's).
+pip() {
+  echo "==> pip $*" >&2
+  python -m pip --disable-pip-version-check "$@" 2>&1 | { grep --line-buffered -v "^WARNING: Location" || true; }
+}
 if ! python -c "import torch" 2>/dev/null; then
   if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "==> no NVIDIA GPU visible: the CPU build of torch first" >&2
     pip install "torch==${LAT_CPU_TORCH:-2.13.0}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
   fi
 fi
@@ -20,11 +26,14 @@ case "$what" in
   demo)
     pip install -e .
     python -c "import lat_core, lat_tui" # fail loudly if the install did not take
+    echo "==> the demo plan: 4 tiny CPU jobs, two at a time" >&2
     exec lat-tui --plan configs/plans/demo.yaml ;;
   test)
     pip install -e ".[test]"
     python -c "import lat_core, lat_tui, pytest"
+    echo "==> ruff: pyflakes and the layering rules (banned-api)" >&2
     ruff check .  # the layering rules (banned-api) and pyflakes, before the tests
+    echo "==> the test suite (GPU tests skipped where no GPU is)" >&2
     exec python -m pytest -m "not gpu" -q ;;
   *) echo "usage: bash scripts/setup.sh demo|test" >&2; exit 2 ;;
 esac

@@ -122,6 +122,8 @@ class TrainSection(_Section):
     logits_to_keep: Annotated[Union[Literal["auto"], int], _kind(V.LOGITS_TO_KEEP)] = "auto"
     eval_accumulation_steps: NonNegInt = 0     # move eval results to the host every N batches (0: each)
     save_optimizer_state: bool = True
+    # newest checkpoints kept besides the best one; null keeps all
+    save_total_limit: Annotated[Optional[int], _kind(V.POSITIVE_INT, optional=True)] = 1
     report_to: Annotated[list[str], _kind(V.TRACKER_LIST)] = Field(default_factory=list)  # [] = none
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from lat_core.config.paths import configs_root
+from lat_core.config.paths import config_trees
 
 # Named target sets usable in peft.target_modules (expanded before PEFT sees them).
 TARGET_SETS = {
@@ -27,22 +27,19 @@ class PeftSpecError(ValueError):
     """A spec that cannot be used; the message starts with ``peft.spec:``."""
 
 
-def peft_spec_dir() -> Path:
-    return configs_root() / "peft"
-
-
 def load_peft_spec(name: str) -> dict:
-    """A named spec from configs/peft/<name>.yaml|json (or a path to such a file)."""
+    """A named spec from peft/<name>.yaml|yml|json of the config trees (the user's first), or a
+    path to such a file; the engine pins a user tree's spec as its path in job.yaml."""
     path = Path(name).expanduser()
-    spec_dir = peft_spec_dir()
     if not path.is_file():
-        for ext in (".yaml", ".yml", ".json"):
-            if (spec_dir / f"{name}{ext}").is_file():
-                path = spec_dir / f"{name}{ext}"
-                break
-        else:
-            known = sorted(p.stem for p in spec_dir.glob("*.y*ml")) if spec_dir.is_dir() else []
-            raise PeftSpecError(f"peft.spec: no spec {name!r} in {spec_dir} (known: {', '.join(known) or 'none'})")
+        dirs = [tree.path / "peft" for tree in config_trees()]
+        found = [d / f"{name}{ext}" for d in dirs for ext in (".yaml", ".yml", ".json")
+                 if (d / f"{name}{ext}").is_file()]
+        if not found:
+            known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.y*ml")})
+            raise PeftSpecError(f"peft.spec: no spec {name!r} in {' or '.join(map(str, dirs))} "
+                                f"(known: {', '.join(known) or 'none'})")
+        path = found[0]
     raw = yaml.safe_load(path.read_text())  # JSON is YAML
     if not isinstance(raw, dict):
         raise PeftSpecError(f"peft.spec: {path} must hold a mapping of peft fields")

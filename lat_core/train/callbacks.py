@@ -15,7 +15,7 @@ import torch
 from transformers import TrainerCallback
 
 from . import data as D
-from .checkpoints import save_checkpoint
+from .checkpoints import best_checkpoint_step, checkpoints, copy_adapter, rotate_checkpoints, save_checkpoint
 from .evaluation import evaluate_split, write_predictions
 from .events import log
 
@@ -25,7 +25,7 @@ class LatRun:
     the evaluation and checkpoint writers in the project's formats."""
 
     def __init__(self, cfg, events, *, tokenizer, ds, splits, extra_tests, train_ex, label_ids, pad_id,
-                 loader_cfg, lr_of, start_step, best, main_metric, optimizer, debug, is_main):
+                 loader_cfg, lr_of, start_step, best, main_metric, optimizer, debug, is_main, scores=None):
         self.cfg, self.events, self.tokenizer, self.ds = cfg, events, tokenizer, ds
         self.splits, self.extra_tests, self.train_ex = splits, extra_tests, train_ex
         self.label_ids, self.pad_id, self.loader_cfg, self.lr_of = label_ids, pad_id, loader_cfg, lr_of
@@ -33,6 +33,9 @@ class LatRun:
         self.optimizer, self.debug, self.is_main = optimizer, debug, is_main
         self.last_eval: list[tuple[str, dict]] = []
         self.last_checkpoint = None
+        # validation main metric by step (kept across resumes): picks the best checkpoint to keep
+        self.scores: dict[int, float] = {int(k): v for k, v in (scores or {}).items()}
+        self.best_saved_step: int | None = None
 
     def train_loader(self):
         """Micro-batches from the resume step on; under torchrun the steps cover every rank's
@@ -54,16 +57,31 @@ class LatRun:
             if self.is_main:
                 write_predictions(self.cfg.output_dir, step, split, rows)
             value = metrics.get(self.main_metric)
+            if split == "validation" and value is not None:
+                self.scores[step] = value
             if split == "validation" and value is not None and (self.best is None or value > self.best["value"]):
                 self.best = {"step": step, "metric": self.main_metric, "value": value, self.main_metric: value}
             out.append((split, metrics))
         self.last_eval = out
         return out
 
-    def save(self, model, step: int, save_optimizer: bool):
-        self.last_checkpoint = save_checkpoint(model, self.optimizer, self.cfg.output_dir, step,
-                                               {"best": self.best, "config": self.cfg.name, "seed": self.cfg.seed},
+    def save(self, model, hf_state, save_optimizer: bool):
+        """checkpoint-N; the best checkpoint's adapter as best/; older checkpoints beyond
+        train.save_total_limit deleted (never the best one).  hf_state: the Trainer's TrainerState,
+        whose best_* fields are set here (the Trainer sets them only for metric_for_best_model)."""
+        out, step = self.cfg.output_dir, hf_state.global_step
+        best_step = best_checkpoint_step([s for s, _ in checkpoints(out)] + [step], self.scores)
+        hf_state.best_global_step = best_step
+        hf_state.best_metric = None if best_step is None else self.scores[best_step]
+        hf_state.best_model_checkpoint = None if best_step is None else str(out / f"checkpoint-{best_step}")
+        lat_state = {"best": self.best, "config": self.cfg.name, "seed": self.cfg.seed,
+                     "val_scores": {str(k): v for k, v in self.scores.items()}}
+        self.last_checkpoint = save_checkpoint(model, self.optimizer, out, hf_state, lat_state,
                                                save_optimizer=save_optimizer)
+        if best_step is not None and (best_step != self.best_saved_step or not (out / "best").is_dir()):
+            copy_adapter(out / f"checkpoint-{best_step}", out / "best")
+            self.best_saved_step = best_step
+        rotate_checkpoints(out, self.cfg.train.save_total_limit, best_step)
         return self.last_checkpoint
 
 

@@ -1,4 +1,11 @@
-"""Checkpoints: listing, writing (adapter, optimizer, RNG state) and strict-resume loading."""
+"""Checkpoints: listing, writing (adapter, optimizer, RNG state), rotation and strict-resume loading.
+
+checkpoint-N/trainer_state.json is transformers' TrainerState (log_history, global_step, max_steps,
+best_metric, best_model_checkpoint, ...; TrainerState.load_from_json reads it); LAT's own resume
+state (best eval, validation scores, seed) is lat_state.json beside it.  The adapter of the best
+checkpoint and of the last step are also kept as ``best/`` and ``final/`` at the job's root, each
+loadable with ``PeftModel.from_pretrained``.
+"""
 from __future__ import annotations
 
 import json
@@ -32,7 +39,7 @@ def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
         raise TrainConfigError("--resume and --overwrite exclude each other")
     if overwrite:
         events.unlink(missing_ok=True)
-        for p in list(out.glob("checkpoint-*")) + [out / "tokenizer", out / "predictions"]:
+        for p in list(out.glob("checkpoint-*")) + [out / n for n in ("tokenizer", "predictions", "best", "final")]:
             if p.is_dir():
                 shutil.rmtree(p)
         return
@@ -50,18 +57,26 @@ def _extra_params(model) -> dict:
     return {n: p for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n}
 
 
-def save_checkpoint(model, optimizer, out: Path, step: int, state: dict, save_optimizer: bool = True) -> Path:
-    """Adapter (save_pretrained), extra trainables, optimizer + RNG state and trainer_state.json.
-
-    trainer_state.json is written last, so a dir without it is an interrupted save.
-    SAVE_OPTIMIZER_STATE=0 (save_optimizer False) leaves optimizer.pt out.
-    """
+def save_adapter(model, path: Path) -> Path:
+    """The adapter as peft writes it (PeftModel.from_pretrained loads it) plus the trainables
+    peft does not own (SDLoRA's SSM entries) in extra_trainable.safetensors."""
     from safetensors.torch import save_file
-    path = out / f"checkpoint-{step}"
     model.save_pretrained(str(path))
     extra = _extra_params(model)
     if extra:
         save_file({n: p.detach().contiguous().cpu() for n, p in extra.items()}, str(path / "extra_trainable.safetensors"))
+    return path
+
+
+def save_checkpoint(model, optimizer, out: Path, hf_state, lat_state: dict, save_optimizer: bool = True) -> Path:
+    """Adapter, extra trainables, optimizer + RNG state, lat_state.json and the Trainer's
+    trainer_state.json (``hf_state``, a transformers TrainerState).
+
+    trainer_state.json is written last, so a dir without it is an interrupted save.
+    SAVE_OPTIMIZER_STATE=0 (save_optimizer False) leaves optimizer.pt out.
+    """
+    step = hf_state.global_step
+    path = save_adapter(model, out / f"checkpoint-{step}")
     torch.save({"torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
                path / "rng_state.pt")
@@ -69,9 +84,42 @@ def save_checkpoint(model, optimizer, out: Path, step: int, state: dict, save_op
         torch.save(optimizer.state_dict(), path / "optimizer.pt")
     else:
         (path / "optimizer.pt").unlink(missing_ok=True)
-    (path / "trainer_state.json").write_text(json.dumps({**state, "step": step,
-                                                         "optimizer_saved": save_optimizer}, indent=1))
+    (path / "lat_state.json").write_text(json.dumps({**lat_state, "step": step, "optimizer_saved": save_optimizer},
+                                                    indent=1))
+    hf_state.save_to_json(str(path / "trainer_state.json"))
     return path
+
+
+def best_checkpoint_step(steps, scores: dict[int, float]) -> int | None:
+    """Of the checkpointed ``steps``, the one with the highest validation score; ties go to the
+    earliest step (as results/best.py chooses); None when no step was scored."""
+    scored = [(step, scores[step]) for step in steps if scores.get(step) is not None]
+    return min(scored, key=lambda s: (-s[1], s[0]))[0] if scored else None
+
+
+def rotate_checkpoints(out: Path, keep_last: int | None, keep_step: int | None) -> list[Path]:
+    """Delete all but the newest ``keep_last`` complete checkpoints and the one at ``keep_step``
+    (the best); None keeps every checkpoint.  Returns what was deleted."""
+    if keep_last is None:
+        return []
+    found = checkpoints(out)
+    doomed = [p for step, p in found[:max(0, len(found) - keep_last)] if step != keep_step]
+    for p in doomed:
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed
+
+
+def copy_adapter(checkpoint: Path, dest: Path) -> Path:
+    """Replace ``dest`` with the adapter files of ``checkpoint`` (not its optimizer or RNG state)."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in checkpoint.iterdir():
+        if f.name.startswith("adapter_") or f.name in ("extra_trainable.safetensors", "README.md"):
+            shutil.copy2(f, tmp / f.name)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest
 
 
 def load_checkpoint(model, optimizer, path: Path) -> dict:
@@ -95,4 +143,6 @@ def load_checkpoint(model, optimizer, path: Path) -> dict:
         torch.set_rng_state(rng["torch"])
         if rng.get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
-    return {**json.loads((path / "trainer_state.json").read_text()), "optimizer_restored": restored}
+    # checkpoints written before lat_state.json existed kept LAT's fields in trainer_state.json
+    lat_file = path / "lat_state.json" if (path / "lat_state.json").is_file() else path / "trainer_state.json"
+    return {**json.loads(lat_file.read_text()), "optimizer_restored": restored}

@@ -180,5 +180,5 @@ class LatTrainer(Trainer):
         save_only_model, RNG, trainer_state.json), which --resume and results/scan.py read."""
         t0 = time.perf_counter()
         if self.args.should_save:
-            self.lat.save(self.model, self.state.global_step, save_optimizer=not self.args.save_only_model)
+            self.lat.save(self.model, self.state, save_optimizer=not self.args.save_only_model)
         self.pause_s += time.perf_counter() - t0

@@ -23,7 +23,7 @@ from . import data as D
 from lat_core.config.job import JobConfig, TrainConfigError
 from lat_core.results.metrics import spec_for
 from .events import EventWriter, log
-from .checkpoints import checkpoints, load_checkpoint
+from .checkpoints import checkpoints, load_checkpoint, save_adapter
 from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
     batch_loss, mean_loss_fn, set_logits_to_keep,
 )
@@ -263,12 +263,12 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     lr_of, sched_desc, sched_name, warm = lr_schedule(cfg, tr.max_steps)
     log(f"lr schedule: {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps")
 
-    start, best, rng_state = 0, None, None
+    start, best, rng_state, scores = 0, None, None, None
     optimizer_state = None
     if resume:
         step0, path = checkpoints(cfg.output_dir)[-1]
         state = load_checkpoint(model, optimizer, path)
-        start, best = step0, state.get("best")
+        start, best, scores = step0, state.get("best"), state.get("val_scores")
         # load_checkpoint restored the RNG; keep it for the start of training (the Trainer reseeds)
         rng_state = {"torch": torch.get_rng_state(),
                      "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
@@ -282,7 +282,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     run_state = LatRun(cfg, events, tokenizer=tokenizer, ds=ds, splits=splits, extra_tests=extra_tests,
                        train_ex=train_ex, label_ids=label_ids, pad_id=pad_id, loader_cfg=loader_cfg,
                        lr_of=lr_of, start_step=start, best=best, main_metric=main_metric,
-                       optimizer=optimizer, debug=debug, is_main=is_main)
+                       optimizer=optimizer, debug=debug, is_main=is_main, scores=scores)
     args = training_arguments(cfg, loader_cfg, device, debug, report_to=trackers.active,
                               run_name=trackers.run_name)
     events_cb = EventsCallback(run_state)
@@ -319,6 +319,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     finish_distributed()
     if not is_main:
         return {}
+    save_adapter(model, cfg.output_dir / "final")   # the adapter as training left it
     events.emit("memory", **peak_memory())
     done = events.emit("finished", status="ok", steps=step, best=best,
                        elapsed_s=round(time.time() - t0, 2))

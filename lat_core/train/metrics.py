@@ -3,13 +3,15 @@
 The key names are a contract with lat_core/results (mcc, f1, accuracy, pearson, spearman,
 accuracy_mm, rouge1/rouge2/rougeL, bleu, exact_match, exec_accuracy).  Scales: accuracy, f1,
 mcc, correlations, ROUGE F-measures and exact/exec match are fractions; bleu is sacrebleu's
-corpus score (0-100).
+corpus score (0-100).  With no examples every metric is None (undefined, as a correlation of a
+constant is), never an exception or a made-up 0.
 """
 from __future__ import annotations
 
 import math
-import sqlite3
 from pathlib import Path
+
+from lat_core.train.sql_exec import exec_match
 
 
 def _finite(x: float) -> float | None:
@@ -19,6 +21,9 @@ def _finite(x: float) -> float | None:
 
 def classification(task: str, preds: list[int], golds: list[int]) -> dict:
     """accuracy always; mcc for CoLA, f1 (positive class 1) for MRPC/QQP."""
+    names = ["accuracy"] + (["mcc"] if task == "cola" else []) + (["f1"] if task in ("mrpc", "qqp") else [])
+    if not golds:
+        return dict.fromkeys(names)
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
     out = {"accuracy": float(accuracy_score(golds, preds))}
     if task == "cola":
@@ -31,13 +36,15 @@ def classification(task: str, preds: list[int], golds: list[int]) -> dict:
 def regression(preds: list[float], golds: list[float]) -> dict:
     """pearson / spearman (scipy); None when undefined (a constant input)."""
     from scipy.stats import pearsonr, spearmanr
-    if len(set(preds)) < 2 or len(set(golds)) < 2:
+    if len(set(preds)) < 2 or len(set(golds)) < 2:  # also the empty case
         return {"pearson": None, "spearman": None}
     return {"pearson": _finite(pearsonr(preds, golds)[0]), "spearman": _finite(spearmanr(preds, golds)[0])}
 
 
 def rouge(preds: list[str], refs: list[str]) -> dict:
     """Mean ROUGE-1/2/L F-measure (rouge-score, stemming on)."""
+    if not preds:
+        return dict.fromkeys(("rouge1", "rouge2", "rougeL"))
     from rouge_score import rouge_scorer
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
     sums = {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
@@ -45,12 +52,13 @@ def rouge(preds: list[str], refs: list[str]) -> dict:
         scores = scorer.score(r, p)
         for k in sums:
             sums[k] += scores[k].fmeasure
-    n = max(1, len(preds))
-    return {k: v / n for k, v in sums.items()}
+    return {k: v / len(preds) for k, v in sums.items()}
 
 
 def bleu(preds: list[str], refs: list[list[str]]) -> dict:
     """Corpus BLEU (sacrebleu) against a variable number of references per example."""
+    if not preds:
+        return {"bleu": None}
     import sacrebleu
     width = max((len(r) for r in refs), default=1)
     streams = [[r[i] if i < len(r) else r[0] for r in refs] for i in range(width)]
@@ -61,36 +69,13 @@ def _normalize_sql(q: str) -> str:
     return " ".join(q.strip().rstrip(";").lower().split())
 
 
-def _execute(db: Path, query: str):
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    con.text_factory = lambda b: b.decode("utf-8", errors="replace")
-    try:
-        con.set_progress_handler(lambda: None, 10_000)
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
-
-
-def exec_match(db: Path, pred: str, gold: str) -> bool:
-    """Both queries run on the database; equal result multisets (order kept if the gold orders)."""
-    try:
-        gold_rows = _execute(db, gold)
-    except sqlite3.Error:
-        return False
-    try:
-        pred_rows = _execute(db, pred)
-    except (sqlite3.Error, sqlite3.Warning, ValueError):
-        return False
-    if "order by" in gold.lower():
-        return pred_rows == gold_rows
-    key = lambda r: tuple(map(repr, r))  # noqa: E731 - rows may mix types
-    return sorted(pred_rows, key=key) == sorted(gold_rows, key=key)
-
-
 def spider(preds: list[str], golds: list[str], db_ids: list[str], db_root: str | Path) -> dict:
-    """exact_match (whitespace/case-normalised string equality) and exec_accuracy."""
+    """exact_match (whitespace/case-normalised string equality) and exec_accuracy (guarded execution,
+    results compared as the official test-suite evaluator does: lat_core/train/sql_exec.py)."""
+    if not preds:
+        return {"exact_match": None, "exec_accuracy": None}
     root = Path(db_root)
-    n = max(1, len(preds))
+    n = len(preds)
     em = sum(_normalize_sql(p) == _normalize_sql(g) for p, g in zip(preds, golds)) / n
     ex = sum(exec_match(root / d / f"{d}.sqlite", p, g) for p, g, d in zip(preds, golds, db_ids)) / n
     return {"exact_match": em, "exec_accuracy": ex}

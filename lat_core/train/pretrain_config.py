@@ -12,7 +12,9 @@ from pathlib import Path
 
 import yaml
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "pretrain"
+from lat_core.config.paths import shipped_configs
+
+PRESET_DIR = shipped_configs() / "pretrain"
 
 
 class PretrainConfigError(ValueError):

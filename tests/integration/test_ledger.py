@@ -104,13 +104,13 @@ def test_a_malformed_device_in_the_journal_is_a_clear_error(tmp_path):
 def test_adding_jobs_a_live_run_already_has_writes_nothing_and_names_the_run(tmp_path):
     import pytest
 
-    from lat_core.config.paths import configs_root
+    from lat_core.config.paths import config_trees
     from lat_core.config.suites import SuiteRegistry
     from lat_core.errors import RunConflictError
     from lat_core.plan import plan_from_mapping
     from lat_core.service import create_run, jobs_to_add, prepare_run
 
-    registry, state = SuiteRegistry(configs_root()), tmp_path / "state"
+    registry, state = SuiteRegistry(config_trees()), tmp_path / "state"
     plan = plan_from_mapping({"suites": [{"name": "demo"}], "pairs": ["1:tiny-sst2"], "gpus": "cpu",
                               "countdown_minutes": 30, "output_root": str(tmp_path / "runs")}, registry, where="test")
     store = open_store(state)

@@ -17,7 +17,8 @@ def job(tmp: Path, family: str, **over) -> Path:
     src = {"gla": "configs/experiments/gla/tiny_lora_qkvo.yaml",
            "mamba": "configs/experiments/mamba/tiny_lora.yaml"}[family]
     cfg = yaml.safe_load((ROOT / src).read_text())
-    cfg["train"].update(max_steps=20, eval_every=10, save_every=10, log_every=1)
+    # every checkpoint kept: the resume test resumes from checkpoint-10
+    cfg["train"].update(max_steps=20, eval_every=10, save_every=10, log_every=1, save_total_limit=None)
     for section, values in over.items():
         if isinstance(values, dict) and isinstance(cfg.get(section), dict):
             cfg[section].update(values)
@@ -56,7 +57,8 @@ def check_run(job_dir: Path, proc, steps: int = 20) -> list[dict]:
     assert set(ev["metrics"]) >= {"accuracy", "loss"} and ev["split"] == "validation"
     ckpt = job_dir / "checkpoint-10"
     assert (ckpt / "adapter_model.safetensors").is_file() and (ckpt / "adapter_config.json").is_file()
-    assert json.loads((ckpt / "trainer_state.json").read_text())["step"] == 10
+    assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == 10
+    assert (job_dir / "final" / "adapter_model.safetensors").is_file() and (job_dir / "best").is_dir()
     assert "step 5/20 loss" in proc.stdout
     return evs
 

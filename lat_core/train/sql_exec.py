@@ -1,0 +1,124 @@
+"""Run model-predicted SQL on a Spider database safely, and compare result sets faithfully.
+
+Predicted SQL is untrusted text: it may loop (a cross join, an unbounded recursive CTE), grow
+memory, or write (``ATTACH DATABASE 'x'`` creates a file even on a read-only connection). Each
+query therefore runs on a read-only connection under an authorizer that allows reading only, a
+wall-clock deadline checked by a progress handler, a cap on string/blob length and a cap on the
+rows fetched into Python (an endless recursive CTE fetched whole grew ~120 MB/s). SQLite's own
+memory stays small: its sorts and temp tables spill to anonymous temp files past the page cache.
+SQLite's hard heap limit is not used: the PRAGMA can only lower it, process-wide, for good.
+
+Results are compared as the official test-suite evaluator does (Zhong et al. 2020,
+taoyds/test-suite-sql-eval ``exec_eval.result_eq``): the same columns in another order still
+match, rows compare as multisets unless the gold query has ORDER BY, then in order.
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import Counter
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+
+_READ_ONLY_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                                sqlite3.SQLITE_RECURSIVE})
+
+
+@dataclass(frozen=True)
+class SqlLimits:
+    seconds: float = 5.0            # per query, wall clock
+    max_length: int = 10 << 20      # longest string or blob a query may build (group_concat, randomblob)
+    max_rows: int = 100_000         # rows fetched into Python
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    rows: list | None
+    error: str | None = None        # why there are no rows: time/size/row limit, not authorized, SQL error
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def run_query(db: Path, query: str, limits: SqlLimits = SqlLimits()) -> QueryResult:
+    """The query's rows, or why it gave none; never raises for a bad or hostile query."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        return QueryResult(None, f"cannot open {db}: {exc}")
+    con.text_factory = lambda b: b.decode("utf-8", errors="replace")
+    try:
+        con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_length)
+        con.set_authorizer(_read_only)
+        deadline = time.monotonic() + limits.seconds
+        con.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
+        return _fetch(con, query, limits.max_rows)
+    finally:
+        con.close()
+
+
+def _read_only(action, *_args) -> int:
+    return sqlite3.SQLITE_OK if action in _READ_ONLY_ACTIONS else sqlite3.SQLITE_DENY
+
+
+def _fetch(con: sqlite3.Connection, query: str, max_rows: int) -> QueryResult:
+    try:
+        cursor = con.execute(query)
+        rows = cursor.fetchmany(max_rows + 1)
+    except sqlite3.DataError as exc:
+        return QueryResult(None, f"size limit: {exc}")
+    except sqlite3.OperationalError as exc:
+        return QueryResult(None, "time limit" if "interrupted" in str(exc) else f"SQL error: {exc}")
+    except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError) as exc:
+        return QueryResult(None, f"SQL error: {exc}")
+    if len(rows) > max_rows:
+        return QueryResult(None, "row limit")
+    return QueryResult(rows)
+
+
+def results_match(gold: list, pred: list, order_matters: bool) -> bool:
+    """test-suite-sql-eval's result_eq: equal up to a permutation of the columns; rows as a
+    multiset, or as a sequence when order matters."""
+    if not gold and not pred:
+        return True
+    if len(gold) != len(pred) or len(gold[0]) != len(pred[0]):
+        return False
+    if not _same_rows_ignoring_columns(gold, pred, order_matters):
+        return False
+    for perm in _column_permutations(gold, pred):
+        permuted = [tuple(row[i] for i in perm) for row in pred]
+        if (permuted == [tuple(r) for r in gold]) if order_matters else Counter(permuted) == Counter(map(tuple, gold)):
+            return True
+    return False
+
+
+def _unordered(row) -> tuple:
+    return tuple(sorted(row, key=lambda v: str(v) + str(type(v))))
+
+
+def _same_rows_ignoring_columns(gold, pred, order_matters: bool) -> bool:
+    """Quick rejection: each row's values as a sorted tuple must agree before permutations are tried."""
+    a, b = [_unordered(r) for r in gold], [_unordered(r) for r in pred]
+    return a == b if order_matters else set(a) == set(b)
+
+
+def _column_permutations(gold, pred):
+    """Candidate maps gold column -> pred column: pred column j can stand for gold column i only if
+    every value of j occurs in i (the official code samples 20 rows for this; all rows are used)."""
+    width = len(gold[0])
+    gold_values = [{row[i] for row in gold} for i in range(width)]
+    pred_values = [{row[j] for row in pred} for j in range(width)]
+    allowed = [[j for j in range(width) if pred_values[j] <= gold_values[i]] for i in range(width)]
+    return (perm for perm in product(*allowed) if len(set(perm)) == width)
+
+
+def exec_match(db: Path, pred: str, gold: str, limits: SqlLimits = SqlLimits()) -> bool:
+    """Both queries run (guarded) on the database and their results match; a gold query that fails
+    scores the example 0, as the official evaluator does."""
+    gold_result = run_query(db, gold, limits)
+    if not gold_result.ok:
+        return False
+    pred_result = run_query(db, pred, limits)
+    return pred_result.ok and results_match(gold_result.rows, pred_result.rows, "order by" in gold.lower())
