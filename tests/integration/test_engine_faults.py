@@ -173,6 +173,8 @@ def test_every_exit_signal_1_to_64_ends_its_job_once_with_a_readable_reason(tmp_
 class DiagnoseRaises(LocalBackend):
     """A backend whose own diagnosis (Slurm's sacct, ...) blows up."""
 
+    diagnoses_failures = True
+
     def diagnose(self, pid):
         raise RuntimeError("sacct printed nonsense")
 
