@@ -11,7 +11,8 @@ from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import ConfigError
 from lat_core.jobs import expand
 from lat_core.plan import plan_from_mapping
-from lat_core.train.config import load_peft_spec, parse_config
+from lat_core.config.job import parse_config
+from lat_core.config.peft_specs import load_peft_spec
 from lat_tui.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from lat_core.train.config import TrainConfigError, parse_config
+from lat_core.config.job import TrainConfigError, parse_config
 from lat_core.train.events import EventWriter, read_events
 
 ROOT = Path(__file__).resolve().parents[3]
