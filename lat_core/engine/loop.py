@@ -28,7 +28,8 @@ from lat_core.engine.launch import LaunchSpec, launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
 from lat_core.engine.mps import start_mps
-from lat_core.engine.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
+from lat_core.engine.placement import (distributed_argv, distributed_env, find_free_port, free_slots, merge, placements,
+                                       slots_used)
 from lat_core.engine.notices import RunNotices
 from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
@@ -126,11 +127,11 @@ class Engine:
         self._finish_if_drained(run)
 
     def _finish_if_drained(self, run: RunRow) -> None:
-        jobs = self.store.jobs(run.id)
-        if all(j.state in JOB_FINAL for j in jobs) and not self.store.open_attempts(run.id):
-            failed = sum(j.state != "succeeded" for j in jobs)
+        counts = self.store.job_counts(run.id)
+        if all(state in JOB_FINAL for state in counts) and not self.store.open_attempts(run.id):
+            succeeded = counts.get("succeeded", 0)
             final = "cancelled" if run.state == "cancelling" else "finished"
-            self.store.set_run_state(run.id, final, f"{len(jobs) - failed} succeeded, {failed} not")
+            self.store.set_run_state(run.id, final, f"{succeeded} succeeded, {sum(counts.values()) - succeeded} not")
             self._notices.run_finished(self.store.run(run.id))
             daemon = self._mps.pop(run.id, None)
             if daemon is not None:
@@ -140,16 +141,14 @@ class Engine:
     def _admit(self, run: RunRow) -> None:
         """Plan order, no barrier: each queued job takes the freest device that has a slot and the
         memory it is expected to need; a job that waits for memory does not block smaller ones."""
-        jobs = self.store.jobs(run.id)
-        queued = [j for j in jobs if j.state == "queued"]
-        if not queued:
-            return
+        running = self.store.running_jobs(run.id)
+        busy = slots_used(running)
+        if not free_slots(run.devices, busy) or not self.store.queued_jobs(run.id, limit=1):
+            return  # no queued job could start, however many wait: none is read
         local = self.backend(run.id).name == "local"
         self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
-        running = [j for j in jobs if j.state == "running"]
-        busy = slots_used(jobs)
         batch = [] if self._submits_arrays(run.id) else None
-        for job in queued:
+        for job in self.store.iter_queued(run.id):
             if (hold := self._warm.hold(job)) is not None:
                 self.store.set_waiting(job.id, hold)
                 continue
@@ -365,9 +364,8 @@ class Engine:
 
     # ------------------------------------------------------------------ progress
     def _read_progress(self, run: RunRow) -> None:
-        for job in self.store.jobs(run.id):
-            if job.state == "running":
-                self._read_events(job)
+        for job in self.store.running_jobs(run.id):
+            self._read_events(job)
 
     def _read_events(self, job: JobRow) -> None:
         path = Path(job.job_dir) / "events.jsonl"

@@ -35,9 +35,9 @@ class RunNotices:
         return self._by_run[run.id]
 
     def run_started(self, run: RunRow) -> None:
-        jobs = self.store.jobs(run.id)
-        self._emit(run, None, "start", f"LAT run {run.id} started: {len(jobs)} jobs",
-                   f"Run {run.id} started with {len(jobs)} jobs; outputs in {run.output_root}.")
+        n = sum(self.store.job_counts(run.id).values())  # called every tick: a count, not the rows
+        self._emit(run, None, "start", f"LAT run {run.id} started: {n} jobs",
+                   f"Run {run.id} started with {n} jobs; outputs in {run.output_root}.")
 
     def run_finished(self, run: RunRow) -> None:
         jobs = self.store.jobs(run.id)
