@@ -10,8 +10,9 @@ For each size N, on a fresh state directory with a real SQLite journal:
    directories written, run and jobs inserted), wall time;
 2. tick time with N queued: N fake-trainer jobs, ``--slots`` CPU slots taken by long-sleeping jobs
    after the first tick, then the wall time of one :meth:`Engine.tick` (median and max of
-   ``--ticks``, usage sampling included whenever it is due);
-3. ``lat-tui status`` wall time on that journal (a fresh interpreter, as a user runs it);
+   ``--ticks``, usage sampling included whenever it is due) and its CPU time (median; on a shared
+   machine the wall time also holds other processes' turns);
+3. ``lat-tui status`` wall and CPU time on that journal (a fresh interpreter, as a user runs it);
 4. engine CPU per job (sizes up to ``--run-max`` only: 10,000 real jobs through fake trainers take
    too long on a small machine): all N fake trainers (``--sleep``) run to completion by the
    in-process engine at the detached engine's poll interval; the process CPU time (user + system,
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -87,17 +89,19 @@ def new_run(n: int, workdir: Path, slots: int, sleep: float) -> tuple[Store, int
     return store, run_id
 
 
-def time_ticks(n: int, workdir: Path, slots: int, ticks: int) -> tuple[float, float]:
-    """(median, max) seconds of one tick with ``slots`` long jobs running and n - slots queued."""
+def time_ticks(n: int, workdir: Path, slots: int, ticks: int) -> tuple[float, float, float]:
+    """(median wall, max wall, median CPU) seconds of one tick with ``slots`` long jobs running and
+    n - slots queued. The CPU time is the engine's own work, whatever else the machine runs."""
     store, run_id = new_run(n, workdir, slots, sleep=120.0)
     engine = Engine(store)
     try:
         engine.tick()  # launches the first ``slots`` jobs
-        times = []
+        times, cpu = [], []
         for _ in range(ticks):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             engine.tick()
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
             time.sleep(0.05)
         running = sum(1 for a in store.open_attempts(run_id) if a.pid)
         assert running == slots, f"expected {slots} running, found {running}"
@@ -110,19 +114,24 @@ def time_ticks(n: int, workdir: Path, slots: int, ticks: int) -> tuple[float, fl
                     pass
         engine.close()
     store.close()
-    return statistics.median(times), max(times)
+    return statistics.median(times), max(times), statistics.median(cpu)
 
 
-def time_status(state_dir: Path) -> float:
-    """Wall time of ``lat-tui status`` (best of 3, a fresh interpreter each)."""
+def time_status(state_dir: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``lat-tui status``, a fresh interpreter each time, best of 3."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    best = float("inf")
+    best, best_cpu = float("inf"), float("inf")
     for _ in range(3):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), children_cpu()
         subprocess.run([*LAT_TUI, "status", "--state-dir", str(state_dir)], env=env, check=True,
                        stdout=subprocess.DEVNULL)
-        best = min(best, time.perf_counter() - t0)
-    return best
+        best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, children_cpu() - c0)
+    return best, best_cpu
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_to_completion(n: int, workdir: Path, slots: int, sleep: float) -> tuple[float, float, str]:
@@ -171,10 +180,11 @@ def main() -> int:
             work = Path(tmp)
             plan_s = time_plan_expansion(n, work)
             print(f"[{n}] plan expansion + journal: {plan_s:.2f} s", file=sys.stderr, flush=True)
-            tick_med, tick_max = time_ticks(n, work / "ticks", args.slots, args.ticks)
-            print(f"[{n}] tick: median {tick_med * 1000:.1f} ms, max {tick_max * 1000:.1f} ms", file=sys.stderr, flush=True)
-            status_s = time_status(work / "ticks" / "state")
-            print(f"[{n}] lat-tui status: {status_s:.2f} s", file=sys.stderr, flush=True)
+            tick_med, tick_max, tick_cpu = time_ticks(n, work / "ticks", args.slots, args.ticks)
+            print(f"[{n}] tick: median {tick_med * 1000:.1f} ms, max {tick_max * 1000:.1f} ms, CPU {tick_cpu * 1000:.1f} ms",
+                  file=sys.stderr, flush=True)
+            status_s, status_cpu = time_status(work / "ticks" / "state")
+            print(f"[{n}] lat-tui status: {status_s:.2f} s, CPU {status_cpu:.2f} s", file=sys.stderr, flush=True)
             if n <= args.run_max:
                 cpu_ms, wall, check = run_to_completion(n, work / "run", args.slots, args.sleep)
                 run_cells = f"{cpu_ms:.1f} ms | {wall:.0f} s | {check}"
@@ -182,11 +192,11 @@ def main() -> int:
                 run_cells = "not run (too slow here) | - | -"
             print(f"[{n}] run to completion: {run_cells}", file=sys.stderr, flush=True)
         rows.append(f"| {n:,} | {plan_s:.2f} s | {tick_med * 1000:.1f} ms (max {tick_max * 1000:.1f}) "
-                    f"| {status_s:.2f} s | {run_cells} |")
+                    f"| {tick_cpu * 1000:.1f} ms | {status_s:.2f} s (CPU {status_cpu:.2f}) | {run_cells} |")
     print(f"\n{args.slots} CPU slots; fake trainer --sleep {args.sleep}; engine poll {POLL_S} s\n")
-    print("| jobs | plan expansion + journal | tick with N queued, slots busy | `lat-tui status` "
+    print("| jobs | plan expansion + journal | tick with N queued, slots busy: wall | tick: CPU | `lat-tui status` "
           "| engine CPU per job (run to completion) | run wall | launched once |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     return 0
 
