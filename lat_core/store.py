@@ -262,6 +262,12 @@ class Store:
         rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? AND state='running' ORDER BY seq", (run_id,))
         return [_job_row(r) for r in rows]
 
+    def has_unfinished_jobs(self, run_id: int) -> bool:
+        """True while any job of the run is not in a final state; stops at the first one found."""
+        marks = ",".join("?" * len(JOB_FINAL))
+        return self._db.execute(f"SELECT 1 FROM jobs WHERE run_id=? AND state NOT IN ({marks}) LIMIT 1",
+                                (run_id, *JOB_FINAL)).fetchone() is not None
+
     def job_counts(self, run_id: int) -> dict[str, int]:
         """state -> number of the run's jobs in it (states with none left out)."""
         rows = self._db.execute("SELECT state, COUNT(*) FROM jobs WHERE run_id=? GROUP BY state", (run_id,))

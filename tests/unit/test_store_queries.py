@@ -71,3 +71,13 @@ def test_job_counts_per_state(store):
     assert store.job_counts(run_id) == {"queued": 1, "running": 1, "succeeded": 2, "failed": 1}
     empty = store.create_run("plan: t", "/out", [], 0.0)
     assert store.job_counts(empty) == {}
+
+
+def test_has_unfinished_jobs_until_every_job_is_final(store):
+    run_id, ids = run_with(store, ["succeeded", "failed", "queued", "cancelled"])
+    assert store.has_unfinished_jobs(run_id)
+    store.set_job_state(ids[2], "running")
+    assert store.has_unfinished_jobs(run_id)
+    store.set_job_state(ids[2], "succeeded")
+    assert not store.has_unfinished_jobs(run_id)
+    assert not store.has_unfinished_jobs(store.create_run("plan: t", "/out", [], 0.0))  # no job at all
