@@ -31,7 +31,7 @@ from lat_core.engine.mps import start_mps
 from lat_core.engine.placement import (distributed_argv, distributed_env, find_free_port, free_slots, merge, placements,
                                        slots_used)
 from lat_core.engine.notices import RunNotices
-from lat_core.store import JOB_FINAL, AttemptRow, JobRow, RunRow, Store
+from lat_core.store import AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count, reread_oom_kill_count
 from lat_core.engine.warm import WarmStarts
 
@@ -127,8 +127,8 @@ class Engine:
         self._finish_if_drained(run)
 
     def _finish_if_drained(self, run: RunRow) -> None:
-        counts = self.store.job_counts(run.id)
-        if all(state in JOB_FINAL for state in counts) and not self.store.open_attempts(run.id):
+        if not self.store.has_unfinished_jobs(run.id) and not self.store.open_attempts(run.id):
+            counts = self.store.job_counts(run.id)
             succeeded = counts.get("succeeded", 0)
             final = "cancelled" if run.state == "cancelling" else "finished"
             self.store.set_run_state(run.id, final, f"{succeeded} succeeded, {sum(counts.values()) - succeeded} not")
