@@ -2,12 +2,14 @@
 
 One sampling pass lists the host's processes once (their parents, from one walk of /proc) and then
 sums each job's tree from that table: asking each job's runner for its descendants would walk all
-of /proc once per running job.
+of /proc once per running job. Memory is read only for the members of the jobs' trees.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import os
 
 import psutil
 
@@ -29,13 +31,16 @@ def job_usage(runner_pids: dict[int, int], gpus: GpuSnapshot) -> dict[int, JobUs
     for gpu in gpus.gpus:
         for pid, used in gpu.processes:
             gpu_by_pid[pid] = gpu_by_pid.get(pid, 0) + used
-    procs, children = process_table()
+    parents = parent_pids()
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
     usage = {}
     for job_id, pid in runner_pids.items():
         rss = gpu_bytes = 0
-        for member in tree_pids(pid, procs, children):
+        for member in tree_pids(pid, parents, children):
             try:
-                rss += procs[member].memory_info().rss
+                rss += psutil.Process(member).memory_info().rss
             except psutil.Error:  # it exited since the listing
                 continue
             gpu_bytes += gpu_by_pid.get(member, 0)
@@ -43,21 +48,30 @@ def job_usage(runner_pids: dict[int, int], gpus: GpuSnapshot) -> dict[int, JobUs
     return usage
 
 
-def process_table() -> tuple[dict[int, psutil.Process], dict[int, list[int]]]:
-    """(pid -> process, pid -> its children's pids) from one pass over the host's processes."""
-    procs: dict[int, psutil.Process] = {}
-    children: dict[int, list[int]] = {}
-    for proc in psutil.process_iter(["ppid"]):
-        procs[proc.pid] = proc
-        ppid = proc.info.get("ppid")
-        if ppid is not None:
-            children.setdefault(ppid, []).append(proc.pid)
-    return procs, children
+def parent_pids() -> dict[int, int]:
+    """pid -> parent pid of every process on the host: one read of ``/proc/<pid>/stat`` each where
+    there is a /proc (psutil's listing costs several reads per process), else psutil's."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {p.pid: p.info["ppid"] for p in psutil.process_iter(["ppid"]) if p.info.get("ppid") is not None}
+    parents = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:  # it exited since the listing
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")"
+        parents[int(name)] = int(stat[stat.rfind(b")") + 1:].split(maxsplit=2)[1])
+    return parents
 
 
-def tree_pids(root: int, procs: dict[int, psutil.Process], children: dict[int, list[int]]) -> list[int]:
+def tree_pids(root: int, parents: dict[int, int], children: dict[int, list[int]]) -> list[int]:
     """``root`` and all its descendants in the table; empty when ``root`` is gone."""
-    if root not in procs:
+    if root not in parents:
         return []
     tree, todo, seen = [], [root], {root}
     while todo:

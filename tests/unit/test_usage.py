@@ -1,5 +1,6 @@
 """Per-job usage from one process listing: each job's whole tree, GPU memory of any of its members."""
 
+import os
 import subprocess
 import sys
 import time
@@ -7,7 +8,7 @@ import time
 import psutil
 
 from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
-from lat_core.monitor.usage import job_usage
+from lat_core.monitor.usage import job_usage, parent_pids
 
 # a runner that starts a child (its "trainer") holding ~64 MiB, then waits
 PARENT = ("import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', "
@@ -47,3 +48,14 @@ def test_each_job_sums_its_own_tree_and_gpu_memory_of_its_members():
 
 def test_no_jobs_gives_no_usage():
     assert job_usage({}, GpuSnapshot(())) == {}
+
+
+def test_without_proc_the_parents_come_from_psutil(monkeypatch):
+    from_proc = parent_pids()
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: (_ for _ in ()).throw(OSError("no /proc"))
+                        if path == "/proc" else real_listdir(path))
+    from_psutil = parent_pids()
+    assert os.getpid() in from_psutil and from_psutil[os.getpid()] == os.getppid()
+    stable = set(from_proc) & set(from_psutil)  # processes may come and go between the two listings
+    assert len(stable) > 1 and all(from_proc[p] == from_psutil[p] for p in stable)
