@@ -27,6 +27,9 @@ from lat_core.job_files import events_path, has_finished
 from lat_core.plan import Plan
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+# libyaml's emitter where PyYAML has it (the same text, about 5x less CPU: a 10,000-job plan writes
+# 10,000 job.yaml files), else the pure-Python one
+SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 @dataclass
@@ -245,7 +248,7 @@ def materialize(job: JobSpec) -> None:
     record = {"argv": job.command(), "env": mask_env(job.env), "cwd": str(job.job_dir)}
     try:
         job.job_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(job.job_dir / "job.yaml", yaml.safe_dump(job.config, sort_keys=False))
+        _write_atomic(job.job_dir / "job.yaml", yaml.dump(job.config, Dumper=SAFE_DUMPER, sort_keys=False))
         _write_atomic(job.job_dir / "overrides.json", json.dumps(job.provenance, indent=1, default=str))
         _write_atomic(job.job_dir / "command.json", json.dumps(record, indent=1))
     except OSError as exc:  # read-only file system, disk full, a file where a directory should be

@@ -10,7 +10,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from lat_core.devices import Device
 from lat_core.errors import JournalError
@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS config_peaks (
   key TEXT PRIMARY KEY, peak_gpu INTEGER NOT NULL, peak_rss INTEGER NOT NULL, runs INTEGER NOT NULL, updated REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
+CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(run_id, state, seq);
 CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
 """
 
@@ -224,6 +225,13 @@ class Store:
             db.execute("UPDATE jobs SET waiting=? WHERE id=? AND COALESCE(waiting, '') != COALESCE(?, '')",
                        (reason, job_id, reason))
 
+    def set_waiting_after(self, run_id: int, after_seq: int, reason: str) -> None:
+        """The same reason for every queued job of the run after ``after_seq`` (all slots taken, or
+        admission paused): one statement, however many jobs wait."""
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET waiting=? WHERE run_id=? AND state='queued' AND seq>? "
+                       "AND COALESCE(waiting, '') != ?", (reason, run_id, after_seq, reason))
+
     def record_config_peak(self, key: str, peak_gpu: int, peak_rss: int) -> None:
         """The largest peak seen for a config on a dataset: what admission expects it to need."""
         with self._tx() as db:
@@ -248,6 +256,38 @@ class Store:
     def samples(self, job_id: int) -> list[tuple[float, int, int]]:
         rows = self._db.execute("SELECT ts, rss, gpu_mem FROM samples WHERE job_id=? ORDER BY id", (job_id,))
         return [tuple(r) for r in rows]
+
+    # The engine's per-tick reads: each touches only the active jobs (index jobs_run), so a tick
+    # costs the same with 10 or 10,000 jobs queued behind the busy slots.
+    def queued_jobs(self, run_id: int, limit: int | None = None, after_seq: int = 0) -> list[JobRow]:
+        """Queued jobs in plan order, from ``after_seq`` on, at most ``limit`` of them."""
+        rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? AND state='queued' AND seq>? ORDER BY seq LIMIT ?",
+                                (run_id, after_seq, -1 if limit is None else limit))
+        return [job_row(r) for r in rows]
+
+    def iter_queued(self, run_id: int, page: int = 64) -> Iterator[JobRow]:
+        """Queued jobs in plan order, read a page at a time: a caller that stops early (every slot
+        taken) never loads the rest. A job started while its page is in use is never read again."""
+        after = 0
+        while batch := self.queued_jobs(run_id, page, after):
+            for job in batch:
+                yield job
+            after = batch[-1].seq
+
+    def running_jobs(self, run_id: int) -> list[JobRow]:
+        rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? AND state='running' ORDER BY seq", (run_id,))
+        return [job_row(r) for r in rows]
+
+    def has_unfinished_jobs(self, run_id: int) -> bool:
+        """True while any job of the run is not in a final state; stops at the first one found."""
+        marks = ",".join("?" * len(JOB_FINAL))
+        return self._db.execute(f"SELECT 1 FROM jobs WHERE run_id=? AND state NOT IN ({marks}) LIMIT 1",
+                                (run_id, *JOB_FINAL)).fetchone() is not None
+
+    def job_counts(self, run_id: int) -> dict[str, int]:
+        """state -> number of the run's jobs in it (states with none left out)."""
+        rows = self._db.execute("SELECT state, COUNT(*) FROM jobs WHERE run_id=? GROUP BY state", (run_id,))
+        return {state: n for state, n in rows}
 
     # ------------------------------------------------------------------ attempts
     def start_attempt(self, job_id: int, device: str, exit_path: str, started: float | None = None,

@@ -30,11 +30,12 @@ from lat_core.engine.launch import LaunchSpec, launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
 from lat_core.engine.mps import start_mps
-from lat_core.engine.placement import distributed_argv, distributed_env, find_free_port, merge, placements, slots_used
+from lat_core.engine.placement import (distributed_argv, distributed_env, find_free_port, free_slots, merge, placements,
+                                       slots_used)
 from lat_core.engine.notices import RunNotices
 from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors
 from lat_core.engine.recovery import Recovery
-from lat_core.states import JOB_FINAL, JobState, RunState
+from lat_core.states import JobState, RunState
 from lat_core.store import AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count
 from lat_core.triage.hostoom import oom_kill_readings
@@ -148,11 +149,11 @@ class Engine(Recovery):
         self._finish_if_drained(run)
 
     def _finish_if_drained(self, run: RunRow) -> None:
-        jobs = self.store.jobs(run.id)
-        if all(j.state in JOB_FINAL for j in jobs) and not self.store.open_attempts(run.id):
-            failed = sum(j.state is not JobState.SUCCEEDED for j in jobs)
+        if not self.store.has_unfinished_jobs(run.id) and not self.store.open_attempts(run.id):
+            counts = self.store.job_counts(run.id)
+            succeeded = counts.get(JobState.SUCCEEDED, 0)
             final = RunState.CANCELLED if run.state is RunState.CANCELLING else RunState.FINISHED
-            self.store.set_run_state(run.id, final, f"{len(jobs) - failed} succeeded, {failed} not")
+            self.store.set_run_state(run.id, final, f"{succeeded} succeeded, {sum(counts.values()) - succeeded} not")
             self._notices.run_finished(self.store.run(run.id))
             daemon = self._mps.pop(run.id, None)
             if daemon is not None:
@@ -162,24 +163,31 @@ class Engine(Recovery):
     def _admit(self, run: RunRow) -> None:
         """Plan order, no barrier: each queued job takes the freest device that has a slot and the
         memory it is expected to need; a job that waits for memory does not block smaller ones."""
-        jobs = self.store.jobs(run.id)
-        queued = [j for j in jobs if j.state is JobState.QUEUED]
-        if not queued:
+        if not self.store.queued_jobs(run.id, limit=1):
+            return
+        if run.paused:  # every queued job says why it waits, in one statement
+            self.store.set_waiting_after(run.id, 0, "admission paused")
+            return
+        on_host = self._running_on_host(run)
+        running, busy = list(on_host), slots_used(on_host)
+        no_slot = f"no free slot on {'/'.join(d.id for d in run.devices)}"
+        if not free_slots(run.devices, busy):
+            self.store.set_waiting_after(run.id, 0, no_slot)  # none could start: none is read
             return
         local = self.backend(run.id).samples_local_processes
         self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
-        on_host = self._jobs_sharing_devices(run)
-        running = [j for j in on_host if j.state is JobState.RUNNING]
-        busy = slots_used(on_host)
         batch = [] if self._submits_arrays(run.id) else None
-        for job in queued:
-            if run.paused or (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
-                self.store.set_waiting(job.id, "admission paused" if run.paused else hold)  # every job passed over
+        for job in self.store.iter_queued(run.id):
+            if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
+                self.store.set_waiting(job.id, hold)
                 continue
             candidates = placements(job, run.devices, busy)
-            if not candidates:  # a gang job waits for N free slots; single jobs behind it may still fit
-                self.store.set_waiting(job.id, f"no free slot on {'/'.join(d.id for d in run.devices)}")
-                continue
+            if not candidates:
+                if job.world > 1 or job.avoid_devices:  # a gang job waits for N free slots; others may fit
+                    self.store.set_waiting(job.id, no_slot)
+                    continue
+                self.store.set_waiting_after(run.id, job.seq - 1, no_slot)  # this one and every job behind it
+                break
             chosen, reason = self._first_fitting(job, candidates, running)
             self.store.set_waiting(job.id, reason)
             if chosen is None:
@@ -194,11 +202,11 @@ class Engine(Recovery):
             running.append(self.store.job(job.id))
         self._launch_batch(run.id, batch or [])
 
-    def _jobs_sharing_devices(self, run: RunRow) -> list[JobRow]:
-        """Every active run's jobs on the same backend: one device ledger per state directory."""
+    def _running_on_host(self, run: RunRow) -> list[JobRow]:
+        """Every active run's running jobs on the same backend: one device ledger per state directory."""
         name = self.backend(run.id).name
         return [j for other in self.store.active_runs() if self.backend(other.id).name == name
-                for j in self.store.jobs(other.id)]
+                for j in self.store.running_jobs(other.id)]
 
     def _submits_arrays(self, run_id: int) -> bool:
         """``slurm.array: true``: the jobs of one admission pass go to the backend in one call."""
@@ -336,10 +344,9 @@ class Engine(Recovery):
 
     # ------------------------------------------------------------------ progress
     def _read_progress(self, run: RunRow) -> None:
-        for job in self.store.jobs(run.id):
-            if job.state is JobState.RUNNING:
-                with self._errors.job_guard(job.id, "engine error reading this job's events", self._job_fault):
-                    self._read_events(job)
+        for job in self.store.running_jobs(run.id):
+            with self._errors.job_guard(job.id, "engine error reading this job's events", self._job_fault):
+                self._read_events(job)
 
     def _read_events(self, job: JobRow) -> None:
         if job.id not in self._tails:

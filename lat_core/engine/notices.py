@@ -39,9 +39,11 @@ class RunNotices:
         return self._by_run[run.id]
 
     def run_started(self, run: RunRow) -> None:
-        jobs = self.store.jobs(run.id)
-        self._emit(run, None, "start", f"LAT run {run.id} started: {len(jobs)} jobs",
-                   f"Run {run.id} started with {len(jobs)} jobs; outputs in {run.output_root}.")
+        if not self._may_send(run, None, "start"):
+            return  # called every tick: the jobs are counted only when the notice may go out
+        n = sum(self.store.job_counts(run.id).values())
+        self._emit(run, None, "start", f"LAT run {run.id} started: {n} jobs",
+                   f"Run {run.id} started with {n} jobs; outputs in {run.output_root}.")
 
     def run_finished(self, run: RunRow) -> None:
         jobs = self.store.jobs(run.id)
@@ -61,6 +63,10 @@ class RunNotices:
             return
         self.store.add_transition(run.id, job_id, f"notice:{kind}", subject)
         threading.Thread(target=notices.emit, args=(kind, subject, body), daemon=True).start()
+
+    def _may_send(self, run: RunRow, job_id: int | None, kind: str) -> bool:
+        notices = self._notices(run)
+        return bool(notices.notifiers) and kind in notices.on and (run.id, job_id, kind) not in self._sent
 
     def _already_sent(self, run_id: int, job_id: int | None, kind: str) -> bool:
         key = (run_id, job_id, kind)

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
 from lat_core.engine.launch import Launched, process_start_time
-from lat_core.states import JobState
 
 WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain")
 # Variables read after the imports (the trainer's own overrides when it loads its config, CUDA's at
@@ -34,6 +33,7 @@ LATE_READ_NAMES = frozenset((*ENV_FIELDS, *EXTRA_NAMES))
 LATE_READ_SUFFIXES = ("_LOCAL_DIR",)  # GLUE_LOCAL_DIR & co.: where the trainer loads its data from
 READY_TIMEOUT_S = 180.0
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes
+PREPARE_LOOKAHEAD = 16  # queued jobs looked at per tick for one that may fork
 
 
 class WarmUnavailable(Exception):
@@ -162,7 +162,9 @@ class WarmStarts:
             self._starter = None
 
     def prepare(self, run) -> None:
-        queued = [j for j in self.store.jobs(run.id) if j.state is JobState.QUEUED]
+        # the jobs admission reaches next: a run whose first warm-capable job waits behind thousands
+        # of others starts the process when that job comes near, and a tick stays cheap meanwhile
+        queued = self.store.queued_jobs(run.id, limit=PREPARE_LOOKAHEAD)
         warm = next((w for j in queued if (w := self._for(j))), None)
         if warm is None:
             return

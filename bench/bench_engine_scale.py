@@ -1,0 +1,206 @@
+"""How the engine's cost grows with the number of jobs in a run (issue "Nothing a job does can stall
+the queue", item 7: work per tick proportional to active jobs).
+
+    python bench/bench_engine_scale.py [--sizes 100,1000,10000] [--run-max 1000] [--slots 8] [--sleep 0.05]
+
+For each size N, on a fresh state directory with a real SQLite journal:
+
+1. plan expansion plus journal writes: a plan of the ``demo`` suite (2 configs) over N/2 pairs on the
+   CPU through :func:`lat_core.service.prepare_run` and :func:`~lat_core.service.create_run` (job
+   directories written, run and jobs inserted), wall and CPU time;
+2. tick time with N queued: N fake-trainer jobs, ``--slots`` CPU slots taken by long-sleeping jobs
+   after the first tick, then the wall time of one :meth:`Engine.tick` (median and max of
+   ``--ticks``, usage sampling included whenever it is due) and its CPU time (median; on a shared
+   machine the wall time also holds other processes' turns);
+3. ``lat-tui status`` wall and CPU time on that journal (a fresh interpreter, as a user runs it);
+4. engine CPU per job (sizes up to ``--run-max`` only: 10,000 real jobs through fake trainers take
+   too long on a small machine): all N fake trainers (``--sleep``) run to completion by the
+   in-process engine at the detached engine's poll interval; the process CPU time (user + system,
+   children excluded) of the engine divided by N, and a check that nothing launched twice (one
+   "start" line per trainer, one attempt per job, every job succeeded).
+
+Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lat_core.config.paths import configs_root  # noqa: E402
+from lat_core.config.suites import SuiteRegistry  # noqa: E402
+from lat_core.engine.loop import Engine  # noqa: E402
+from lat_core.plan import plan_from_mapping  # noqa: E402
+from lat_core.service import create_run, prepare_run  # noqa: E402
+from lat_core.store import Store  # noqa: E402
+
+FAKE_TRAINER = ROOT / "tests" / "helpers" / "fake_trainer.py"
+LAT_TUI = [sys.executable, "-c", "import sys; from lat_tui.cli import main; sys.exit(main())"]
+POLL_S = 0.5  # the detached engine's default --poll
+
+
+def cpu_device(slots: int) -> dict:
+    return {"id": "cpu", "label": "cpu", "slots": slots, "env": {"CUDA_VISIBLE_DEVICES": ""}}
+
+
+def time_plan_expansion(n: int, workdir: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of prepare_run + create_run of a demo-suite plan with n jobs (2 configs x
+    n/2 pairs); the rest of the wall time is the file system's (3 files and a directory per job)."""
+    registry = SuiteRegistry(configs_root())
+    data = {"suites": [{"name": "demo", "rounds": "all"}], "pairs": [f"{i}:tiny-sst2" for i in range(1, n // 2 + 1)],
+            "gpus": "cpu", "slots": 8, "countdown_minutes": 0, "output_root": str(workdir / "plan_out")}
+    store = Store(workdir / "plan_state" / "journal.sqlite")
+    t0, c0 = time.perf_counter(), time.process_time()
+    plan = plan_from_mapping(data, registry, where="bench plan")
+    create_run(store, prepare_run(plan, registry=registry, environ={}))
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    store.close()
+    return elapsed, cpu
+
+
+def fake_jobs(n: int, workdir: Path, sleep: float) -> list[dict]:
+    record = workdir / "record"
+    record.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for i in range(n):
+        name = f"j{i:05d}"
+        job_dir = workdir / "out" / name
+        job_dir.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, str(FAKE_TRAINER), "--sleep", str(sleep), "--record", str(record), "--name", name]
+        jobs.append({"key": name, "suite": "t", "round": 1, "stem": name, "seed": 1, "dataset": "tiny-sst2",
+                     "job_dir": str(job_dir), "argv": argv, "env": {}})
+    return jobs
+
+
+def new_run(n: int, workdir: Path, slots: int, sleep: float) -> tuple[Store, int]:
+    store = Store(workdir / "state" / "journal.sqlite")
+    run_id = store.create_run("plan: bench", str(workdir / "out"), [cpu_device(slots)], 0.0)
+    store.add_jobs(run_id, fake_jobs(n, workdir, sleep))
+    return store, run_id
+
+
+def time_ticks(n: int, workdir: Path, slots: int, ticks: int) -> tuple[float, float, float]:
+    """(median wall, max wall, median CPU) seconds of one tick with ``slots`` long jobs running and
+    n - slots queued. The CPU time is the engine's own work, whatever else the machine runs."""
+    store, run_id = new_run(n, workdir, slots, sleep=120.0)
+    engine = Engine(store)
+    try:
+        engine.tick()  # launches the first ``slots`` jobs
+        times, cpu = [], []
+        for _ in range(ticks):
+            t0, c0 = time.perf_counter(), time.process_time()
+            engine.tick()
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+            time.sleep(0.05)
+        running = sum(1 for a in store.open_attempts(run_id) if a.pid)
+        assert running == slots, f"expected {slots} running, found {running}"
+    finally:
+        for attempt in store.open_attempts(run_id):
+            if attempt.pid:
+                try:
+                    os.killpg(attempt.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        engine.close()
+    store.close()
+    return statistics.median(times), max(times), statistics.median(cpu)
+
+
+def time_status(state_dir: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``lat-tui status``, a fresh interpreter each time, best of 3."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    best, best_cpu = float("inf"), float("inf")
+    for _ in range(3):
+        t0, c0 = time.perf_counter(), children_cpu()
+        subprocess.run([*LAT_TUI, "status", "--state-dir", str(state_dir)], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, children_cpu() - c0)
+    return best, best_cpu
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_to_completion(n: int, workdir: Path, slots: int, sleep: float) -> tuple[float, float, str]:
+    """(engine CPU ms per job, wall s, launch check) for n fake jobs run to the end."""
+    store, run_id = new_run(n, workdir, slots, sleep)
+    engine = Engine(store)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    engine.run(poll_interval=POLL_S)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    check = launch_check(store, run_id, workdir / "record", n)
+    store.close()
+    return cpu / n * 1000, wall, check
+
+
+def launch_check(store: Store, run_id: int, record: Path, n: int) -> str:
+    """'ok' when every job ran exactly once and succeeded, else what was wrong."""
+    jobs = store.jobs(run_id)
+    problems = []
+    starts = {log.stem: log.read_text().count("start ") for log in record.glob("*.log")}
+    twice = [k for k, c in starts.items() if c != 1]
+    if twice:
+        problems.append(f"{len(twice)} started != once")
+    if len(starts) != n:
+        problems.append(f"{n - len(starts)} never started")
+    multi = [j.key for j in jobs if j.attempts != 1]
+    if multi:
+        problems.append(f"{len(multi)} with attempts != 1")
+    bad = [j.key for j in jobs if j.state != "succeeded"]
+    if bad:
+        problems.append(f"{len(bad)} not succeeded")
+    return "; ".join(problems) or "ok"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="100,1000,10000")
+    parser.add_argument("--run-max", type=int, default=1000, help="largest size run to completion")
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--sleep", type=float, default=0.05, help="fake trainer's duration, seconds")
+    parser.add_argument("--ticks", type=int, default=20)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"lat-bench-{n}-") as tmp:
+            work = Path(tmp)
+            plan_s, plan_cpu = time_plan_expansion(n, work)
+            print(f"[{n}] plan expansion + journal: {plan_s:.2f} s, CPU {plan_cpu:.2f} s", file=sys.stderr, flush=True)
+            tick_med, tick_max, tick_cpu = time_ticks(n, work / "ticks", args.slots, args.ticks)
+            print(f"[{n}] tick: median {tick_med * 1000:.1f} ms, max {tick_max * 1000:.1f} ms, CPU {tick_cpu * 1000:.1f} ms",
+                  file=sys.stderr, flush=True)
+            status_s, status_cpu = time_status(work / "ticks" / "state")
+            print(f"[{n}] lat-tui status: {status_s:.2f} s, CPU {status_cpu:.2f} s", file=sys.stderr, flush=True)
+            if n <= args.run_max:
+                cpu_ms, wall, check = run_to_completion(n, work / "run", args.slots, args.sleep)
+                run_cells = f"{cpu_ms:.1f} ms | {wall:.0f} s | {check}"
+            else:
+                run_cells = "not run (too slow here) | - | -"
+            print(f"[{n}] run to completion: {run_cells}", file=sys.stderr, flush=True)
+        rows.append(f"| {n:,} | {plan_s:.2f} s (CPU {plan_cpu:.2f}) | {tick_med * 1000:.1f} ms (max {tick_max * 1000:.1f}) "
+                    f"| {tick_cpu * 1000:.1f} ms | {status_s:.2f} s (CPU {status_cpu:.2f}) | {run_cells} |")
+    print(f"\n{args.slots} CPU slots; fake trainer --sleep {args.sleep}; engine poll {POLL_S} s\n")
+    print("| jobs | plan expansion + journal | tick with N queued, slots busy: wall | tick: CPU | `lat-tui status` "
+          "| engine CPU per job (run to completion) | run wall | launched once |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""The engine's per-tick journal reads: only active jobs, in plan order, counted by SQL."""
+
+import pytest
+
+from lat_core.store import Store
+
+
+def job(key: str) -> dict:
+    return {"key": key, "suite": "s", "round": 1, "stem": key, "seed": 1, "dataset": "d", "job_dir": f"/x/{key}",
+            "argv": ["python", key], "env": {"A": key}}
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = Store(tmp_path / "journal.sqlite")
+    yield store
+    store.close()
+
+
+def run_with(store: Store, states: list[str]) -> tuple[int, list[int]]:
+    """A run whose jobs j0, j1, ... are in ``states`` (set through the engine's own writes)."""
+    run_id = store.create_run("plan: t", "/out", [], 0.0)
+    ids = store.add_jobs(run_id, [job(f"j{i}") for i in range(len(states))])
+    for job_id, state in zip(ids, states):
+        if state != "queued":
+            store.set_job_state(job_id, state)
+    return run_id, ids
+
+
+def test_queued_jobs_in_plan_order_with_limit_and_start(store):
+    run_id, _ = run_with(store, ["queued", "running", "queued", "succeeded", "queued", "queued"])
+    other, _ = run_with(store, ["queued"])
+    assert [j.key for j in store.queued_jobs(run_id)] == ["j0", "j2", "j4", "j5"]
+    assert [j.key for j in store.queued_jobs(run_id, limit=2)] == ["j0", "j2"]
+    after = store.queued_jobs(run_id, limit=2)[-1].seq
+    assert [j.key for j in store.queued_jobs(run_id, limit=2, after_seq=after)] == ["j4", "j5"]
+    first = store.queued_jobs(run_id, limit=1)[0]
+    assert (first.argv, first.env) == (["python", "j0"], {"A": "j0"})  # whole rows, JSON decoded
+    assert [j.key for j in store.queued_jobs(other)] == ["j0"]
+
+
+def test_iter_queued_pages_through_all_and_skips_jobs_started_meanwhile(store):
+    run_id, ids = run_with(store, ["queued"] * 7)
+    assert [j.key for j in store.iter_queued(run_id, page=3)] == [f"j{i}" for i in range(7)]
+    seen = []
+    for j in store.iter_queued(run_id, page=2):
+        seen.append(j.key)
+        if j.key == "j1":  # started while its page is in use; a later page must not bring j1 back
+            store.set_job_state(j.id, "running")
+            store.set_job_state(ids[4], "running")  # started before its page is read: skipped
+    assert seen == ["j0", "j1", "j2", "j3", "j5", "j6"]
+
+
+def test_iter_queued_stops_reading_when_the_caller_stops(store):
+    run_id, _ = run_with(store, ["queued"] * 5)
+    pages = store.iter_queued(run_id, page=2)
+    assert next(pages).key == "j0"
+    store.set_job_state(store.queued_jobs(run_id)[-1].id, "cancelled")
+    assert [j.key for j in pages] == ["j1", "j2", "j3"]  # later pages are read lazily
+
+
+def test_running_jobs_only_running_in_plan_order(store):
+    run_id, _ = run_with(store, ["running", "queued", "failed", "running"])
+    run_with(store, ["running"])
+    assert [j.key for j in store.running_jobs(run_id)] == ["j0", "j3"]
+
+
+def test_job_counts_per_state(store):
+    run_id, _ = run_with(store, ["queued", "running", "succeeded", "succeeded", "failed"])
+    run_with(store, ["queued"] * 3)
+    assert store.job_counts(run_id) == {"queued": 1, "running": 1, "succeeded": 2, "failed": 1}
+    empty = store.create_run("plan: t", "/out", [], 0.0)
+    assert store.job_counts(empty) == {}
+
+
+def test_has_unfinished_jobs_until_every_job_is_final(store):
+    run_id, ids = run_with(store, ["succeeded", "failed", "queued", "cancelled"])
+    assert store.has_unfinished_jobs(run_id)
+    store.set_job_state(ids[2], "running")
+    assert store.has_unfinished_jobs(run_id)
+    store.set_job_state(ids[2], "succeeded")
+    assert not store.has_unfinished_jobs(run_id)
+    assert not store.has_unfinished_jobs(store.create_run("plan: t", "/out", [], 0.0))  # no job at all

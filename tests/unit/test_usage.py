@@ -1,0 +1,61 @@
+"""Per-job usage from one process listing: each job's whole tree, GPU memory of any of its members."""
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
+from lat_core.monitor.usage import job_usage, parent_pids
+
+# a runner that starts a child (its "trainer") holding ~64 MiB, then waits
+PARENT = ("import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', "
+          "'import time; b = bytearray(64 << 20); time.sleep(60)']); c.wait()")
+
+
+def wait_for_child(pid: int) -> int:
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        kids = psutil.Process(pid).children()
+        if kids and kids[0].memory_info().rss > 64 << 20:
+            return kids[0].pid
+        time.sleep(0.05)
+    raise AssertionError("the child never started")
+
+
+def test_each_job_sums_its_own_tree_and_gpu_memory_of_its_members():
+    trees = [subprocess.Popen([sys.executable, "-c", PARENT]) for _ in range(2)]
+    try:
+        children = [wait_for_child(p.pid) for p in trees]
+        gpus = GpuSnapshot((GpuInfo(0, "GPU-0", "test", 0, 1 << 40, processes=((children[1], 5 << 30),)),))
+        usage = job_usage({10: trees[0].pid, 11: trees[1].pid, 12: 2**22 + 1}, gpus)  # 12: a pid that is gone
+        own = {job: sum(psutil.Process(p).memory_info().rss for p in (t.pid, c))
+               for job, t, c in zip((10, 11), trees, children)}
+        for job in (10, 11):
+            assert usage[job].rss_bytes >= (64 << 20)  # the child's memory counts for its job
+            assert abs(usage[job].rss_bytes - own[job]) < (8 << 20)  # and nothing of the other tree's
+        assert (usage[10].gpu_bytes, usage[11].gpu_bytes) == (0, 5 << 30)
+        assert usage[12].rss_bytes == usage[12].gpu_bytes == 0
+    finally:
+        for p in trees:
+            for child in psutil.Process(p.pid).children(recursive=True):
+                child.kill()
+            p.kill()
+            p.wait()
+
+
+def test_no_jobs_gives_no_usage():
+    assert job_usage({}, GpuSnapshot(())) == {}
+
+
+def test_without_proc_the_parents_come_from_psutil(monkeypatch):
+    from_proc = parent_pids()
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: (_ for _ in ()).throw(OSError("no /proc"))
+                        if path == "/proc" else real_listdir(path))
+    from_psutil = parent_pids()
+    assert os.getpid() in from_psutil and from_psutil[os.getpid()] == os.getppid()
+    stable = set(from_proc) & set(from_psutil)  # processes may come and go between the two listings
+    assert len(stable) > 1 and all(from_proc[p] == from_psutil[p] for p in stable)
