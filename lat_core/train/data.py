@@ -109,8 +109,10 @@ def load_dataset(name: str, data_dir: str = "", environ: dict | None = None) -> 
     for split in SPLITS:
         if not (root / f"{split}.jsonl").is_file():
             raise TrainConfigError(f"data: {root} has no {split}.jsonl")
+    files = [root / f"{split}.jsonl" for split in SPLITS] + [p for p in [root / "labels.json"] if p.is_file()]
     return Dataset(name, _read_jsonl(root / "train.jsonl"),
-                   _read_jsonl(root / "validation.jsonl"), tuple(words))
+                   _read_jsonl(root / "validation.jsonl"), tuple(words),
+                   info={"files": [str(p.resolve()) for p in files]})
 
 
 def prompt_text(sentence: str) -> str:
