@@ -154,7 +154,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     from .callbacks import EventsCallback, LatRun, RngCallback, TrackerConfigCallback
     from lat_core.config.job import resolve_max_steps
     from .hf_trainer import LatTrainer, build_scheduler, finish_distributed, training_arguments
-    from .models import build_base_model, count_params, load_tokenizer, wrap_peft
+    from .models import (build_base_model, count_params, load_tokenizer, mamba_fast_path_available,
+                         mamba_fast_path_note, wrap_peft)
     from .tracking import Trackers, public_config
 
     t0 = time.time()
@@ -181,6 +182,10 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     else:
         tokenizer.padding_side = "left"
     base = build_base_model(cfg, tokenizer)
+    mamba_fast = mamba_fast_path_available() if cfg.model.family == "mamba" else None
+    fast_note = mamba_fast_path_note(cfg.model.family, device.type, bool(mamba_fast))
+    if fast_note and is_main:
+        log(fast_note)
     setup.lap("model")
     if cfg.model.name_or_path == "tiny-random" and is_main:
         tokenizer.save_pretrained(str(cfg.output_dir / "tokenizer"))
@@ -274,7 +279,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
                     warmup_steps=warm, gradient_checkpointing=tr.gradient_checkpointing,
                     logits_to_keep=model._lat_ltk[0], dataloader=loader_cfg,
                     save_optimizer_state=tr.save_optimizer_state, optimizer_state=optimizer_state,
-                    report_to=trackers.active, setup_s=setup.phases)
+                    report_to=trackers.active, setup_s=setup.phases,
+                    mamba_fast_path=mamba_fast, slow_path_warning=fast_note)
     log(f"started {cfg.name}: {cfg.model.family} {cfg.model.name_or_path} on {device.type}, "
         f"{cfg.peft.method} trainable {trainable:,} / {total:,} params, data {cfg.data} "
         f"({len(train_ex)} train / {len(splits['validation'])} val"
