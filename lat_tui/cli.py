@@ -60,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         from lat_tui.triage_cli import main as triage_main
 
         return triage_main(argv[1:])
+    if argv[:1] == ["rerun"]:
+        from lat_tui.rerun_cli import main as rerun_main
+
+        return rerun_main(argv[1:])
     if argv[:1] == ["results"]:
         from lat_tui.results_cli import main as results_main
 
