@@ -307,3 +307,15 @@ def test_single_job_commands_of_the_trainer_runbooks(tmp_path, monkeypatch):
         (16, "pissa", 32, 0.1, 13)
     monkeypatch.setenv("HP_PISSA_FAST", "1")   # 001 s11 / 003: plain pissa -> the fast variant
     assert load_config(exp).peft.init_lora_weights == "pissa_niter_4"
+
+
+def test_adapter_json_as_cfg_names_the_replacement(tmp_path):
+    """003: `python train.py --cfg cfg/peft/lora/lora_qkvo_r8_a16.json` (an adapter spec as the job):
+    LAT's job file names the spec, so the trainer says how, exit 2."""
+    spec = tmp_path / "lora_qkvo_r8_a16.json"
+    spec.write_text(json.dumps({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}))
+    done = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(spec)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2
+    assert f"{spec} is an adapter (PEFT) spec, not a job file: put its fields under `peft:` of an experiment YAML" \
+        in done.stderr and "configs/peft/lora_qkvo_r8.yaml" in done.stderr
