@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from lat_core.config.datasets import canonical
 from lat_core.config.env import EnvValueError, apply_env, mask_env
 from lat_core.config.job import JobConfig, TrainConfigError, parse_config
 from lat_core.config.suites import SuiteRegistry
@@ -87,7 +88,7 @@ def _check_hp_data(plan: Plan, shell_env: dict[str, str]) -> None:
     The pair is where LAT takes the dataset from, so a differing HP_DATA is an error, not a guess."""
     source = "launching shell" if "HP_DATA" in shell_env else "plan env"
     value = (shell_env.get("HP_DATA") or plan.env.get("HP_DATA") or "").strip()
-    other = [p for p in plan.pairs if value and p.dataset != value]
+    other = [p for p in plan.pairs if value and canonical(p.dataset) != canonical(value)]  # HP_DATA=rte is glue-tvt_rte
     if other:
         raise ConfigError(f"HP_DATA={value} would replace the dataset of pair {other[0]}; name the dataset "
                           f"in the pairs instead (e.g. {other[0].seed}:{value}) and unset HP_DATA", where=source)

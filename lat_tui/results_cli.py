@@ -22,9 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="aggregate an output tree into tables and plots")
     p.add_argument("output_root", nargs="?", default=None,
                    help="the plan's output_root (default: the latest run's)")
+    p.add_argument("--base_dir", help=argparse.SUPPRESS)   # the old `aggregate_result.main --base_dir X --output Y`
     p.add_argument("--state-dir", metavar="DIR", help="where to find the latest run (default: $LAT_STATE_DIR "
                    "or ~/.local/state/lat)")
-    p.add_argument("--out", help="where files go (default: OUTPUT_ROOT/_results)")
+    p.add_argument("--out", "--output", help="where files go (default: OUTPUT_ROOT/_results)")
     p.add_argument("--small", action="store_true", help="leave out checkpoint and job config paths")
     p.add_argument("--workers", type=int, default=None, help="threads reading job folders")
     p.add_argument("--format", default="csv,json,md,png",
@@ -80,6 +81,7 @@ def latest_output_root(state_dir: str | None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args.output_root = args.base_dir or args.output_root
     if args.workers is not None and args.workers < 1:
         print("lat-tui results: --workers must be at least 1", file=sys.stderr)
         return EXIT_USAGE

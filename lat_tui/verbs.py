@@ -36,6 +36,8 @@ def _table() -> tuple[Verb, ...]:
     control = [Verb(name, "lat_tui.control_cli", control_cli.HELP[name], True) for name in control_cli.VERBS]
     other = [Verb("suites", "lat_tui.suites_cli", "the suites a plan can name, and which config tree each comes from",
                   False),
+             Verb("rerun", "lat_tui.rerun_cli", "run a finished job again from its folder, into a new folder",
+                  False),
              Verb("triage", "lat_tui.triage_cli", "why a job died: class, diagnosis, ranked remedies", False),
              Verb("results", "lat_tui.results_cli", "aggregate a run's outputs into tables and plots", False),
              Verb("completion", "lat_tui.completion", "print a bash or zsh completion script", False)]

@@ -10,11 +10,16 @@ GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
 KNOWN_DATASETS = frozenset(
     [f"glue-tvt_{t}" for t in GLUE_TASKS] + ["samsum", "dart", "spider", "tiny-sst2", "tiny-cola"]
 )
+#: Names the old scripts' runbooks use for a dataset LAT knows under another name. The seeds' Spider
+#: loader was called "spider-tvt" (train/validation/test, like glue-tvt_*): the same split LAT makes.
+ALIASES = {"spider-tvt": "spider"}
 
 
 def canonical(name: str) -> str:
-    """``rte`` -> ``glue-tvt_rte``; ``glue-tvt_rte_200`` (a 200-example subset) -> ``glue-tvt_rte``."""
+    """``rte`` -> ``glue-tvt_rte``; ``glue-tvt_rte_200`` (a 200-example subset) -> ``glue-tvt_rte``;
+    ``spider-tvt`` -> ``spider`` (ALIASES)."""
     base = re.sub(r"_\d+$", "", name)
+    base = ALIASES.get(base, base)
     return f"glue-tvt_{base}" if base in GLUE_TASKS else base
 
 

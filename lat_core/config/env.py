@@ -77,13 +77,21 @@ ENV_FIELDS: dict[str, EnvField] = {
     "GLA_FORCE_LEFT_PAD": EnvField("gla.force_left_pad", V.BOOLEAN),
     "GLA_VERBOSE": EnvField("gla.verbose", V.BOOLEAN),
 }
-#: Switches that add a tracker to train.report_to (the seeds' USE_WANDB=1 / USE_SWANLAB=1).
-TRACKER_SWITCHES = {"USE_WANDB": "wandb", "USE_SWANLAB": "swanlab"}
+#: Switches that add a tracker to train.report_to (the seeds' USE_WANDB=1 / USE_SWANLAB=1; the batch
+#: runbook turns SwanLab on with SWANLAB_ENABLE=1).
+TRACKER_SWITCHES = {"USE_WANDB": "wandb", "USE_SWANLAB": "swanlab", "SWANLAB_ENABLE": "swanlab"}
+#: HP_PISSA_FAST=1: a config whose init is plain "pissa" uses the fast variant (the seeds' trainer did).
+PISSA_FAST = ("HP_PISSA_FAST", "pissa", "pissa_niter_4")
 
 #: Prefixes the seeds used; variables with them are picked up from the launching shell too.
 ENV_PREFIXES = ("HP_", "DATALOADER_", "GLA_", "EVAL_GEN_", "LR_", "SWANLAB_", "WANDB_", "LAT_JOB_")
 EXTRA_NAMES = ("NUM_DATA_WORKERS", "GRADIENT_CHECKPOINTING", "PYTORCH_CUDA_ALLOC_CONF", "USE_WANDB", "USE_SWANLAB",
-               "REPORT_TO", "LOGITS_TO_KEEP", "EVAL_ACCUMULATION_STEPS", "SAVE_OPTIMIZER_STATE")
+               "REPORT_TO", "LOGITS_TO_KEEP", "EVAL_ACCUMULATION_STEPS", "SAVE_OPTIMIZER_STATE",
+               # the runbooks' stability settings, put on every command: they act in the job's process
+               "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MALLOC_ARENA_MAX",
+               # where the seeds found local data; EVAL_GEN=1 (generation eval) is what LAT always does
+               "NLTK_DATA", "GLUE_LOCAL_DIR", "SAMSUM_LOCAL_DIR", "DART_LOCAL_DIR", "SPIDER_LOCAL_DIR", "EVAL_GEN",
+               "USE_LIBUV")
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_RE = re.compile(r"(API_?KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|SMTP_PASS|MAIL_PASS)", re.I)
@@ -104,8 +112,9 @@ def mask_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def parse_env_value(name: str, value: str):
-    """Typed, range-checked value of a known variable (ENV_FIELDS or TRACKER_SWITCHES)."""
-    kind = ENV_FIELDS[name].kind if name in ENV_FIELDS else {n: V.BOOLEAN for n in TRACKER_SWITCHES}[name]
+    """Typed, range-checked value of a known variable (ENV_FIELDS, TRACKER_SWITCHES or HP_PISSA_FAST)."""
+    kind = ENV_FIELDS[name].kind if name in ENV_FIELDS else \
+        {n: V.BOOLEAN for n in (*TRACKER_SWITCHES, PISSA_FAST[0])}[name]
     try:
         return kind.parse_text(value)
     except ValueError as exc:
@@ -114,7 +123,7 @@ def parse_env_value(name: str, value: str):
 
 def is_config_variable(name: str) -> bool:
     """A variable that sets a job-config field (resolved into job.yaml), not only the job's env."""
-    return name in ENV_FIELDS or name in TRACKER_SWITCHES or name == "HP_DATA"
+    return name in ENV_FIELDS or name in TRACKER_SWITCHES or name in ("HP_DATA", PISSA_FAST[0])
 
 
 def apply_env(raw: dict, environ: dict, sources: dict, label: str = "env") -> dict:
@@ -136,6 +145,12 @@ def apply_env(raw: dict, environ: dict, sources: dict, label: str = "env") -> di
             if tracker not in trackers:
                 _set_field(raw, "train.report_to", [*trackers, tracker])
                 sources["train.report_to"] = f"env:{name}"
+    name, plain, fast = PISSA_FAST
+    if environ.get(name, "") != "" and parse_env_value(name, environ[name]):
+        peft = raw.get("peft") if isinstance(raw.get("peft"), dict) else {}
+        if peft.get("init_lora_weights") == plain:
+            _set_field(raw, "peft.init_lora_weights", fast)
+            sources["peft.init_lora_weights"] = f"env:{name}"
     return raw
 
 

@@ -60,6 +60,15 @@ class GpuProbe:
             self._reason = _describe(exc)
         return self._ready
 
+    def driver_version(self) -> str | None:
+        """The NVIDIA driver's version, or None where NVML cannot say (no driver, no pynvml)."""
+        if not self._init():
+            return None
+        try:
+            return _text(self._nvml.nvmlSystemGetDriverVersion())
+        except Exception:  # an old driver without the call: the record just lacks it
+            return None
+
     def snapshot(self) -> GpuSnapshot:
         if not self._init():
             return GpuSnapshot((), self._reason)

@@ -22,6 +22,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+ADAPTER_KEYS = {"peft_type", "r", "lora_alpha", "target_modules", "method", "init_lora_weights"}
+
+
+def adapter_spec_hint(path: str) -> str | None:
+    """The old train.py took an adapter JSON as --cfg (003: ``--cfg cfg/peft/lora/x.json``); LAT's
+    job file names the adapter spec instead. The replacement to use, when ``path`` is such a spec."""
+    import yaml
+    try:
+        raw = yaml.safe_load(open(path))
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(raw, dict) or "model" in raw or "data" in raw or not ADAPTER_KEYS & set(raw):
+        return None
+    return (f"--cfg: {path} is an adapter (PEFT) spec, not a job file: put its fields under `peft:` of an "
+            f"experiment YAML (LAT's names: method, r, alpha, dropout, target_modules, as in "
+            f"configs/peft/lora_qkvo_r8.yaml, or `peft: {{spec: NAME}}`) with model, data and train, "
+            f"and pass that YAML to --cfg")
+
+
 def main(argv=None) -> int:
     """Parse, check the output dir, train; map config problems to exit 2."""
     t_start = time.time()
@@ -40,7 +59,7 @@ def main(argv=None) -> int:
             argv=list(sys.argv[1:] if argv is None else argv))
     except TrainConfigError as exc:
         failed(events, exc)
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        print(f"error: {adapter_spec_hint(args.cfg) or exc}", file=sys.stderr, flush=True)
         return 2
     except BaseException as exc:
         failed(events, exc)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from lat_core.config.datasets import ALIASES
 from lat_core.config.job import TrainConfigError
 
 DATA_ROOT = Path(__file__).resolve().parent.parent / "data"
@@ -88,6 +89,7 @@ def load_dataset(name: str, data_dir: str = "", environ: dict | None = None) -> 
     m = SUBSET_RE.match(name)
     if m and not Path(name).expanduser().is_dir():
         return _subset(load_dataset(m.group("base"), data_dir, environ), int(m.group("n")))
+    name = ALIASES.get(name, name)
     if name in R.GLUE_TASKS:
         name = f"glue-tvt_{name}"
     if R.is_known(name):
@@ -107,8 +109,10 @@ def load_dataset(name: str, data_dir: str = "", environ: dict | None = None) -> 
     for split in SPLITS:
         if not (root / f"{split}.jsonl").is_file():
             raise TrainConfigError(f"data: {root} has no {split}.jsonl")
+    files = [root / f"{split}.jsonl" for split in SPLITS] + [p for p in [root / "labels.json"] if p.is_file()]
     return Dataset(name, _read_jsonl(root / "train.jsonl"),
-                   _read_jsonl(root / "validation.jsonl"), tuple(words))
+                   _read_jsonl(root / "validation.jsonl"), tuple(words),
+                   info={"files": [str(p.resolve()) for p in files]})
 
 
 def prompt_text(sentence: str) -> str:

@@ -84,11 +84,24 @@ def _need(path: Path, var: str) -> Path:
     return path
 
 
+# Files the readers below opened during one load(): the job record fingerprints them (record.py).
+_files_read: list[Path] = []
+# The `datasets` fingerprints of a hub download during one load(), by split.
+_hub_fingerprints: dict[str, str] = {}
+
+
 def load(name: str, data_dir: str = "", environ: dict | None = None) -> Dataset:
     environ = dict(os.environ) if environ is None else environ
+    _files_read.clear()
+    _hub_fingerprints.clear()
     if name.startswith("glue-tvt_"):
-        return load_glue(name.split("_", 1)[1], data_dir, environ)
-    return {"samsum": load_samsum, "dart": load_dart, "spider": load_spider}[name](data_dir, environ)
+        ds = load_glue(name.split("_", 1)[1], data_dir, environ)
+    else:
+        ds = {"samsum": load_samsum, "dart": load_dart, "spider": load_spider}[name](data_dir, environ)
+    ds.info["files"] = [str(p.resolve()) for p in _files_read]
+    if _hub_fingerprints:
+        ds.info["hub_fingerprints"] = dict(_hub_fingerprints)
+    return ds
 
 
 # ----------------------------------------------------------------------------- GLUE
@@ -105,6 +118,7 @@ def _glue_label(task: str, value) -> float | int:
 
 
 def _read_tsv(task: str, path: Path) -> list[dict]:
+    _files_read.append(path)
     rows = []
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
@@ -132,6 +146,7 @@ def _read_tsv(task: str, path: Path) -> list[dict]:
 
 
 def _read_table(path: Path) -> list[dict]:
+    _files_read.append(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
         return pq.read_table(path).to_pylist()
@@ -188,7 +203,9 @@ def _glue_hub(task: str) -> dict[str, list[dict]]:
     except Exception as exc:  # noqa: BLE001 - offline errors come in many types
         raise TrainConfigError(f"data: cannot fetch nyu-mll/glue {task} from the hub ({exc}); "
                                f"set {ENV_VARS['glue']} to a local copy") from exc
-    return {split: list(dd[split]) for split in dd if not split.startswith("test")}
+    splits = [split for split in dd if not split.startswith("test")]
+    _hub_fingerprints.update({split: dd[split]._fingerprint for split in splits})
+    return {split: list(dd[split]) for split in splits}
 
 
 def _glue_row(task: str, raw: dict) -> dict:
@@ -224,6 +241,7 @@ def load_glue(task: str, data_dir: str, environ: dict) -> Dataset:
 
 def _read_json_list(path: Path, var: str) -> list:
     _need(path, var)
+    _files_read.append(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 from . import data as D
-from lat_core.config.job import TrainConfigError
 
 
 def set_logits_to_keep(model, setting, source: str = "train.logits_to_keep") -> str:
@@ -24,16 +23,19 @@ def set_logits_to_keep(model, setting, source: str = "train.logits_to_keep") -> 
     model._lat_ltk = (setting if supported else 0, source, setting)
     if not supported and setting != 0:
         return f"logits_to_keep: {type(base).__name__}.forward has no logits_to_keep; computing all logits"
-    return f"logits_to_keep: {setting}" + (" (only the positions the loss needs)" if setting == "auto" else "")
+    if setting == "auto":
+        return "logits_to_keep: auto (only the positions the loss needs)"
+    return f"logits_to_keep: {setting} ({source}; at least the positions the loss needs)" if setting else \
+        "logits_to_keep: 0 (all positions)"
 
 
 def _forward(model, batch, need: int) -> tuple[torch.Tensor, int]:
     """(logits of the last k positions, k) with k >= need; k = width when all are computed."""
     setting, source, _ = getattr(model, "_lat_ltk", (0, "", 0))
     width = batch["input_ids"].shape[1]
-    keep = need if setting == "auto" else setting
-    if keep and keep < need:
-        raise TrainConfigError(f"{source}={setting}: the loss needs the last {need} positions of this batch")
+    # The seeds' LOGITS_TO_KEEP=1 (set on every GLUE command) means "as few as the loss allows";
+    # label-position loss needs two, so a smaller N computes what the loss needs instead of failing.
+    keep = need if setting == "auto" else (max(setting, need) if setting else 0)
     kwargs = {"logits_to_keep": keep} if keep and keep < width else {}
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
     return out.logits, out.logits.shape[1]

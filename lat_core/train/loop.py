@@ -8,13 +8,11 @@ label words at that same position.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import resource
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +22,7 @@ from lat_core.config.job import JobConfig, TrainConfigError
 from lat_core.results.metrics import spec_for
 from .events import EventWriter, log
 from .checkpoints import checkpoints, load_checkpoint, save_adapter
+from .record import add_data, write_env
 from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
     batch_loss, mean_loss_fn, set_logits_to_keep,
 )
@@ -70,39 +69,6 @@ def check_dtype(cfg: JobConfig, device: torch.device) -> None:
         where = f"{where[4:]}" if where.startswith("env:") else "model.dtype"
         raise TrainConfigError(f"{where}: {cfg.model.dtype} is not supported on {device.type} by "
                                f"torch {torch.__version__} ({exc}); use fp32 here") from None
-
-
-def write_env(out: Path, argv: list[str] | None, resume: bool = False) -> dict:
-    """env.json: package versions and the exact command of the invocation that started the job.
-    A resumed invocation is appended under ``resumes`` (with its own command and versions), so the
-    record of how the first steps were trained is never overwritten."""
-    import platform
-    import shlex
-    from importlib import metadata
-    versions = {}
-    for pkg in ("torch", "transformers", "peft", "flash-linear-attention", "fla-core", "tokenizers",
-                "safetensors", "scikit-learn", "scipy", "rouge-score", "sacrebleu", "datasets"):
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    argv = list(sys.argv[1:] if argv is None else argv)
-    record = {"python": platform.python_version(), "platform": platform.platform(),
-              "executable": sys.executable, "packages": versions,
-              "argv": [sys.executable, "-m", "lat_core.train", *argv],
-              "command": shlex.join([sys.executable, "-m", "lat_core.train", *argv]),
-              "cwd": os.getcwd(), "cuda": torch.version.cuda, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    path = out / "env.json"
-    if resume and path.is_file():
-        try:
-            first = json.loads(path.read_text())
-        except ValueError:
-            first = None
-        if isinstance(first, dict):
-            first.setdefault("resumes", []).append(record)
-            record = first
-    path.write_text(json.dumps(record, indent=1))
-    return record
 
 
 def micro_batches(idx: list[int], size: int) -> list[list[int]]:
@@ -188,7 +154,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     from .callbacks import EventsCallback, LatRun, RngCallback, TrackerConfigCallback
     from lat_core.config.job import resolve_max_steps
     from .hf_trainer import LatTrainer, build_scheduler, finish_distributed, training_arguments
-    from .models import build_base_model, count_params, load_tokenizer, wrap_peft
+    from .models import (build_base_model, count_params, load_tokenizer, mamba_fast_path_available,
+                         mamba_fast_path_note, wrap_peft)
     from .tracking import Trackers, public_config
 
     t0 = time.time()
@@ -204,8 +171,10 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     torch.manual_seed(cfg.seed)
     check_dtype(cfg, device)
     if is_main:
-        write_env(cfg.output_dir, argv, resume)
+        write_env(cfg, argv, resume)
     ds = D.load_dataset(cfg.data, cfg.data_dir)
+    if is_main:
+        add_data(cfg.output_dir, ds)
     tokenizer = load_tokenizer(cfg, D.build_tokenizer(ds))
     setup.lap("data")
     if not cfg.gla.force_left_pad and tokenizer.padding_side != "left":
@@ -213,6 +182,10 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     else:
         tokenizer.padding_side = "left"
     base = build_base_model(cfg, tokenizer)
+    mamba_fast = mamba_fast_path_available() if cfg.model.family == "mamba" else None
+    fast_note = mamba_fast_path_note(cfg.model.family, device.type, bool(mamba_fast))
+    if fast_note and is_main:
+        log(fast_note)
     setup.lap("model")
     if cfg.model.name_or_path == "tiny-random" and is_main:
         tokenizer.save_pretrained(str(cfg.output_dir / "tokenizer"))
@@ -306,7 +279,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
                     warmup_steps=warm, gradient_checkpointing=tr.gradient_checkpointing,
                     logits_to_keep=model._lat_ltk[0], dataloader=loader_cfg,
                     save_optimizer_state=tr.save_optimizer_state, optimizer_state=optimizer_state,
-                    report_to=trackers.active, setup_s=setup.phases)
+                    report_to=trackers.active, setup_s=setup.phases,
+                    mamba_fast_path=mamba_fast, slow_path_warning=fast_note)
     log(f"started {cfg.name}: {cfg.model.family} {cfg.model.name_or_path} on {device.type}, "
         f"{cfg.peft.method} trainable {trainable:,} / {total:,} params, data {cfg.data} "
         f"({len(train_ex)} train / {len(splits['validation'])} val"

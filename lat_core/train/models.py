@@ -33,6 +33,39 @@ def _mamba_classes():
     return MambaConfig, MambaForCausalLM
 
 
+MAMBA_KERNELS = ("mamba_ssm", "causal_conv1d")
+
+
+def _importable(module: str) -> bool:
+    import importlib
+    try:
+        importlib.import_module(module)
+    except Exception:  # ImportError, or a kernel built for another torch/CUDA failing at import
+        return False
+    return True
+
+
+def mamba_fast_path_available(importable=_importable) -> bool:
+    """Whether transformers' Mamba can use the fused CUDA kernels: its own ``is_fast_path_available``
+    where the installed version has one (4.x), else both kernel packages importable (5.x falls back
+    per function to them, then to PyTorch)."""
+    from transformers.models.mamba import modeling_mamba
+    flag = getattr(modeling_mamba, "is_fast_path_available", None)
+    if flag is not None:
+        return bool(flag)
+    return all(importable(m) for m in MAMBA_KERNELS)
+
+
+def mamba_fast_path_note(family: str, device_type: str, available: bool) -> str | None:
+    """The log line for a Mamba job on CUDA without the fast kernels; None when it does not apply."""
+    if family != "mamba" or device_type != "cuda" or available:
+        return None
+    return ("Mamba fast path unavailable: mamba_ssm / causal_conv1d are not importable, so transformers "
+            "runs Mamba's slow pure-PyTorch path on CUDA; expect training steps several times slower "
+            "and more activation memory (worse with longer sequences). Install the kernels in this "
+            "environment: pip install mamba-ssm causal-conv1d")
+
+
 def _tiny_model(cfg: JobConfig, tokenizer) -> nn.Module:
     """A randomly initialised small model sized from model.tiny, vocab from the tokenizer."""
     family = cfg.model.family

@@ -1,6 +1,7 @@
 """From-scratch GLA pretraining on a local text corpus:
 
     python -m lat_core.train.pretrain --preset conservative --output-dir DIR [--device_batch_size=16 ...]
+    python -m lat_core.train.pretrain --config=configs/dual_gpu/balanced.py   (the dual-GPU runbook's form)
 
 Runs alone or under torchrun (DDP; NCCL on GPUs, gloo on the CPU), with the same events as the
 fine-tuning trainer (started, step with tokens/s, eval, checkpoint, memory, finished). Tokens are
@@ -20,10 +21,19 @@ TINY_CORPUS = Path(__file__).resolve().parents[1] / "data" / "tiny_corpus.txt"
 
 
 def parse_args(argv):
+    """The dual-GPU runbook's forms too: ``--config=configs/dual_gpu/balanced.py`` (an alias of
+    --preset) or the preset file as the first argument (``train_dual_gpu.sh configs/dual_gpu/x.py``);
+    without --output-dir the run goes to ``runs/pretrain_<preset>`` under the current directory."""
+    argv = list(argv)
+    if argv and not argv[0].startswith("-"):
+        argv = ["--preset", argv[0], *argv[1:]]
     parser = argparse.ArgumentParser(prog="lat_core.train.pretrain")
-    parser.add_argument("--preset", default="conservative")
-    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--preset", "--config", dest="preset", default="conservative",
+                        help="conservative|balanced|aggressive or a YAML path (--config: the runbook's name)")
+    parser.add_argument("--output-dir", default=None)
     args, overrides = parser.parse_known_args(argv)
+    if args.output_dir is None:
+        args.output_dir = str(Path("runs") / f"pretrain_{Path(args.preset).stem}")
     return args, overrides
 
 

@@ -62,9 +62,17 @@ class PretrainConfig:
 
 
 def load_preset(name_or_path: str) -> dict:
+    """A shipped preset by name, or a YAML file. The dual-GPU scripts' Python configs
+    (``configs/dual_gpu/balanced.py``) name the shipped preset of the same stem, which holds their numbers."""
     path = Path(name_or_path)
+    if path.suffix == ".py":
+        if not (PRESET_DIR / f"{path.stem}.yaml").is_file():
+            raise PretrainConfigError(
+                f"{name_or_path}: the dual-GPU scripts' Python configs are LAT presets now: use "
+                f"--preset conservative|balanced|aggressive or a YAML file of preset fields")
+        path = Path(path.stem)
     if not path.suffix:
-        path = PRESET_DIR / f"{name_or_path}.yaml"
+        path = PRESET_DIR / f"{path}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
         raise PretrainConfigError(f"unknown preset {name_or_path!r} (known: {known}, or a YAML path)")

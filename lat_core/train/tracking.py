@@ -51,9 +51,11 @@ class Trackers:
                 environ.setdefault("WANDB_PROJECT", "lat")
                 environ.setdefault("WANDB_DIR", str(out))
             elif name == "swanlab":
-                _require("swanlab", "USE_SWANLAB=1 / train.report_to swanlab")
-                environ.setdefault("SWANLAB_LOG_DIR", str(out / "swanlab"))
-                self.run_name = environ.get("SWANLAB_EXPERIMENT_NAME") or cfg.name
+                _require("swanlab", "USE_SWANLAB=1 / SWANLAB_ENABLE=1 / train.report_to swanlab")
+                # the batch runbook spells swanlab's SWANLAB_LOG_DIR as SWANLAB_LOGDIR
+                environ.setdefault("SWANLAB_LOG_DIR", environ.get("SWANLAB_LOGDIR") or str(out / "swanlab"))
+                self.run_name = environ.get("SWANLAB_EXPERIMENT_NAME") or \
+                    environ.get("SWANLAB_EXPERIMENT_PREFIX", "") + cfg.name
             self.active.append(name)
         for note in self.notes:
             log(note)

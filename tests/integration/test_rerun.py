@@ -1,0 +1,135 @@
+"""Every job reproducible from its folder: env.json's record and `lat-tui rerun JOB_DIR`."""
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lat_core.errors import OutputPathError
+from lat_core.rerun import job_env, prepare_rerun
+from lat_core.service import EngineLock, open_store
+from lat_core.train.record import DIFF_LIMIT, config_tree, mask_secrets
+from lat_tui.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@example.org", "-c", "user.name=t", *args],
+                          check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def configs(tmp_path) -> Path:
+    """A user's config tree in git: one suite with the demo's tiny GLA config, then a local edit."""
+    root = tmp_path / "configs"
+    (root / "experiments" / "gla").mkdir(parents=True)
+    (root / "suites").mkdir()
+    exp = yaml.safe_load((ROOT / "configs" / "experiments" / "gla" / "tiny_lora_qkvo.yaml").read_text())
+    exp["train"].update(max_steps=6, eval_every=3, save_every=3, log_every=1, batch_size=4)
+    exp["peft"]["dropout"] = 0.1   # dropout draws random numbers: equal losses need equal seeds and RNG use
+    (root / "experiments" / "gla" / "tiny.yaml").write_text(yaml.safe_dump(exp))
+    (root / "suites" / "one.yaml").write_text(yaml.safe_dump({"rounds": {1: ["gla/tiny.yaml"]}}))
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "tiny tree")
+    with open(root / "suites" / "one.yaml", "a") as fh:
+        fh.write("# WANDB_API_KEY: do-not-save-me\n")
+    return root
+
+
+@pytest.fixture
+def state(tmp_path):
+    """The state dir; the engine a test's front end started is stopped after it (by its lock's pid)."""
+    yield tmp_path / "state"
+    if EngineLock(tmp_path / "state").is_held():
+        os.kill(int((tmp_path / "state" / "engine.lock").read_text()), signal.SIGTERM)
+
+
+def _step_losses(job_dir: Path) -> dict[int, float]:
+    events = [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines()]
+    return {e["step"]: e["loss"] for e in events if e["event"] == "step"}
+
+
+@pytest.mark.slow
+def test_rerun_from_the_folder_gives_equal_losses_and_a_full_record(configs, tmp_path, state, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "sk-secret-1")   # a secret in the job's env: masked, then re-supplied
+    code = main(["--suite", "one", "--pairs", "5:tiny-sst2", "--gpus", "cpu", "--gpu-plan", "1",
+                 "--env", "NUM_DATA_WORKERS=0", "--env", "WANDB_API_KEY=sk-secret-1",
+                 "--configs", str(configs), "--output-root", str(tmp_path / "runs"), "--state-dir", str(state)])
+    assert code == 0, capsys.readouterr().out
+    first = tmp_path / "runs" / "tiny-sst2_seed5" / "tiny"
+
+    record = json.loads((first / "env.json").read_text())
+    tree = record["config_tree"]
+    assert tree["commit"] == _git(configs, "rev-parse", "HEAD").strip() and tree["dirty"] is True
+    assert tree["experiment"] == str((configs / "experiments" / "gla" / "tiny.yaml").resolve())
+    assert "+# WANDB_API_KEY: ***" in tree["diff"] and "do-not-save-me" not in json.dumps(record)
+    assert "sk-secret-1" not in json.dumps(record)
+    assert any(line.startswith("torch==") for line in record["pip_freeze"])
+    assert record["accelerator"]["torch"] and record["accelerator"]["gpus"] == []   # CPU here
+    data = record["data"]
+    assert len(data["examples_sha256"]) == 64 and len(data["files"]) == 2
+    assert all(len(h) == 64 for h in data["files"].values())
+    assert record["config"]["seed"] == 5 and record["config"]["data"] == "tiny-sst2"
+
+    capsys.readouterr()
+    monkeypatch.setenv("WANDB_API_KEY", "sk-secret-1")
+    code = main(["rerun", str(first), "--output-root", str(tmp_path / "again"), "--state-dir", str(state)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    second = tmp_path / "again" / "tiny-sst2_seed5" / "tiny"
+    assert f"rerun of {first}" in out
+    a, b = _step_losses(first), _step_losses(second)
+    assert sorted(a) == [1, 2, 3, 4, 5, 6] and a == b   # same config, seed, data: the same losses exactly
+    again = json.loads((second / "env.json").read_text())
+    assert again["data"] == record["data"] and again["config_tree"]["commit"] == tree["commit"]
+    store = open_store(state)
+    runs = store.runs()
+    assert len(runs) == 2 and [j.job_dir for j in store.jobs(runs[-1].id)] == [str(second)]
+    assert store.jobs(runs[-1].id)[0].env["WANDB_API_KEY"] == "***"   # masked in the journal as ever
+    assert "sk-secret-1" not in (second / "command.json").read_text()
+
+
+def test_rerun_refuses_a_folder_that_is_not_a_job_and_an_existing_target(tmp_path, capsys):
+    assert main(["rerun", str(tmp_path), "--state-dir", str(tmp_path / "state")]) == 2
+    assert "no readable job.yaml" in capsys.readouterr().err
+    job = tmp_path / "runs" / "tiny-sst2_seed1" / "j"
+    job.mkdir(parents=True)
+    cfg = yaml.safe_load((ROOT / "configs" / "experiments" / "gla" / "tiny_lora_qkvo.yaml").read_text())
+    (job / "job.yaml").write_text(yaml.safe_dump({**cfg, "output_dir": str(job), "resolved": True}))
+    (tmp_path / "taken" / "tiny-sst2_seed1" / "j").mkdir(parents=True)
+    with pytest.raises(OutputPathError, match="exists already"):
+        prepare_rerun(job, tmp_path / "taken", "cpu")
+    prepared, missing = prepare_rerun(job, tmp_path / "new", "cpu")
+    assert missing == [] and prepared.jobs[0].config["seed"] == 1 and prepared.plan.gpus == "cpu"
+    assert not (tmp_path / "new").exists()   # nothing written before the run is created
+
+
+def test_masked_env_values_come_from_the_callers_environment(tmp_path):
+    (tmp_path / "command.json").write_text(json.dumps({"env": {"HP_LR": "0.1", "WANDB_API_KEY": "***",
+                                                               "HF_TOKEN": "***"}}))
+    env, missing = job_env(tmp_path, {"WANDB_API_KEY": "k"})
+    assert env == {"HP_LR": "0.1", "WANDB_API_KEY": "k"} and missing == ["HF_TOKEN"]
+
+
+def test_config_tree_outside_git_and_large_diffs(tmp_path):
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("name: x\n")
+    assert config_tree(plain) is None
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "exp.yaml").write_text("name: x\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "x")
+    clean = config_tree(repo / "exp.yaml")
+    assert clean["dirty"] is False and clean["diff"] == "" and len(clean["commit"]) == 40
+    (repo / "exp.yaml").write_text("name: x\n" + "# pad\n" * (DIFF_LIMIT // 4))
+    big = config_tree(repo / "exp.yaml")
+    assert big["dirty"] and big["diff_truncated"] and len(big["diff"]) == DIFF_LIMIT
+    assert mask_secrets("SMTP_PASSWORD=hunter2 HP_LR=0.1") == "SMTP_PASSWORD=*** HP_LR=0.1"

@@ -1,0 +1,321 @@
+"""The old scripts' runbooks (/work/shared/seeds 000-004), command by command: each documented command
+line, with the program name swapped for LAT's, means in LAT what the runbook says it means.
+
+GPU commands are resolved against a fake NVML with the runbook's GPU indices (the plan, devices, slots
+and every job's resolved config and env are checked without running); the runbooks' GLUE and Spider
+commands also run for real on the CPU, on the tiny copies in tests/fixtures/datasets.
+"""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lat_core.config.suites import SuiteRegistry
+from lat_core.monitor.fake_nvml import FakeNvml
+from lat_core.monitor.gpu import GpuProbe
+from lat_core.service import EngineLock, prepare_run
+from lat_core.train.pretrain_config import PretrainConfigError
+from lat_tui.cli import build_parser, main, plan_from_args
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "datasets"
+SUITES = {"E1": 1, "E4": 1, "E5": 1, "E8": 1, "E15": 3, "E155": 1}   # suite -> rounds in the tiny tree
+
+# 000 (batch runbook), section 1 and 4: the stability settings put on every command
+STABLE = ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 "
+          "MKL_NUM_THREADS=1 MALLOC_ARENA_MAX=2 ")
+SMALL = ("NUM_DATA_WORKERS=2 DATALOADER_PREFETCH_FACTOR=2 DATALOADER_PIN_MEMORY=1 DATALOADER_PERSISTENT_WORKERS=0 "
+         "GRADIENT_CHECKPOINTING=true LOGITS_TO_KEEP=1 EVAL_ACCUMULATION_STEPS=64")
+LARGE = ("NUM_DATA_WORKERS=1 GRADIENT_CHECKPOINTING=true LOGITS_TO_KEEP=1 DATALOADER_PREFETCH_FACTOR=1 "
+         "DATALOADER_PIN_MEMORY=0 DATALOADER_PERSISTENT_WORKERS=0 EVAL_ACCUMULATION_STEPS=32 "
+         "HP_EVAL_STEPS=5000 HP_SAVE_STEPS=5000 HP_LOGGING_STEPS=1000")
+# 001 (GLA trainer), sections 3 and 10-12: the exports before gla_batch_tmux_clean.sh
+GLA_EXPORTS = ("GLA_FORCE_LEFT_PAD=1 GLA_USE_MAX_NEW_TOKENS=1 GLA_USE_FUSED_SWIGLU=0 GLA_VERBOSE=1 EVAL_GEN=1 "
+               "EVAL_GEN_MAX_LENGTH=256 EVAL_GEN_MIN_LENGTH=0 EVAL_GEN_NUM_BEAMS=1 HP_EVAL_STEPS=1000 "
+               "HP_SAVE_STEPS=1000 HP_LOGGING_STEPS=50 LR_SCHEDULER_TYPE=cosine LR_WARMUP_RATIO=0.1 "
+               "HP_INIT=pissa_niter_4 NUM_DATA_WORKERS=2 DATALOADER_PREFETCH_FACTOR=2 "
+               "NLTK_DATA=/data/nltk_data SPIDER_LOCAL_DIR=/data/spider_data")
+
+# (runbook section, env, flags after the script name); the script is `lat-tui`
+BATCH_COMMANDS = [
+    ("000 s1 quick start", STABLE + "NUM_DATA_WORKERS=2 GRADIENT_CHECKPOINTING=true LOGITS_TO_KEEP=1",
+     '--suite E4 --round all --pairs "87:glue-tvt_cola" --gpus "2 3 5 6" --gpu-plan "3,3,1,3"'),
+    ("000 s4 CoLA", STABLE + SMALL,
+     '--suite E4 --round all --pairs "87:glue-tvt_cola" --gpus "2 3 5 6" --gpu-plan "3,3,1,3"'),
+    ("000 s4 QNLI", STABLE + SMALL,
+     '--suite E4 --round all --pairs "87:glue-tvt_qnli" --gpus "0 1 2 3" --gpu-plan "2,2,2,2"'),
+    ("000 s4 QQP", STABLE + LARGE + ' SWANLAB_ENABLE=1 SWANLAB_MODE=cloud SWANLAB_PROJECT="gla-mamba-qqp"',
+     '--suite E8 --round 1 --pairs "87:glue-tvt_qqp" --gpus "0 1 2 3 4 5" --gpu-plan "1,1,1,1,1,1"'),
+    ("000 s4 MNLI", STABLE + LARGE,
+     '--suite E8 --round 1 --pairs "87:glue-tvt_mnli" --gpus "0 1 2 3" --gpu-plan "1,1,1,1"'),
+    ("000 s2 HP_* and HP_DATA", "HP_BATCH_SIZE=4 HP_LR=0.0005 HP_EPOCHS=2 HP_PREC=fp32 HP_SEED=7 HP_DATA=rte "
+     "SAVE_OPTIMIZER_STATE=1",
+     '--suite E4 --round all --pairs "87:glue-tvt_rte" --gpus "0" --gpu-plan 2 --sleep-mins 5'),
+    ("001 s3 Spider", GLA_EXPORTS, '--suite E5 --round all --pairs "87:spider-tvt" --gpus "7" --gpu-plan "1"'),
+    ("001 s10 Spider E155", GLA_EXPORTS,
+     '--suite E155 --round all --pairs "87:spider-tvt" --gpus "0 1 3 4 6" --gpu-plan "2,2,2,2,2"'),
+    ("001 s11 SAMSum", GLA_EXPORTS + " SWANLAB_ENABLE=1 SWANLAB_MODE=cloud SWANLAB_PROJECT=p "
+     "HP_PISSA_FAST=1", '--suite E15 --round all --pairs "87:samsum" --gpus "7" --gpu-plan "1"'),
+    ("001 s12 SAMSum round 1", GLA_EXPORTS, '--suite E15 --round 1 --pairs "87:samsum" --gpus "3 4 5 6" '
+     '--gpu-plan "2,2,2,2"'),
+    ("001 s12 SAMSum round 3", GLA_EXPORTS, '--suite E15 --round 3 --pairs "87:samsum" '
+     '--gpus "0 1 2 3 4 5 6 7" --gpu-plan "1,1,1,1,1,1,1,1"'),
+    ("001 s8 W&B", "USE_WANDB=1 WANDB_PROJECT=your_project WANDB_NAME=your_experiment_name",
+     '--suite E4 --round all --pairs "87:glue-tvt_cola" --gpus "0" --gpu-plan 1'),
+    ("002 fixes", "GRADIENT_CHECKPOINTING=true LOGITS_TO_KEEP=1 HP_BATCH_SIZE=2 NUM_DATA_WORKERS=0",
+     '--suite E1 --round all --pairs "87:glue-tvt_qnli" --gpus "0 1 2 3 4 5 6" --gpu-plan "2,2,2,2,1,1,1"'),
+    ("002 recommended", "GRADIENT_CHECKPOINTING=true LOGITS_TO_KEEP=1 NUM_DATA_WORKERS=2 "
+     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 MKL_NUM_THREADS=1",
+     '--suite E1 --round all --pairs "87:glue-tvt_qnli" --gpus "0 1 2 3 4 5 6" --gpu-plan "2,2,2,2,2,2,2"'),
+]
+
+# What each documented variable must mean in the resolved job config (dotted field -> value).
+MEANS = {
+    "NUM_DATA_WORKERS": ("train.num_workers", int), "DATALOADER_PREFETCH_FACTOR": ("train.prefetch_factor", int),
+    "DATALOADER_PIN_MEMORY": ("train.pin_memory", lambda v: v == "1"),
+    "DATALOADER_PERSISTENT_WORKERS": ("train.persistent_workers", lambda v: v == "1"),
+    "GRADIENT_CHECKPOINTING": ("train.gradient_checkpointing", lambda v: v == "true"),
+    "LOGITS_TO_KEEP": ("train.logits_to_keep", int), "EVAL_ACCUMULATION_STEPS": ("train.eval_accumulation_steps", int),
+    "HP_EVAL_STEPS": ("train.eval_every", int), "HP_SAVE_STEPS": ("train.save_every", int),
+    "HP_LOGGING_STEPS": ("train.log_every", int), "HP_BATCH_SIZE": ("train.batch_size", int),
+    "HP_LR": ("train.lr", float), "HP_EPOCHS": ("train.epochs", float), "HP_PREC": ("model.dtype", {"fp32": "float32"}.get),
+    "SAVE_OPTIMIZER_STATE": ("train.save_optimizer_state", lambda v: v == "1"),
+    "GLA_FORCE_LEFT_PAD": ("gla.force_left_pad", lambda v: v == "1"),
+    "GLA_USE_MAX_NEW_TOKENS": ("eval.use_max_new_tokens", lambda v: v == "1"),
+    "GLA_USE_FUSED_SWIGLU": ("gla.use_fused_swiglu", lambda v: v == "1"), "GLA_VERBOSE": ("gla.verbose", lambda v: v == "1"),
+    "EVAL_GEN_MAX_LENGTH": ("eval.gen_max_length", int), "EVAL_GEN_MIN_LENGTH": ("eval.gen_min_length", int),
+    "EVAL_GEN_NUM_BEAMS": ("eval.num_beams", int), "LR_SCHEDULER_TYPE": ("train.lr_scheduler", str),
+    "LR_WARMUP_RATIO": ("train.warmup_ratio", float),
+}
+# Variables that act in the job's process (read there by torch, glibc, tokenizers, swanlab, the loaders)
+PROCESS_VARS = {"PYTORCH_CUDA_ALLOC_CONF", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                "MALLOC_ARENA_MAX", "SWANLAB_MODE", "SWANLAB_PROJECT", "NLTK_DATA", "SPIDER_LOCAL_DIR",
+                "WANDB_PROJECT", "WANDB_NAME", "EVAL_GEN"}
+
+
+@pytest.fixture
+def configs(tmp_path) -> Path:
+    """A tiny stand-in for the user's config tree: every suite the runbooks name, one tiny GLA config each."""
+    root = tmp_path / "configs"
+    exp = yaml.safe_load((ROOT / "configs" / "experiments" / "gla" / "tiny_lora_qkvo.yaml").read_text())
+    exp["peft"]["init_lora_weights"] = "pissa"
+    exp["train"].update(max_steps=4, eval_every=2, save_every=2, log_every=1)
+    (root / "experiments" / "gla").mkdir(parents=True)
+    (root / "suites").mkdir()
+    for suite, rounds in SUITES.items():
+        (root / "experiments" / "gla" / f"{suite}_tiny.yaml").write_text(yaml.safe_dump({**exp, "name": suite}))
+        (root / "suites" / f"{suite}.yaml").write_text(yaml.safe_dump(
+            {"rounds": {r: [f"gla/{suite}_tiny.yaml"] for r in range(1, rounds + 1)}}))
+    return root
+
+
+@pytest.fixture
+def engine_reaper(tmp_path):
+    """Stops the engine a test's front end started (only that one, by the pid in its lock file)."""
+    yield tmp_path / "state"
+    lock = tmp_path / "state" / "engine.lock"
+    if EngineLock(tmp_path / "state").is_held():
+        os.kill(int(lock.read_text()), signal.SIGTERM)
+
+
+def _env(text: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in shlex.split(text))
+
+
+def _get(config: dict, dotted: str):
+    for part in dotted.split("."):
+        config = config[part]
+    return config
+
+
+@pytest.mark.parametrize("section,env,flags", BATCH_COMMANDS, ids=[c[0] for c in BATCH_COMMANDS])
+def test_batch_command_means_what_the_runbook_says(section, env, flags, configs, tmp_path, monkeypatch):
+    environ = _env(env)
+    args = build_parser().parse_args(shlex.split(flags) + ["--configs", str(configs),
+                                                             "--output-root", str(tmp_path / "runs")])
+    plan = plan_from_args(args)
+    gpus = [int(g) for g in args.gpus.split()]
+    slots = [int(s) for s in args.gpu_plan.split(",")]
+    prepared = prepare_run(plan, registry=SuiteRegistry(configs), probe=GpuProbe(FakeNvml.with_gpus(8)),
+                           environ=environ)
+    assert [d["label"].split()[:2] for d in prepared.devices] == [["GPU", str(g)] for g in gpus]
+    assert [d["slots"] for d in prepared.devices] == (slots * len(gpus) if len(slots) == 1 else slots)
+    if "--sleep-mins" in flags:
+        assert plan.countdown_minutes == 5
+    assert prepared.jobs, "the suite and round select the tiny config"
+    for job in prepared.jobs:
+        pair = plan.pairs[0]
+        assert (job.seed, job.dataset) == (87, pair.dataset) and job.key.startswith(f"{pair.dataset}_seed87/")
+        for name, value in environ.items():
+            if name in MEANS:
+                field, parse = MEANS[name]
+                assert _get(job.config, field) == parse(value), (name, field)
+            if name in PROCESS_VARS:
+                assert job.env.get(name) == value, name
+        if "SWANLAB_ENABLE" in environ:
+            assert "swanlab" in job.config["train"]["report_to"]
+        if "USE_WANDB" in environ:
+            assert "wandb" in job.config["train"]["report_to"]
+        if "HP_PISSA_FAST" in environ and "HP_INIT" not in environ:
+            assert job.config["peft"]["init_lora_weights"] == "pissa_niter_4"
+        if "HP_SEED" in environ:   # the pair's seed wins, as the launcher's FORCE_SEED did
+            assert job.config["seed"] == 87
+
+
+def _events(job_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_glue_cola_command_trains_with_the_runbook_env_on_the_cpu(configs, tmp_path, monkeypatch, capsys,
+                                                                  engine_reaper):
+    """000 s4 CoLA: the whole env the runbook puts on every GLUE command; classification jobs must
+    train (LOGITS_TO_KEEP=1 made each fail at its first step). GPUs swapped for the CPU."""
+    for name, value in _env(STABLE + SMALL).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("GLUE_LOCAL_DIR", str(FIXTURES / "glue"))
+    code = main(shlex.split('--suite E4 --round all --pairs "87:glue-tvt_cola" --gpus cpu --gpu-plan 1')
+                + ["--configs", str(configs), "--output-root", str(tmp_path / "runs"),
+                   "--state-dir", str(engine_reaper)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    job_dir = tmp_path / "runs" / "glue-tvt_cola_seed87" / "E4_tiny"
+    events = _events(job_dir)
+    started = events[0]
+    assert started["event"] == "started" and started["logits_to_keep"] == 1
+    assert started["gradient_checkpointing"] is True and started["dataloader"]["num_workers"] == 2
+    assert events[-1]["event"] == "finished" and any(e["event"] == "eval" for e in events)
+    log = (job_dir / "train.log").read_text()
+    assert "logits_to_keep: 1 (train.logits_to_keep; at least the positions the loss needs)" in log
+
+    # 000 s7: python -m aggregate_result.main --base_dir X --output Y --workers 5 --small -> lat-tui results
+    agg = tmp_path / "all_agg_results" / "glue_all"
+    assert main(["results", "--base_dir", str(tmp_path / "runs"), "--output", str(agg), "--workers", "5",
+                 "--small"]) == 0
+    tables = {p.name: p.read_text() for p in agg.glob("*.csv")}
+    assert any("glue-tvt_cola" in name and "E4_tiny,1,87" in text for name, text in tables.items()), tables
+
+    # 000 s6: resume one job by hand from its folder (the old train.py --cfg <out>/cfg.yaml --resume)
+    more = yaml.safe_load((job_dir / "job.yaml").read_text())
+    more["train"]["max_steps"] = 6
+    (job_dir / "job.yaml").write_text(yaml.safe_dump(more))
+    done = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(job_dir / "job.yaml"), "--resume"],
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = [e["step"] for e in _events(job_dir) if e["event"] == "step"]
+    assert steps[-1] == 6 and "resumed from checkpoint-4 at step 4" in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_spider_tvt_command_trains_on_the_cpu(configs, tmp_path, monkeypatch, capsys, engine_reaper):
+    """001 s3: `--pairs "87:spider-tvt"` with the GLA exports; Spider from SPIDER_LOCAL_DIR."""
+    for name, value in _env(GLA_EXPORTS).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SPIDER_LOCAL_DIR", str(FIXTURES / "spider"))
+    monkeypatch.setenv("EVAL_GEN_MAX_LENGTH", "8")   # the runbook's 256 new tokens: minutes on a CPU
+    monkeypatch.setenv("NUM_DATA_WORKERS", "0")
+    code = main(shlex.split('--suite E5 --round all --pairs "87:spider-tvt" --gpus cpu --gpu-plan "1"')
+                + ["--configs", str(configs), "--output-root", str(tmp_path / "runs"),
+                   "--state-dir", str(engine_reaper)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    job_dir = tmp_path / "runs" / "spider-tvt_seed87" / "E5_tiny"
+    events = _events(job_dir)
+    assert events[0]["data"] == "spider-tvt" and events[-1]["event"] == "finished"
+    assert events[0]["lr_scheduler"] == "cosine"
+    record = json.loads((job_dir / "env.json").read_text())
+    assert any(p.endswith("train_spider.json") for p in record["data"]["files"])
+
+
+def _pretrain_args(argv: list[str]):
+    from lat_core.train.pretrain import parse_args
+    from lat_core.train.pretrain_config import build_config
+
+    args, overrides = parse_args(argv)
+    return args, build_config(args.preset, overrides)
+
+
+@pytest.mark.parametrize("argv,preset,dev,total,world,accum", [
+    # 004: ./train_dual_gpu_enhanced.sh ... -> torchrun --nproc_per_node=2 -m lat_core.train.pretrain ...
+    # balanced's seq_len 2048: 16 x 2048 x 2 GPUs = 65536 tokens a step > 49152; the seeds' script refused it too
+    ("--device_batch_size=16 --total_batch_size=49152 --config=configs/dual_gpu/balanced.py", "balanced", 16, 49152,
+     2, None),
+    ("--num_iterations=50 --eval_every=25 --config=configs/dual_gpu/conservative.py", "conservative", 8, 24576, 2, 1),
+    ("--config=configs/dual_gpu/conservative.py", "conservative", 8, 24576, 2, 1),
+    ("--device_batch_size=12 --total_batch_size=36864 --config=configs/dual_gpu/conservative.py", "conservative",
+     12, 36864, 2, 1),
+    ("--device_batch_size=16 --total_batch_size=49152 --config=configs/dual_gpu/conservative.py", "conservative",
+     16, 49152, 2, 1),
+    # 004: ./train_dual_gpu.sh configs/dual_gpu/<preset>.py
+    ("configs/dual_gpu/conservative.py", "conservative", 8, 24576, 2, 1),
+    ("configs/dual_gpu/balanced.py", "balanced", 12, 49152, 2, 1),
+    ("configs/dual_gpu/aggressive.py", "aggressive", 14, 86016, 2, 1),
+])
+def test_dual_gpu_commands_pick_the_preset(argv, preset, dev, total, world, accum):
+    args, cfg = _pretrain_args(shlex.split(argv))
+    assert Path(args.preset).stem == preset and args.output_dir == f"runs/pretrain_{preset}"
+    assert (cfg.device_batch_size, cfg.total_batch_size) == (dev, total)
+    if accum is None:
+        with pytest.raises(PretrainConfigError, match=r"x world 2 = 65536 \(49152 / 65536 = 0.750\)"):
+            cfg.grad_accum(world)
+    else:
+        assert cfg.grad_accum(world) == accum
+    if "--num_iterations=50" in argv:
+        assert (cfg.num_iterations, cfg.eval_every) == (50, 25)
+
+
+def test_dual_gpu_config_of_unknown_name_names_the_replacement():
+    with pytest.raises(PretrainConfigError, match="--preset conservative|balanced|aggressive"):
+        _pretrain_args(["--config=configs/dual_gpu/custom.py"])
+
+
+@pytest.mark.slow
+def test_dual_gpu_config_form_runs_a_tiny_pretraining(tmp_path):
+    """004's `--config=...` form end to end, with a model small enough for the CPU."""
+    tiny = ["--depth=1", "--seq_len=32", "--device_batch_size=2", "--total_batch_size=64", "--num_iterations=2",
+            "--eval_every=2", "--eval_tokens=64", "--save_every=2", "--dtype=float32"]
+    done = subprocess.run([sys.executable, "-m", "lat_core.train.pretrain", "--config=configs/dual_gpu/conservative.py",
+                           *tiny], cwd=tmp_path, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = _events(tmp_path / "runs" / "pretrain_conservative")
+    assert events[-1]["event"] == "finished"
+
+
+def test_single_job_commands_of_the_trainer_runbooks(tmp_path, monkeypatch):
+    """003: `python train.py --cfg E1_QKVO_r8_alpha16.yaml` and `HP_PEFT_R=16 HP_INIT=pissa python train.py
+    --cfg ...` -> `python -m lat_core.train --cfg ...`; the variables mean what 003 lists."""
+    from lat_core.config.job import load_config
+    from lat_core.train.__main__ import parse_args
+
+    exp = tmp_path / "E1_QKVO_r8_alpha16.yaml"
+    exp.write_text((ROOT / "configs" / "experiments" / "gla" / "tiny_lora_qkvo.yaml").read_text())
+    assert parse_args(["--cfg", str(exp), "--overwrite"]).overwrite   # 001 s6: --cfg "$CFG_INJ" --overwrite
+    for name, value in {"HP_PEFT_R": "16", "HP_INIT": "pissa", "HP_PEFT_ALPHA": "32", "HP_PEFT_DROPOUT": "0.1",
+                        "HP_SEED": "13"}.items():
+        monkeypatch.setenv(name, value)
+    cfg = load_config(exp)
+    assert (cfg.peft.r, cfg.peft.init_lora_weights, cfg.peft.alpha, cfg.peft.dropout, cfg.seed) == \
+        (16, "pissa", 32, 0.1, 13)
+    monkeypatch.setenv("HP_PISSA_FAST", "1")   # 001 s11 / 003: plain pissa -> the fast variant
+    assert load_config(exp).peft.init_lora_weights == "pissa_niter_4"
+
+
+def test_adapter_json_as_cfg_names_the_replacement(tmp_path):
+    """003: `python train.py --cfg cfg/peft/lora/lora_qkvo_r8_a16.json` (an adapter spec as the job):
+    LAT's job file names the spec, so the trainer says how, exit 2."""
+    spec = tmp_path / "lora_qkvo_r8_a16.json"
+    spec.write_text(json.dumps({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}))
+    done = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(spec)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2
+    assert f"{spec} is an adapter (PEFT) spec, not a job file: put its fields under `peft:` of an experiment YAML" \
+        in done.stderr and "configs/peft/lora_qkvo_r8.yaml" in done.stderr

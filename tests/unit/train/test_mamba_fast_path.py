@@ -1,0 +1,45 @@
+"""The Mamba fast-path note: said for Mamba on CUDA without the kernels, never otherwise."""
+
+import pytest
+
+from lat_core.train import models
+
+
+def test_availability_follows_the_kernel_packages(monkeypatch):
+    from transformers.models.mamba import modeling_mamba
+
+    monkeypatch.delattr(modeling_mamba, "is_fast_path_available", raising=False)   # transformers 5.x
+    assert models.mamba_fast_path_available(lambda m: True) is True
+    assert models.mamba_fast_path_available(lambda m: m != "causal_conv1d") is False
+    monkeypatch.setattr(modeling_mamba, "is_fast_path_available", False, raising=False)   # 4.x's own flag wins
+    assert models.mamba_fast_path_available(lambda m: True) is False
+
+
+def test_note_says_cost_and_install_command_only_where_it_applies():
+    note = models.mamba_fast_path_note("mamba", "cuda", available=False)
+    assert "slow pure-PyTorch path" in note and "several times slower" in note
+    assert note.endswith("pip install mamba-ssm causal-conv1d")
+    assert models.mamba_fast_path_note("mamba", "cuda", available=True) is None
+    assert models.mamba_fast_path_note("mamba", "cpu", available=False) is None   # no kernels on the CPU anyway
+    assert models.mamba_fast_path_note("gla", "cuda", available=False) is None
+
+
+@pytest.mark.slow
+def test_started_event_records_the_fast_path(tmp_path, monkeypatch):
+    """A tiny Mamba job on the CPU: the started event says whether the kernels were usable, and no
+    warning is logged (the CPU has no fast path to miss)."""
+    import json
+
+    import yaml
+
+    from lat_core.train.__main__ import main
+
+    cfg = yaml.safe_load(open(models.__file__.replace("lat_core/train/models.py",
+                                                      "configs/experiments/mamba/tiny_lora.yaml")))
+    cfg["train"].update(max_steps=1, eval_every=1, save_every=1)
+    cfg["output_dir"] = str(tmp_path / "job")
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.setattr(models, "mamba_fast_path_available", lambda: False)
+    assert main(["--cfg", str(tmp_path / "job.yaml")]) == 0
+    started = json.loads((tmp_path / "job" / "events.jsonl").read_text().splitlines()[0])
+    assert started["mamba_fast_path"] is False and started["slow_path_warning"] is None
