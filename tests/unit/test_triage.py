@@ -11,6 +11,7 @@ import yaml
 
 from lat_core.triage import (Diagnosis, classify, parse_cuda_oom, read_oom_kill_count,
                              reread_oom_kill_count, size_to_bytes)
+from lat_core.triage.oom import oom_kind
 from lat_core.triage.sources import TAIL_BYTES, read_tail_lines
 from lat_tui.triage_cli import main as triage_main
 
@@ -112,6 +113,19 @@ def test_cuda_oom_peak_offers_only_what_lowers_the_jobs_own_peak(tmp_path):
     d = classify(make_job(tmp_path, "cuda_oom_peak.log"), 1)
     assert d.numbers["oom_kind"] == "peak"
     assert keys(d) == ["gradient_checkpointing", "smaller_micro_batch"]
+
+
+def test_just_short_with_an_empty_cache_is_a_peak_not_fragmentation():
+    """Seen on an H100 (tests/gpu): a job that grew until the card was full, 1.84 GiB left for a
+    2 GiB request and nothing cached: the memory did not exist, so no allocator setting helps."""
+    text = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.18 GiB of "
+            "which 1.84 GiB is free. Process 4242 has 2.82 GiB memory in use. Including non-PyTorch memory, "
+            "this process has 74.51 GiB memory in use. Of the allocated memory 74.00 GiB is allocated by "
+            "PyTorch, and 0 bytes is reserved by PyTorch but unallocated.")
+    numbers = parse_cuda_oom(text)
+    assert oom_kind(numbers)[0] == "peak"
+    cached = text.replace("0 bytes is reserved", "512.00 MiB is reserved")  # the same, with a cache to reuse
+    assert oom_kind(parse_cuda_oom(cached))[0] == "fragmentation"
 
 
 def test_remedies_already_in_force_are_not_offered(tmp_path):
