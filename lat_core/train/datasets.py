@@ -2,9 +2,12 @@
 
 Sources, first match wins:
 - a local directory: config key `data_dir`, else the env var (GLUE_LOCAL_DIR, SAMSUM_LOCAL_DIR,
-  DART_LOCAL_DIR, SPIDER_LOCAL_DIR).  The environment beats the YAML (DESIGN.md).
-- GLUE only: the hub, through `datasets.load_dataset("nyu-mll/glue", task)` (needs the optional
-  `datasets` package and network).
+  DART_LOCAL_DIR, SPIDER_LOCAL_DIR).  The environment beats the YAML (DESIGN.md).  Besides the
+  formats below, a folder written by `DatasetDict.save_to_disk` (for GLUE: `<task>/`) is read.
+- the hub ids the old scripts used (nyu-mll/glue <task>, Samsung/samsum, xlangai/spider, dart or
+  GEM/dart), through `datasets` and its cache, offline flags honoured (hub_data.py).  Spider's
+  SQLite databases are not on the hub: its questions may come from there, its `database/` folder
+  must be local.
 
 GLUE local layouts: the original GLUE distribution (`CoLA/train.tsv`, `CoLA/dev.tsv`, ...,
 `MNLI/dev_matched.tsv` + `dev_mismatched.tsv`), or the hub's layout (`cola/train.jsonl`,
@@ -29,6 +32,7 @@ import sys
 from pathlib import Path
 
 from lat_core.config.job import TrainConfigError
+from . import hub_data
 from .data import Dataset
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
@@ -138,10 +142,12 @@ def _read_table(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _glue_local(task: str, root: Path) -> dict[str, list[dict]]:
+def _glue_local(task: str, root: Path) -> hub_data.Splits:
     """{"train": rows, "validation": rows, ...} in hub field names from a local copy."""
     folder = TSV[task][0]
     var = ENV_VARS["glue"]
+    if hub_data.is_saved_dataset(root / task):
+        return hub_data.from_disk(root / task, var)
     for base in (root / folder, root):
         if (base / "train.tsv").is_file():
             out = {"train": _read_tsv(task, base / "train.tsv")}
@@ -175,22 +181,6 @@ def _has_pyarrow() -> bool:
         return False
 
 
-def _glue_hub(task: str) -> dict[str, list[dict]]:
-    try:
-        import datasets as hf_datasets
-    except ImportError:
-        raise TrainConfigError(
-            f"data: glue-tvt_{task}: no local copy ({ENV_VARS['glue']} / data_dir unset) and the "
-            "`datasets` package is not installed to fetch nyu-mll/glue; set GLUE_LOCAL_DIR to a "
-            "folder with the GLUE TSVs (e.g. CoLA/train.tsv, CoLA/dev.tsv)") from None
-    try:
-        dd = hf_datasets.load_dataset("nyu-mll/glue", task)
-    except Exception as exc:  # noqa: BLE001 - offline errors come in many types
-        raise TrainConfigError(f"data: cannot fetch nyu-mll/glue {task} from the hub ({exc}); "
-                               f"set {ENV_VARS['glue']} to a local copy") from exc
-    return {split: list(dd[split]) for split in dd if not split.startswith("test")}
-
-
 def _glue_row(task: str, raw: dict) -> dict:
     words, fields = GLUE[task]
     parts = [f"{f}: {str(raw[f]).strip()}" for f in fields]
@@ -206,7 +196,7 @@ def load_glue(task: str, data_dir: str, environ: dict) -> Dataset:
     if task not in GLUE:
         raise TrainConfigError(f"data: unknown GLUE task {task!r} (known: {', '.join(GLUE)})")
     root = _local_dir("glue", data_dir, environ)
-    raw = _glue_local(task, root) if root else _glue_hub(task)
+    raw = _glue_local(task, root) if root else hub_data.fetch("glue", task, ENV_VARS["glue"], environ)
     train = [_glue_row(task, r) for r in raw["train"]]
     random.Random(SPLIT_SEED).shuffle(train)
     cut = max(1, int(round(len(train) * 0.8)))
@@ -233,26 +223,37 @@ def _read_json_list(path: Path, var: str) -> list:
     return data
 
 
-def _no_local(kind: str, name: str) -> TrainConfigError:
-    return TrainConfigError(f"data: {name} needs a local copy: set {ENV_VARS[kind]} (or data_dir) "
-                            "to its folder")
+def _raw_splits(family: str, data_dir: str, environ: dict, local_files: dict[str, Path | None]):
+    """{split: rows}: a saved DatasetDict or the local JSON files when a local folder is set
+    (`local_files(root)` maps split -> file), else the hub id (hub_data.py)."""
+    var = ENV_VARS[family]
+    root = _local_dir(family, data_dir, environ)
+    if root is None:
+        return hub_data.fetch(family, None, var, environ)
+    if hub_data.is_saved_dataset(root):
+        return hub_data.from_disk(root, var)
+    return {split: _read_json_list(path, var) for split, path in local_files(root).items()}
+
+
+def _split(raw, split: str, family: str, alternatives: tuple[str, ...] = ()):
+    for name in (split, *alternatives):
+        if name in raw:
+            return raw[name]
+    raise TrainConfigError(f"data: {family} has no {split!r} split (has {', '.join(raw)})")
 
 
 def load_samsum(data_dir: str, environ: dict) -> Dataset:
-    """train.json / val.json / test.json, each a list of {id, dialogue, summary}."""
-    root = _local_dir("samsum", data_dir, environ)
-    if root is None:
-        raise _no_local("samsum", "samsum")
+    """Local: train.json / val.json (or validation.json) / test.json, each a list of {id, dialogue,
+    summary}; the hub's Samsung/samsum has the same fields."""
+    def files(root):
+        val = "val.json" if (root / "val.json").is_file() else "validation.json"
+        return {"train": root / "train.json", "validation": root / val, "test": root / "test.json"}
+    raw = _raw_splits("samsum", data_dir, environ, files)
 
-    def rows(fname):
-        out = []
-        for r in _read_json_list(root / fname, ENV_VARS["samsum"]):
-            out.append({"prompt": f"summarize: {r['dialogue'].strip()} summary:",
-                        "target": r["summary"].strip(), "refs": [r["summary"].strip()], "id": r.get("id")})
-        return out
-    val = "val.json" if (root / "val.json").is_file() else "validation.json"
-    return Dataset("samsum", rows("train.json"), rows(val), kind="gen", task="samsum",
-                   test=rows("test.json"))
+    def rows(split):
+        return [{"prompt": f"summarize: {r['dialogue'].strip()} summary:", "target": r["summary"].strip(),
+                 "refs": [r["summary"].strip()], "id": r.get("id")} for r in _split(raw, split, "samsum")]
+    return Dataset("samsum", rows("train"), rows("validation"), kind="gen", task="samsum", test=rows("test"))
 
 
 # ----------------------------------------------------------------------------- DART
@@ -264,26 +265,51 @@ def _dart_file(root: Path, split: str) -> Path:
     return root / f"dart-v1.1.1-full-{split}.json"
 
 
-def load_dart(data_dir: str, environ: dict) -> Dataset:
-    """dart-v1.1.1-full-{train,dev,test}.json: [{tripleset: [[s, p, o]], annotations: [{text}]}]."""
-    root = _local_dir("dart", data_dir, environ)
-    if root is None:
-        raise _no_local("dart", "dart")
+def _dart_texts(r: dict) -> tuple[list[str], list[str]]:
+    """(targets to train on, references to score against) of one row in any of the layouts:
+    the release's annotations [{text}], the hub's annotations {text: [...]}, GEM's target/references."""
+    ann = r.get("annotations")
+    if isinstance(ann, dict):
+        texts = list(ann.get("text") or [])
+    elif ann:
+        texts = [a.get("text") for a in ann]
+    else:  # GEM/dart: one row per target; references hold every text of the input (eval splits)
+        target = [r["target"]] if r.get("target") else []
+        return target, list(r.get("references") or []) or target
+    texts = [t.strip() for t in texts if t]
+    return texts, texts
 
-    def rows(split, explode):
-        out = []
-        for r in _read_json_list(_dart_file(root, split), ENV_VARS["dart"]):
-            triples = " && ".join(" | ".join(str(x) for x in t) for t in r["tripleset"])
-            refs = [a["text"].strip() for a in r.get("annotations", []) if a.get("text")]
-            if not refs:
-                continue
-            prompt = f"triples: {triples} text:"
-            # training sees every reference; evaluation one row per input with all references
-            for ref in (refs if explode else refs[:1]):
-                out.append({"prompt": prompt, "target": ref, "refs": refs})
-        return out
-    return Dataset("dart", rows("train", True), rows("dev", False), kind="gen", task="dart",
-                   test=rows("test", False))
+
+def _dart_rows(raw_rows, explode: bool) -> list[dict]:
+    """Training rows: one per target; evaluation rows: one per input with all references.  GEM
+    repeats an input once per target on its evaluation splits: rows with the same triples and the
+    same references are one input (inputs may share triples, never all their references)."""
+    groups: dict[tuple, tuple[str, list[str], list[str]]] = {}
+    for i, r in enumerate(raw_rows):
+        triples = " && ".join(" | ".join(str(x) for x in t) for t in r["tripleset"])
+        targets, refs = _dart_texts(r)
+        refs = [t.strip() for t in refs if t and t.strip()]
+        if not refs:
+            continue
+        prompt = f"triples: {triples} text:"
+        key = ("input", prompt, tuple(refs)) if r.get("references") else ("row", i)
+        _, ts, rs = groups.setdefault(key, (prompt, [], []))
+        ts.extend(t.strip() for t in targets if t and t.strip())
+        rs.extend(t for t in refs if t not in rs)
+    if explode:
+        return [{"prompt": p, "target": t, "refs": rs} for p, ts, rs in groups.values() for t in ts]
+    return [{"prompt": p, "target": rs[0], "refs": rs} for p, _, rs in groups.values()]
+
+
+def load_dart(data_dir: str, environ: dict) -> Dataset:
+    """Local: dart-v1.1.1-full-{train,dev,test}.json, [{tripleset: [[s, p, o]], annotations: [{text}]}];
+    hub: `dart` (or DART_HUB_ID=GEM/dart), splits train/validation/test."""
+    raw = _raw_splits("dart", data_dir, environ,
+                      lambda root: {s: _dart_file(root, f) for s, f in
+                                    (("train", "train"), ("validation", "dev"), ("test", "test"))})
+    return Dataset("dart", _dart_rows(_split(raw, "train", "dart"), True),
+                   _dart_rows(_split(raw, "validation", "dart"), False), kind="gen", task="dart",
+                   test=_dart_rows(_split(raw, "test", "dart"), False))
 
 
 # ----------------------------------------------------------------------------- Spider
@@ -303,32 +329,49 @@ def sqlite_schema(db_path: Path) -> str:
         con.close()
 
 
-def load_spider(data_dir: str, environ: dict) -> Dataset:
-    """train_spider.json + dev.json ([{db_id, question, query}]), database/<db>/<db>.sqlite.
+def _spider_raw(root: Path, environ: dict):
+    """{train, validation} rows: train_spider.json + dev.json in the folder, a saved DatasetDict
+    there, or, for a folder holding only database/, the questions of the hub's xlangai/spider."""
+    var = ENV_VARS["spider"]
+    if (root / "train_spider.json").is_file():
+        return {"train": _read_json_list(root / "train_spider.json", var),
+                "validation": _read_json_list(root / "dev.json", var)}
+    if hub_data.is_saved_dataset(root):
+        return hub_data.from_disk(root, var)
+    return hub_data.fetch("spider", None, var, environ)
 
-    Train is divided 80/20 into train/validation (fixed seed); dev.json is the test split.
+
+def load_spider(data_dir: str, environ: dict) -> Dataset:
+    """[{db_id, question, query}] rows (see _spider_raw) and database/<db>/<db>.sqlite.
+
+    Train is divided 80/20 into train/validation (fixed seed); dev (the hub's validation) is the
+    test split.  The databases give the prompt's schema and execution accuracy, and the hub lacks them.
     """
+    var = ENV_VARS["spider"]
     root = _local_dir("spider", data_dir, environ)
     if root is None:
-        raise _no_local("spider", "spider")
-    var = ENV_VARS["spider"]
+        raise TrainConfigError(f"data: spider needs its SQLite databases, which are not on the hub: set "
+                               f"{var} (or data_dir) to a folder with database/<db>/<db>.sqlite "
+                               "(and train_spider.json + dev.json, else the questions come from "
+                               f"{hub_data.hub_id('spider', environ)})")
     db_root = _need(root / "database", var)
+    raw = _spider_raw(root, environ)
     schemas: dict[str, str] = {}
 
-    def rows(fname):
+    def rows(split):
         out = []
-        for r in _read_json_list(root / fname, var):
+        for r in _split(raw, split, "spider", ("dev",)):
             db = r["db_id"]
             if db not in schemas:
                 schemas[db] = sqlite_schema(_need(db_root / db / f"{db}.sqlite", var))
             out.append({"prompt": f"database: {db} schema: {schemas[db]} question: {r['question'].strip()} sql:",
                         "target": r["query"].strip(), "refs": [r["query"].strip()], "db_id": db})
         return out
-    train = rows("train_spider.json")
+    train = rows("train")
     random.Random(SPLIT_SEED).shuffle(train)
     cut = max(1, int(round(len(train) * 0.8)))
     return Dataset("spider", train[:cut], train[cut:] or train[-1:], kind="gen", task="spider",
-                   test=rows("dev.json"), info={"db_root": str(db_root)})
+                   test=rows("validation"), info={"db_root": str(db_root)})
 
 
 if __name__ == "__main__":  # quick look: python -m lat_core.train.datasets glue-tvt_rte

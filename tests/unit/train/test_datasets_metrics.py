@@ -42,21 +42,12 @@ def test_missing_dir_names_path_and_env_var(tmp_path):
         D.load_dataset("glue-tvt_cola", environ={"GLUE_LOCAL_DIR": str(tmp_path / "nope")})
     with pytest.raises(TrainConfigError, match=r"train\.tsv.*GLUE_LOCAL_DIR"):
         D.load_dataset("glue-tvt_cola", environ={"GLUE_LOCAL_DIR": str(tmp_path)})
-    with pytest.raises(TrainConfigError, match="SAMSUM_LOCAL_DIR"):
-        D.load_dataset("samsum", environ={})
-    with pytest.raises(TrainConfigError, match=r"train_spider\.json.*SPIDER_LOCAL_DIR"):
-        (tmp_path / "database").mkdir()
-        D.load_dataset("spider", environ={"SPIDER_LOCAL_DIR": str(tmp_path)})
-
-
-def test_glue_offline_without_datasets_is_clear():
-    try:
-        import datasets  # noqa: F401
-        pytest.skip("datasets installed; the hub path would try the network")
-    except ImportError:
-        pass
-    with pytest.raises(TrainConfigError, match="GLUE_LOCAL_DIR"):
-        D.load_dataset("glue-tvt_cola", environ={})
+    with pytest.raises(TrainConfigError, match=r"samsum/validation\.json.*SAMSUM_LOCAL_DIR"):
+        (tmp_path / "samsum").mkdir()
+        (tmp_path / "samsum" / "train.json").write_text("[]")
+        D.load_dataset("samsum", environ={"SAMSUM_LOCAL_DIR": str(tmp_path / "samsum")})
+    with pytest.raises(TrainConfigError, match=r"databases, which are not on the hub.*SPIDER_LOCAL_DIR"):
+        D.load_dataset("spider", environ={})
 
 
 def test_generation_datasets():
