@@ -3,7 +3,8 @@
 The hub is unreachable here, so the one call into it (`hub_data._load_dataset`) is replaced by one
 that records the id and config it was asked for and answers with a real DatasetDict read back with
 `load_from_disk`, built from the same fixtures the local readers use: the hub path must give the
-very rows the local path gives.  The offline error is the real `datasets` in offline mode.
+very rows the local path gives.  The offline cache hit and the offline error are the real
+`datasets` in offline mode.
 """
 import json
 from pathlib import Path
@@ -114,6 +115,27 @@ def test_spider_questions_from_the_hub_databases_local(hub, tmp_path):
     hub_ds = D.load_dataset("spider", environ={"SPIDER_LOCAL_DIR": str(only_db)})
     assert _rows(hub_ds) == _rows(local) and calls == [("xlangai/spider", None)]
     assert hub_ds.info["db_root"] == str(only_db / "database")
+
+
+def _fill_cache(cache: Path, hub_id: str, files: dict[str, Path]) -> None:
+    """What `load_dataset(hub_id)` online leaves in the datasets cache: a prepared dataset under
+    <cache>/<namespace>___<name>/<config>/<version>/<hash>/ (built here from local JSON)."""
+    from datasets.packaged_modules.json.json import Json
+    builder = Json(cache_dir=str(cache / "build"), dataset_name=hub_id.split("/")[-1], config_name="default",
+                   data_files={k: str(v) for k, v in files.items()})
+    builder.download_and_prepare()
+    target = cache / hub_id.replace("/", "___") / "default" / "0.0.0"
+    target.mkdir(parents=True)
+    Path(builder.cache_dir).rename(target / "0123abcd")
+
+
+def test_offline_reads_the_hub_id_from_the_datasets_cache(tmp_path):
+    src = FIX / "samsum"
+    cache = tmp_path / "cache"
+    _fill_cache(cache, "Samsung/samsum", {"train": src / "train.json", "validation": src / "val.json",
+                                          "test": src / "test.json"})
+    cached = D.load_dataset("samsum", environ={**OFFLINE, "HF_DATASETS_CACHE": str(cache)})
+    assert _rows(cached) == _rows(D.load_dataset("samsum", environ={"SAMSUM_LOCAL_DIR": str(src)}))
 
 
 @pytest.mark.parametrize("name, hub_id, var", [("glue-tvt_cola", "nyu-mll/glue cola", "GLUE_LOCAL_DIR"),
