@@ -66,3 +66,22 @@ def test_tensorboard_logs_each_run_in_its_own_folder(tmp_path, monkeypatch):
     env: dict = {}
     Trackers(_cfg(tmp_path, ["tensorboard"]), print, environ=env)
     assert env["TENSORBOARD_LOGGING_DIR"] == str(tmp_path / "tensorboard" / "E1@87_glue-tvt_rte")
+
+
+def test_wandb_offline_run_gets_the_name_group_and_tags(tmp_path, monkeypatch):
+    """The real wandb (when installed), offline: the call transformers' WandbCallback makes."""
+    import os
+    wandb = pytest.importorskip("wandb")
+    for key in ("WANDB_PROJECT", "WANDB_DIR", "WANDB_RUN_GROUP", "WANDB_TAGS", "WANDB_NAME"):
+        monkeypatch.delenv(key, raising=False)   # restored (removed) after the test
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv(SUITE_VAR, "gla_adapters")
+    t = Trackers(_cfg(tmp_path, ["wandb"]), print)
+    run = wandb.init(project=os.environ["WANDB_PROJECT"], name=t.run_name)
+    try:
+        assert (run.name, run.group) == ("E1@87:glue-tvt_rte", "E1")
+        assert set(run.tags) == {"suite:gla_adapters", "dataset:glue-tvt_rte", "seed:87"}
+        assert Path(run.dir).is_relative_to(tmp_path)
+    finally:
+        run.finish()
