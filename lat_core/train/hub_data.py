@@ -97,6 +97,11 @@ def fetch(family: str, config: str | None, local_var: str, environ: Mapping[str,
 
 def hub_error(name: str, config: str | None, local_var: str, environ: Mapping[str, str],
               exc: BaseException) -> str:
+    if "scripts are no longer supported" in str(exc):
+        # reached the hub fine: not hub_unreachable, so worded apart from the message below
+        return (f"data: {name} on the hub is a loading script, which this `datasets` no longer runs "
+                f"({exc}); set {local_var} to a local copy (save_to_disk of it loaded elsewhere, or "
+                "the released files)")
     if is_offline(environ):
         cache = environ.get("HF_DATASETS_CACHE") or "~/.cache/huggingface/datasets"
         why = (f"offline ({'/'.join(v for v in OFFLINE_VARS if environ.get(v))} set) and the datasets "

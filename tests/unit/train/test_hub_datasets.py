@@ -153,3 +153,19 @@ def test_offline_without_cache_is_a_clear_hub_unreachable_error(tmp_path, name, 
     log.write_text(f"error: {msg}\n")
     assert classify(log, 2).cls == "hub_unreachable"
 
+
+
+def test_a_script_only_hub_dataset_is_not_called_unreachable(monkeypatch, tmp_path):
+    from lat_core.triage.classify import classify
+
+    def script_only(_datasets, name, config, cache_dir):
+        raise RuntimeError("Dataset scripts are no longer supported, but found samsum.py")
+    monkeypatch.setattr(hub_data, "_load_dataset", script_only)
+    with pytest.raises(TrainConfigError, match=r"Samsung/samsum on the hub is a loading script.*SAMSUM_LOCAL_DIR"):
+        D.load_dataset("samsum", environ={})
+    log = tmp_path / "train.log"
+    try:
+        D.load_dataset("samsum", environ={})
+    except TrainConfigError as exc:
+        log.write_text(f"error: {exc}\n")
+    assert classify(log, 2).cls != "hub_unreachable"
