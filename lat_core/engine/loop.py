@@ -232,7 +232,7 @@ class Engine(Recovery):
         exit_path = exit_record_path(job_dir, job.attempts + 1)
         attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path), started=self._clock())
         env = {**self._job_secrets.unmask(job.run_id, job.env), **device.env, **self._mps_env(job.run_id),
-               "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n)}
+               "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n), "LAT_SUITE": job.suite}
         try:
             argv, env = self._distributed(job, argv=job.argv, env=env)
             if batch is not None and not job.backend_options:

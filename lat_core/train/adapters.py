@@ -2,7 +2,18 @@
 
 LoRA-GA: gradients of the frozen base weights on a few training batches are decomposed by SVD;
 B takes the top-r left singular vectors and A the next r right singular vectors (scaled), and the
-base weight is replaced by W - s*B@A so the model's output at step 0 is unchanged.
+base weight is replaced by W - s*B@A so the model's output at step 0 is unchanged.  The scaling is
+the LoRA-GA authors' "stable" one (github.com/Outsider565/LoRA-GA): A and B both times
+c = out_dim**0.25 / sqrt(gamma), no singular values.
+
+Why not PEFT's LoRA-GA (peft.preprocess_loraga + init_lora_weights="lora_ga", PEFT 0.21): on the
+tiny GLA model with the same weights and batches (tests/integration/test_loraga_vs_peft.py) its
+gradient estimate equals ours exactly (relative difference 0.0), but its initialisation does not:
+its default direction ArB2r takes other singular vectors (A = Vh[:r], B = U[:, r:2r]) and its
+"stable" scale multiplies B by c * diag(S) and leaves A unscaled.  Worst layer, relative Frobenius
+difference from ours: A 1.96, B 1.01, B@A and the base-weight shift 1.02.  With its direction A2rBr
+(our vectors) A = ours / c (2.8e-5) and B = ours * diag(S[:r]) (8e-7), so the gap is exactly that
+scaling, which is not the reference code's and no LoraGAConfig option removes.
 
 SDLoRA (Mamba): a warm-up of `sdlora_warmup_steps` trains the SSM parameters (A_log, D, dt_proj
 bias) alone; per layer the channels (and A_log state dimensions) that moved most are selected, the

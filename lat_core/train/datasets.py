@@ -1,10 +1,13 @@
-"""Readers for the real datasets: GLUE (train/val/test), SAMSum, DART, Spider.
+"""Readers for the real datasets: GLUE (train/val/test) here; SAMSum, DART, Spider in gen_datasets.py.
 
 Sources, first match wins:
 - a local directory: config key `data_dir`, else the env var (GLUE_LOCAL_DIR, SAMSUM_LOCAL_DIR,
-  DART_LOCAL_DIR, SPIDER_LOCAL_DIR).  The environment beats the YAML (DESIGN.md).
-- GLUE only: the hub, through `datasets.load_dataset("nyu-mll/glue", task)` (needs the optional
-  `datasets` package and network).
+  DART_LOCAL_DIR, SPIDER_LOCAL_DIR).  The environment beats the YAML (DESIGN.md).  Besides the
+  formats below, a folder written by `DatasetDict.save_to_disk` (for GLUE: `<task>/`) is read.
+- the hub ids the old scripts used (nyu-mll/glue <task>, Samsung/samsum, xlangai/spider, dart or
+  GEM/dart), through `datasets` and its cache, offline flags honoured (hub_data.py).  Spider's
+  SQLite databases are not on the hub: its questions may come from there, its `database/` folder
+  must be local.
 
 GLUE local layouts: the original GLUE distribution (`CoLA/train.tsv`, `CoLA/dev.tsv`, ...,
 `MNLI/dev_matched.tsv` + `dev_mismatched.tsv`), or the hub's layout (`cola/train.jsonl`,
@@ -24,11 +27,11 @@ import csv
 import json
 import os
 import random
-import sqlite3
 import sys
 from pathlib import Path
 
 from lat_core.config.job import TrainConfigError
+from . import hub_data
 from .data import Dataset
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
@@ -79,28 +82,30 @@ def _local_dir(kind: str, data_dir: str, environ: dict) -> Path | None:
 
 
 def _need(path: Path, var: str) -> Path:
+    """``path``, which must exist; a file is noted as read (the job record fingerprints it)."""
     if not path.exists():
         raise TrainConfigError(f"data: missing {path} (set {var} or data_dir to the dataset's folder)")
+    if path.is_file():
+        _files_read.append(path)
     return path
 
 
-# Files the readers below opened during one load(): the job record fingerprints them (record.py).
+# Files the readers opened during one load(): the job record fingerprints them (record.py).
 _files_read: list[Path] = []
-# The `datasets` fingerprints of a hub download during one load(), by split.
-_hub_fingerprints: dict[str, str] = {}
 
 
 def load(name: str, data_dir: str = "", environ: dict | None = None) -> Dataset:
     environ = dict(os.environ) if environ is None else environ
     _files_read.clear()
-    _hub_fingerprints.clear()
+    hub_data.fingerprints.clear()
     if name.startswith("glue-tvt_"):
         ds = load_glue(name.split("_", 1)[1], data_dir, environ)
     else:
-        ds = {"samsum": load_samsum, "dart": load_dart, "spider": load_spider}[name](data_dir, environ)
-    ds.info["files"] = [str(p.resolve()) for p in _files_read]
-    if _hub_fingerprints:
-        ds.info["hub_fingerprints"] = dict(_hub_fingerprints)
+        from . import gen_datasets as G   # here, not at the top: gen_datasets imports this module's helpers
+        ds = {"samsum": G.load_samsum, "dart": G.load_dart, "spider": G.load_spider}[name](data_dir, environ)
+    ds.info["files"] = list(dict.fromkeys(str(p.resolve()) for p in _files_read))
+    if hub_data.fingerprints:
+        ds.info["hub_fingerprints"] = dict(hub_data.fingerprints)
     return ds
 
 
@@ -153,10 +158,12 @@ def _read_table(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _glue_local(task: str, root: Path) -> dict[str, list[dict]]:
+def _glue_local(task: str, root: Path) -> hub_data.Splits:
     """{"train": rows, "validation": rows, ...} in hub field names from a local copy."""
     folder = TSV[task][0]
     var = ENV_VARS["glue"]
+    if hub_data.is_saved_dataset(root / task):
+        return hub_data.from_disk(root / task, var)
     for base in (root / folder, root):
         if (base / "train.tsv").is_file():
             out = {"train": _read_tsv(task, base / "train.tsv")}
@@ -190,24 +197,6 @@ def _has_pyarrow() -> bool:
         return False
 
 
-def _glue_hub(task: str) -> dict[str, list[dict]]:
-    try:
-        import datasets as hf_datasets
-    except ImportError:
-        raise TrainConfigError(
-            f"data: glue-tvt_{task}: no local copy ({ENV_VARS['glue']} / data_dir unset) and the "
-            "`datasets` package is not installed to fetch nyu-mll/glue; set GLUE_LOCAL_DIR to a "
-            "folder with the GLUE TSVs (e.g. CoLA/train.tsv, CoLA/dev.tsv)") from None
-    try:
-        dd = hf_datasets.load_dataset("nyu-mll/glue", task)
-    except Exception as exc:  # noqa: BLE001 - offline errors come in many types
-        raise TrainConfigError(f"data: cannot fetch nyu-mll/glue {task} from the hub ({exc}); "
-                               f"set {ENV_VARS['glue']} to a local copy") from exc
-    splits = [split for split in dd if not split.startswith("test")]
-    _hub_fingerprints.update({split: dd[split]._fingerprint for split in splits})
-    return {split: list(dd[split]) for split in splits}
-
-
 def _glue_row(task: str, raw: dict) -> dict:
     words, fields = GLUE[task]
     parts = [f"{f}: {str(raw[f]).strip()}" for f in fields]
@@ -223,7 +212,7 @@ def load_glue(task: str, data_dir: str, environ: dict) -> Dataset:
     if task not in GLUE:
         raise TrainConfigError(f"data: unknown GLUE task {task!r} (known: {', '.join(GLUE)})")
     root = _local_dir("glue", data_dir, environ)
-    raw = _glue_local(task, root) if root else _glue_hub(task)
+    raw = _glue_local(task, root) if root else hub_data.fetch("glue", task, ENV_VARS["glue"], environ)
     train = [_glue_row(task, r) for r in raw["train"]]
     random.Random(SPLIT_SEED).shuffle(train)
     cut = max(1, int(round(len(train) * 0.8)))
@@ -235,118 +224,6 @@ def load_glue(task: str, data_dir: str, environ: dict) -> Dataset:
     else:
         ds.test = [_glue_row(task, r) for r in raw["validation"]]
     return ds
-
-
-# ----------------------------------------------------------------------------- SAMSum
-
-def _read_json_list(path: Path, var: str) -> list:
-    _need(path, var)
-    _files_read.append(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise TrainConfigError(f"data: {path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, list):
-        raise TrainConfigError(f"data: {path} must hold a JSON list of examples")
-    return data
-
-
-def _no_local(kind: str, name: str) -> TrainConfigError:
-    return TrainConfigError(f"data: {name} needs a local copy: set {ENV_VARS[kind]} (or data_dir) "
-                            "to its folder")
-
-
-def load_samsum(data_dir: str, environ: dict) -> Dataset:
-    """train.json / val.json / test.json, each a list of {id, dialogue, summary}."""
-    root = _local_dir("samsum", data_dir, environ)
-    if root is None:
-        raise _no_local("samsum", "samsum")
-
-    def rows(fname):
-        out = []
-        for r in _read_json_list(root / fname, ENV_VARS["samsum"]):
-            out.append({"prompt": f"summarize: {r['dialogue'].strip()} summary:",
-                        "target": r["summary"].strip(), "refs": [r["summary"].strip()], "id": r.get("id")})
-        return out
-    val = "val.json" if (root / "val.json").is_file() else "validation.json"
-    return Dataset("samsum", rows("train.json"), rows(val), kind="gen", task="samsum",
-                   test=rows("test.json"))
-
-
-# ----------------------------------------------------------------------------- DART
-
-def _dart_file(root: Path, split: str) -> Path:
-    for cand in (root / f"{split}.json", *sorted(root.glob(f"*-{split}.json"))):
-        if cand.is_file():
-            return cand
-    return root / f"dart-v1.1.1-full-{split}.json"
-
-
-def load_dart(data_dir: str, environ: dict) -> Dataset:
-    """dart-v1.1.1-full-{train,dev,test}.json: [{tripleset: [[s, p, o]], annotations: [{text}]}]."""
-    root = _local_dir("dart", data_dir, environ)
-    if root is None:
-        raise _no_local("dart", "dart")
-
-    def rows(split, explode):
-        out = []
-        for r in _read_json_list(_dart_file(root, split), ENV_VARS["dart"]):
-            triples = " && ".join(" | ".join(str(x) for x in t) for t in r["tripleset"])
-            refs = [a["text"].strip() for a in r.get("annotations", []) if a.get("text")]
-            if not refs:
-                continue
-            prompt = f"triples: {triples} text:"
-            # training sees every reference; evaluation one row per input with all references
-            for ref in (refs if explode else refs[:1]):
-                out.append({"prompt": prompt, "target": ref, "refs": refs})
-        return out
-    return Dataset("dart", rows("train", True), rows("dev", False), kind="gen", task="dart",
-                   test=rows("test", False))
-
-
-# ----------------------------------------------------------------------------- Spider
-
-def sqlite_schema(db_path: Path) -> str:
-    """"table(col, col) table(col)" read from the database itself."""
-    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    try:
-        tables = [r[0] for r in con.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-        parts = []
-        for t in tables:
-            cols = [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')]
-            parts.append(f"{t}({', '.join(cols)})")
-        return " ".join(parts)
-    finally:
-        con.close()
-
-
-def load_spider(data_dir: str, environ: dict) -> Dataset:
-    """train_spider.json + dev.json ([{db_id, question, query}]), database/<db>/<db>.sqlite.
-
-    Train is divided 80/20 into train/validation (fixed seed); dev.json is the test split.
-    """
-    root = _local_dir("spider", data_dir, environ)
-    if root is None:
-        raise _no_local("spider", "spider")
-    var = ENV_VARS["spider"]
-    db_root = _need(root / "database", var)
-    schemas: dict[str, str] = {}
-
-    def rows(fname):
-        out = []
-        for r in _read_json_list(root / fname, var):
-            db = r["db_id"]
-            if db not in schemas:
-                schemas[db] = sqlite_schema(_need(db_root / db / f"{db}.sqlite", var))
-            out.append({"prompt": f"database: {db} schema: {schemas[db]} question: {r['question'].strip()} sql:",
-                        "target": r["query"].strip(), "refs": [r["query"].strip()], "db_id": db})
-        return out
-    train = rows("train_spider.json")
-    random.Random(SPLIT_SEED).shuffle(train)
-    cut = max(1, int(round(len(train) * 0.8)))
-    return Dataset("spider", train[:cut], train[cut:] or train[-1:], kind="gen", task="spider",
-                   test=rows("dev.json"), info={"db_root": str(db_root)})
 
 
 if __name__ == "__main__":  # quick look: python -m lat_core.train.datasets glue-tvt_rte

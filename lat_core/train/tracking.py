@@ -7,11 +7,22 @@ convenience, so a missing package is a logged note and the run goes on; wandb / 
 before training starts.  Only the job's own config goes to a tracker (public_config, plus the
 TrainingArguments the integrations log) - never the environment, so API keys (WANDB_API_KEY,
 SWANLAB_API_KEY, ...) are read by the packages themselves and never logged.
+
+Run names: every (config, seed, dataset) of a suite is its own tracker run, named
+`config@seed:dataset`, grouped by config (so a config's seeds and datasets sit together), tagged
+`suite:<suite>`, `dataset:<dataset>`, `seed:<seed>`.  The trackers take them as the Trainer's
+run_name (W&B `name`, SwanLab `experiment_name`) and from their own variables, which a user's own
+setting beats: WANDB_RUN_GROUP / WANDB_TAGS, SWANLAB_GROUP / SWANLAB_TAGS (comma-separated);
+TensorBoard gets one log folder per run, `<output_dir>/tensorboard/<name>`.  The seeds' explicit
+names (WANDB_NAME, SWANLAB_EXPERIMENT_NAME) still win; SWANLAB_EXPERIMENT_PREFIX prefixes the name.
+The suite comes from LAT_SUITE, which the engine sets for every job it launches.
 """
 from __future__ import annotations
 
 import importlib
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from lat_core.config.job import JobConfig, TrainConfigError
@@ -20,6 +31,29 @@ from lat_core.config.job import JobConfig, TrainConfigError
 # SWANLAB_EXPERIMENT_NAME becomes the Trainer's run_name
 SWANLAB_INIT_ENV = {"SWANLAB_PROJECT": "project", "SWANLAB_WORKSPACE": "workspace",
                     "SWANLAB_EXPERIMENT_NAME": "experiment_name", "SWANLAB_MODE": "mode"}
+
+
+SUITE_VAR = "LAT_SUITE"
+REPEAT = re.compile(r"__rep\d+$")   # jobs.py: a config repeated for one pair is <stem>__repK
+
+
+@dataclass(frozen=True)
+class RunNaming:
+    name: str
+    group: str
+    tags: tuple[str, ...]
+
+    def folder(self) -> str:
+        """The name as one path component (TensorBoard's log folder)."""
+        return re.sub(r"[^\w.@:+-]", "_", self.name).replace(":", "_")
+
+
+def run_naming(config: str, seed: int, dataset: str, suite: str = "") -> RunNaming:
+    """`config@seed:dataset`, grouped by config (a repeat's __repK dropped), tagged with suite,
+    dataset and seed.  A dataset given as a directory is named by its last component."""
+    data = os.path.basename(os.path.normpath(dataset)) if os.sep in dataset else dataset
+    tags = ((f"suite:{suite}",) if suite else ()) + (f"dataset:{data}", f"seed:{seed}")
+    return RunNaming(f"{config}@{seed}:{data}", REPEAT.sub("", config), tags)
 
 
 def public_config(cfg: JobConfig) -> dict:
@@ -36,8 +70,10 @@ class Trackers:
         environ = os.environ if environ is None else environ
         self.active: list[str] = []
         self.notes: list[str] = []
-        self.run_name = cfg.name
+        self.naming = run_naming(cfg.name, cfg.seed, cfg.data, environ.get(SUITE_VAR, ""))
+        self.run_name = self.naming.name
         out = Path(cfg.output_dir)
+        tags = ",".join(self.naming.tags)
         for name in cfg.train.report_to:
             if name == "tensorboard":
                 try:   # what transformers' TensorBoardCallback imports
@@ -45,17 +81,23 @@ class Trackers:
                 except ImportError as exc:
                     self.notes.append(f"report_to tensorboard skipped: {exc} (pip install tensorboard)")
                     continue
-                environ.setdefault("TENSORBOARD_LOGGING_DIR", str(out / "tensorboard"))
+                environ.setdefault("TENSORBOARD_LOGGING_DIR", str(out / "tensorboard" / self.naming.folder()))
             elif name == "wandb":
                 _require("wandb", "USE_WANDB=1 / train.report_to wandb")
                 environ.setdefault("WANDB_PROJECT", "lat")
                 environ.setdefault("WANDB_DIR", str(out))
+                environ.setdefault("WANDB_RUN_GROUP", self.naming.group)
+                environ.setdefault("WANDB_TAGS", tags)
+                # the Trainer's run_name beats WANDB_NAME in wandb.init, so a set one is taken here
+                self.run_name = environ.get("WANDB_NAME") or self.run_name
             elif name == "swanlab":
                 _require("swanlab", "USE_SWANLAB=1 / SWANLAB_ENABLE=1 / train.report_to swanlab")
                 # the batch runbook spells swanlab's SWANLAB_LOG_DIR as SWANLAB_LOGDIR
                 environ.setdefault("SWANLAB_LOG_DIR", environ.get("SWANLAB_LOGDIR") or str(out / "swanlab"))
-                self.run_name = environ.get("SWANLAB_EXPERIMENT_NAME") or \
-                    environ.get("SWANLAB_EXPERIMENT_PREFIX", "") + cfg.name
+                environ.setdefault("SWANLAB_GROUP", self.naming.group)
+                environ.setdefault("SWANLAB_TAGS", tags)
+                self.run_name = (environ.get("SWANLAB_EXPERIMENT_NAME")
+                                 or environ.get("SWANLAB_EXPERIMENT_PREFIX", "") + self.run_name)
             self.active.append(name)
         for note in self.notes:
             log(note)

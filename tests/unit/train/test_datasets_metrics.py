@@ -42,21 +42,12 @@ def test_missing_dir_names_path_and_env_var(tmp_path):
         D.load_dataset("glue-tvt_cola", environ={"GLUE_LOCAL_DIR": str(tmp_path / "nope")})
     with pytest.raises(TrainConfigError, match=r"train\.tsv.*GLUE_LOCAL_DIR"):
         D.load_dataset("glue-tvt_cola", environ={"GLUE_LOCAL_DIR": str(tmp_path)})
-    with pytest.raises(TrainConfigError, match="SAMSUM_LOCAL_DIR"):
-        D.load_dataset("samsum", environ={})
-    with pytest.raises(TrainConfigError, match=r"train_spider\.json.*SPIDER_LOCAL_DIR"):
-        (tmp_path / "database").mkdir()
-        D.load_dataset("spider", environ={"SPIDER_LOCAL_DIR": str(tmp_path)})
-
-
-def test_glue_offline_without_datasets_is_clear():
-    try:
-        import datasets  # noqa: F401
-        pytest.skip("datasets installed; the hub path would try the network")
-    except ImportError:
-        pass
-    with pytest.raises(TrainConfigError, match="GLUE_LOCAL_DIR"):
-        D.load_dataset("glue-tvt_cola", environ={})
+    with pytest.raises(TrainConfigError, match=r"samsum has none of val\.json, validation\.json, validation\.csv, dev\.csv.*SAMSUM_LOCAL_DIR"):
+        (tmp_path / "samsum").mkdir()
+        (tmp_path / "samsum" / "train.json").write_text("[]")
+        D.load_dataset("samsum", environ={"SAMSUM_LOCAL_DIR": str(tmp_path / "samsum")})
+    with pytest.raises(TrainConfigError, match=r"databases, which are not on the hub.*SPIDER_LOCAL_DIR"):
+        D.load_dataset("spider", environ={})
 
 
 def test_generation_datasets():
@@ -111,3 +102,18 @@ def test_spider_metrics():
     out = M.spider(preds, golds, ["pets"] * 4, db_root)
     assert out["exact_match"] == pytest.approx(1 / 4)  # only the first, after case/space normalising
     assert out["exec_accuracy"] == pytest.approx(2 / 4)  # first two return the same rows
+
+
+def test_samsum_csv_folder_of_the_old_scripts_reads_like_the_json_one(tmp_path):
+    import csv
+    import json
+    for split, src in (("train", "train.json"), ("dev", "val.json"), ("test", "test.json")):
+        rows = json.loads((FIX / "samsum" / src).read_text())
+        with (tmp_path / f"{split}.csv").open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=["id", "dialogue", "summary"])
+            writer.writeheader()
+            writer.writerows(rows)
+    from_csv = D.load_dataset("samsum", environ={"SAMSUM_LOCAL_DIR": str(tmp_path)})
+    from_json = D.load_dataset("samsum", environ=ENV)
+    assert (from_csv.train, from_csv.validation, from_csv.test) == (from_json.train, from_json.validation,
+                                                                   from_json.test)

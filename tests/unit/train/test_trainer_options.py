@@ -150,15 +150,23 @@ def test_logits_to_keep_matches_full_and_checkpointing_non_reentrant(tmp_path, s
 
 def test_trackers_tensorboard_optional_wandb_required(tmp_path, monkeypatch):
     import builtins
+    import importlib
     from lat_core.train.tracking import Trackers, public_config
-    real_import = builtins.__import__
+    real_import, real_import_module = builtins.__import__, importlib.import_module
 
-    def no_trackers(name, *a, **kw):
+    def blocked(name):
         if name.split(".")[0] in ("wandb", "swanlab") or name == "torch.utils.tensorboard":
             raise ImportError(f"No module named {name!r}")
+
+    def no_trackers(name, *a, **kw):
+        blocked(name)
         return real_import(name, *a, **kw)
+
+    def import_module(name, package=None):   # huggingface_hub's lazy imports pass a package
+        blocked(name)
+        return real_import_module(name, package)
     monkeypatch.setattr(builtins, "__import__", no_trackers)
-    monkeypatch.setattr("importlib.import_module", lambda name: no_trackers(name))
+    monkeypatch.setattr(importlib, "import_module", import_module)
     notes = []
     c = cfg(tmp_path, report_to="tensorboard")
     t = Trackers(c, notes.append, environ={})
