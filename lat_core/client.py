@@ -190,8 +190,12 @@ class Client:
         """Check the plan against the machine, then write the run's folders and journal rows (the
         engine is not started here). Raises LatError, with nothing written, when it cannot start."""
         prepared = prepare_run(plan, registry=registry, probe=probe)
+        return self.create_prepared(prepared), prepared
+
+    def create_prepared(self, prepared: PreparedRun) -> RunRow:
+        """Write a run whose jobs are already expanded (a rerun of one job folder)."""
         with self._journal() as store:
-            return store.run(create_run(store, prepared)), prepared
+            return store.run(create_run(store, prepared))
 
     def jobs_to_add(self, run: RunRow, suites: list[str], rounds, pairs, registry) -> list[dict]:
         """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders."""

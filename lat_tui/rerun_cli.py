@@ -45,11 +45,11 @@ def _gpus(text: str | None):
 
 
 def _rerun(args) -> int:
+    from lat_core.client import Client
     from lat_core.rerun import prepare_rerun
-    from lat_core.service import create_run, default_state_dir, ensure_engine, open_store
-    from lat_tui.headless import EXIT_DETACHED, follow
+    from lat_tui.headless import follow_detachable
 
-    state_dir = Path(args.state_dir).expanduser() if args.state_dir else default_state_dir()
+    client = Client(args.state_dir)
     try:
         gpus = _gpus(args.gpus)
     except ValueError:
@@ -59,13 +59,8 @@ def _rerun(args) -> int:
     for name in missing:
         print(f"note: {name} was set (masked) for the original job but is not in your environment; "
               "the rerun runs without it", file=sys.stderr)
-    store = open_store(state_dir)
-    run_id = create_run(store, prepared)
+    run = client.create_prepared(prepared)
     job = prepared.jobs[0]
-    print(f"run {run_id}: rerun of {Path(args.job_dir).resolve()} -> {job.job_dir}", flush=True)
-    ensure_engine(state_dir, prepared.plan.env)
-    try:
-        return follow(store, run_id, state_dir, out=sys.stdout, poll=0.5, env=prepared.plan.env)
-    except KeyboardInterrupt:
-        print(f"\ndetached: the engine keeps running; `lat-tui status --state-dir {state_dir}` shows progress")
-        return EXIT_DETACHED
+    print(f"run {run.id}: rerun of {Path(args.job_dir).resolve()} -> {job.job_dir}", flush=True)
+    client.ensure_engine(prepared.plan.env)
+    return follow_detachable(client, run.id, out=sys.stdout)
