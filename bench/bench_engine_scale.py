@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lat_core.config.paths import configs_root  # noqa: E402
+from lat_core.config.paths import config_trees  # noqa: E402
 from lat_core.config.suites import SuiteRegistry  # noqa: E402
 from lat_core.engine.loop import Engine  # noqa: E402
 from lat_core.plan import plan_from_mapping  # noqa: E402
@@ -57,7 +57,7 @@ def cpu_device(slots: int) -> dict:
 def time_plan_expansion(n: int, workdir: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of prepare_run + create_run of a demo-suite plan with n jobs (2 configs x
     n/2 pairs); the rest of the wall time is the file system's (3 files and a directory per job)."""
-    registry = SuiteRegistry(configs_root())
+    registry = SuiteRegistry(config_trees())
     data = {"suites": [{"name": "demo", "rounds": "all"}], "pairs": [f"{i}:tiny-sst2" for i in range(1, n // 2 + 1)],
             "gpus": "cpu", "slots": 8, "countdown_minutes": 0, "output_root": str(workdir / "plan_out")}
     store = Store(workdir / "plan_state" / "journal.sqlite")
