@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
-from lat_core.client import Client, CommandRow
+from lat_core.client import JOB_FINAL, Client, CommandRow
 from lat_core.rows import JobRow, RunRow
 from lat_tui.tail import TailState, read_tail
 
@@ -36,9 +37,14 @@ def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState
         commands = {cid: client.command(cid) for cid in command_ids}
     finally:
         client.close()  # a worker thread per poll: its connection ends with the read
-    lines, tail = read_tail(tail)
+    lines, tail = read_tail(tail, ended=_tailed_job_ended(jobs, tail))
     return DashboardData(run, jobs, probe.snapshot(), host_snapshot(), client.engine_alive(),
                          lines, tail, commands)
+
+
+def _tailed_job_ended(jobs: list[JobRow], tail: TailState) -> bool:
+    return tail.path is not None and any(
+        job.state in JOB_FINAL and Path(job.job_dir) / "train.log" == tail.path for job in jobs)
 
 
 class GpuHistory:

@@ -24,8 +24,9 @@ class TailState:
     generation: int = 0  # bumped by the UI when the tailed job changes; stale reads are dropped
 
 
-def read_tail(state: TailState) -> tuple[list[str], TailState]:
-    """New complete lines since ``state`` and the state to continue from."""
+def read_tail(state: TailState, *, ended: bool = False) -> tuple[list[str], TailState]:
+    """New complete lines since ``state`` and the state to continue from; once the writer has
+    ended (``ended``), a last line without its newline is complete too (a crash's last words)."""
     if state.path is None:
         return [], state
     try:
@@ -34,8 +35,9 @@ def read_tail(state: TailState) -> tuple[list[str], TailState]:
         return [], state  # not created yet: the trainer writes it once the job starts
     start = _start_offset(state.offset, size)
     data = _read_chunks(state.path, start, size)
-    consumed = _complete_part(data)
-    lines = data[:consumed].decode("utf-8", errors="replace").split("\n")[:-1]
+    consumed = len(data) if ended else _complete_part(data)
+    lines = data[:consumed].decode("utf-8", errors="replace").split("\n")
+    lines = lines[:-1] if not lines[-1] else lines
     if state.offset < 0 and start > 0 and lines:
         lines = lines[1:]  # the first line was cut by starting mid-file
     return [line.rstrip("\r") for line in lines], replace(state, offset=start + consumed)

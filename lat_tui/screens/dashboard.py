@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Log
+from textual.widgets import DataTable, Footer
 
 from lat_core.errors import LatError
 from lat_core.client import RUN_ACTIVE, plan_env_of
@@ -26,6 +26,7 @@ from lat_tui.screens.plan import PlanScreen
 from lat_tui.tail import TailState
 from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
+from lat_tui.widgets.log_pane import FollowingLog, LogPane
 from lat_tui.widgets.monitor import MonitorPanel, slots_text
 from lat_tui.widgets.status import RunStatus
 
@@ -64,6 +65,7 @@ class DashboardScreen(RunControls, Screen):
         Binding("m", "toggle_monitor", "Monitor"),
         Binding("n", "new_run", "New", show=False),
         Binding("e", "start_engine", "Engine", show=False),
+        Binding("slash", "search_log", "Search log", key_display="/", show=False),
         Binding("q", "app.quit", "Quit"),
     ]
 
@@ -92,12 +94,12 @@ class DashboardScreen(RunControls, Screen):
         yield MonitorPanel(id="monitor")
         yield JobTable(id="jobs")
         yield JobDetail(id="job-detail")
-        yield Log(id="job-log", max_lines=LOG_MAX_LINES, auto_scroll=True)
+        yield LogPane(LOG_MAX_LINES, id="log-pane")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one(JobTable).focus()
-        self.query_one("#job-log", Log).border_title = "log"
+        self.query_one(FollowingLog).border_title = "log"
         self.poll_now()
 
     # ------------------------------------------------------------------ polling
@@ -159,7 +161,7 @@ class DashboardScreen(RunControls, Screen):
             self._select(table.selected_job_id())
         self._show_detail()
         if data.tail.generation == self._tail.generation and data.log_lines:
-            self.query_one("#job-log", Log).write_lines(data.log_lines)
+            self.query_one(FollowingLog).append(data.log_lines)
         if data.tail.generation == self._tail.generation:
             self._tail = data.tail
         self._check_engine_once(data)
@@ -192,8 +194,8 @@ class DashboardScreen(RunControls, Screen):
             return
         self._selected = job_id
         job = self._jobs.get(job_id)
-        log = self.query_one("#job-log", Log)
-        log.clear()
+        log = self.query_one(FollowingLog)
+        log.reset()
         log.border_title = f"log · {job.key}" if job else "log"
         path = Path(job.job_dir) / "train.log" if job else None
         self._tail = TailState(path=path, generation=self._tail.generation + 1)
@@ -214,8 +216,8 @@ class DashboardScreen(RunControls, Screen):
         self._polling = polling
         self.gpu_history = GpuHistory()
         self.query_one(JobTable).clear_jobs()
-        log = self.query_one("#job-log", Log)
-        log.clear()
+        log = self.query_one(FollowingLog)
+        log.reset()
         log.border_title = "log"
         self.poll_now()
 
@@ -272,6 +274,9 @@ class DashboardScreen(RunControls, Screen):
     def _jobs_made(self, jobs: list[dict] | None) -> None:
         if jobs:
             self.add_jobs(jobs)
+
+    def action_search_log(self) -> None:
+        self.query_one(LogPane).open_search()
 
     def action_toggle_monitor(self) -> None:
         monitor = self.query_one(MonitorPanel)

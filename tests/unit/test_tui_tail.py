@@ -44,3 +44,13 @@ def test_bad_utf8_does_not_break_the_tail(tmp_path):
     path = tmp_path / "train.log"
     path.write_bytes(b"ok \xff\xfe\n")
     assert read_tail(TailState(path))[0] == ["ok \ufffd\ufffd"]
+
+
+def test_an_ended_writers_last_line_without_newline_is_handed_out(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text("step 1\nerror: CUDA out of memory")
+    lines, state = read_tail(TailState(path))
+    assert lines == ["step 1"]
+    lines, state = read_tail(state, ended=True)
+    assert lines == ["error: CUDA out of memory"]
+    assert read_tail(state, ended=True)[0] == []
