@@ -7,6 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
 from lat_core.client import JOB_FINAL, Client, CommandRow
@@ -26,6 +28,7 @@ class DashboardData:
     log_lines: list[str] = field(default_factory=list)
     tail: TailState = TailState()
     commands: dict[int, CommandRow] = field(default_factory=dict)  # the asked-about commands, by id
+    cpu_percent: tuple[float, ...] = ()  # per core, since the previous poll
 
 
 def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState,
@@ -39,7 +42,13 @@ def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState
         client.close()  # a worker thread per poll: its connection ends with the read
     lines, tail = read_tail(tail, ended=_tailed_job_ended(jobs, tail))
     return DashboardData(run, jobs, probe.snapshot(), host_snapshot(), client.engine_alive(),
-                         lines, tail, commands)
+                         lines, tail, commands, cpu_percent())
+
+
+def cpu_percent() -> tuple[float, ...]:
+    """Each core's busy percent since the previous call (the first call's are 0): the monitor's
+    view of a machine without GPUs, where the jobs run on these cores."""
+    return tuple(psutil.cpu_percent(percpu=True))
 
 
 def _tailed_job_ended(jobs: list[JobRow], tail: TailState) -> bool:

@@ -160,7 +160,8 @@ class DashboardScreen(RunControls, Screen):
         self.engine_alive = data.engine_alive
         self.query_one(RunStatus).show(data.run, data.jobs, data.engine_alive)
         self.gpu_history.add(data.gpus)
-        self.query_one(MonitorPanel).show(data.gpus, data.host, self.gpu_history, slots_text(data.run.devices))
+        self.query_one(MonitorPanel).show(data.gpus, data.host, self.gpu_history, slots_text(data.run.devices),
+                                          data.cpu_percent)
         for command in data.commands.values():
             if command.answered and command.id in self.pending_commands:
                 self.command_answered(command)

@@ -18,6 +18,7 @@ from lat_tui.poll import GpuHistory
 
 BAR_WIDTH = 10
 NAME_WIDTH = 9
+CORE_GLYPHS = "▁▂▃▄▅▆▇█"
 BUSY_FRACTION = 0.9  # above this a bar turns to the warning colour
 
 
@@ -55,15 +56,21 @@ class MonitorPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Vertical(id="gpu-rows")
+        yield Static(id="cpu-line")
         yield Static(id="host-line")
 
-    def show(self, gpus: GpuSnapshot, host: HostSnapshot, history: GpuHistory, slots: str = "") -> None:
+    def show(self, gpus: GpuSnapshot, host: HostSnapshot, history: GpuHistory, slots: str = "",
+             cpu: tuple[float, ...] = ()) -> None:
         colors = self._colors()
         uuids = tuple(g.uuid for g in gpus.gpus)
         if uuids != self._uuids or (not uuids and gpus.reason != self._reason_shown):
             self._rebuild(gpus)
         for row, gpu in zip(self.query(GpuRow), gpus.gpus):
             row.show(gpu, history.series(gpu.uuid), colors)
+        cpu_box = self.query_one("#cpu-line", Static)
+        cpu_box.display = not gpus.gpus  # without GPUs the jobs run on the cores: show how busy they are
+        if not gpus.gpus:
+            cpu_box.update(cpu_line(cpu, colors, max(self.size.width, 40)))
         line = host_line(host, colors)
         if slots:
             line.append(f" · {slots}")
@@ -77,7 +84,7 @@ class MonitorPanel(Vertical):
         if gpus.gpus:
             rows.mount_all([GpuRow(g.uuid) for g in gpus.gpus])
         else:
-            rows.mount(Static(Text(gpus.reason or "no GPU", style="italic"), classes="no-gpu"))
+            rows.mount(Static(no_gpu_text(gpus.reason), classes="no-gpu"))
 
     def _colors(self) -> dict[str, str]:
         """Solid theme colours: Rich styles cannot take the theme's alpha variants."""
@@ -96,6 +103,29 @@ def gpu_line(gpu: GpuInfo, colors: dict[str, str]) -> Text:
     text.append(f" {temperature:>5}", style=colors["warning"] if (gpu.temperature or 0) >= 85 else "")
     if gpu.processes:
         text.append(f" {len(gpu.processes)}p", style="dim")
+    return text
+
+
+def no_gpu_text(reason: str) -> Text:
+    """``no GPU visible (NVML: Driver Not Loaded)``: NVML's words, quietly."""
+    detail = reason.removeprefix("no GPU: ").strip()
+    return Text(f"no GPU visible (NVML: {detail})" if detail else "no GPU visible", style="dim")
+
+
+def cpu_line(percents: tuple[float, ...], colors: dict[str, str], width: int) -> Text:
+    """``host CPU       ███░░░░░░░   31% · 4 cores ▂▇▁▃``: the total, then one glyph per core
+    (as many as the width allows)."""
+    total = sum(percents) / len(percents) if percents else 0.0
+    text = Text("host ", style="bold")
+    text.append(f"{'CPU':<{NAME_WIDTH}} ")
+    _append_bar(text, total / 100, colors)
+    text.append(f" {total:>8.0f}%")
+    if percents:
+        text.append(f" · {len(percents)} cores ")
+        room = max(width - text.cell_len - 2, 0)
+        glyphs = "".join(CORE_GLYPHS[min(int(p / 100 * len(CORE_GLYPHS)), len(CORE_GLYPHS) - 1)]
+                         for p in percents[:room])
+        text.append(glyphs, style=colors["accent"])
     return text
 
 
