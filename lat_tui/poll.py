@@ -29,6 +29,7 @@ class DashboardData:
     tail: TailState = TailState()
     commands: dict[int, CommandRow] = field(default_factory=dict)  # the asked-about commands, by id
     cpu_percent: tuple[float, ...] = ()  # per core, since the previous poll
+    families: dict[int, str] = field(default_factory=dict)  # job id -> model family, where known
 
 
 def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState,
@@ -38,11 +39,12 @@ def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState
         run = client.run(run_id)
         jobs = client.jobs(run_id)
         commands = {cid: client.command(cid) for cid in command_ids}
+        families = {job.id: family for job in jobs if (family := client.model_family(job))}
     finally:
         client.close()  # a worker thread per poll: its connection ends with the read
     lines, tail = read_tail(tail, ended=_tailed_job_ended(jobs, tail))
     return DashboardData(run, jobs, probe.snapshot(), host_snapshot(), client.engine_alive(),
-                         lines, tail, commands, cpu_percent())
+                         lines, tail, commands, cpu_percent(), families)
 
 
 def cpu_percent() -> tuple[float, ...]:

@@ -166,7 +166,7 @@ class DashboardScreen(RunControls, Screen):
             if command.answered and command.id in self.pending_commands:
                 self.command_answered(command)
         table = self.query_one(JobTable)
-        table.show_jobs(data.jobs)
+        table.show_jobs(data.jobs, data.families)
         if self._selected is None and table.row_count:
             self._select(table.selected_job_id())
         self._show_detail()
