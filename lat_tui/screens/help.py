@@ -21,9 +21,12 @@ def key_label(binding: Binding) -> str:
 
 
 def own_bindings(node_type: type) -> list[Binding]:
-    """The bindings a class declares, parents first (a subclass's BINDINGS add to its bases')."""
+    """The bindings the project's classes declare, parents first (a subclass's BINDINGS add to its
+    bases'); Textual's own (tab, copy, ...) are the same everywhere and are left out."""
     seen: dict[str, Binding] = {}
     for cls in reversed(node_type.__mro__):
+        if not cls.__module__.startswith("lat_tui."):
+            continue
         for binding in vars(cls).get("BINDINGS", ()):
             for one in _as_bindings(binding):
                 seen[one.action + one.key] = one

@@ -19,6 +19,7 @@ from lat_tui import fmt
 from lat_tui.context import AppContext
 from lat_tui.plan_form import CPU, EMPTY_FORM, PlanForm, form_from_plan_yaml, problem_lines, start_run
 from lat_tui.widgets.checked_list import CheckedSelectionList
+from lat_tui.widgets.monitor import no_gpu_text
 
 
 class RunStarted(Message):
@@ -67,7 +68,7 @@ class PlanScreen(Screen[int | None]):
         last = self._last_form()
         suites = self._suite_list(last.suites)
         yield Static("[b]New run[/b]  tab: next field · space: toggle · ctrl+s: start"
-                     + ("  [dim](filled from the last run)[/dim]" if last.suites else ""), id="plan-title")
+                     + (" · [dim]last run's values[/dim]" if last.suites else ""), id="plan-title")
         with VerticalScroll(id="plan-form", can_focus=False):
             yield _field("Suites", suites)
             yield Static(id="suite-about", classes="hint")
@@ -77,7 +78,7 @@ class PlanScreen(Screen[int | None]):
             yield Static(datasets_hint(), classes="hint")
             yield _field("Devices", _device_list(snapshot, last.devices))
             if not snapshot.available:
-                yield Static(f"{snapshot.reason}: jobs run on the CPU", classes="hint")
+                yield Static(no_gpu_text(snapshot.reason).append(": jobs run on the CPU"), classes="hint")
             yield _field("Slots", Input(last.slots, id="slots", placeholder="auto", compact=True),
                          "auto, one number, or one per GPU")
             yield _field("Countdown", Input(last.countdown, id="countdown", placeholder="0", compact=True),

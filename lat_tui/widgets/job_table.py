@@ -106,7 +106,7 @@ def job_name(job: JobRow, family: str | None, width: int, with_dataset: bool = T
     else:
         tail = "@" + seed
     stem_room = width - len(model) - len(tail)
-    if model and stem_room < MIN_STEM:
+    if model and stem_room < min(MIN_STEM, len(job.stem)):
         return job_name(job, None, width, with_dataset)
     return model + _keep_both_ends(job.stem, max(stem_room, 1)) + tail
 

@@ -28,19 +28,18 @@ class GpuRow(Horizontal):
     def __init__(self, uuid: str):
         super().__init__(classes="gpu-row")
         self.uuid = uuid
-        self._latest: tuple | None = None  # shown once mounted, when ``show`` came first
+        self._latest: tuple | None = None  # composed from, when ``show`` came before the children
 
     def compose(self) -> ComposeResult:
-        yield Static(classes="gpu-text")
-        yield Sparkline([], summary_function=max, classes="gpu-history")
-
-    def on_mount(self) -> None:
-        if self._latest:
-            self.show(*self._latest)
+        gpu, history, colors = self._latest or (None, [], {})
+        yield Static(gpu_line(gpu, colors) if gpu else "", classes="gpu-text")
+        yield Sparkline(history or [0.0], summary_function=max, classes="gpu-history")
 
     def show(self, gpu: GpuInfo, history: list[float], colors: dict[str, str]) -> None:
+        """Updates the children where they exist, else ``compose`` starts from this sample: either
+        order of mounting and the first poll shows it (a lost first sample left blank frames)."""
         self._latest = (gpu, history, colors)
-        if not self.is_mounted:
+        if not self.children:
             return
         self.query_one(".gpu-text", Static).update(gpu_line(gpu, colors))
         self.query_one(Sparkline).data = history or [0.0]

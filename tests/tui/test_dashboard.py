@@ -168,7 +168,8 @@ async def test_n_opens_plan_and_a_new_run_replaces_the_shown_one(make_app, journ
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 2)
-        await pilot.press("n", "space")
+        await pilot.press("n")  # the last run's suite is picked already
+        assert app.screen.query_one("#suites").selected == ["demo"]
         app.screen.query_one("#pairs").value = "7:tiny-sst2"
         app.screen.query_one("#output").value = str(tmp_path / "new")
         await pilot.press("ctrl+s")
