@@ -29,6 +29,7 @@ from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
 from lat_tui.widgets.log_pane import FollowingLog, LogPane
 from lat_tui.widgets.monitor import MonitorPanel, slots_text
+from lat_tui.widgets.quiet import set_content
 from lat_tui.widgets.status import RunStatus
 
 POLL_SECONDS = 1.0
@@ -143,7 +144,7 @@ class DashboardScreen(RunControls, Screen):
     @on(PollFailed)
     def _poll_failed(self, message: PollFailed) -> None:
         if message.run_id == self.run_id:
-            self.query_one(RunStatus).update(f"[b]cannot read the journal:[/b] {message.text}")
+            set_content(self.query_one(RunStatus), f"[b]cannot read the journal:[/b] {message.text}")
         self._rearm()
 
     def _rearm(self) -> None:

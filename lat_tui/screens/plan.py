@@ -78,7 +78,7 @@ class PlanScreen(Screen[int | None]):
             yield Static(datasets_hint(), classes="hint")
             yield _field("Devices", _device_list(snapshot, last.devices))
             if not snapshot.available:
-                yield Static(no_gpu_text(snapshot.reason).append(": jobs run on the CPU"), classes="hint")
+                yield Static(Text("jobs run on the CPU · ").append_text(no_gpu_text(snapshot.reason)), classes="hint")
             yield _field("Slots", Input(last.slots, id="slots", placeholder="auto", compact=True),
                          "auto, one number, or one per GPU")
             yield _field("Countdown", Input(last.countdown, id="countdown", placeholder="0", compact=True),

@@ -8,10 +8,12 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from lat_core.rows import JobRow
+from lat_tui import fmt
 from lat_tui.columns import JOB_COLUMNS, state_text
 
 KEY_MIN_WIDTH = 12  # at 80 columns the id column leaves the key 12
 KEY_MAX_WIDTH = 48
+ELAPSED_TICK_S = 5
 MIN_STEM = 8  # below this the model family gives way to the config name
 CHROME = 2 + 2  # the cell padding of the key column, and the vertical scrollbar
 
@@ -73,6 +75,8 @@ class JobTable(DataTable):
             if column.key == "key":
                 cells.append(job_name(job, self._families.get(job.id), self.key_width,
                                       with_dataset=not self._one_dataset))
+            elif column.key == "elapsed" and job.state == "running":
+                cells.append(fmt.clock(_ticked(job.elapsed(now))))
             elif column.key == "state":
                 cells.append(Text(state_text(job.state), style=self._state_style(job.state)))
             else:
@@ -86,6 +90,13 @@ class JobTable(DataTable):
         variable = STATE_COLORS.get(state)
         color = self.app.theme_variables.get(variable, "") if variable else ""
         return f"bold {color}" if state in ("running", "failed") and color else color
+
+
+def _ticked(seconds: float | None) -> float | None:
+    """A running job's time in steps of ELAPSED_TICK_S: any changed cell re-renders the whole
+    DataTable (it keeps one cache generation), and a clock ticking every second made that the
+    dashboard's largest idle cost."""
+    return None if seconds is None else seconds // ELAPSED_TICK_S * ELAPSED_TICK_S
 
 
 def job_name(job: JobRow, family: str | None, width: int, with_dataset: bool = True) -> str:

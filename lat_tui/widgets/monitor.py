@@ -15,6 +15,7 @@ from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot
 from lat_tui import fmt
 from lat_tui.poll import GpuHistory
+from lat_tui.widgets.quiet import set_content, set_data
 
 BAR_WIDTH = 10
 NAME_WIDTH = 9
@@ -41,8 +42,8 @@ class GpuRow(Horizontal):
         self._latest = (gpu, history, colors)
         if not self.children:
             return
-        self.query_one(".gpu-text", Static).update(gpu_line(gpu, colors))
-        self.query_one(Sparkline).data = history or [0.0]
+        set_content(self.query_one(".gpu-text", Static), gpu_line(gpu, colors))
+        set_data(self.query_one(Sparkline), history or [0.0])
 
 
 class MonitorPanel(Vertical):
@@ -69,11 +70,11 @@ class MonitorPanel(Vertical):
         cpu_box = self.query_one("#cpu-line", Static)
         cpu_box.display = not gpus.gpus  # without GPUs the jobs run on the cores: show how busy they are
         if not gpus.gpus:
-            cpu_box.update(cpu_line(cpu, colors, max(self.size.width, 40)))
+            set_content(cpu_box, cpu_line(cpu, colors, max(self.size.width, 40)))
         line = host_line(host, colors)
         if slots:
             line.append(f" · {slots}")
-        self.query_one("#host-line", Static).update(line)
+        set_content(self.query_one("#host-line", Static), line)
 
     def _rebuild(self, gpus: GpuSnapshot) -> None:
         self._uuids = tuple(g.uuid for g in gpus.gpus)

@@ -193,6 +193,7 @@ async def test_job_names_say_model_config_seed_and_dataset(make_app, journal, tm
     (tmp_path / "out" / "tiny-sst2_seed1/tiny_lora" / "job.yaml").write_text("model: {family: mamba}\n")
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 2)
         await wait_for(pilot, lambda: cell(app, first, "key") == "mamba/tiny_lora 1:tiny-sst2")
         assert cell(app, second, "key") == "tiny_lora 2:tiny-sst2"  # no job.yaml (yet): no family
 
