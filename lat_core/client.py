@@ -235,7 +235,7 @@ def _read_model_family(path: Path) -> str | None:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     model = data.get("model") if isinstance(data, dict) else None
