@@ -6,6 +6,8 @@ each poll updates their text and sparkline in place.
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -18,6 +20,7 @@ from lat_tui.poll import GpuHistory
 from lat_tui.widgets.quiet import set_content, set_data
 
 BAR_WIDTH = 10
+HISTORY_REDRAW_S = 5.0
 NAME_WIDTH = 9
 CORE_GLYPHS = "▁▂▃▄▅▆▇█"
 BUSY_FRACTION = 0.9  # above this a bar turns to the warning colour
@@ -30,6 +33,7 @@ class GpuRow(Horizontal):
         super().__init__(classes="gpu-row")
         self.uuid = uuid
         self._latest: tuple | None = None  # composed from, when ``show`` came before the children
+        self._drawn_at = 0.0  # when the sparkline last took new data
 
     def compose(self) -> ComposeResult:
         gpu, history, colors = self._latest or (None, [], {})
@@ -43,7 +47,10 @@ class GpuRow(Horizontal):
         if not self.children:
             return
         set_content(self.query_one(".gpu-text", Static), gpu_line(gpu, colors))
-        set_data(self.query_one(Sparkline), history or [0.0])
+        now = time.monotonic()
+        if now - self._drawn_at >= HISTORY_REDRAW_S:  # a minute's history moves little in a second
+            self._drawn_at = now
+            set_data(self.query_one(Sparkline), history or [0.0])
 
 
 class MonitorPanel(Vertical):

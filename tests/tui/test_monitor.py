@@ -48,7 +48,8 @@ async def test_one_line_per_gpu_with_bar_util_temperature_and_history(app_with, 
         assert "█████░░░░░" in gpu0 and "1p" in gpu0
         assert gpu1.startswith("GPU1 A100-SXM4") and "39.0/40G" in gpu1 and "100%" in gpu1
         assert host.startswith("host RAM") and "load" in host and "slots cpu=2" in host
-        await wait_for(pilot, lambda: len(app.screen.query_one(GpuRow).query_one(Sparkline).data) >= 3, tries=80)
+        # the sparkline takes new data every HISTORY_REDRAW_S seconds
+        await wait_for(pilot, lambda: len(app.screen.query_one(GpuRow).query_one(Sparkline).data) >= 3, tries=200)
         assert app.screen.query_one(GpuRow).query_one(Sparkline).data[-1] == pytest.approx(50.0)
 
 
