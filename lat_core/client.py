@@ -63,6 +63,7 @@ class Client:
     def __init__(self, state_dir: str | Path | None = None):
         self.state_dir = resolve_state_dir(state_dir)
         self._local = threading.local()
+        self._families: dict[int, str] = {}  # job id -> model family ("" once known to name none)
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -145,6 +146,16 @@ class Client:
         with self._journal() as store:
             return store.job(job_id)
 
+    def model_family(self, job: JobRow) -> str | None:
+        """The model family of the job's resolved config (job.yaml's ``model.family``), read once
+        per job; None while the file is not written yet or names none."""
+        family = self._families.get(job.id)
+        if family is None:
+            family = _read_model_family(Path(job.job_dir) / "job.yaml")
+            if family is not None:
+                self._families[job.id] = family
+        return family or None
+
     def attempts(self, job_id: int) -> list[AttemptRow]:
         with self._journal() as store:
             return store.attempts(job_id)
@@ -221,6 +232,19 @@ def _command_row(raw: dict) -> CommandRow:
     return CommandRow(id=raw["id"], run_id=raw["run_id"], job_id=raw["job_id"], verb=raw["verb"],
                       args=json.loads(raw.get("args_json") or "{}"), status=raw["status"],
                       result=raw.get("result") or "", ts=raw["ts"], handled=raw.get("handled"))
+
+
+def _read_model_family(path: Path) -> str | None:
+    """``model.family`` of a job.yaml; "" when the file names none, None when it is not there yet."""
+    import yaml
+
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    family = model.get("family") if isinstance(model, dict) else None
+    return str(family) if family else ""
 
 
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")

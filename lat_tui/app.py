@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from textual.app import App
+from textual.binding import Binding
 
 from lat_core.config.paths import config_trees
 from lat_core.config.suites import SuiteRegistry
@@ -28,6 +29,7 @@ class LatApp(App[int | None]):
     TITLE = "LAT control center"
     ENABLE_COMMAND_PALETTE = False  # the footer needs the room at 80 columns
     VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]  # app.tcss shrinks the monitor on short screens
+    BINDINGS = [Binding("question_mark", "help", "Help", key_display="?")]
 
     def __init__(self, state_dir: Path, registry: SuiteRegistry, probe: GpuProbe,
                  engine_starter: Callable[..., object] = ensure_engine):
@@ -57,6 +59,12 @@ class LatApp(App[int | None]):
 
     def show_run(self, run_id: int, *, engine_just_started: bool = False) -> None:
         self.push_screen(DashboardScreen(self.context, run_id, engine_just_started=engine_just_started))
+
+    def action_help(self) -> None:
+        from lat_tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
 
     def action_quit(self) -> None:
         self.exit(self._shown_run_id())

@@ -6,10 +6,14 @@ plan validates and its jobs expand.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import yaml
+
+from lat_core.config.env import MASK
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
 from lat_core.monitor.gpu import GpuProbe
@@ -32,21 +36,54 @@ class PlanForm:
     env: str
 
 
+EMPTY_FORM = PlanForm(suites=[], rounds="", pairs="", devices=[], slots="", countdown="", output_root="", env="")
+
+
+def form_from_plan_yaml(text: str) -> PlanForm:
+    """A saved plan (a run's ``plan_yaml``) as the form's fields, to start the next run from the
+    last one; masked secrets are left out (their values are not in the journal)."""
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        return EMPTY_FORM
+    if not isinstance(data, dict):
+        return EMPTY_FORM
+    suites = [s for s in data.get("suites") or [] if isinstance(s, dict) and s.get("name")]
+    rounds = {_words(s.get("rounds", "all")) for s in suites}
+    gpus = data.get("gpus", CPU)
+    env = data.get("env") if isinstance(data.get("env"), dict) else {}
+    countdown = data.get("countdown_minutes") or 0
+    return PlanForm(
+        suites=[str(s["name"]) for s in suites],
+        rounds=rounds.pop() if len(rounds) == 1 else "",
+        pairs=_words(data.get("pairs", "")),
+        devices=[CPU] if gpus == CPU else [g for g in gpus if isinstance(g, int)] if isinstance(gpus, list) else [],
+        slots=_words(data.get("slots", "")),
+        countdown=f"{countdown:g}" if countdown else "",
+        output_root=str(data.get("output_root") or ""),
+        env=" ".join(f"{k}={v}" for k, v in env.items() if v != MASK),
+    )
+
+
+def _words(value) -> str:
+    return " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
 def form_to_mapping(form: PlanForm) -> tuple[dict, list[str]]:
     """The plan mapping, and the problems the plan model cannot word well itself."""
     problems = []
     if not form.suites:
-        problems.append("field 'suites': select at least one suite (space toggles)")
+        problems.append("field 'suites': pick at least one suite (space toggles)")
     if not form.devices:
-        problems.append("field 'gpus': select at least one GPU, or cpu")
+        problems.append("field 'gpus': pick at least one GPU, or cpu")
     elif CPU in form.devices and len(form.devices) > 1:
-        problems.append("field 'gpus': select GPUs or cpu, not both")
+        problems.append("field 'gpus': pick GPUs or cpu, not both")
     env, env_problems = parse_env(form.env)
     mapping = {
         "suites": [{"name": name, "rounds": form.rounds.strip() or "all"} for name in form.suites],
         "pairs": form.pairs,
         "gpus": CPU if CPU in form.devices or not form.devices else list(form.devices),
-        "slots": form.slots.strip() or "1",
+        "slots": form.slots.strip() or "auto",
         "output_root": form.output_root.strip() or "runs",
         "env": env,
     }
@@ -91,7 +128,41 @@ def start_run(form: PlanForm, state_dir: Path, registry: SuiteRegistry, probe: G
 
 
 def problem_lines(error: LatError) -> list[str]:
-    """One line per problem, for the form's error box."""
+    """One line per problem, for the form's error box, in the form's words."""
     if isinstance(error, PlanError):
-        return list(error.problems)
+        return [human_problem(problem) for problem in error.problems]
     return [str(error)]
+
+
+# The plan model's field names as the form labels them.
+FIELD_LABELS = {"suites": "Suites", "rounds": "Rounds", "pairs": "Pairs", "gpus": "Devices", "slots": "Slots",
+                "countdown_minutes": "Countdown", "output_root": "Output", "env": "Env"}
+# pydantic's messages as a researcher would say them, by field ("" for any field).
+PHRASES = (
+    ("pairs", r"List should have at least 1 item.*?(?= \(got|$)", "give at least one seed:dataset pair, e.g. 1:tiny-sst2"),
+    ("suites", r"List should have at least 1 item.*?(?= \(got|$)", "pick at least one suite (space toggles)"),
+    ("", r"List should have at least 1 item.*?(?= \(got|$)", "give at least one value"),
+    ("countdown_minutes", r"Input should be a valid number.*?(?= \(got|$)", "must be a number of minutes"),
+    ("", r"Input should be a valid (number|integer).*?(?= \(got|$)", "must be a number"),
+    ("", r"Input should be greater than or equal to (\S+)", r"must be \1 or more"),
+    ("", r"Input should be less than or equal to (\S+)", r"must be at most \1"),
+    ("", r"String should have at least 1 character", "must not be empty"),
+)
+FIELD_PROBLEM = re.compile(r"field '(?P<field>[^']+)': (?P<text>.*)", re.DOTALL)
+
+
+def human_problem(problem: str) -> str:
+    """``field 'countdown_minutes': Input should be ... (got 'zz')`` -> ``Countdown: must be a
+    number of minutes (got 'zz')``; a problem in another shape is kept as it is."""
+    match = FIELD_PROBLEM.fullmatch(problem)
+    if not match:
+        return problem
+    field_path, text = match["field"], match["text"]
+    field = re.sub(r"\[\d+\]", "", field_path).split(".")[-1]
+    for only, pattern, replacement in PHRASES:
+        if only in ("", field):
+            text, count = re.subn(pattern, replacement, text, count=1)
+            if count:
+                break
+    text = re.sub(r" \(got (\[\]|''|\"\")\)$", "", text)  # nothing was given: saying so is noise
+    return f"{FIELD_LABELS.get(field, field_path)}: {text}"

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
 
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
-from lat_core.client import Client, CommandRow
+from lat_core.client import JOB_FINAL, Client, CommandRow
 from lat_core.rows import JobRow, RunRow
 from lat_tui.tail import TailState, read_tail
 
@@ -25,6 +28,8 @@ class DashboardData:
     log_lines: list[str] = field(default_factory=list)
     tail: TailState = TailState()
     commands: dict[int, CommandRow] = field(default_factory=dict)  # the asked-about commands, by id
+    cpu_percent: tuple[float, ...] = ()  # per core, since the previous poll
+    families: dict[int, str] = field(default_factory=dict)  # job id -> model family, where known
 
 
 def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState,
@@ -34,11 +39,23 @@ def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState
         run = client.run(run_id)
         jobs = client.jobs(run_id)
         commands = {cid: client.command(cid) for cid in command_ids}
+        families = {job.id: family for job in jobs if (family := client.model_family(job))}
     finally:
         client.close()  # a worker thread per poll: its connection ends with the read
-    lines, tail = read_tail(tail)
+    lines, tail = read_tail(tail, ended=_tailed_job_ended(jobs, tail))
     return DashboardData(run, jobs, probe.snapshot(), host_snapshot(), client.engine_alive(),
-                         lines, tail, commands)
+                         lines, tail, commands, cpu_percent(), families)
+
+
+def cpu_percent() -> tuple[float, ...]:
+    """Each core's busy percent since the previous call (the first call's are 0): the monitor's
+    view of a machine without GPUs, where the jobs run on these cores."""
+    return tuple(psutil.cpu_percent(percpu=True))
+
+
+def _tailed_job_ended(jobs: list[JobRow], tail: TailState) -> bool:
+    return tail.path is not None and any(
+        job.state in JOB_FINAL and Path(job.job_dir) / "train.log" == tail.path for job in jobs)
 
 
 class GpuHistory:

@@ -24,8 +24,9 @@ class TailState:
     generation: int = 0  # bumped by the UI when the tailed job changes; stale reads are dropped
 
 
-def read_tail(state: TailState) -> tuple[list[str], TailState]:
-    """New complete lines since ``state`` and the state to continue from."""
+def read_tail(state: TailState, *, ended: bool = False) -> tuple[list[str], TailState]:
+    """New complete lines since ``state`` and the state to continue from; once the writer has
+    ended (``ended``), a last line without its newline is complete too (a crash's last words)."""
     if state.path is None:
         return [], state
     try:
@@ -33,11 +34,15 @@ def read_tail(state: TailState) -> tuple[list[str], TailState]:
     except OSError:
         return [], state  # not created yet: the trainer writes it once the job starts
     start = _start_offset(state.offset, size)
+    skipped = max(start - state.offset, 0) if state.offset >= 0 else 0
     data = _read_chunks(state.path, start, size)
-    consumed = _complete_part(data)
-    lines = data[:consumed].decode("utf-8", errors="replace").split("\n")[:-1]
-    if state.offset < 0 and start > 0 and lines:
+    consumed = len(data) if ended else _complete_part(data)
+    lines = data[:consumed].decode("utf-8", errors="replace").split("\n")
+    lines = lines[:-1] if not lines[-1] else lines
+    if (state.offset < 0 or skipped) and start > 0 and lines:
         lines = lines[1:]  # the first line was cut by starting mid-file
+    if skipped:
+        lines.insert(0, f"[... {skipped // 1024} KiB of log skipped to keep up ...]")
     return [line.rstrip("\r") for line in lines], replace(state, offset=start + consumed)
 
 
@@ -50,8 +55,10 @@ def _complete_part(data: bytes) -> int:
 
 
 def _start_offset(offset: int, size: int) -> int:
-    """Start near the end on the first read; from 0 again when the file was truncated."""
-    if offset < 0:
+    """Start near the end on the first read, and when the writer got more than a read ahead (a
+    pane that shows the newest lines is worth more than one that falls further behind each poll);
+    from 0 again when the file was truncated."""
+    if offset < 0 or size - offset > FIRST_READ_BYTES:
         return max(size - FIRST_READ_BYTES, 0)
     if size < offset:
         return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from lat_core.client import JOB_FINAL, RUN_ACTIVE, CommandRow, plan_env_of
+from lat_core.client import JOB_FINAL, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
 from lat_core.errors import LatError
 from lat_core.rows import JobRow, RunRow
 from lat_tui.context import AppContext
@@ -16,6 +16,7 @@ from lat_tui.context import AppContext
 CONFIRM_SECONDS = 3.0
 EXTEND_MINUTES = 5
 REQUEUEABLE = JOB_FINAL
+OFFER_RESUME = ("failed", "cancelled")  # a succeeded job reruns from scratch
 
 
 class RunControls:
@@ -107,12 +108,24 @@ class RunControls:
         if job is not None:
             self.requeue(job)
 
-    def requeue(self, job: JobRow, remedy: dict | None = None) -> bool:
+    def requeue(self, job: JobRow, remedy: dict | None = None, start: str | None = None) -> bool:
+        """Send the requeue; a failed or cancelled job with checkpoints first gets the resume offer
+        (its answer comes back here as ``start``)."""
         if job.state not in REQUEUEABLE:
             self.notify(f"{job.key} is {job.state}; only ended jobs can be requeued.", severity="warning")
             return False
+        if start is None and remedy is None and job.state in OFFER_RESUME:
+            checkpoints = resumable_checkpoints(job.job_dir)
+            if checkpoints:
+                from lat_tui.screens.resume_offer import ResumeOffer
+
+                self.app.push_screen(ResumeOffer(job, checkpoints),
+                                     lambda picked: picked and self.requeue(job, start=picked))
+                return True
         args = {"remedy": remedy["key"]} if remedy else {}
-        label = f"requeue {job.key}" + (f" with {remedy['key']}" if remedy else "")
+        if start:
+            args["start"] = start
+        label = f"requeue {job.key}" + (f" with {remedy['key']}" if remedy else "") + (f" ({start})" if start else "")
         if self.send_command("requeue", job.id, label=label, **args):
             self.notify(f"{label} ...")
             return True

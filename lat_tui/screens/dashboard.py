@@ -7,6 +7,7 @@ and the handler re-arms the timer only after it has updated the widgets.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -14,10 +15,10 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Log
+from textual.widgets import DataTable, Footer
 
 from lat_core.errors import LatError
-from lat_core.client import RUN_ACTIVE, plan_env_of
+from lat_core.client import JOB_FINAL, RUN_ACTIVE, plan_env_of
 from lat_core.rows import JobRow, RunRow
 from lat_tui.context import AppContext
 from lat_tui.poll import DashboardData, GpuHistory, read_dashboard
@@ -26,7 +27,9 @@ from lat_tui.screens.plan import PlanScreen
 from lat_tui.tail import TailState
 from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
+from lat_tui.widgets.log_pane import FollowingLog, LogPane
 from lat_tui.widgets.monitor import MonitorPanel, slots_text
+from lat_tui.widgets.quiet import set_content
 from lat_tui.widgets.status import RunStatus
 
 POLL_SECONDS = 1.0
@@ -48,23 +51,32 @@ class PollFailed(Message):
 
 
 class DashboardScreen(RunControls, Screen):
+    """The run: its jobs, devices and the selected job's log."""
+
+    # The footer shows the keys that apply to the run and the selected job now (check_action hides
+    # the rest) and fits 80 columns with ``q Quit``; ``?`` lists every key, the unshown ones too.
     BINDINGS = [
         Binding("s", "skip_countdown", "Start now"),
         Binding("x", "extend_countdown", "+5min"),
-        Binding("enter", "details", "Details"),
-        Binding("p", "pause", "Pause"),
-        Binding("c", "cancel_job", "Cancel"),
-        Binding("C", "cancel_run", "Cancel run", key_display="C", show=False),
-        Binding("r", "requeue", "Requeue"),
-        Binding("plus,equals_sign", "slots(1)", "Slots", key_display="+", group=SLOTS),
-        Binding("minus", "slots(-1)", "Slots", key_display="-", group=SLOTS),
-        Binding("a", "add_jobs", "Add"),
-        Binding("t", "triage", "Triage"),
+        Binding("enter", "details", "Details", show=False),
+        Binding("p", "pause", "Pause", tooltip="Pause or resume admission (running jobs go on)"),
+        Binding("c", "cancel_job", "Cancel", tooltip="Cancel the selected job"),
+        Binding("C", "cancel_run", "Cancel run", key_display="C", show=False,
+                tooltip="Cancel the whole run (press twice)"),
+        Binding("r", "requeue", "Requeue", tooltip="Requeue the selected ended job (offers resume)"),
+        Binding("plus,equals_sign", "slots(1)", "Slots", key_display="+", group=SLOTS,
+                tooltip="One more slot on the selected job's device"),
+        Binding("minus", "slots(-1)", "Slots", key_display="-", group=SLOTS,
+                tooltip="One slot less on the selected job's device"),
+        Binding("a", "add_jobs", "Add", show=False, tooltip="Add jobs to this run"),
+        Binding("t", "triage", "Triage", show=False, tooltip="Failed jobs, their diagnosis and remedies"),
         Binding("R", "results", "Results", key_display="R"),
-        Binding("m", "toggle_monitor", "Monitor"),
-        Binding("n", "new_run", "New", show=False),
-        Binding("e", "start_engine", "Engine", show=False),
-        Binding("q", "app.quit", "Quit"),
+        Binding("ctrl+r", "runs", "Runs", show=False, tooltip="Pick another run to view"),
+        Binding("m", "toggle_monitor", "Monitor", show=False, tooltip="Show or hide the monitor panel"),
+        Binding("n", "new_run", "New", show=False, tooltip="Plan a new run"),
+        Binding("e", "start_engine", "Engine", show=False, tooltip="Start an engine if none runs"),
+        Binding("slash", "search_log", "Search", key_display="/", tooltip="Search the log (n/N: next/previous)"),
+        Binding("q", "app.quit", "Quit", tooltip="Leave (the run goes on in the background engine)"),
     ]
 
     def __init__(self, context: AppContext, run_id: int, *, engine_just_started: bool = False):
@@ -86,18 +98,20 @@ class DashboardScreen(RunControls, Screen):
         self._polling = False
         self._poll_again = False
         self._timer: Timer | None = None
+        self._key_facts: tuple = ()
+        self.poll_listeners: list[Callable[[], None]] = getattr(self, "poll_listeners", [])  # open views
 
     def compose(self) -> ComposeResult:
         yield RunStatus(id="run-status")
         yield MonitorPanel(id="monitor")
         yield JobTable(id="jobs")
         yield JobDetail(id="job-detail")
-        yield Log(id="job-log", max_lines=LOG_MAX_LINES, auto_scroll=True)
+        yield LogPane(LOG_MAX_LINES, id="log-pane")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one(JobTable).focus()
-        self.query_one("#job-log", Log).border_title = "log"
+        self.query_one(FollowingLog).border_title = "log"
         self.poll_now()
 
     # ------------------------------------------------------------------ polling
@@ -130,7 +144,7 @@ class DashboardScreen(RunControls, Screen):
     @on(PollFailed)
     def _poll_failed(self, message: PollFailed) -> None:
         if message.run_id == self.run_id:
-            self.query_one(RunStatus).update(f"[b]cannot read the journal:[/b] {message.text}")
+            set_content(self.query_one(RunStatus), f"[b]cannot read the journal:[/b] {message.text}")
         self._rearm()
 
     def _rearm(self) -> None:
@@ -142,36 +156,57 @@ class DashboardScreen(RunControls, Screen):
             self._timer = self.set_timer(POLL_SECONDS, self.poll_now)
 
     def _show(self, data: DashboardData) -> None:
-        if self._run is None or (self._run.state, self._run.paused) != (data.run.state, data.run.paused):
-            self.refresh_bindings()
         self._run = data.run
         self._jobs = {job.id: job for job in data.jobs}
         self.engine_alive = data.engine_alive
         self.query_one(RunStatus).show(data.run, data.jobs, data.engine_alive)
         self.gpu_history.add(data.gpus)
-        self.query_one(MonitorPanel).show(data.gpus, data.host, self.gpu_history, slots_text(data.run.devices))
+        self.query_one(MonitorPanel).show(data.gpus, data.host, self.gpu_history, slots_text(data.run.devices),
+                                          data.cpu_percent)
         for command in data.commands.values():
             if command.answered and command.id in self.pending_commands:
                 self.command_answered(command)
         table = self.query_one(JobTable)
-        table.show_jobs(data.jobs)
+        table.show_jobs(data.jobs, data.families)
         if self._selected is None and table.row_count:
             self._select(table.selected_job_id())
         self._show_detail()
+        self._refresh_keys_if_changed()
         if data.tail.generation == self._tail.generation and data.log_lines:
-            self.query_one("#job-log", Log).write_lines(data.log_lines)
+            self.query_one(FollowingLog).append(data.log_lines)
         if data.tail.generation == self._tail.generation:
             self._tail = data.tail
         self._check_engine_once(data)
+        for listener in list(self.poll_listeners):
+            listener()
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """Keys that cannot act on the run as it is now are shown dimmed."""
+        """Keys that cannot act on the run or the selected job as they are now are hidden."""
         state = self._run.state if self._run else None
+        job = self.selected_job()
         if action in ("skip_countdown", "extend_countdown"):
-            return state == "countdown"  # hidden otherwise: the footer needs the room
-        if action in ("cancel_run", "cancel_job", "pause"):
+            return state == "countdown"
+        if action == "pause":
+            return state in RUN_ACTIVE and state != "countdown"
+        if action == "cancel_run":
             return state in RUN_ACTIVE or None
+        if action == "cancel_job":
+            return state in RUN_ACTIVE and job is not None and job.state not in JOB_FINAL
+        if action == "requeue":
+            return job is not None and job.state in JOB_FINAL
+        if action == "slots":
+            return state in RUN_ACTIVE and bool(self._run.devices)
+        if action in ("results", "search_log"):
+            return state != "countdown"  # the countdown's keys need the room
         return True
+
+    def _refresh_keys_if_changed(self) -> None:
+        job = self.selected_job()
+        facts = (self._run.state if self._run else None, self._run.paused if self._run else None,
+                 job.state if job else None)
+        if facts != self._key_facts:
+            self._key_facts = facts
+            self.refresh_bindings()
 
     def _check_engine_once(self, data: DashboardData) -> None:
         """On re-attach, an active run whose engine died gets a new one (it adopts running jobs)."""
@@ -192,12 +227,13 @@ class DashboardScreen(RunControls, Screen):
             return
         self._selected = job_id
         job = self._jobs.get(job_id)
-        log = self.query_one("#job-log", Log)
-        log.clear()
+        log = self.query_one(FollowingLog)
+        log.reset()
         log.border_title = f"log · {job.key}" if job else "log"
         path = Path(job.job_dir) / "train.log" if job else None
         self._tail = TailState(path=path, generation=self._tail.generation + 1)
         self._show_detail()
+        self._refresh_keys_if_changed()
         self.poll_now()
 
     def _show_detail(self) -> None:
@@ -214,8 +250,8 @@ class DashboardScreen(RunControls, Screen):
         self._polling = polling
         self.gpu_history = GpuHistory()
         self.query_one(JobTable).clear_jobs()
-        log = self.query_one("#job-log", Log)
-        log.clear()
+        log = self.query_one(FollowingLog)
+        log.reset()
         log.border_title = "log"
         self.poll_now()
 
@@ -272,6 +308,18 @@ class DashboardScreen(RunControls, Screen):
     def _jobs_made(self, jobs: list[dict] | None) -> None:
         if jobs:
             self.add_jobs(jobs)
+
+    def action_runs(self) -> None:
+        from lat_tui.screens.runs import RunPicker
+
+        self.app.push_screen(RunPicker(self.context.client, self.run_id), self._run_picked)
+
+    def _run_picked(self, run_id: int | None) -> None:
+        if run_id is not None and run_id != self.run_id:
+            self.load_run(run_id)
+
+    def action_search_log(self) -> None:
+        self.query_one(LogPane).open_search()
 
     def action_toggle_monitor(self) -> None:
         monitor = self.query_one(MonitorPanel)

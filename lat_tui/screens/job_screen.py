@@ -1,6 +1,6 @@
 """One job in full: where it lives, its usage, its diagnosis, its env overrides and its history.
 
-Opened with ``enter`` on the dashboard's job table. The history is the journal's transitions for
+Opened with ``enter`` on the dashboard's job table; it reads the job again on each dashboard poll. The history is the journal's transitions for
 the job: state changes and the commands applied to it (cancel, requeue with a remedy, ...).
 """
 
@@ -9,12 +9,15 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from lat_core.client import JOB_FINAL
 from lat_core.errors import LatError
 from lat_core.rows import JobRow, Transition
 from lat_tui import fmt
@@ -22,12 +25,21 @@ from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
 
 
+class JobLoaded(Message):
+    def __init__(self, job: JobRow | None, history: list[Transition], problem: str = ""):
+        super().__init__()
+        self.job = job
+        self.history = history
+        self.problem = problem
+
+
 class JobScreen(Screen):
+    """One job in full, refreshed on every dashboard poll."""
+
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back"),
-        Binding("r", "requeue", "Requeue"),
+        Binding("r", "requeue", "Requeue", tooltip="Requeue this ended job (offers resume)"),
         Binding("c", "cancel_job", "Cancel job"),
-        Binding("f5", "reload", "Reload"),
     ]
 
     def __init__(self, context: AppContext, job_id: int, controls: RunControls):
@@ -44,28 +56,56 @@ class JobScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.action_reload()
+        self.controls.poll_listeners.append(self.reload)
+        self.reload()
 
-    def action_reload(self) -> None:
+    def on_unmount(self) -> None:
+        if self.reload in self.controls.poll_listeners:
+            self.controls.poll_listeners.remove(self.reload)
+
+    def reload(self) -> None:
+        self._read()
+
+    @work(thread=True, group="job-screen", exclusive=True)
+    def _read(self) -> None:
+        client = self.context.client
         try:
-            job = self.context.client.job(self.job_id)
-            history = self.context.client.history(job.run_id, job_id=job.id)
+            job = client.job(self.job_id)
+            history = client.history(job.run_id, job_id=job.id)
         except LatError as exc:
-            self.query_one("#job-text", Static).update(Text(f"cannot read the journal: {exc}"))
+            self.post_message(JobLoaded(None, [], f"cannot read the journal: {exc}"))
+        else:
+            self.post_message(JobLoaded(job, history))
+        finally:
+            client.close()  # this worker thread's connection ends with the read
+
+    @on(JobLoaded)
+    def _loaded(self, message: JobLoaded) -> None:
+        if message.job is None:
+            self.query_one("#job-text", Static).update(Text(message.problem))
             return
+        job = message.job
+        if self._job is None or self._job.state != job.state:
+            self.refresh_bindings()
         self._job = job
         self.query_one("#job-title", Static).update(Text(f"job {job.id} · {job.key}", style="bold"))
-        self.query_one("#job-text", Static).update(describe(job, history))
+        self.query_one("#job-text", Static).update(describe(job, message.history))
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "requeue":
+            return self._job is not None and self._job.state in JOB_FINAL
+        if action == "cancel_job":
+            return self._job is not None and self._job.state not in JOB_FINAL
+        return True
 
     def action_requeue(self) -> None:
-        if self._job and self.controls.requeue(self._job):
-            self.set_timer(1.0, self.action_reload)
+        if self._job:
+            self.controls.requeue(self._job)
 
     def action_cancel_job(self) -> None:
-        if self._job and self._job.state in ("queued", "running"):
+        if self._job and self._job.state not in JOB_FINAL:
             self.controls.send_command("cancel_job", self._job.id, label=f"cancel {self._job.key}")
             self.notify(f"Cancelling {self._job.key} ...")
-            self.set_timer(1.0, self.action_reload)
 
 
 def describe(job: JobRow, history: list[Transition]) -> Text:

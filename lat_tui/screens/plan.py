@@ -17,7 +17,9 @@ from lat_core.errors import LatError
 from lat_core.monitor.gpu import GpuSnapshot
 from lat_tui import fmt
 from lat_tui.context import AppContext
-from lat_tui.plan_form import CPU, PlanForm, problem_lines, start_run
+from lat_tui.plan_form import CPU, EMPTY_FORM, PlanForm, form_from_plan_yaml, problem_lines, start_run
+from lat_tui.widgets.checked_list import CheckedSelectionList
+from lat_tui.widgets.monitor import no_gpu_text
 
 
 class RunStarted(Message):
@@ -63,29 +65,43 @@ class PlanScreen(Screen[int | None]):
 
     def compose(self) -> ComposeResult:
         snapshot = self.context.probe.snapshot()
-        yield Static("[b]New run[/b]  tab: next field · space: toggle · ctrl+s: start", id="plan-title")
+        last = self._last_form()
+        suites = self._suite_list(last.suites)
+        yield Static("[b]New run[/b]  tab: next field · space: toggle · ctrl+s: start"
+                     + (" · [dim]last run's values[/dim]" if last.suites else ""), id="plan-title")
         with VerticalScroll(id="plan-form", can_focus=False):
-            yield _field("Suites", self._suite_list())
-            yield _field("Rounds", Input("all", id="rounds", compact=True), "all, or 1 2")
-            yield _field("Pairs", Input(id="pairs", placeholder="seed:dataset, e.g. 1:tiny-sst2 2:tiny-sst2",
+            yield _field("Suites", suites)
+            yield Static(id="suite-about", classes="hint")
+            yield _field("Rounds", Input(last.rounds, id="rounds", placeholder="all", compact=True), "all, or 1 2")
+            yield _field("Pairs", Input(last.pairs, id="pairs", placeholder="seed:dataset, e.g. 1:tiny-sst2 2:tiny-sst2",
                                         compact=True))
             yield Static(datasets_hint(), classes="hint")
-            yield _field("Devices", _device_list(snapshot))
+            yield _field("Devices", _device_list(snapshot, last.devices))
             if not snapshot.available:
-                yield Static(f"{snapshot.reason}: jobs run on the CPU", classes="hint")
-            yield _field("Slots", Input("auto", id="slots", compact=True), "auto, one number, or one per GPU")
-            yield _field("Countdown", Input("0", id="countdown", compact=True), "minutes before start")
-            yield _field("Output", Input("runs", id="output", compact=True))
-            yield _field("Env", Input(id="env", placeholder="KEY=VALUE ...", compact=True))
+                yield Static(Text("jobs run on the CPU · ").append_text(no_gpu_text(snapshot.reason)), classes="hint")
+            yield _field("Slots", Input(last.slots, id="slots", placeholder="auto", compact=True),
+                         "auto, one number, or one per GPU")
+            yield _field("Countdown", Input(last.countdown, id="countdown", placeholder="0", compact=True),
+                         "minutes before start")
+            yield _field("Output", Input(last.output_root, id="output", placeholder="runs", compact=True))
+            yield _field("Env", Input(last.env, id="env", placeholder="KEY=VALUE ...", compact=True))
             yield Static(id="problems")
             yield Button("Start run", id="start", variant="primary", compact=True)
         yield Footer()
 
-    def _suite_list(self) -> SelectionList:
+    def _last_form(self) -> PlanForm:
+        """The last run's plan, to start from; an empty form when there is none or it cannot be read."""
+        try:
+            run = self.context.client.latest_run()
+        except LatError:
+            return EMPTY_FORM
+        return form_from_plan_yaml(run.plan_yaml) if run else EMPTY_FORM
+
+    def _suite_list(self, picked: list[str]) -> SelectionList:
         options = []
         for name in self.context.registry.names():
-            options.append((f"{escape(name)}  [dim]{escape(self._suite_summary(name))}[/dim]", name))
-        return SelectionList(*options, id="suites", compact=True)
+            options.append((f"{escape(name)}  [dim]{escape(self._suite_summary(name))}[/dim]", name, name in picked))
+        return CheckedSelectionList(*options, id="suites", compact=True)
 
     def _suite_summary(self, name: str) -> str:
         try:
@@ -93,7 +109,21 @@ class PlanScreen(Screen[int | None]):
         except LatError as exc:
             return f"unusable: {exc.message}"
         jobs = sum(len(configs) for configs in suite.rounds.values())
-        return f"{len(suite.rounds)} round(s), {jobs} config(s) · {suite.description.strip()}"[:60]
+        return f"{len(suite.rounds)} round(s), {jobs} config(s)"
+
+    @on(SelectionList.SelectionHighlighted, "#suites")
+    def _about_suite(self, event: SelectionList.SelectionHighlighted) -> None:
+        """The highlighted suite's description in full, wrapped at words (one line per suite in the
+        list keeps every suite in view)."""
+        self.query_one("#suite-about", Static).update(Text(self._suite_about(event.selection.value)))
+
+    def _suite_about(self, name: str) -> str:
+        count = self.query_one("#suites", SelectionList).option_count
+        try:
+            about = " ".join(self.context.registry.get(name).description.split())
+        except LatError as exc:
+            about = f"unusable: {exc.message}"
+        return f"{name}: {about or '(no description)'}  ·  {count} suites, ✓ marks the picked ones"
 
     def on_mount(self) -> None:
         self.query_one("#suites", SelectionList).focus()
@@ -160,10 +190,13 @@ class PlanScreen(Screen[int | None]):
             self.call_after_refresh(box.scroll_visible)
 
 
-def _device_list(snapshot: GpuSnapshot) -> SelectionList:
-    options = [(_gpu_label(gpu), gpu.index) for gpu in snapshot.gpus]
-    options.append(("cpu", CPU, not snapshot.available))
-    return SelectionList(*options, id="devices", compact=True)
+def _device_list(snapshot: GpuSnapshot, picked: list) -> SelectionList:
+    """The GPUs and the CPU; the last run's choice where it still exists, else the CPU without GPUs."""
+    present = {gpu.index for gpu in snapshot.gpus} | {CPU}
+    picked = [d for d in picked if d in present] or ([] if snapshot.available else [CPU])
+    options = [(_gpu_label(gpu), gpu.index, gpu.index in picked) for gpu in snapshot.gpus]
+    options.append(("cpu", CPU, CPU in picked))
+    return CheckedSelectionList(*options, id="devices", compact=True)
 
 
 def _gpu_label(gpu) -> str:

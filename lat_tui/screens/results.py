@@ -24,9 +24,9 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, OptionList, Stat
 from textual.widgets.data_table import RowDoesNotExist
 
 from lat_core.errors import LatError
-from lat_tui.widgets.curve import CurvePlot
+from lat_tui.widgets.curve import CurvePlot, shared_spans
 from lat_tui.widgets.results_model import (
-    Snapshot, column_keys, column_labels, count_cell, curve_series, load_snapshot, metric_cell,
+    BEST_LEGEND, Snapshot, column_keys, column_labels, count_cell, curve_series, load_snapshot, metric_cell,
     natural_descending, row_summary, sorted_rows,
 )
 
@@ -102,6 +102,7 @@ class ResultsScreen(Screen):
                     with Vertical(classes="results-pane"):
                         yield Static(id=f"compare-summary-{side}", classes="results-summary")
                         yield CurvePlot(id=f"compare-curve-{side}")
+        yield Static(BEST_LEGEND, id="results-legend")
         yield Static(id="results-status")
         yield Footer()
 
@@ -266,15 +267,20 @@ class ResultsScreen(Screen):
     def _show_detail(self) -> None:
         switcher = self.query_one("#results-detail", ContentSwitcher)
         if switcher.current == "results-compare" and len(self.marks) == MAX_MARKS:
+            scale = shared_spans([self._series_of(ref) for ref in self.marks])  # one y-scale for both sides
             for side, ref in zip("ab", self.marks):
-                self._show_row(ref, f"#compare-summary-{side}", f"#compare-curve-{side}", compact=True)
+                self._show_row(ref, f"#compare-summary-{side}", f"#compare-curve-{side}", compact=True, ys=scale)
             return
         switcher.current = "results-single"
         config = self.selected_config()
         ref = RowRef(self.dataset, config) if config is not None and self.dataset else None
         self._show_row(ref, "#results-summary", "#results-curve")
 
-    def _show_row(self, ref: RowRef | None, summary_id: str, curve_id: str, compact: bool = False) -> None:
+    def _series_of(self, ref: RowRef) -> list:
+        return curve_series(self.snapshot.jobs(ref.dataset, ref.config)) if self.snapshot else []
+
+    def _show_row(self, ref: RowRef | None, summary_id: str, curve_id: str, compact: bool = False,
+                  ys: tuple | None = None) -> None:
         summary, curve = self.query_one(summary_id, Static), self.query_one(curve_id, CurvePlot)
         table = self.snapshot.table(ref.dataset) if ref is not None and self.snapshot else None
         row = next((r for r in table.rows if r.config == ref.config), None) if table else None
@@ -285,7 +291,7 @@ class ResultsScreen(Screen):
         running = self.snapshot.running_count(ref.dataset, ref.config)
         lines = row_summary(table, row, running, compact)
         summary.update(Text("\n").join(Text(line) for line in (lines if compact else [ref.config, *lines])))
-        curve.show(curve_series(self.snapshot.jobs(ref.dataset, ref.config)))
+        curve.show(self._series_of(ref), ys=ys)
 
     def action_mark(self) -> None:
         config = self.selected_config()
@@ -319,6 +325,8 @@ class ResultsScreen(Screen):
             return
         report = self.snapshot.report
         parts = [f"{len(report.results)} job(s)", f"{len(self.snapshot.running)} running"]
+        if self.snapshot.queued:
+            parts.append(f"{self.snapshot.queued} queued")
         if report.skipped:
             parts.append(f"{len(report.skipped)} skipped: press k to list")
         if self.marks:

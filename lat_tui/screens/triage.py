@@ -19,7 +19,7 @@ from lat_core.errors import LatError
 from lat_core.rows import JobRow
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
-from lat_tui.widgets.job_table import _key_text
+from lat_tui.widgets.job_table import job_name
 
 RELOAD_AFTER_SECONDS = 1.5
 
@@ -70,7 +70,7 @@ class TriageScreen(Screen):
         table.clear()
         for job in self._failed.values():
             diagnosis = job.diagnosis or {}
-            table.add_row(_key_text(job.key, 28), diagnosis.get("class", "?"), diagnosis.get("title", job.error or ""),
+            table.add_row(job_name(job, None, 28), diagnosis.get("class", "?"), diagnosis.get("title", job.error or ""),
                           key=str(job.id))
         count = len(self._failed)
         title = f"Triage · run {self.run_id} · {count} failed job{'s' if count != 1 else ''}"

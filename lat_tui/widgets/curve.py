@@ -94,11 +94,21 @@ def _cell_masks(dots, width: int, height: int) -> list[list[int]]:
     return masks
 
 
-def plot_series(series: list[Series], width: int, height: int) -> Plot:
-    """Draw ``series`` into a ``width`` x ``height`` cell area; x is shared, each y is its own."""
+def shared_spans(plots: list[list[Series]]) -> tuple[Span | None, ...]:
+    """One y span per series position covering every plot's series at that position, so plots
+    drawn side by side with them read on the same scale."""
+    positions = max((len(series) for series in plots), default=0)
+    return tuple(span_of(py for series in plots if len(series) > i for _, py in series[i].points)
+                 for i in range(positions))
+
+
+def plot_series(series: list[Series], width: int, height: int, ys: tuple[Span | None, ...] | None = None) -> Plot:
+    """Draw ``series`` into a ``width`` x ``height`` cell area; x is shared, each y is its own
+    unless ``ys`` gives the spans (a comparison's common scale)."""
     width, height = max(1, width), max(1, height)
     x = span_of(px for s in series for px, _ in s.points)
-    ys = tuple(span_of(py for _, py in s.points) for s in series)
+    own = tuple(span_of(py for _, py in s.points) for s in series)
+    ys = tuple((ys[i] if ys and i < len(ys) and ys[i] is not None else span) for i, span in enumerate(own))
     chars = [[0] * width for _ in range(height)]
     owners = [[NO_SERIES] * width for _ in range(height)]
     for index, (one, y) in enumerate(zip(series, ys)):
@@ -160,14 +170,14 @@ def _x_axis(x: Span | None, width: int) -> Text:
 
 
 def render_curve(series: list[Series], width: int, height: int, styles: list[Style] | None = None,
-                 title: str = "") -> Text:
+                 title: str = "", ys: tuple[Span | None, ...] | None = None) -> Text:
     """The whole widget as text: legend, plot rows framed by y labels, then the x (step) extents."""
     styles = styles or [Style(), Style()]
     if not any(s.points for s in series):
         return Text(f"{title}  no points yet" if title else "no points yet", no_wrap=True)
     plot_w = max(1, width - 2 * LABEL_WIDTH - 2)
     plot_h = max(1, height - 2)
-    plot = plot_series(series, plot_w, plot_h)
+    plot = plot_series(series, plot_w, plot_h, ys)
     lines = [_legend(series, styles, title)]
     for row in range(plot_h):
         line = Text(_y_label(plot.ys[0], row, plot_h).rjust(LABEL_WIDTH) + "│", no_wrap=True, end="")
@@ -195,17 +205,19 @@ class CurvePlot(Widget):
         super().__init__(id=id, classes=classes)
         self._series: list[Series] = []
         self._title = ""
+        self._ys: tuple[Span | None, ...] | None = None
 
     @property
     def series(self) -> list[Series]:
         return list(self._series)
 
-    def show(self, series: list[Series], title: str = "") -> None:
+    def show(self, series: list[Series], title: str = "", ys: tuple[Span | None, ...] | None = None) -> None:
         self._series = list(series)[:2]
         self._title = title
+        self._ys = ys
         self.refresh()
 
     def render(self) -> Text:
         styles = [self.get_component_rich_style("curve--first"),
                   self.get_component_rich_style("curve--second")]
-        return render_curve(self._series, self.size.width, self.size.height, styles, self._title)
+        return render_curve(self._series, self.size.width, self.size.height, styles, self._title, self._ys)

@@ -6,12 +6,13 @@ from rich.text import Text
 from textual.widgets import Static
 
 from lat_core.rows import JobRow
+from lat_tui.widgets.quiet import set_content
 
 
 class JobDetail(Static):
     def show(self, job: JobRow | None) -> None:
         self.set_class(bool(job and job.error), "-error")
-        self.update(describe_job(job) if job else Text("no job selected"))
+        set_content(self, describe_job(job) if job else Text("no job selected"))
 
 
 def describe_job(job: JobRow) -> Text:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import re
-
 import time
 
 from rich.text import Text
 from textual.widgets import DataTable
 
 from lat_core.rows import JobRow
+from lat_tui import fmt
 from lat_tui.columns import JOB_COLUMNS, state_text
+
 KEY_MIN_WIDTH = 12  # at 80 columns the id column leaves the key 12
 KEY_MAX_WIDTH = 48
+ELAPSED_TICK_S = 5
+MIN_STEM = 8  # below this the model family gives way to the config name
 CHROME = 2 + 2  # the cell padding of the key column, and the vertical scrollbar
 
 STATE_COLORS = {"running": "accent", "succeeded": "success", "failed": "error", "cancelled": "warning"}
@@ -24,6 +26,8 @@ class JobTable(DataTable):
     def __init__(self, **kwargs):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._cells: dict[int, tuple] = {}
+        self._families: dict[int, str] = {}
+        self._one_dataset = False
 
     def on_mount(self) -> None:
         self.key_width = self._key_width(self.app.size.width)
@@ -40,8 +44,9 @@ class JobTable(DataTable):
         self.clear()
         self._cells.clear()
 
-    def show_jobs(self, jobs: list[JobRow]) -> None:
+    def show_jobs(self, jobs: list[JobRow], families: dict[int, str] | None = None) -> None:
         now = time.time()
+        self._families = families or {}
         self._one_dataset = len({j.dataset for j in jobs}) <= 1
         for job in jobs:
             cells = self._cells_for(job, now)
@@ -68,7 +73,10 @@ class JobTable(DataTable):
         cells = []
         for column in JOB_COLUMNS:
             if column.key == "key":
-                cells.append(_key_text(job.key, self.key_width, with_dataset=not getattr(self, "_one_dataset", False)))
+                cells.append(job_name(job, self._families.get(job.id), self.key_width,
+                                      with_dataset=not self._one_dataset))
+            elif column.key == "elapsed" and job.state == "running":
+                cells.append(fmt.clock(_ticked(job.elapsed(now))))
             elif column.key == "state":
                 cells.append(Text(state_text(job.state), style=self._state_style(job.state)))
             else:
@@ -84,26 +92,34 @@ class JobTable(DataTable):
         return f"bold {color}" if state in ("running", "failed") and color else color
 
 
-def _key_text(key: str, width: int, with_dataset: bool = True) -> str:
-    """A key that does not fit becomes ``config@seed:dataset`` (``tiny_lora_qkvo@1:tiny-sst2``),
-    or ``config@seed`` when every job of the run has the same dataset.
+def _ticked(seconds: float | None) -> float | None:
+    """A running job's time in steps of ELAPSED_TICK_S: any changed cell re-renders the whole
+    DataTable (it keeps one cache generation), and a clock ticking every second made that the
+    dashboard's largest idle cost."""
+    return None if seconds is None else seconds // ELAPSED_TICK_S * ELAPSED_TICK_S
 
-    Jobs of one run mostly differ in their config, so the config name keeps the most room; the
-    seed always stays; the dataset is cut first, then the middle of the config name.
+
+def job_name(job: JobRow, family: str | None, width: int, with_dataset: bool = True) -> str:
+    """``mamba/tiny_lora 1:tiny-sst2``: model family, config, seed and dataset in ``width`` cells.
+
+    Jobs of one run mostly differ in their config, so the config keeps the most room. When the
+    name does not fit, the dataset is cut first (or dropped for ``config@seed`` when every job of
+    the run has the same one), then the middle of the config, then the model family.
     """
-    if len(key) <= width:
-        return key
-    head, sep, stem = key.partition("/")
-    match = re.fullmatch(r"(.+)_seed(\d+)", head)
-    if not sep or not match:
-        return "…" + key[-(width - 1):]
-    dataset, seed = match.groups()
-    if not with_dataset:
-        return _keep_both_ends(stem, width - 1 - len(seed)) + "@" + seed
-    pair_min = len(seed) + 1 + min(len(dataset), 5)
-    pair_room = max(pair_min, width - 1 - len(stem))
-    pair = _keep_start(f"{seed}:{dataset}", pair_room)
-    return _keep_both_ends(stem, width - 1 - len(pair)) + "@" + pair
+    model = f"{family}/" if family else ""
+    full = f"{model}{job.stem} {job.seed}:{job.dataset}"
+    if len(full) <= width:
+        return full
+    seed = str(job.seed)
+    if with_dataset:
+        pair_min = len(seed) + 1 + min(len(job.dataset), 5)
+        tail = " " + _keep_start(f"{seed}:{job.dataset}", max(pair_min, width - len(model) - 1 - len(job.stem)))
+    else:
+        tail = "@" + seed
+    stem_room = width - len(model) - len(tail)
+    if model and stem_room < min(MIN_STEM, len(job.stem)):
+        return job_name(job, None, width, with_dataset)
+    return model + _keep_both_ends(job.stem, max(stem_room, 1)) + tail
 
 
 def _keep_start(text: str, width: int) -> str:

@@ -6,6 +6,8 @@ each poll updates their text and sparkline in place.
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -15,9 +17,12 @@ from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot
 from lat_tui import fmt
 from lat_tui.poll import GpuHistory
+from lat_tui.widgets.quiet import set_content, set_data
 
 BAR_WIDTH = 10
+HISTORY_REDRAW_S = 5.0
 NAME_WIDTH = 9
+CORE_GLYPHS = "▁▂▃▄▅▆▇█"
 BUSY_FRACTION = 0.9  # above this a bar turns to the warning colour
 
 
@@ -27,22 +32,25 @@ class GpuRow(Horizontal):
     def __init__(self, uuid: str):
         super().__init__(classes="gpu-row")
         self.uuid = uuid
-        self._latest: tuple | None = None  # shown once mounted, when ``show`` came first
+        self._latest: tuple | None = None  # composed from, when ``show`` came before the children
+        self._drawn_at = 0.0  # when the sparkline last took new data
 
     def compose(self) -> ComposeResult:
-        yield Static(classes="gpu-text")
-        yield Sparkline([], summary_function=max, classes="gpu-history")
-
-    def on_mount(self) -> None:
-        if self._latest:
-            self.show(*self._latest)
+        gpu, history, colors = self._latest or (None, [], {})
+        yield Static(gpu_line(gpu, colors) if gpu else "", classes="gpu-text")
+        yield Sparkline(history or [0.0], summary_function=max, classes="gpu-history")
 
     def show(self, gpu: GpuInfo, history: list[float], colors: dict[str, str]) -> None:
+        """Updates the children where they exist, else ``compose`` starts from this sample: either
+        order of mounting and the first poll shows it (a lost first sample left blank frames)."""
         self._latest = (gpu, history, colors)
-        if not self.is_mounted:
+        if not self.children:
             return
-        self.query_one(".gpu-text", Static).update(gpu_line(gpu, colors))
-        self.query_one(Sparkline).data = history or [0.0]
+        set_content(self.query_one(".gpu-text", Static), gpu_line(gpu, colors))
+        now = time.monotonic()
+        if now - self._drawn_at >= HISTORY_REDRAW_S:  # a minute's history moves little in a second
+            self._drawn_at = now
+            set_data(self.query_one(Sparkline), history or [0.0])
 
 
 class MonitorPanel(Vertical):
@@ -55,19 +63,25 @@ class MonitorPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Vertical(id="gpu-rows")
+        yield Static(id="cpu-line")
         yield Static(id="host-line")
 
-    def show(self, gpus: GpuSnapshot, host: HostSnapshot, history: GpuHistory, slots: str = "") -> None:
+    def show(self, gpus: GpuSnapshot, host: HostSnapshot, history: GpuHistory, slots: str = "",
+             cpu: tuple[float, ...] = ()) -> None:
         colors = self._colors()
         uuids = tuple(g.uuid for g in gpus.gpus)
         if uuids != self._uuids or (not uuids and gpus.reason != self._reason_shown):
             self._rebuild(gpus)
         for row, gpu in zip(self.query(GpuRow), gpus.gpus):
             row.show(gpu, history.series(gpu.uuid), colors)
+        cpu_box = self.query_one("#cpu-line", Static)
+        cpu_box.display = not gpus.gpus  # without GPUs the jobs run on the cores: show how busy they are
+        if not gpus.gpus:
+            set_content(cpu_box, cpu_line(cpu, colors, max(self.size.width, 40)))
         line = host_line(host, colors)
         if slots:
             line.append(f" · {slots}")
-        self.query_one("#host-line", Static).update(line)
+        set_content(self.query_one("#host-line", Static), line)
 
     def _rebuild(self, gpus: GpuSnapshot) -> None:
         self._uuids = tuple(g.uuid for g in gpus.gpus)
@@ -77,7 +91,7 @@ class MonitorPanel(Vertical):
         if gpus.gpus:
             rows.mount_all([GpuRow(g.uuid) for g in gpus.gpus])
         else:
-            rows.mount(Static(Text(gpus.reason or "no GPU", style="italic"), classes="no-gpu"))
+            rows.mount(Static(no_gpu_text(gpus.reason), classes="no-gpu"))
 
     def _colors(self) -> dict[str, str]:
         """Solid theme colours: Rich styles cannot take the theme's alpha variants."""
@@ -96,6 +110,29 @@ def gpu_line(gpu: GpuInfo, colors: dict[str, str]) -> Text:
     text.append(f" {temperature:>5}", style=colors["warning"] if (gpu.temperature or 0) >= 85 else "")
     if gpu.processes:
         text.append(f" {len(gpu.processes)}p", style="dim")
+    return text
+
+
+def no_gpu_text(reason: str) -> Text:
+    """``no GPU visible (NVML: Driver Not Loaded)``: NVML's words, quietly."""
+    detail = reason.removeprefix("no GPU: ").strip()
+    return Text(f"no GPU visible (NVML: {detail})" if detail else "no GPU visible", style="dim")
+
+
+def cpu_line(percents: tuple[float, ...], colors: dict[str, str], width: int) -> Text:
+    """``host CPU       ███░░░░░░░   31% · 4 cores ▂▇▁▃``: the total, then one glyph per core
+    (as many as the width allows)."""
+    total = sum(percents) / len(percents) if percents else 0.0
+    text = Text("host ", style="bold")
+    text.append(f"{'CPU':<{NAME_WIDTH}} ")
+    _append_bar(text, total / 100, colors)
+    text.append(f" {total:>8.0f}%")
+    if percents:
+        text.append(f" · {len(percents)} cores ")
+        room = max(width - text.cell_len - 2, 0)
+        glyphs = "".join(CORE_GLYPHS[min(int(p / 100 * len(CORE_GLYPHS)), len(CORE_GLYPHS) - 1)]
+                         for p in percents[:room])
+        text.append(glyphs, style=colors["accent"])
     return text
 
 

@@ -22,6 +22,8 @@ from lat_core.results.tables import Row
 from lat_tui.widgets.curve import Series
 
 UNFINISHED = "unfinished"
+NOT_STARTED = "not started"  # the scan's reason for a job folder without events: a queued job
+BEST_LEGEND = "* best mean of its column (mean±std over seeds; n = seeds, +k still running)"
 FIXED_COLUMNS = ("config", "n")
 
 
@@ -32,6 +34,7 @@ class Snapshot:
     report: Report
     tables: tuple[Table, ...]
     running: frozenset[Path]
+    queued: int = 0  # job folders written but not started: waiting, not skipped
 
     def table(self, dataset: str | None) -> Table | None:
         return next((t for t in self.tables if t.dataset == dataset), None)
@@ -63,10 +66,12 @@ def load_snapshot(root: Path) -> Snapshot:
     report = aggregate(root)
     provisional = {s.path: _running_result(s) for s in report.skipped}
     running = tuple(r for r in provisional.values() if r is not None)
-    still_skipped = tuple(s for s in report.skipped if provisional[s.path] is None)
+    left = [s for s in report.skipped if provisional[s.path] is None]
+    queued = sum(s.reason.startswith(NOT_STARTED) for s in left)
+    still_skipped = tuple(s for s in left if not s.reason.startswith(NOT_STARTED))
     merged = replace(report, results=report.results + running, skipped=still_skipped)
     return Snapshot(report=merged, tables=tuple(build_tables(merged)),
-                    running=frozenset(r.job_dir for r in running))
+                    running=frozenset(r.job_dir for r in running), queued=queued)
 
 
 # --- sorting --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 from lat_core.rows import JobRow, RunRow
 from lat_tui import fmt
+from lat_tui.widgets.quiet import set_content
 
 STATE_ORDER = ("running", "queued", "succeeded", "failed", "cancelled")
 
@@ -18,7 +19,7 @@ class RunStatus(Static):
 
     def show(self, run: RunRow, jobs: list[JobRow], engine_alive: bool) -> None:
         self.set_class(run.state == "countdown", "-countdown")
-        self.update(describe_run(run, jobs, engine_alive, time.time()))
+        set_content(self, describe_run(run, jobs, engine_alive, time.time()))
 
 
 def describe_run(run: RunRow, jobs: list[JobRow], engine_alive: bool, now: float) -> str:

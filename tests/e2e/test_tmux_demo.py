@@ -75,14 +75,12 @@ JOB_STATES = {"queued", "running", "succeeded", "failed", "cancelled"}
 
 
 def job_rows(screen: str) -> list[str]:
-    """Table rows: the job id, a job key (``config@seed:data`` on narrow screens), then its state (the detail line
-    and the log title have a '·')."""
+    """Table rows: the job id, the job's name (``gla/demo_cfg 1:tiny-sst2``, or ``demo_cfg@1`` on narrow
+    screens), then its state (the detail line and the log title start with no id)."""
     rows = []
     for line in screen.splitlines():
         words = line.split()
-        if words and words[0].isdigit():  # the job id column
-            words = words[1:]
-        if len(words) >= 2 and ("_seed" in words[0] or "@" in words[0]) and words[1] in JOB_STATES:
+        if len(words) >= 3 and words[0].isdigit() and JOB_STATES & set(words[1:3]):
             rows.append(line)
     return rows
 

@@ -23,7 +23,9 @@ def make_run(store, root: Path, keys=("tiny-sst2_seed1/a", "tiny-sst2_seed2/a"),
     for n, key in enumerate(keys, start=1):
         job_dir = root / key
         job_dir.mkdir(parents=True)
-        jobs.append({"key": key, "suite": "demo", "round": 1, "stem": "a", "seed": n, "dataset": "tiny-sst2",
+        dataset, stem = key.split("/", 1)
+        jobs.append({"key": key, "suite": "demo", "round": 1, "stem": stem, "seed": n,
+                     "dataset": dataset.rsplit("_seed", 1)[0],
                      "job_dir": str(job_dir), "argv": [], "env": {}})
     return run_id, store.add_jobs(run_id, jobs)
 
@@ -166,7 +168,8 @@ async def test_n_opens_plan_and_a_new_run_replaces_the_shown_one(make_app, journ
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 2)
-        await pilot.press("n", "space")
+        await pilot.press("n")  # the last run's suite is picked already
+        assert app.screen.query_one("#suites").selected == ["demo"]
         app.screen.query_one("#pairs").value = "7:tiny-sst2"
         app.screen.query_one("#output").value = str(tmp_path / "new")
         await pilot.press("ctrl+s")
@@ -182,3 +185,27 @@ def test_a_job_held_back_for_memory_says_why():
     job = JobRow(1, 1, 1, "d_seed1/a", "s", 1, "a", 1, "d", "/o/a", [], {}, "queued", None, 0, None, None, None,
                  None, None, None, waiting="needs 10.0G GPU memory, 3.0G free on gpu0")
     assert "waiting: needs 10.0G GPU memory, 3.0G free on gpu0" in describe_job(job).plain
+
+
+async def test_job_names_say_model_config_seed_and_dataset(make_app, journal, tmp_path):
+    run_id, (first, second) = make_run(journal, tmp_path / "out", keys=("tiny-sst2_seed1/tiny_lora",
+                                                                         "tiny-sst2_seed2/tiny_lora"))
+    (tmp_path / "out" / "tiny-sst2_seed1/tiny_lora" / "job.yaml").write_text("model: {family: mamba}\n")
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 2)
+        await wait_for(pilot, lambda: cell(app, first, "key") == "mamba/tiny_lora 1:tiny-sst2")
+        assert cell(app, second, "key") == "tiny_lora 2:tiny-sst2"  # no job.yaml (yet): no family
+
+
+def test_job_names_shrink_config_first_and_drop_the_model_last():
+    from lat_core.rows import JobRow
+    from lat_tui.widgets.job_table import job_name
+
+    job = JobRow(id=1, run_id=1, seq=1, key="k", suite="s", round=1, stem="gla_lora_r8_qkvo", seed=3,
+                 dataset="glue-tvt_sst2", job_dir="/x", argv=[], env={}, state="queued", device=None, attempts=0,
+                 started=None, ended=None, returncode=None, last_step=None, last_loss=None, error=None)
+    assert job_name(job, "gla", 48) == "gla/gla_lora_r8_qkvo 3:glue-tvt_sst2"
+    assert job_name(job, "gla", 28) == "gla/gla_lora_r8_qkvo 3:glue…"
+    assert job_name(job, "gla", 24, with_dataset=False) == "gla/gla_lora_r8_qkvo@3"
+    assert job_name(job, "gla", 12, with_dataset=False) == "gla_…_qkvo@3"  # the model gave way

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import psutil
 import pytest
 from textual.widgets import Log, Sparkline
 
@@ -12,7 +13,7 @@ from lat_core.monitor.fake_nvml import FakeGpu, FakeNvml, FakeNvmlError
 from lat_core.monitor.gpu import GpuProbe
 from lat_tui.app import LatApp
 from lat_tui.widgets.job_table import JobTable
-from lat_tui.widgets.monitor import GpuRow, MonitorPanel, short_name
+from lat_tui.widgets.monitor import GpuRow, MonitorPanel, cpu_line, short_name
 
 from .test_dashboard import SIZE, make_run, wait_for
 
@@ -42,12 +43,13 @@ async def test_one_line_per_gpu_with_bar_util_temperature_and_history(app_with, 
     app = app_with(fake_nvml)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: len(app.screen.query(GpuRow)) == 2 and "GPU1" in " ".join(monitor_lines(app)))
-        gpu0, gpu1, host = monitor_lines(app)
+        gpu0, gpu1, host = monitor_lines(app)  # no CPU line while there are GPUs
         assert gpu0.startswith("GPU0 H100 80GB") and "40.0/80G" in gpu0 and "87%" in gpu0 and "63°C" in gpu0
         assert "█████░░░░░" in gpu0 and "1p" in gpu0
         assert gpu1.startswith("GPU1 A100-SXM4") and "39.0/40G" in gpu1 and "100%" in gpu1
         assert host.startswith("host RAM") and "load" in host and "slots cpu=2" in host
-        await wait_for(pilot, lambda: len(app.screen.query_one(GpuRow).query_one(Sparkline).data) >= 3, tries=80)
+        # the sparkline takes new data every HISTORY_REDRAW_S seconds
+        await wait_for(pilot, lambda: len(app.screen.query_one(GpuRow).query_one(Sparkline).data) >= 3, tries=200)
         assert app.screen.query_one(GpuRow).query_one(Sparkline).data[-1] == pytest.approx(50.0)
 
 
@@ -56,7 +58,10 @@ async def test_no_driver_shows_the_reason(app_with, journal, tmp_path):
     app = app_with(FakeNvml(init_error="Driver Not Loaded"))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: any("Driver Not Loaded" in line for line in monitor_lines(app)))
-        assert monitor_lines(app)[0] == "no GPU: Driver Not Loaded"
+        reason, cpu, host = monitor_lines(app)
+        assert reason == "no GPU visible (NVML: Driver Not Loaded)"
+        assert cpu.startswith("host CPU") and "%" in cpu and f"{psutil.cpu_count()} cores" in cpu
+        assert host.startswith("host RAM") and "G" in host
         assert not app.screen.query(GpuRow)
 
 
@@ -69,12 +74,12 @@ async def test_gpu_vanishing_mid_run_does_not_crash(app_with, fake_nvml, journal
         await wait_for(pilot, lambda: len(app.screen.query(GpuRow)) == 1)
         await wait_for(pilot, lambda: monitor_lines(app)[0].startswith("GPU0 A100"))
         fake_nvml.gpus.clear()
-        await wait_for(pilot, lambda: "no GPU: NVML sees 0 devices" in monitor_lines(app))
+        await wait_for(pilot, lambda: "no GPU visible (NVML: NVML sees 0 devices)" in monitor_lines(app))
 
         def fell_off_the_bus():
             raise FakeNvmlError("GPU is lost")
         fake_nvml.nvmlDeviceGetCount = fell_off_the_bus
-        await wait_for(pilot, lambda: "no GPU: GPU is lost" in monitor_lines(app))
+        await wait_for(pilot, lambda: "no GPU visible (NVML: GPU is lost)" in monitor_lines(app))
         assert app.screen.query_one(JobTable).row_count == 2  # the dashboard goes on
 
 
@@ -120,3 +125,10 @@ def test_short_names():
     assert short_name("NVIDIA H100 80GB HBM3") == "H100 80GB"
     assert short_name("NVIDIA GeForce RTX 4090") == "GeForce"
     assert short_name("Tesla") == "Tesla"
+
+
+def test_cpu_line_shows_the_total_and_a_glyph_per_core():
+    colors = {"accent": "", "warning": "", "error": "", "foreground-muted": ""}
+    line = cpu_line((0.0, 100.0, 50.0, 50.0), colors, 80).plain
+    assert line.startswith("host CPU") and "50%" in line and line.endswith("4 cores ▁█▅▅")
+    assert cpu_line(tuple([10.0] * 256), colors, 80).cell_len <= 80

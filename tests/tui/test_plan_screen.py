@@ -68,7 +68,7 @@ async def test_bad_input_shows_every_problem_and_creates_no_run(make_app, state_
         await pilot.press("ctrl+s")
         await _wait_for(pilot, lambda: "Invalid plan" in _problems(app))
         text = _problems(app)
-        assert "field 'suites'" in text
+        assert "Suites: pick at least one suite" in text
         assert "seed:dataset" in text
         assert "slot" in text
         assert isinstance(app.screen, PlanScreen)
@@ -98,7 +98,7 @@ async def test_gpu_plan_on_missing_gpu_is_rejected(make_app, state_dir):
         await pilot.press("space")
         await _fill(pilot, pairs="1:tiny-sst2")
         await pilot.press("ctrl+s")
-        await _wait_for(pilot, lambda: "field 'gpus'" in _problems(app))
+        await _wait_for(pilot, lambda: "Devices:" in _problems(app))
     assert _runs(state_dir) == []
 
 

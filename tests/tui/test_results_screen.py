@@ -11,7 +11,8 @@ from textual.app import App
 from textual.widgets import ContentSwitcher, DataTable, Static
 
 from lat_tui.screens.results import ResultsScreen, SkippedScreen
-from lat_tui.widgets.curve import BRAILLE_BASE, CurvePlot, Series, axis_label, plot_series, render_curve
+from lat_tui.widgets.curve import (BRAILLE_BASE, CurvePlot, Series, axis_label, plot_series, render_curve,
+                                   shared_spans)
 from lat_tui.widgets.results_model import mean_by_step
 from tests.unit.test_results import write_job
 
@@ -173,6 +174,29 @@ async def test_compare_two_marked_rows(runs):
         assert right.startswith("lora_r8") and "0.500±0.141" in right
         assert screen.query_one("#compare-curve-b", CurvePlot).series[1].points[-1] == (20, 0.5)
         assert table_rows(screen)[0][0] == "● vera"
+        sides = [screen.query_one(f"#compare-curve-{side}", CurvePlot).render().plain.splitlines()
+                 for side in "ab"]
+        # one scale: both plots label the metric axis from the lower of the two minima to 0.7
+        assert [lines[1].rstrip().endswith("0.7") for lines in sides] == [True, True]
+        assert sides[0][-2].rstrip().endswith("0.1") and sides[1][-2].rstrip().endswith("0.1")
+
+
+async def test_legend_explains_the_star_and_queued_jobs_are_not_skipped(runs):
+    queued = runs / f"{COLA}_seed9" / "waiting"
+    queued.mkdir(parents=True)
+    (queued / "job.yaml").write_text("name: waiting\n")
+    async with ResultsApp(runs).run_test(size=(100, 30)) as pilot:
+        screen = await settle(pilot)
+        assert str(screen.query_one("#results-legend", Static).render()).startswith("* best mean of its column")
+        status = str(screen.query_one("#results-status", Static).render())
+        assert "1 queued" in status and "1 skipped" in status  # the OOM job only
+
+
+def test_shared_spans_cover_every_plot_at_each_position():
+    a = [Series("loss", ((1, 2.0), (2, 1.0))), Series("mcc", ((1, 0.2),))]
+    b = [Series("loss", ((1, 3.0),)), Series("mcc", ((1, 0.6), (2, 0.9)))]
+    loss, mcc = shared_spans([a, b])
+    assert (loss.lo, loss.hi, mcc.lo, mcc.hi) == (1.0, 3.0, 0.2, 0.9)
 
 
 async def test_new_eval_appears_after_refresh(runs):

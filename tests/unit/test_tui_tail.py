@@ -44,3 +44,25 @@ def test_bad_utf8_does_not_break_the_tail(tmp_path):
     path = tmp_path / "train.log"
     path.write_bytes(b"ok \xff\xfe\n")
     assert read_tail(TailState(path))[0] == ["ok \ufffd\ufffd"]
+
+
+def test_an_ended_writers_last_line_without_newline_is_handed_out(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text("step 1\nerror: CUDA out of memory")
+    lines, state = read_tail(TailState(path))
+    assert lines == ["step 1"]
+    lines, state = read_tail(state, ended=True)
+    assert lines == ["error: CUDA out of memory"]
+    assert read_tail(state, ended=True)[0] == []
+
+
+def test_a_writer_more_than_a_read_ahead_is_caught_up_with_a_marker(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text("start\n")
+    lines, state = read_tail(TailState(path))
+    with path.open("a") as fh:
+        fh.write("".join(f"line {n}\n" for n in range(200_000)))
+    lines, state = read_tail(state)
+    assert lines[0].startswith("[... ") and "KiB of log skipped to keep up" in lines[0]
+    assert lines[-1] == "line 199999" and lines[1].startswith("line ")
+    assert state.offset == path.stat().st_size

@@ -1,0 +1,78 @@
+"""The dashboard's log pane: reaches the end, follows unless scrolled up, searches."""
+
+from __future__ import annotations
+
+from lat_tui.widgets.log_pane import FollowingLog, LogPane
+from tests.tui.test_dashboard import log_lines, make_run, wait_for
+
+KEYS = tuple(f"tiny-sst2_seed{n}/a" for n in range(1, 13))
+
+
+def last_visible_line(log: FollowingLog) -> int:
+    return int(log.scroll_y) + log.scrollable_content_region.height - 1
+
+
+def log_fits_on_screen(app) -> bool:
+    """The pane ends above the footer: nothing of it lies off screen."""
+    pane = app.screen.query_one(LogPane)
+    footer_top = app.screen.query_one("Footer").region.y
+    return pane.region.height > 0 and pane.region.bottom <= footer_top
+
+
+async def finished_job_app(make_app, journal, tmp_path, lines: int, size):
+    run_id, jobs = make_run(journal, tmp_path / "out", keys=KEYS)
+    journal.set_run_state(run_id, "finished")
+    journal.set_job_state(jobs[0], "failed", returncode=1, error="Traceback ... RuntimeError: boom (exit 1)")
+    body = "".join(f"line {n}\n" for n in range(1, lines)) + "error: RuntimeError: boom"  # no final newline
+    (tmp_path / "out" / KEYS[0] / "train.log").write_text(body)
+    return make_app()
+
+
+async def test_a_finished_jobs_log_shows_its_last_line_without_newline(make_app, journal, tmp_path):
+    for size in ((80, 24), (160, 48)):
+        app = await finished_job_app(make_app, journal, tmp_path / str(size[0]), 465, size)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: log_lines(app)[-1:] == ["error: RuntimeError: boom"])
+            await pilot.pause(0.2)
+            log = app.screen.query_one(FollowingLog)
+            assert log_fits_on_screen(app)
+            assert last_visible_line(log) == log.line_count - 1
+
+
+async def test_the_log_follows_after_a_resize_and_stops_when_scrolled_up(make_app, journal, tmp_path):
+    app = await finished_job_app(make_app, journal, tmp_path, 465, (160, 48))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: len(log_lines(app)) == 465)
+        log = app.screen.query_one(FollowingLog)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.3)
+        assert log_fits_on_screen(app)
+        assert last_visible_line(log) == log.line_count - 1
+        log.focus()
+        await pilot.press("pageup")
+        assert not log.following
+        log.append(["one more"])
+        await pilot.pause(0.1)
+        assert last_visible_line(log) < log.line_count - 1  # the user's place is kept
+        await pilot.press("end")
+        assert log.following and last_visible_line(log) == log.line_count - 1
+
+
+async def test_slash_searches_and_n_walks_the_matches(make_app, journal, tmp_path):
+    app = await finished_job_app(make_app, journal, tmp_path, 300, (80, 24))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: len(log_lines(app)) == 300)
+        log = app.screen.query_one(FollowingLog)
+        await pilot.press("slash")
+        assert app.focused.id == "log-search"
+        await pilot.press(*"line 10", "enter")  # matches line 10 and lines 100-109
+        assert app.focused is log and not log.following
+        assert log.search("line 10") == 108  # the newest match first (index of "line 109")
+        await pilot.press("N")
+        assert log._match_line == 107
+        await pilot.press("n", "n")
+        assert log._match_line == 9  # wrapped around to "line 10"
+        strip = log.render_line(log._match_line - int(log.scroll_y))
+        assert any("yellow" in str(segment.style) for segment in strip if "line 10" in segment.text)
+        await pilot.press("slash", "escape")
+        assert app.focused is log and not app.screen.query_one("#log-search").display
