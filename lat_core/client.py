@@ -17,13 +17,16 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lat_core.errors import JournalError
-from lat_core.plan import Plan
 from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
 from lat_core.service import (EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
                               jobs_to_add, open_store, prepare_run)
 from lat_core.store import JOB_FINAL, RUN_ACTIVE, Store
+
+if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
+    from lat_core.plan import Plan
 
 __all__ = ["Client", "CommandRow", "JOB_FINAL", "RUN_ACTIVE", "NoRunError", "ensure_engine", "plan_env_of",
            "resumable_checkpoints", "resolve_state_dir"]

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
+
+from lat_core.text import shorten, signal_name
 
 EVENTS_FILE = "events.jsonl"
 TRAIN_LOG = "train.log"
@@ -214,7 +215,6 @@ def tail_events(job_dir: Path, max_bytes: int = CHUNK_BYTES) -> list[Event]:
             continue
     return out
 
-from lat_core.triage.explain import shorten
 
 LAST_LINE_CHARS = 300  # the job row's reason stays one line; triage's diagnosis keeps the full text
 
@@ -290,16 +290,6 @@ def _read_json(path: Path, limit: int = CHUNK_BYTES):
         return json.loads(data) if len(data) <= limit else ...
     except (ValueError, UnicodeDecodeError):
         return ...
-
-
-def signal_name(signum: int) -> str:
-    """SIGKILL, SIGRTMIN+6, ... for any number (real-time signals have no Signals member)."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        if signal.SIGRTMIN <= signum <= signal.SIGRTMAX:
-            return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
-        return f"signal {signum}"
 
 
 def describe_exit(returncode: int | None, job_dir: Path, diagnosis=None) -> str:

@@ -13,20 +13,23 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lat_core.config.env import MASK, mask_env, shell_overrides
 from lat_core.config.paths import config_trees
 from lat_core.config.suites import SuiteRegistry
 from lat_core.devices import Device, resolve_devices
 from lat_core.errors import JournalError, OutputPathError, PlanError
-from lat_core.jobs import JobSpec, expand, materialize
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.journal_faults import check_space, clear_fault, explain, journal_faults, read_fault
-from lat_core.plan import Plan
 from lat_core.run_secrets import SECRETS_NAME, SecretFile, collect, create_private, secure_state_dir
 from lat_core.run_guard import check_no_live_overlap, creation_lock
 from lat_core.states import JobState
 from lat_core.store import Store
+
+if TYPE_CHECKING:  # the plan and job expansion load pydantic: front ends that only read state never need them
+    from lat_core.jobs import JobSpec
+    from lat_core.plan import Plan
 
 JOURNAL_NAME = "journal.sqlite"
 LOCK_NAME = "engine.lock"
@@ -51,6 +54,8 @@ class PreparedRun:
 def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: GpuProbe | None = None,
                 environ: dict[str, str] | None = None) -> PreparedRun:
     """Resolve devices and expand jobs without touching the journal or the disk."""
+    from lat_core.jobs import expand
+
     registry = registry or SuiteRegistry(config_trees())
     devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
     jobs = expand(plan, registry, shell_overrides(dict(os.environ if environ is None else environ)))
@@ -111,6 +116,8 @@ def _write_run(store: Store, prepared: PreparedRun, now: float | None) -> int:
 
 def _materialize(job: JobSpec) -> None:
     """The job's folder, or an OutputPathError naming it (a full or read-only output root)."""
+    from lat_core.jobs import materialize
+
     try:
         materialize(job)
     except (OSError, OutputPathError) as exc:
@@ -139,6 +146,7 @@ def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry,
     already owns one of their folders: writing its job.yaml would change a running job's config."""
     import yaml
 
+    from lat_core.jobs import expand
     from lat_core.plan import plan_from_mapping
 
     data = yaml.safe_load(run.plan_yaml)

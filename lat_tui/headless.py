@@ -11,14 +11,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from lat_core.client import Client, plan_env_of
-from lat_core.plan import Plan
 from lat_core.rows import RunRow
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK
 from lat_tui.columns import plain_table
 from lat_tui.format import progress_line
+
+if TYPE_CHECKING:  # a plan means pydantic: `wait` and `follow` never build one
+    from lat_core.plan import Plan
 
 RUN_ENDED = ("finished", "cancelled")
 

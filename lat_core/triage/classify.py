@@ -17,7 +17,8 @@ from pathlib import Path
 from lat_core.triage import known
 from lat_core.triage import remedies as fix
 from lat_core.triage.classes import FailureClass as F
-from lat_core.triage.explain import cuda_oom_text, human_bytes, signal_name
+from lat_core.text import signal_name
+from lat_core.triage.explain import cuda_oom_text, human_bytes
 from lat_core.triage.facts import Facts, gather, make_diagnosis
 from lat_core.triage.hostoom import oom_kills_between
 from lat_core.triage.model import Diagnosis

@@ -1,11 +1,10 @@
-"""Human wording for diagnoses: byte sizes, signal names and the CUDA OOM paragraph.
+"""Human wording for diagnoses: byte sizes, signals and the CUDA OOM paragraph (names of signals and
+the cut at a word live in :mod:`lat_core.text`).
 
 Kept apart from the rules so the rules read as decisions and the wording can change freely.
 """
 
 from __future__ import annotations
-
-import signal
 
 _CUDA_OOM_TEXT = {
     "fragmentation": ("PyTorch asked for {requested} on GPU {gpu} ({capacity} in all) and found only "
@@ -29,15 +28,6 @@ def human_bytes(n: int | None) -> str:
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n} bytes"
-
-
-def signal_name(signum: int | None) -> str:
-    if signum is None:
-        return "?"
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def signal_of(returncode: int | None) -> int | None:
@@ -71,13 +61,3 @@ def cuda_oom_text(kind: str, factors: list[str], numbers: dict) -> str:
     return text
 
 
-def shorten(text: str, limit: int) -> str:
-    """``text`` cut at a word boundary to at most ``limit`` characters, with an ellipsis when cut."""
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    space = cut.rfind(" ")
-    if space > limit // 2:
-        cut = cut[:space]
-    return cut.rstrip(" ,;:.") + "…"
