@@ -11,7 +11,6 @@ worker threads, so the client keeps one connection per thread.
 from __future__ import annotations
 
 import re
-import sqlite3
 import threading
 import time
 from contextlib import contextmanager
@@ -20,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lat_core.errors import JournalError
+from lat_core.journal_faults import journal_faults
 from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
-from lat_core.service import (EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
+from lat_core.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
                               jobs_to_add, open_store, prepare_run)
 from lat_core.store import JOB_FINAL, RUN_ACTIVE, Store
 
@@ -81,10 +81,10 @@ class Client:
 
     @contextmanager
     def _journal(self):
-        try:
+        """The thread's journal; a fault in it (locked, full, read-only, damaged) is one JournalError
+        that names the journal and says what to do."""
+        with journal_faults(self.state_dir / JOURNAL_NAME):
             yield self._store()
-        except sqlite3.Error as exc:
-            raise JournalError(f"cannot read the journal: {exc}", where=str(self.state_dir)) from exc
 
     def close(self) -> None:
         """Close this thread's connection (other threads' close with their thread)."""

@@ -28,6 +28,12 @@ REASON_CHARS = 300
 MTIME_SLACK_S = 1.0  # file times lag time.time() by a clock tick; older runs' records are far older
 
 
+def journal_locked(exc: BaseException) -> bool:
+    """Another process holds the journal past the timeout: nobody's fault to record (recording it
+    would need the lock too); the engine's process waits it out (lat_core.engine.__main__)."""
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower()
+
+
 def reason_of(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
 
@@ -54,6 +60,8 @@ class EngineErrors:
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - the engine outlives any one run's failing tick
+            if journal_locked(exc):
+                raise
             self._failed(run_id, exc)
         else:
             if self._failures.pop(run_id, 0):

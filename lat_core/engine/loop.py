@@ -33,7 +33,7 @@ from lat_core.engine.mps import start_mps
 from lat_core.engine.placement import (distributed_argv, distributed_env, find_free_port, free_slots, merge, placements,
                                        slots_used)
 from lat_core.engine.notices import RunNotices
-from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors
+from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, journal_locked
 from lat_core.engine.recovery import Recovery
 from lat_core.states import JobState, RunState
 from lat_core.store import AttemptRow, JobRow, RunRow, Store
@@ -122,7 +122,9 @@ class Engine(Recovery):
             try:
                 active = self.tick()
                 failures = 0
-            except Exception:  # noqa: BLE001 - the engine outlives any failing tick
+            except Exception as exc:  # noqa: BLE001 - the engine outlives any failing tick
+                if journal_locked(exc):
+                    raise  # waited out, with one line in engine.log, by the engine's process
                 failures += 1
                 traceback.print_exc(file=sys.stderr)
                 active = True

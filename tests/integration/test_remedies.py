@@ -123,7 +123,7 @@ def test_fewer_workers_halves_the_dataloader_workers(tmp_path):
 def test_fewer_slots_lowers_the_devices_slots(tmp_path):
     job = planned_job(tmp_path, "crowded", {"batch_size": 8}, fail="cuda_oom_contended")
     store, run_id, second, _ = fail_remedy_fail(tmp_path, job, "fewer_slots")
-    assert store.run(run_id).devices[0]["slots"] == 1  # CPU had 2
+    assert store.run(run_id).devices[0].slots == 1  # CPU had 2
     assert "fewer_slots" not in offered(second)  # one slot is the least
 
 
