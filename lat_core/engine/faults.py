@@ -129,15 +129,17 @@ def find_lost_attempt(job: JobRow, since: float,
     a pid (None where pids are not local, e.g. Slurm: then pid files are not looked at)."""
     runner_dir = Path(job.job_dir) / RUNNER_DIR
     unknown = [p for p in _attempt_paths(runner_dir) if _attempt_number(p) > job.attempts]
-    since -= MTIME_SLACK_S
+    files_since = since - MTIME_SLACK_S
     for exit_path in sorted(unknown, key=_attempt_number, reverse=True):
-        record = read_exit(exit_path) if _written_since(exit_path, since) else None
-        pid_written = alive is not None and _written_since(Path(f"{exit_path}.pid"), since)
+        record = read_exit(exit_path) if _written_since(exit_path, files_since) else None
+        pid_written = alive is not None and _written_since(Path(f"{exit_path}.pid"), files_since)
         pid = read_pid_record(exit_path) if pid_written else None
         if record is not None:
             return LostAttempt(exit_path, record, pid, None)
         if pid is not None:
             return LostAttempt(exit_path, None, pid, None, alive=alive(pid.pid, pid.pid_start))
+    # an event carries the trainer's own clock, no file-time lag: the last known attempt's own
+    # `finished` (written just before it ended) must not count as a lost one
     finished = finished_since(Path(job.job_dir), since)
     if finished is not None:
         return LostAttempt(runner_dir / f"attempt-{job.attempts + 1}.exit.json", None, None, finished)
