@@ -145,8 +145,8 @@ def test_batch_command_means_what_the_runbook_says(section, env, flags, configs,
     slots = [int(s) for s in args.gpu_plan.split(",")]
     prepared = prepare_run(plan, registry=SuiteRegistry(configs), probe=GpuProbe(FakeNvml.with_gpus(8)),
                            environ=environ)
-    assert [d["label"].split()[:2] for d in prepared.devices] == [["GPU", str(g)] for g in gpus]
-    assert [d["slots"] for d in prepared.devices] == (slots * len(gpus) if len(slots) == 1 else slots)
+    assert [d.label.split()[:2] for d in prepared.devices] == [["GPU", str(g)] for g in gpus]
+    assert [d.slots for d in prepared.devices] == (slots * len(gpus) if len(slots) == 1 else slots)
     if "--sleep-mins" in flags:
         assert plan.countdown_minutes == 5
     assert prepared.jobs, "the suite and round select the tiny config"
