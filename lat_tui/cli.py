@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -34,13 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lat-tui", description="LAT control center" + __doc__.split("\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=verbs_help())
     p.add_argument("--version", action="version", version=f"lat-tui {__version__}")
+    p.add_argument("old_form", nargs="*", metavar="SUITE [ROUND]",
+                   help="the old launch scripts' form: `lat-tui E5 all` is `lat-tui --suite E5 --round all`")
     p.add_argument("--plan", help="plan YAML to run headless")
     p.add_argument("--suite", action="append", help="suite name (repeatable, or space-separated)")
     p.add_argument("--round", default=None, help="'all' or round numbers ('1 2' / '1,2'); applies to every --suite")
     p.add_argument("--pairs", help="'seed:dataset' pairs, space-separated")
-    p.add_argument("--gpus", help="GPU indices ('2 3 5 6') or 'cpu'")
+    p.add_argument("--gpus", help="GPU indices ('2 3 5 6') or 'cpu' (default $GPU_IDS, as the old scripts read it)")
     p.add_argument("--gpu-plan", help="slots per GPU: 'auto' (the default: memory decides), one number for all, "
-                   "or one per GPU ('3,3,1,3')")
+                   "or one per GPU ('3,3,1,3') (default $GPU_PLAN)")
     p.add_argument("--sleep-mins", type=float, help="countdown before the first launch, in minutes")
     p.add_argument("--output-root", help="where job directories go")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment override (repeatable)")
@@ -102,6 +105,7 @@ def _dispatch(args) -> int:
     from lat_core.client import resolve_state_dir
 
     state_dir = resolve_state_dir(args.state_dir)
+    _take_old_form(args)
     if not (args.plan or args.suite or args.save_plan):
         from lat_tui.app import run_tui
 
@@ -151,17 +155,42 @@ def _read_plan_mapping(path: Path) -> dict:
     return load_plan_mapping(path)
 
 
+def _take_old_form(args) -> None:
+    """``lat-tui E5 all`` (the runbooks' ``gla_round_clean.sh E5 all``) as ``--suite E5 --round all``."""
+    if not args.old_form:
+        return
+    if args.suite or len(args.old_form) > 2:
+        raise PlanError([f"unexpected arguments {' '.join(args.old_form)!r}: give a subcommand (lat-tui --help), "
+                         "or one suite and its rounds (lat-tui E5 all), or --suite"], where="command line")
+    name, known = args.old_form[0], _registry(args).names()
+    if name not in known:
+        from lat_tui.verbs import BY_NAME
+
+        raise PlanError([f"{name!r} is neither a subcommand ({', '.join(BY_NAME)}) nor a suite "
+                         f"({', '.join(known)})"], where="command line")
+    args.suite = [name]
+    if len(args.old_form) == 2 and args.round is None:
+        args.round = args.old_form[1]
+    args.old_form = []
+
+
+def _shell_default(given: str | None, variable: str) -> str | None:
+    """A flag, else the old scripts' variable for it from the launching shell (GPU_IDS, GPU_PLAN)."""
+    return given if given is not None else (os.environ.get(variable) or None)
+
+
 def flags_to_mapping(args) -> dict:
     data: dict = {}
+    _take_old_form(args)
     if args.suite:
         names = [n for chunk in args.suite for n in chunk.split()]
         data["suites"] = [{"name": n, "rounds": args.round or "all"} for n in names]
     if args.pairs is not None:
         data["pairs"] = args.pairs
-    if args.gpus is not None:
-        data["gpus"] = args.gpus
-    if args.gpu_plan is not None:
-        data["slots"] = args.gpu_plan
+    if (gpus := _shell_default(args.gpus, "GPU_IDS")) is not None:
+        data["gpus"] = gpus
+    if (slots := _shell_default(args.gpu_plan, "GPU_PLAN")) is not None:
+        data["slots"] = slots
     if args.sleep_mins is not None:
         data["countdown_minutes"] = args.sleep_mins
     if args.output_root is not None:

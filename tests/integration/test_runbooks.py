@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from lat_core.config.suites import SuiteRegistry
+from lat_core.errors import PlanError
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.service import EngineLock, prepare_run
@@ -319,3 +320,19 @@ def test_adapter_json_as_cfg_names_the_replacement(tmp_path):
     assert done.returncode == 2
     assert f"{spec} is an adapter (PEFT) spec, not a job file: put its fields under `peft:` of an experiment YAML" \
         in done.stderr and "configs/peft/lora_qkvo_r8.yaml" in done.stderr
+
+
+def test_the_old_positional_form_and_gpu_variables_mean_what_the_runbooks_say(configs, tmp_path, monkeypatch):
+    """`GPU_IDS="2 3" GPU_PLAN="3,1" bash gla_round_clean.sh E5 all` (runbooks 000/001/003), program swapped."""
+    monkeypatch.setenv("GPU_IDS", "2 3")
+    monkeypatch.setenv("GPU_PLAN", "3,1")
+    args = build_parser().parse_args(["E5", "all", "--pairs", "87:glue-tvt_cola", "--configs", str(configs)])
+    plan = plan_from_args(args)
+    assert [(s.name, s.rounds) for s in plan.suites] == [("E5", "all")] and plan.gpus == [2, 3]
+    assert plan.slots == [3, 1]
+    flags = build_parser().parse_args(["E15", "2", "--gpus", "4", "--gpu-plan", "2", "--pairs", "1:tiny-sst2",
+                                       "--configs", str(configs)])
+    plan = plan_from_args(flags)  # flags win over the variables
+    assert plan.gpus == [4] and plan.slots == 2 and plan.suites[0].rounds == [2]
+    with pytest.raises(PlanError, match="one suite and its rounds"):
+        plan_from_args(build_parser().parse_args(["E5", "all", "extra", "--pairs", "1:tiny-sst2"]))
