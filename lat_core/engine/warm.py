@@ -29,8 +29,12 @@ WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain")
 # preloaded process. Anything else (HF_*, TORCH_*, OMP_*, ...) may already have been read while
 # importing, under the engine's value, so such a job starts cold.
 LATE_READ_PREFIXES = (*ENV_PREFIXES, "LAT_", "CUDA_", "NCCL_", "TRITON_", "PYTHONUNBUFFERED")
-LATE_READ_NAMES = frozenset((*ENV_FIELDS, *EXTRA_NAMES))
-LATE_READ_SUFFIXES = ("_LOCAL_DIR",)  # GLUE_LOCAL_DIR & co.: where the trainer loads its data from
+# the runbooks' thread and allocator settings pass through to jobs (config.env.EXTRA_NAMES), but
+# the C libraries read them when torch is imported: a forked job would run under the engine's values
+READ_AT_IMPORT = frozenset(("TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MALLOC_ARENA_MAX"))
+LATE_READ_NAMES = frozenset((*ENV_FIELDS, *EXTRA_NAMES)) - READ_AT_IMPORT
+# GLUE_LOCAL_DIR & co.: where the trainer loads its data from; DART_HUB_ID & co.: which hub dataset
+LATE_READ_SUFFIXES = ("_LOCAL_DIR", "_HUB_ID")
 READY_TIMEOUT_S = 180.0
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes
 PREPARE_LOOKAHEAD = 16  # queued jobs looked at per tick for one that may fork
