@@ -60,11 +60,18 @@ def explain(exc: BaseException, path: Path | str) -> LatError:
         message = _io_error(path)
     elif code in (errno.ENOTDIR, errno.ENOENT, errno.EISDIR):
         message = f"cannot open journal: {exc.strerror} ({exc.filename}); use another --state-dir"
+    elif "unable to open" in text and _read_only_dir(path):
+        message = READ_ONLY  # SQLite could not create its -wal/-shm files beside the journal
     elif "unable to open" in text:
         message = "cannot open the journal; check that its directory exists and is writable, or use another --state-dir"
     else:
         message = f"journal or disk fault: {exc}"
     return JournalError(message, where=str(path))
+
+
+def _read_only_dir(journal: Path) -> bool:
+    folder = journal.parent if journal.suffix else journal
+    return folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK)
 
 
 def check_space(state_dir: Path) -> None:

@@ -117,8 +117,17 @@ def secure_state_dir(state_dir: Path, names: Iterable[str]) -> None:
 
 def create_private(path: Path) -> None:
     """Create ``path`` empty with mode 0600 unless it exists (SQLite then keeps that mode for its
-    -wal and -shm files)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+    -wal and -shm files).
+
+    An existing file is never opened: closing any descriptor of a database file drops every POSIX
+    lock this process holds on it, SQLite's included, and another connection of this process (a
+    test's, the TUI's other thread) then read a frozen snapshot of the journal."""
+    if path.exists():
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return  # another process created it a moment ago
     os.close(fd)
 
 

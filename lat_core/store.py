@@ -64,6 +64,22 @@ CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
 __all__ = ["JOB_FINAL", "RUN_ACTIVE", "JobState", "RunState", "Store"]
 
 
+_CHECKED: set[str] = set()  # journals this process has checked for damage (at its first open of each)
+
+
+def _check_once_per_process(path: Path) -> None:
+    """Damage checks that read the journal and its -shm as plain files. Only before this process's
+    first connection: closing any descriptor of those files drops every POSIX lock the process holds
+    on them, SQLite's included, and its other connections could then read a frozen journal (another
+    process, believing itself the last, checkpoints and deletes the WAL under them)."""
+    key = str(path.resolve())
+    if key in _CHECKED:
+        return
+    check_journal_file(path)
+    check_wal(path)
+    _CHECKED.add(key)
+
+
 class Store:
     """A connection to one journal file. Cheap to open; one per process/thread."""
 
@@ -71,8 +87,7 @@ class Store:
         self.path = Path(path)
         with journal_faults(self.path):  # full, read-only, locked, damaged: one clear JournalError
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            check_journal_file(self.path)
-            check_wal(self.path)
+            _check_once_per_process(self.path)
             self._db = _connect(self.path, journal_timeout_s())
 
     def close(self) -> None:

@@ -33,7 +33,9 @@ case "$what" in
     python -c "import lat_core, lat_tui, pytest"
     echo "==> ruff: pyflakes and the layering rules (banned-api)" >&2
     ruff check .  # the layering rules (banned-api) and pyflakes, before the tests
-    echo "==> the test suite (GPU tests skipped where no GPU is)" >&2
-    exec python -m pytest -m "not gpu" -q ;;
+    echo "==> the test suite in 4 workers (GPU tests skipped where no GPU is)" >&2
+    # most tests wait on real processes (engines, trainers, tmux), so 4 workers fit 2 cores;
+    # tests sharing one thing of the host are kept in one worker (tests/conftest.py)
+    exec python -m pytest -m "not gpu" -q -n 4 --dist loadgroup ;;
   *) echo "usage: bash scripts/setup.sh demo|test" >&2; exit 2 ;;
 esac

@@ -43,3 +43,15 @@ def max_overlap(spans) -> int:
         cur += d
         best = max(best, cur)
     return best
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (``-n N --dist loadgroup``, as scripts/setup.sh runs the suite), tests that
+    share one thing of the host run in one worker: the local Slurm cluster (a second worker's session
+    would start and stop the same daemons under the first one's jobs) and the engine's rendezvous
+    ports (two multi-process jobs probing from 29500 at once could pick the same one)."""
+    for item in items:
+        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif item.path.name == "test_multiprocess.py":
+            item.add_marker(pytest.mark.xdist_group("rendezvous"))
