@@ -71,12 +71,14 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     _check_hp_data(plan, shell_env)
     jobs: list[JobSpec] = []
     seen: dict[str, int] = {}
+    typed_cache: dict[str, JobConfig] = {}
     for ref in plan.suites:
         suite = registry.get(ref.name)
         for round_no, cfg_path in suite.configs_for(plan.round_list(ref)):
             base_cfg = registry.pin_user_peft_spec(_load_experiment(cfg_path))
             for pair in plan.pairs:
-                jobs.append(_make_job(plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg, pair, seen))
+                jobs.append(_make_job(plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg, pair, seen,
+                                       typed_cache))
     return jobs
 
 
@@ -92,7 +94,7 @@ def _check_hp_data(plan: Plan, shell_env: dict[str, str]) -> None:
                           f"in the pairs instead (e.g. {other[0].seed}:{value}) and unset HP_DATA", where=source)
 
 
-def _make_job(plan, root, shell_env, suite, round_no, cfg_path, base_cfg, pair, seen) -> JobSpec:
+def _make_job(plan, root, shell_env, suite, round_no, cfg_path, base_cfg, pair, seen, typed_cache) -> JobSpec:
     group = f"{safe_component(pair.dataset, 'dataset')}_seed{pair.seed}"
     stem = safe_component(cfg_path.stem, "config name")
     count = seen.get(f"{group}/{stem}", 0) + 1
@@ -105,7 +107,7 @@ def _make_job(plan, root, shell_env, suite, round_no, cfg_path, base_cfg, pair, 
     mode = job_mode(job_dir, wants_resume, plan.overwrite, strict=bool(base_cfg.get("resume")))
     world = _positive_int(config.pop("gpus_per_job", plan.gpus_per_job), cfg_path)
     use_libuv = bool(config.pop("use_libuv", True))
-    typed = typed_config(config, cfg_path, job_dir, origin)
+    typed = typed_config(config, cfg_path, job_dir, origin, typed_cache)
     return JobSpec(f"{group}/{stem}", suite, round_no, str(cfg_path), stem, pair.seed, pair.dataset,
                    job_dir, config, provenance, {**plan.env, **shell_env}, mode, world, use_libuv, typed)
 
@@ -201,14 +203,30 @@ def _drop_outranked_max_steps(config: dict, origin: dict, provenance: list) -> N
                            "source": f"dropped: train.epochs from {origin['train.epochs']} outranks it"})
 
 
-def typed_config(config: dict, cfg_path: Path, job_dir: Path, origin: dict) -> JobConfig:
+# What differs between the jobs of one config: the pair (already checked by the plan) and its folder.
+PAIR_FIELDS = ("data", "seed", "output_dir")
+
+
+def typed_config(config: dict, cfg_path: Path, job_dir: Path, origin: dict,
+                 cache: dict[str, JobConfig] | None = None) -> JobConfig:
     """Build the typed config (type and range of every field); ConfigError naming the field and
-    where its value came from, so a bad value stops the run before anything starts."""
+    where its value came from, so a bad value stops the run before anything starts.
+
+    With ``cache``, a config is validated once and its other pairs' jobs are copies with their own
+    pair and folder (a third of the CPU of expanding a 10,000-job plan went to repeating it)."""
+    key = json.dumps({k: v for k, v in config.items() if k not in PAIR_FIELDS}, sort_keys=True, default=str)
+    if cache is not None and key in cache:
+        return cache[key].model_copy(update={  # shallow: the sections are shared, read-only
+            "data": config["data"], "seed": config["seed"], "cfg_path": job_dir / "job.yaml",
+            "output_dir": Path(config["output_dir"]).expanduser().resolve()})
     try:
-        return parse_config(config, job_dir / "job.yaml", environ={})
+        typed = parse_config(config, job_dir / "job.yaml", environ={})
     except TrainConfigError as exc:
         where = _origin_of(exc.field, origin) or str(cfg_path)
         raise ConfigError(exc.message, where=where) from None
+    if cache is not None:
+        cache[key] = typed
+    return typed
 
 
 def _origin_of(field: str | None, origin: dict) -> str | None:
@@ -256,6 +274,11 @@ def materialize(job: JobSpec) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Replace an existing file whole (a reused job folder may be read meanwhile); a new
+    file is written in place: a crash before the run is in the journal leaves nothing that counts."""
+    if not path.exists():
+        path.write_text(text)
+        return
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     tmp.replace(path)
