@@ -53,5 +53,5 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("slurm"))
-        elif item.path.name == "test_multiprocess.py":
+        elif item.path.name in ("test_multiprocess.py", "test_admission.py"):  # both run 2-rank jobs
             item.add_marker(pytest.mark.xdist_group("rendezvous"))

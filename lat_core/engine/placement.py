@@ -61,9 +61,15 @@ def merge(devices: list[Device]) -> Device:
     return Device(ids, ids, 1, {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
 
 
-def find_free_port(tries: int = PORT_TRIES, start: int = 29500) -> tuple[int, int]:
-    """(port, attempts): the first port from ``start`` that binds on localhost, probing up to ``tries``.
-    Raises OSError naming the range when none is free."""
+def find_free_port(tries: int = PORT_TRIES, start: int | None = None) -> tuple[int, int]:
+    """(port, attempts): the first port from ``start`` that binds on localhost, probing up to ``tries``;
+    without ``start``, one the kernel picks from its ephemeral range. That is the engine's choice:
+    two engines (or a user's own torchrun on the default 29500) probing the same range at once
+    could both find one port free and clash. Raises OSError naming the range when none is free."""
+    if start is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1], 1
     for attempt in range(tries):
         port = start + attempt
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -72,9 +72,8 @@ async def test_bad_input_shows_every_problem_and_creates_no_run(make_app, state_
         assert "seed:dataset" in text
         assert "slot" in text
         assert isinstance(app.screen, PlanScreen)
-        await pilot.pause(0.2)
-        box = app.screen.query_one("#problems")
-        assert 0 <= box.region.y and box.region.bottom <= SIZE[1]  # scrolled into view at 80x24
+        box = app.screen.query_one("#problems")  # scrolled into view at 80x24 (once the scroll animates)
+        await _wait_for(pilot, lambda: 0 <= box.region.y and box.region.bottom <= SIZE[1])
     assert _runs(state_dir) == []
     assert engine_spy.calls == []
 
