@@ -42,19 +42,26 @@ async def test_question_mark_lists_every_key_of_the_screen_below(make_app, journ
         assert isinstance(app.screen, DashboardScreen)
 
 
+def quit_laid_out(app) -> bool:
+    region = footer_keys(app).get("Quit")
+    return region is not None and region.width > 0
+
+
 async def test_footer_shows_the_keys_that_apply_and_quit_fits_80_columns(make_app, journal, tmp_path):
     run_id, (first, second) = make_run(journal, tmp_path / "out", countdown=600)
     fail(journal, first)
     app = make_app(gpus=8)
     async with app.run_test(size=SIZE) as pilot:
         await on_dashboard(pilot, app)
-        await pilot.pause(0.2)
+        # the footer follows the selected job once the first poll has filled the table, and lays out after
+        await wait_for(pilot, lambda: {"Start now", "+5min", "Requeue"} <= set(footer_keys(app)) and quit_laid_out(app))
         keys = footer_keys(app)
         assert {"Start now", "+5min", "Requeue", "Quit"} <= set(keys) and "Cancel" not in keys  # a failed job
         assert keys["Quit"].right <= 80 and keys["Quit"].width > 0
         journal.set_run_state(run_id, "running")
         await pilot.press("down")  # the queued job: cancel applies, requeue does not
-        await wait_for(pilot, lambda: "Pause" in footer_keys(app) and "Cancel" in footer_keys(app))
+        await wait_for(pilot, lambda: "Pause" in footer_keys(app) and "Cancel" in footer_keys(app)
+                       and quit_laid_out(app))
         keys = footer_keys(app)
         assert "Requeue" not in keys and "Start now" not in keys
         assert keys["Quit"].right <= 80 and keys["Quit"].width > 0 and "Help" in keys
