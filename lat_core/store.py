@@ -292,14 +292,16 @@ class Store:
                                 (run_id, after_seq, -1 if limit is None else limit))
         return [job_row(r) for r in rows]
 
-    def iter_queued(self, run_id: int, page: int = 64) -> Iterator[JobRow]:
-        """Queued jobs in plan order, read a page at a time: a caller that stops early (every slot
-        taken) never loads the rest. A job started while its page is in use is never read again."""
-        after = 0
+    def iter_queued(self, run_id: int, first_page: int = 4, max_page: int = 64) -> Iterator[JobRow]:
+        """Queued jobs in plan order, read a page at a time, each page twice the last: a caller that
+        stops early (a slot or two free, the rest waiting) decodes a few rows, one that walks far
+        (jobs waiting for memory) few queries. A job started while its page is in use is never
+        read again."""
+        after, page = 0, first_page
         while batch := self.queued_jobs(run_id, page, after):
             for job in batch:
                 yield job
-            after = batch[-1].seq
+            after, page = batch[-1].seq, min(page * 2, max_page)
 
     def running_jobs(self, run_id: int) -> list[JobRow]:
         rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? AND state='running' ORDER BY seq", (run_id,))
