@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from lat_core.errors import JournalError
 from lat_core.journal_faults import journal_faults
-from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
+from lat_core.rows import AttemptRow, JobRow, JobSummary, RunRow, Transition
 from lat_core.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
                               jobs_to_add, open_store, prepare_run)
 from lat_core.store import JOB_FINAL, RUN_ACTIVE, Store
@@ -145,13 +145,22 @@ class Client:
         with self._journal() as store:
             return store.jobs(run_id)
 
+    def job_table(self, run_id: int) -> list[JobSummary]:
+        """The run's jobs as tables show them (no argv, env or diagnosis): one cheap query, for
+        ``status`` and every poll of a run of thousands of jobs."""
+        with self._journal() as store:
+            return store.job_summaries(run_id)
+
     def job(self, job_id: int) -> JobRow:
         with self._journal() as store:
             return store.job(job_id)
 
-    def model_family(self, job: JobRow) -> str | None:
-        """The model family of the job's resolved config (job.yaml's ``model.family``), read once
-        per job; None while the file is not written yet or names none."""
+    def model_family(self, job: JobSummary) -> str | None:
+        """The model family of the job's resolved config: the journal's, or for a journal from
+        before it was kept, job.yaml's ``model.family`` read once per job; None while the file is
+        not written yet or names none."""
+        if job.family:
+            return job.family
         family = self._families.get(job.id)
         if family is None:
             family = _read_model_family(Path(job.job_dir) / "job.yaml")

@@ -134,8 +134,17 @@ def job_record(job: JobSpec) -> dict:
         "key": job.key, "suite": job.suite, "round": job.round, "stem": job.stem, "seed": job.seed,
         "dataset": job.dataset, "job_dir": str(job.job_dir), "argv": job.command(), "env": mask_env(job.env),
         "state": JobState.SUCCEEDED if job.mode == "done" else JobState.QUEUED,
-        "world": job.world, "use_libuv": job.use_libuv,
+        "world": job.world, "use_libuv": job.use_libuv, "family": _model_family(job),
     }
+
+
+def _model_family(job: JobSpec) -> str | None:
+    """The family the trainer will build (the typed config's, defaults applied), kept in the
+    journal so a table names the model without reading 10,000 job.yaml files."""
+    if job.typed is not None:
+        return job.typed.model.family
+    family = (job.config.get("model") or {}).get("family")
+    return family if isinstance(family, str) else None
 
 
 def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry,

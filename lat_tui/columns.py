@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from lat_core.rows import JobRow
+from lat_core.rows import JobSummary
 from lat_tui import fmt
 
 
@@ -16,7 +16,7 @@ class Column:
     key: str  # the TUI's column key (stable: cells are updated by it)
     header: str
     width: int  # in the TUI; plain text sizes columns to their content
-    cell: Callable[[JobRow, float], str]  # (job, now) -> text; "" when unknown
+    cell: Callable[[JobSummary, float], str]  # (job, now) -> text; "" when unknown
 
 
 def state_text(state) -> str:
@@ -24,7 +24,7 @@ def state_text(state) -> str:
     return str(getattr(state, "value", state))
 
 
-def usage_cells(job: JobRow) -> tuple[str, str]:
+def usage_cells(job: JobSummary) -> tuple[str, str]:
     """Host RSS and GPU memory: the latest sample while the job runs, its peak once it ended."""
     rss, gpu = (job.rss, job.gpu_mem) if job.state == "running" else (job.peak_rss, job.peak_gpu)
     return fmt.size(rss), fmt.size(gpu or None)  # a CPU job's 0 bytes of GPU memory is noise
@@ -44,10 +44,13 @@ JOB_COLUMNS: tuple[Column, ...] = (
 )
 
 
-def plain_table(jobs: list[JobRow], now: float | None = None) -> str:
-    """The job table as aligned text; an unknown value shows as "-" so no column reads empty."""
+def plain_table(jobs: list[JobSummary], now: float | None = None) -> str:
+    """The job table as aligned text; an unknown value shows as "-" so no column reads empty.
+
+    Built a column at a time with one format string per line: ``status`` of a 10,000-job run
+    prints within its half-second budget."""
     now = now or time.time()
-    rows = [tuple(c.header for c in JOB_COLUMNS)]
-    rows += [tuple(c.cell(j, now) or "-" for c in JOB_COLUMNS) for j in jobs]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(JOB_COLUMNS))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    columns = [[c.header] + [c.cell(j, now) or "-" for j in jobs] for c in JOB_COLUMNS]
+    widths = [max(map(len, column)) for column in columns]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(line.format(*row).rstrip() for row in zip(*columns))

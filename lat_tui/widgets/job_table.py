@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 from textual.widgets import DataTable
 
-from lat_core.rows import JobRow
+from lat_core.rows import JobSummary
 from lat_tui import fmt
 from lat_tui.columns import JOB_COLUMNS, state_text
 
@@ -44,7 +44,7 @@ class JobTable(DataTable):
         self.clear()
         self._cells.clear()
 
-    def show_jobs(self, jobs: list[JobRow], families: dict[int, str] | None = None) -> None:
+    def show_jobs(self, jobs: list[JobSummary], families: dict[int, str] | None = None) -> None:
         now = time.time()
         self._families = families or {}
         self._one_dataset = len({j.dataset for j in jobs}) <= 1
@@ -68,7 +68,7 @@ class JobTable(DataTable):
             if str(before) != str(after) or getattr(before, "style", None) != getattr(after, "style", None):
                 self.update_cell(str(job_id), column.key, after)
 
-    def _cells_for(self, job: JobRow, now: float) -> tuple:
+    def _cells_for(self, job: JobSummary, now: float) -> tuple:
         """The shared column spec's text; the key is shortened to fit and the state coloured."""
         cells = []
         for column in JOB_COLUMNS:
@@ -99,7 +99,7 @@ def _ticked(seconds: float | None) -> float | None:
     return None if seconds is None else seconds // ELAPSED_TICK_S * ELAPSED_TICK_S
 
 
-def job_name(job: JobRow, family: str | None, width: int, with_dataset: bool = True) -> str:
+def job_name(job: JobSummary, family: str | None, width: int, with_dataset: bool = True) -> str:
     """``mamba/tiny_lora 1:tiny-sst2``: model family, config, seed and dataset in ``width`` cells.
 
     Jobs of one run mostly differ in their config, so the config keeps the most room. When the
