@@ -8,6 +8,7 @@ commands also run for real on the CPU, on the tiny copies in tests/fixtures/data
 
 import email
 import email.policy
+import importlib.util
 import json
 import os
 import re
@@ -286,17 +287,100 @@ def test_dual_gpu_config_of_unknown_name_names_the_replacement():
         _pretrain_args(["--config=configs/dual_gpu/custom.py"])
 
 
+# 004 "environment": the variables the dual-GPU scripts set for every run
+DUAL_GPU_ENV = {"TORCH_COMPILE": "0", "WANDB_RUN": "dummy", "WANDB_MODE": "disabled", "USE_LIBUV": "0",
+                "TORCHELASTIC_USE_AGENT_STORE": "0", "OMP_NUM_THREADS": "1"}
+
+
 @pytest.mark.slow
-def test_dual_gpu_config_form_runs_a_tiny_pretraining(tmp_path):
-    """004's `--config=...` form end to end, with a model small enough for the CPU."""
+def test_dual_gpu_config_form_runs_a_tiny_pretraining_under_the_monitor(tmp_path):
+    """004's workflow end to end, with a model small enough for the CPU: `./train_dual_gpu_enhanced.sh
+    --config=...` with the scripts' TORCH_COMPILE=0 and WANDB_RUN=dummy, its output in
+    logs/train_dual_gpu_<time>.log, and in another terminal `./monitor_training.sh --interval=1 --log=...`
+    -> `lat-tui monitor`: the log's lines and a GPU/host block every second, until Ctrl-C."""
     tiny = ["--depth=1", "--seq_len=32", "--device_batch_size=2", "--total_batch_size=64", "--num_iterations=2",
             "--eval_every=2", "--eval_tokens=64", "--save_every=2", "--dtype=float32"]
-    done = subprocess.run([sys.executable, "-m", "lat_core.train.pretrain", "--config=configs/dual_gpu/conservative.py",
-                           *tiny], cwd=tmp_path, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    env = {**os.environ, **DUAL_GPU_ENV, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "logs" / "train_dual_gpu_20241021_160000.log"
+    monitor = subprocess.Popen([sys.executable, "-m", "lat_tui.cli", "monitor", "--interval=1", f"--log={log}"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log.parent.mkdir()
+    with open(log, "w") as out:
+        done = subprocess.run([sys.executable, "-m", "lat_core.train.pretrain",
+                               "--config=configs/dual_gpu/conservative.py", *tiny], cwd=tmp_path, env=env,
+                              stdout=out, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert done.returncode == 0, log.read_text()[-2000:]
     events = _events(tmp_path / "runs" / "pretrain_conservative")
-    assert events[-1]["event"] == "finished"
+    assert (events[0]["compile"], events[0]["wandb_run"], events[-1]["event"]) == (False, "dummy", "finished")
+    assert "torch.compile off, W&B run none (WANDB_RUN=dummy)" in log.read_text()
+
+    seen = _read_until(monitor, "step 2/2 loss", timeout=60)
+    time.sleep(1.5)   # at least one more stats block after the last line
+    monitor.send_signal(signal.SIGINT)
+    rest, _ = monitor.communicate(timeout=60)
+    seen += rest
+    assert monitor.returncode == 130, seen
+    assert "pretrain: 0.0M params" in seen or "pretrain: 0.1M params" in seen
+    blocks = re.findall(r"^\[monitor \d\d:\d\d:\d\d\] host RAM [\d.]+/\d+G  load ", seen, re.M)
+    gpus = re.findall(r"^\[monitor [\d:]+\] (GPU\d .*|no GPU visible.*)$", seen, re.M)
+    assert len(blocks) >= 2 and len(gpus) >= len(blocks), seen
+
+    # the log kept beside the trainer's events.jsonl (a job folder, a pretraining folder): it ends by itself
+    kept = tmp_path / "runs" / "pretrain_conservative" / "train.log"
+    kept.write_text(log.read_text())
+    ended = subprocess.run([sys.executable, "-m", "lat_tui.cli", "monitor", f"--log={kept}", "-n", "1"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert ended.returncode == 0 and ended.stdout.splitlines()[0].startswith("step 2/2 loss"), ended.stdout
+    assert ended.stdout.splitlines()[-1] == f"[monitor] the trainer writing {kept} has ended"
+
+
+def _read_until(proc, text: str, timeout: float) -> str:
+    """The process's output up to and including the first line holding ``text``."""
+    seen, deadline = "", time.monotonic() + timeout
+    while text not in seen and time.monotonic() < deadline and proc.poll() is None:
+        seen += proc.stdout.readline()
+    assert text in seen, seen
+    return seen
+
+
+def test_monitor_refuses_a_bad_interval(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["monitor", "--log=x.log", "--interval=0"])
+    assert exit_.value.code == 2 and "--interval: expected a number of seconds > 0, got '0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env,argv,compile_,run", [
+    ({"TORCH_COMPILE": "1", "WANDB_RUN": "dummy"}, [], True, "dummy"),
+    ({"TORCH_COMPILE": "0"}, [], False, "dummy"),
+    ({"TORCH_COMPILE": "true"}, ["--compile=0"], False, "dummy"),   # the command line wins over the variable
+    ({}, [], False, "dummy"),                                        # the scripts' defaults
+])
+def test_dual_gpu_variables_reach_the_pretraining_config(env, argv, compile_, run, monkeypatch):
+    for name in ("TORCH_COMPILE", "WANDB_RUN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    _, cfg = _pretrain_args(["--config=configs/dual_gpu/balanced.py", *argv])
+    assert (cfg.compile, cfg.wandb_run, cfg.uses_wandb) == (compile_, run, run != "dummy")
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"TORCH_COMPILE": "maybe"}, "TORCH_COMPILE='maybe': expected a boolean (1/0, true/false, yes/no, on/off)"),
+    ({"WANDB_RUN": "my run"}, "WANDB_RUN='my run': expected a run name"),
+    ({"WANDB_RUN": "gla-d12"}, "WANDB_RUN=gla-d12 asks for a W&B run, but wandb is not installed: "
+                               "pip install 'lat-control-center[wandb]', or WANDB_RUN=dummy for none"),
+])
+def test_a_bad_dual_gpu_variable_is_exit_2_naming_it(env, message, tmp_path, monkeypatch, capsys):
+    from lat_core.train.pretrain import main as pretrain
+
+    if "gla-d12" in str(env) and importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here: WANDB_RUN=gla-d12 is a real W&B run")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    assert pretrain(["--config=configs/dual_gpu/conservative.py"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_single_job_commands_of_the_trainer_runbooks(tmp_path, monkeypatch):
