@@ -68,7 +68,7 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     """All jobs of the plan, configs resolved; raises ConfigError naming the config file."""
     root = Path(plan.output_root).expanduser().resolve()
     shell_env = dict(shell_env or {})
-    _check_hp_data(plan, shell_env)
+    _check_dataset_variables(plan, shell_env)
     jobs: list[JobSpec] = []
     seen: dict[str, int] = {}
     typed_cache: dict[str, JobConfig] = {}
@@ -82,7 +82,7 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     return jobs
 
 
-def _check_hp_data(plan: Plan, shell_env: dict[str, str]) -> None:
+def _check_dataset_variables(plan: Plan, shell_env: dict[str, str]) -> None:
     """HP_DATA (the trainer's dataset variable) or DATA (the round script's) naming another dataset
     than a pair would make the trainer load one dataset while the job's folder, the journal and
     admission's memory record go by the pair. The pair is where LAT takes the dataset from, so a

@@ -454,37 +454,50 @@ class Inbox:
         return list(self.messages)
 
 
-@pytest.fixture
-def smtp(tmp_path, monkeypatch):
-    """An SMTP server on 127.0.0.1 with STARTTLS and AUTH, as the plugin's servers (smtp.qq.com:587):
-    its self-signed certificate is trusted through SSL_CERT_FILE by this process and the engine."""
+def _server_tls(folder: Path) -> tuple[ssl.SSLContext, Path]:
+    """A self-signed certificate for 127.0.0.1 and a server context holding it."""
+    folder.mkdir()
+    assert shutil.which("openssl"), "the SMTP test server's certificate is made with openssl"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(folder / "key.pem"),
+                    "-out", str(folder / "cert.pem")], check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    return context, folder / "cert.pem"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(params=["starttls"])
+def smtp(request, tmp_path, monkeypatch):
+    """An SMTP server on 127.0.0.1 with STARTTLS (or implicit TLS: ``ssl``) and AUTH, as the plugin's
+    servers (smtp.qq.com:587 or :465): its self-signed certificate is trusted through SSL_CERT_FILE by
+    this process and the engine."""
     from aiosmtpd.controller import Controller
     from aiosmtpd.smtp import AuthResult, LoginPassword
 
-    tls = tmp_path / "tls"
-    tls.mkdir()
-    assert shutil.which("openssl"), "the SMTP test server's certificate is made with openssl"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tls / "key.pem"),
-                    "-out", str(tls / "cert.pem")], check=True, capture_output=True)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tls / "cert.pem", tls / "key.pem")
+    context, cert = _server_tls(tmp_path / "tls")
     logins = []
 
     def check_login(server, session, envelope, mechanism, auth_data):
-        logins.append((auth_data.login, auth_data.password, session.ssl is not None))
+        logins.append((auth_data.login, auth_data.password, server.transport.get_extra_info("ssl_object") is not None))
         ok = isinstance(auth_data, LoginPassword) and auth_data.login == SENDER.encode() \
             and auth_data.password == SMTP_PASSWORD.encode()
         return AuthResult(success=ok, handled=False)
 
-    inbox = Inbox()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    controller = Controller(inbox, hostname="127.0.0.1", port=port, tls_context=context, require_starttls=True,
-                            authenticator=check_login, auth_exclude_mechanism=["LOGIN"])
+    inbox, port = Inbox(), _free_port()
+    # aiosmtpd offers AUTH only after its own STARTTLS; on an implicit-TLS socket check_login checks
+    # that the login came over TLS
+    tls_mode = {"ssl_context": context, "auth_require_tls": False} if request.param == "ssl" else \
+        {"tls_context": context, "require_starttls": True}
+    controller = Controller(inbox, hostname="127.0.0.1", port=port, authenticator=check_login,
+                            auth_exclude_mechanism=["LOGIN"], **tls_mode)
     controller.start()
-    monkeypatch.setenv("SSL_CERT_FILE", str(tls / "cert.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     inbox.port, inbox.logins = port, logins
     try:
         yield inbox
@@ -611,6 +624,17 @@ def test_email_notify_smoke_command_mails_one_notice(tmp_path, smtp):
                            "--yaml", str(wrong)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "not delivered" in done.stderr and "SMTPAuthenticationError" in done.stderr
     assert SMTP_PASSWORD not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("smtp", ["ssl"], indirect=True)
+def test_email_yaml_on_an_implicit_tls_server(tmp_path, smtp):
+    """Port 465 in the plugin's YAML is implicit TLS; on another port `ssl: true` says so."""
+    settings = _email_yaml(tmp_path / "email_notify.yaml", smtp.port, ssl=True)
+    done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "notify", "--event", "INTERRUPTED", "--yaml",
+                           str(settings)], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert smtp.wait_for(1)[0]["Subject"] == "LAT lat: INTERRUPTED" and smtp.logins[0][2]   # logged in over TLS
 
 
 # 001 s3 (single shot): `export DATA=spider-tvt; export HP_SEED=87; bash gla_round_clean.sh E5 all` - the round
