@@ -183,7 +183,8 @@ class Notices:
             notifiers.append(smtp_from_mapping(email, environ))
         if webhook.get("url") or notify.get("webhook"):
             notifiers.append(webhook_from_mapping(webhook))
-        return cls(notifiers, on=notify.get("on") or KINDS)
+        on = notify.get("on")  # an explicit [] sends none (every SWANLAB_EMAIL_ON_* switch at 0)
+        return cls(notifiers, on=KINDS if on is None else on)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Notices":

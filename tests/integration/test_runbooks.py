@@ -564,6 +564,8 @@ def test_email_yaml_notice_switches_and_transport_mean_what_the_runbook_says(con
     """SWANLAB_EMAIL_YAML alone mails each end (SwanLab's plugin mailed when an experiment stopped);
     port 465 is implicit TLS, any other STARTTLS, logged in as the sender."""
     from lat_core.config.email_yaml import read_email_yaml, with_env_notices
+    from lat_core.config.env import NOTICE_SWITCHES
+    from lat_core.engine.notify import Notices
 
     settings = _email_yaml(tmp_path / "mail.yaml", 465)
     notify = with_env_notices({}, {"SWANLAB_EMAIL_YAML": str(settings)})
@@ -574,6 +576,8 @@ def test_email_yaml_notice_switches_and_transport_mean_what_the_runbook_says(con
     assert with_env_notices({"on": ["oom"]}, {"SWANLAB_EMAIL_ON_START": "1", "SWANLAB_EMAIL_ON_FINISH": "0"})["on"] \
         == ["start", "interrupt"]
     assert with_env_notices({"on": ["oom"]}, {}) == {"on": ["oom"]}
+    off = with_env_notices({}, {"SWANLAB_EMAIL_YAML": str(settings), **dict.fromkeys(NOTICE_SWITCHES, "0")})
+    assert off["on"] == [] and not Notices.from_config(off, {}).emit("finish", "s", "b")   # all off: no mail
     plan = plan_from_args(build_parser().parse_args(shlex.split('--suite E4 --pairs 87:glue-tvt_cola --gpus cpu')
                                                      + ["--configs", str(configs), "--output-root", str(tmp_path)]))
     prepared = prepare_run(plan, registry=SuiteRegistry(configs), environ={"SWANLAB_EMAIL_YAML": str(settings)})
