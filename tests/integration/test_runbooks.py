@@ -135,6 +135,17 @@ def engine_reaper(tmp_path):
         os.kill(int(lock.read_text()), signal.SIGTERM)
 
 
+@pytest.fixture
+def children():
+    """Processes a test starts; any still running when it ends (a failed assertion) is killed, only those."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 def _env(text: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in shlex.split(text))
 
@@ -293,7 +304,7 @@ DUAL_GPU_ENV = {"TORCH_COMPILE": "0", "WANDB_RUN": "dummy", "WANDB_MODE": "disab
 
 
 @pytest.mark.slow
-def test_dual_gpu_config_form_runs_a_tiny_pretraining_under_the_monitor(tmp_path):
+def test_dual_gpu_config_form_runs_a_tiny_pretraining_under_the_monitor(tmp_path, children):
     """004's workflow end to end, with a model small enough for the CPU: `./train_dual_gpu_enhanced.sh
     --config=...` with the scripts' TORCH_COMPILE=0 and WANDB_RUN=dummy, its output in
     logs/train_dual_gpu_<time>.log, and in another terminal `./monitor_training.sh --interval=1 --log=...`
@@ -304,6 +315,7 @@ def test_dual_gpu_config_form_runs_a_tiny_pretraining_under_the_monitor(tmp_path
     log = tmp_path / "logs" / "train_dual_gpu_20241021_160000.log"
     monitor = subprocess.Popen([sys.executable, "-m", "lat_tui.cli", "monitor", "--interval=1", f"--log={log}"],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    children.append(monitor)
     log.parent.mkdir()
     with open(log, "w") as out:
         done = subprocess.run([sys.executable, "-m", "lat_core.train.pretrain",
@@ -518,7 +530,7 @@ def _files_holding(root: Path, text: str, allowed: set[Path]) -> list[Path]:
 
 @pytest.mark.slow
 def test_email_notices_of_the_gla_runbook_reach_a_real_smtp_server(configs, tmp_path, monkeypatch, capsys, smtp,
-                                                                    engine_reaper):
+                                                                    engine_reaper, children):
     """001 s10: SWANLAB_EMAIL_YAML + SWANLAB_EMAIL_ON_START/_ON_FINISH/_ON_INTERRUPT=1 on the batch
     command: a run that drains mails its start and finish, a cancelled one its interruption; the
     password logs in over STARTTLS and is found nowhere but the 0600 secrets file."""
@@ -542,6 +554,7 @@ def test_email_notices_of_the_gla_runbook_reach_a_real_smtp_server(configs, tmp_
     cli = subprocess.Popen([sys.executable, "-m", "lat_tui.cli", *command, "--sleep-mins", "5", "--overwrite"],
                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
+    children.append(cli)
     deadline = time.monotonic() + 120
     while len(Client(state).runs()) < 2 and time.monotonic() < deadline and cli.poll() is None:
         time.sleep(0.2)
