@@ -225,6 +225,16 @@ class Client:
         return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir)
 
 
+def mail_notice(yaml_path: str | Path, kind: str, subject: str, body: str) -> tuple[bool, list[str]]:
+    """One notice mailed with the settings of a SwanLab e-mail YAML (``lat-tui notify``, the old
+    ``email_notify`` script): (delivered, recipients). A failure is logged without the password."""
+    from lat_core.config.email_yaml import read_email_yaml
+    from lat_core.engine.notify import smtp_from_mapping
+
+    notifier = smtp_from_mapping(read_email_yaml(yaml_path), {})
+    return notifier.send(kind, subject, body), notifier.to
+
+
 def plan_env_of(run: RunRow) -> dict[str, str]:
     """The plan's ``env:``, handed to an engine started for the run (masked values are dropped
     by the spawner)."""
