@@ -1,0 +1,56 @@
+"""Shared pieces of the fused-training tests: tiny fp32 GLA job configs, encoded rows, and separate
+PEFT models built the way a job alone builds its adapter."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+import yaml
+
+from lat_core.config.job import parse_config
+from lat_core.train import data as D
+
+ROOT = Path(__file__).resolve().parents[2]
+GLA = ROOT / "configs/experiments/gla/tiny_lora_qkvo.yaml"
+
+
+def job_cfg(out: Path, name: str, peft: dict | None = None, train: dict | None = None, seed: int = 1):
+    """The tiny GLA job (fp32, CPU) with some peft/train fields changed."""
+    raw = yaml.safe_load(GLA.read_text())
+    raw["name"] = name
+    raw["peft"].update(peft or {})
+    raw["train"].update({"max_steps": 6, "eval_every": 100, "save_every": 100, "log_every": 1, **(train or {})})
+    raw["seed"] = seed
+    raw["output_dir"] = str(out / name)
+    return parse_config(raw, environ={})
+
+
+def tokenizer_and_rows():
+    """(tokenizer, label ids, encoded tiny-sst2 training examples)."""
+    ds = D.load_dataset("tiny-sst2")
+    tok = D.build_tokenizer(ds)
+    tok.padding_side = "left"
+    ids = D.label_token_ids(tok, ds.label_words)
+    return tok, ids, D.encode(ds.train, tok, ids, 48)
+
+
+def base_model(cfg, tok):
+    from lat_core.train.models import build_base_model
+    return build_base_model(cfg, tok)
+
+
+def peft_model(base, cfg, seed: int):
+    """A separate PEFT model on a copy of ``base`` whose init draws from ``manual_seed(seed)``."""
+    from lat_core.train.models import wrap_peft
+    torch.manual_seed(seed)
+    return wrap_peft(copy.deepcopy(base), cfg, environ={})
+
+
+def randomise_b(model, seed: int) -> None:
+    """Default LoRA starts with B = 0 (A gets no gradient then); give B values so both get one."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
