@@ -54,3 +54,21 @@ def randomise_b(model, seed: int) -> None:
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+
+
+def saved_tiny_base(path: Path) -> Path:
+    """A tiny random GLA written with save_pretrained: a base whose weights do not depend on the
+    job's seed (a tiny-random base does), so members with different seeds share it."""
+    if not (path / "config.json").is_file():
+        tok, _, _ = tokenizer_and_rows()
+        base_model(job_cfg(path.parent, "base"), tok).save_pretrained(str(path))
+    return path
+
+
+def run_alone(cfg) -> dict[int, float]:
+    """The job trained by the single-job trainer (loop.run, the HF Trainer); its step losses."""
+    from lat_core.train.events import EventWriter, read_events
+    from lat_core.train.loop import run
+    with EventWriter(cfg.output_dir / "events.jsonl") as ev:
+        run(cfg, ev, resume=False, argv=["--cfg", "x.yaml"])
+    return {e["step"]: e["loss"] for e in read_events(cfg.output_dir / "events.jsonl") if e["event"] == "step"}
