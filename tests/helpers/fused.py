@@ -72,3 +72,24 @@ def run_alone(cfg) -> dict[int, float]:
     with EventWriter(cfg.output_dir / "events.jsonl") as ev:
         run(cfg, ev, resume=False, argv=["--cfg", "x.yaml"])
     return {e["step"]: e["loss"] for e in read_events(cfg.output_dir / "events.jsonl") if e["event"] == "step"}
+
+
+def job_dir(root: Path, name: str, base: Path, peft: dict | None = None, train: dict | None = None,
+            seed: int = 1) -> Path:
+    """A prepared job folder (job.yaml, as the engine writes one) on the saved tiny base."""
+    raw = yaml.safe_load(GLA.read_text())
+    raw["name"] = name
+    raw["model"]["name_or_path"] = str(base)
+    raw["peft"].update(peft or {})
+    raw["train"].update({"max_steps": 6, "eval_every": 3, "save_every": 3, "log_every": 1, **(train or {})})
+    raw["seed"] = seed
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    raw["output_dir"] = str(folder)
+    (folder / "job.yaml").write_text(yaml.safe_dump(raw))
+    return folder
+
+
+def events_of(folder: Path, name: str | None = None) -> list[dict]:
+    from lat_core.train.events import read_events
+    return [e for e in read_events(folder / "events.jsonl") if name is None or e["event"] == name]

@@ -2,8 +2,7 @@
 run over all rows, and each member whose gradient accumulation completes steps its own optimizer.
 
 What makes a member's step equal its step alone: its micro-batches come from the same seeded
-sampler (data.MicroBatchSampler) from its own resume step; its loss is its label-token (or target
-token) cross entropy summed over its rows and divided by the scored tokens of its whole step, as
+sampler (data.MicroBatchSampler) from its own resume step; its loss is its label-token cross entropy summed over its rows and divided by the scored tokens of its whole step, as
 LatTrainer.compute_loss does; gradients of its A/B depend only on its own rows; its optimizer is
 its own AdamW over its own parameters, its schedule a LambdaLR built as a single job builds it
 (hf_trainer.build_scheduler), with no gradient clipping (max_grad_norm 0 there too).
@@ -76,46 +75,47 @@ def new_optimizer(cfg, member: M.Member) -> torch.optim.Optimizer:
 def fused_batch(parts: list[tuple[int, list[dict], list[int]]], pad_id: int, n_jobs: int, device) -> dict:
     """One left-padded batch of every member's micro-batch, rows in member order.
 
-    parts: (member index, examples, label token ids) in ascending member order.  Adds `row_job`
-    (member of each row) and, for classification rows, `target` (the label token of each row)."""
+    parts: (member index, examples, each example's label token) in ascending member order.  Adds `row_job`
+    (member of each row) and `target` (the label token of each row)."""
     examples = [e for _, ex, _ in parts for e in ex]
     batch = D.collate(examples, pad_id)
     rows = [0] * n_jobs
     for j, ex, _ in parts:
         rows[j] = len(ex)
     batch["row_job"] = torch.tensor([j for j, ex, _ in parts for _ in ex])
-    if "labels" in batch:
-        batch["target"] = torch.tensor([ids[e["label"]] for _, ex, ids in parts for e in ex])
+    batch["target"] = torch.tensor([t for _, _, targets in parts for t in targets])
     out = {k: v.to(device) for k, v in batch.items()}
     out["layout"] = BatchLayout(rows, batch["attention_mask"], device)
-    out["n_need"] = max((e.get("n_target", 1) for e in examples), default=1) + 1
     return out
 
 
 def row_losses(model, batch) -> torch.Tensor:
-    """Summed cross entropy of each row: the label token (classification) or its target tokens."""
+    """The label-token cross entropy of each row (only the two last positions' logits computed)."""
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    need = 2 if "target" in batch else batch["n_need"]
-    keep = {"logits_to_keep": need} if need < ids.shape[1] else {}
+    keep = {"logits_to_keep": 2} if ids.shape[1] > 2 else {}
     logits = model(input_ids=ids, attention_mask=mask, **keep).logits
-    if "target" in batch:
-        return F.cross_entropy(logits[:, -2].float(), batch["target"], reduction="none")
-    k = logits.shape[1]
-    tgt = ids[:, -k + 1:].masked_fill(~batch["target_mask"][:, -k + 1:].bool(), -100)
-    flat = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), tgt.reshape(-1),
-                           ignore_index=-100, reduction="none")
-    return flat.reshape(tgt.shape).sum(1)
+    return F.cross_entropy(logits[:, -2].float(), batch["target"], reduction="none")
 
 
-def micro_step(model, slot: LayoutSlot, runs: list[MemberRun], pad_id: int, device) -> list[MemberRun]:
+def micro_step(model, slot: LayoutSlot, runs: list[MemberRun], pad_id: int, device):
     """Forward and backward of every unfinished member's next micro-batch; steps the members whose
-    accumulation completed and returns them (their step_loss holds the step's loss)."""
-    active = [(j, r) for j, r in enumerate(runs) if not r.done]
-    parts = []
-    for j, r in active:
-        examples, counts = r.next_micro()
+    accumulation completed.  Returns (stepped members, [(member, exception)] of members whose
+    micro-batch could not be made: those left this micro-step, the caller fails them)."""
+    parts, active, broken = [], [], []
+    for j, r in enumerate(runs):
+        if r.done:
+            continue
+        try:
+            examples, counts = r.next_micro()
+            targets = [r.label_ids[e["label"]] for e in examples]
+        except Exception as exc:  # noqa: BLE001 - a bad batch fails its member, not the group
+            broken.append((r, exc))
+            continue
         r.step_tokens += counts["n_tokens"]
-        parts.append((j, examples, r.label_ids))
+        parts.append((j, examples, targets))
+        active.append((j, r))
+    if not parts:
+        return [], broken
     batch = fused_batch(parts, pad_id, len(runs), device)
     slot.current = batch["layout"]
     per_row = row_losses(model, batch)
@@ -130,4 +130,4 @@ def micro_step(model, slot: LayoutSlot, runs: list[MemberRun], pad_id: int, devi
         if r.closes_step():
             r.optimizer_step()
             stepped.append(r)
-    return stepped
+    return stepped, broken

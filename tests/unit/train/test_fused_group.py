@@ -32,7 +32,9 @@ def _with_base(cfg, base):
 def train_fused(group) -> list[dict[int, float]]:
     curves = [{} for _ in group.runs]
     while not all(r.done for r in group.runs):
-        for r in micro_step(group.base, group.slot, group.runs, group.pad_id, group.device):
+        stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device)
+        assert not broken
+        for r in stepped:
             curves[group.runs.index(r)][r.step] = float(r.step_loss)
             r.step_loss = None
     return curves
