@@ -33,9 +33,16 @@ class TokenLayout:
         self.jobs = None if len(active) == len(counts) else torch.tensor(active, device=device)
         self.slots = None
         if any(counts[j] != self.width for j in active):
-            slots = [pos * self.width + i for pos, j in enumerate(active) for i in range(counts[j])]
-            self.slots = torch.tensor(slots, device=device)
+            self.slots = _slots([counts[j] for j in active], self.width).to(device)
         self.n_active = len(active)
+
+
+def _slots(runs: list[int], width: int) -> torch.Tensor:
+    """Grid position of every token: run k's tokens go to k * width, k * width + 1, ... (on the
+    host, in torch ops rather than a Python list: a batch of long rows has tens of thousands)."""
+    counts = torch.tensor(runs)
+    shift = torch.arange(len(runs)) * width - (torch.cumsum(counts, 0) - counts)
+    return torch.arange(int(counts.sum())) + torch.repeat_interleave(shift, counts)
 
 
 class BatchLayout:

@@ -1,27 +1,28 @@
 """Stacked adapters (lat_core/train/fused/stacked.py, members.py) against separate PEFT models: same
 outputs, same gradients of every job's A and B, padding that stays zero, PEFT-loadable adapters."""
+import pytest
 import torch
 import torch.nn.functional as F
 
 from lat_core.train import data as D
 from lat_core.train.fused import members as M
-from lat_core.train.fused.stacked import BatchLayout, StackedLoRALinear
+from lat_core.train.fused.stacked import BatchLayout, StackedLoRALinear, TokenLayout
 from tests.helpers.fused import base_model, job_cfg, peft_model, randomise_b, tokenizer_and_rows
 
 # ranks, alphas, rsLoRA, target sets and layers all differ; seeds give each its own init
-JOBS = [({"r": 4, "alpha": 8}, 11, 3),
-        ({"r": 8, "alpha": 8, "use_rslora": True, "target_modules": ["q_proj", "v_proj"]}, 12, 5),
-        ({"r": 2, "alpha": 16, "layers": [1], "target_modules": ["k_proj", "o_proj", "up_proj"]}, 13, 2)]
+JOBS = [({"r": 4, "alpha": 8}, 11),
+        ({"r": 8, "alpha": 8, "use_rslora": True, "target_modules": ["q_proj", "v_proj"]}, 12),
+        ({"r": 2, "alpha": 16, "layers": [1], "target_modules": ["k_proj", "o_proj", "up_proj"]}, 13)]
 
 
-def _group(tmp_path):
+def _group(tmp_path, rows=(3, 5, 2)):
     """(stacked base, layout slot, members, separate PEFT models, per-job examples, label ids)."""
-    tok, ids, rows = tokenizer_and_rows()
-    cfgs = [job_cfg(tmp_path, f"j{i}", peft=p) for i, (p, _, _) in enumerate(JOBS)]
+    tok, ids, encoded = tokenizer_and_rows()
+    cfgs = [job_cfg(tmp_path, f"j{i}", peft=p) for i, (p, _) in enumerate(JOBS)]
     base = base_model(cfgs[0], tok)
-    refs = [peft_model(base, c, seed) for c, (_, seed, _) in zip(cfgs, JOBS)]
+    refs = [peft_model(base, c, seed) for c, (_, seed) in zip(cfgs, JOBS)]
     replayed = []
-    for c, (_, seed, _) in zip(cfgs, JOBS):
+    for c, (_, seed) in zip(cfgs, JOBS):
         torch.manual_seed(seed)
         replayed.append(M.replay_peft(base, c))
     slot, members = M.install(base, replayed)
@@ -35,7 +36,7 @@ def _group(tmp_path):
             for p, q in zip(m.params, [p for p in ref.parameters() if p.requires_grad]):
                 p.copy_(q)
     starts = [0, 7, 20]
-    examples = [rows[s:s + n] for s, (_, _, n) in zip(starts, JOBS)]
+    examples = [encoded[s:s + n] for s, n in zip(starts, rows)]
     return base, slot, members, refs, examples, ids
 
 
@@ -43,8 +44,9 @@ def _label_loss(logits, labels, ids):
     return F.cross_entropy(logits[:, -2], torch.tensor(ids)[labels])
 
 
-def test_fused_forward_and_gradients_equal_separate_peft_models(tmp_path):
-    base, slot, members, refs, examples, ids = _group(tmp_path)
+@pytest.mark.parametrize("rows", [(3, 5, 2), (4, 4, 4)])   # (4, 4, 4): the padded form is a plain reshape
+def test_fused_forward_and_gradients_equal_separate_peft_models(tmp_path, rows):
+    base, slot, members, refs, examples, ids = _group(tmp_path, rows)
     fused_batch = D.collate([e for ex in examples for e in ex], 0)
     slot.current = BatchLayout([len(ex) for ex in examples], fused_batch["attention_mask"], "cpu")
     logits = base(input_ids=fused_batch["input_ids"], attention_mask=fused_batch["attention_mask"]).logits
@@ -64,7 +66,9 @@ def test_fused_forward_and_gradients_equal_separate_peft_models(tmp_path):
         assert len(theirs) == len(m.params) > 0
         for p, q in zip(m.params, theirs):
             assert q.grad.abs().sum() > 0
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7)
+            # relative to the tensor's norm (fp32; bmm and PEFT's matmuls sum in other orders, seen
+            # up to 2e-6 after the backward through both layers)
+            assert float((p.grad - q.grad).norm() / q.grad.norm()) < 1e-5
 
 
 def test_padding_stays_exactly_zero_after_optimizer_steps(tmp_path):
@@ -121,3 +125,11 @@ def _unstacked(peft_base):
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent), child, mod.get_base_layer())
     return model
+
+
+def test_token_layout_slots():
+    layout = TokenLayout([2, 0, 3, 1], "cpu")
+    assert layout.jobs.tolist() == [0, 2, 3] and layout.width == 3 and layout.n_active == 3
+    assert layout.slots.tolist() == [0, 1, 3, 4, 5, 6]
+    same = TokenLayout([2, 2], "cpu")
+    assert same.jobs is None and same.slots is None
