@@ -116,3 +116,17 @@ def test_cancel_marker_stops_one_member(tmp_path, base):
     assert events_of(dirs[1], "step")[-1]["step"] < 400 and not events_of(dirs[1], "finished")
     assert "cancelled: its cancel marker" in (dirs[1] / "train.log").read_text()
     assert events_of(dirs[0], "finished") and events_of(dirs[2], "finished")
+
+
+def test_sigterm_to_the_group_cancels_every_member(tmp_path, base):
+    dirs = folders(tmp_path, base, **{n: {"max_steps": 400, "eval_every": 1000, "save_every": 1000}
+                                      for n in MEMBERS})
+    proc = subprocess.Popen([sys.executable, "-m", "lat_core.train.fused", "--attempt", "1", *map(str, dirs)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    while proc.poll() is None and len(events_of(dirs[0], "step")) < 2:
+        time.sleep(0.2)
+    proc.terminate()
+    out = proc.communicate(timeout=600)[0].decode()
+    assert proc.returncode == 1, out
+    assert {d.name: read_exit(exit_record_path(d, 1)).returncode for d in dirs} == {n: -15 for n in MEMBERS}
+    assert all("cancelled: SIGTERM to the group" in (d / "train.log").read_text() for d in dirs)
