@@ -8,7 +8,9 @@ that runs the rows of all of them through one base model does the launch work on
 - members.py: installs stacked layers into a base from each job's own PEFT initialisation, gives
   each job its own parameters (views of the stacks) and writes PEFT-compatible adapters.
 - step.py: per-job micro-batches, losses, optimizers, schedules and accumulation.
-- runner.py / __main__.py: a group of prepared job folders trained together.
+- group.py: a group from its members' configs (one base, one tokenizer, each member's init).
+- member_io.py, runner.py, __main__.py: a group of prepared job folders trained together, each
+  member writing what a job of its own writes.
 
 Reference design: mLoRA (TUDB-Labs/mLoRA), which batches several LLaMA adapters over one base.
 """

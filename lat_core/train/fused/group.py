@@ -71,11 +71,10 @@ def _rng_positioner(cfgs, tokenizer, build_base):
     draws = not torch.equal(seeded, after)
 
     def position(j: int) -> None:
-        if j == 0:
+        if cfgs[j].seed == cfgs[0].seed:
             torch.set_rng_state(after)
         elif draws:
-            del_me = build_base(cfgs[j], tokenizer)   # seeds and draws as member j's build would
-            del del_me
+            build_base(cfgs[j], tokenizer)   # replays member j's draws; the weights are dropped
         else:
             torch.manual_seed(cfgs[j].seed)
     return base, position

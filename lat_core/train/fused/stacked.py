@@ -102,6 +102,12 @@ class StackedLoRALinear(nn.Module):
         self.any_dropout = any(p > 0 for p in dropouts)
         self.slot = slot
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """The frozen base weight, as PEFT's LoRA layers expose it (model code that reads it, such as
+        a fused kernel, then skips the adapters: adapters.check_refusals lists where that happens)."""
+        return self.base_layer.weight
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         result = self.base_layer(x)
         n_in, n_out = self.base_layer.in_features, self.base_layer.out_features

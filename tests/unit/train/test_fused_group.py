@@ -61,3 +61,25 @@ def test_members_on_different_bases_are_refused(tmp_path):
 def test_only_plain_lora_fuses(tmp_path):
     with pytest.raises(TrainConfigError, match="only plain LoRA"):
         build_group([job_cfg(tmp_path, "d", peft={"method": "dora"})], torch.device("cpu"))
+
+
+@pytest.mark.parametrize("saved_base", [False, True])
+def test_members_start_from_the_adapter_their_own_process_draws(tmp_path, saved_base):
+    """tiny-random (the build draws from the RNG; members share the seed) and a saved base (members'
+    seeds differ): each member's initial A equals the one loop.run's wrap_peft draws."""
+    from peft import get_peft_model_state_dict
+
+    from lat_core.train import data as D
+    from lat_core.train.fused import members as M
+    from lat_core.train.models import build_base_model, load_tokenizer, wrap_peft
+    cfgs = [job_cfg(tmp_path, n, peft={"r": r}, seed=s) for n, r, s in
+            (("p", 4, 3), ("q", 8, 3 if not saved_base else 9))]
+    if saved_base:
+        cfgs = [_with_base(c, saved_tiny_base(tmp_path / "base")) for c in cfgs]
+    group = build_group(cfgs, torch.device("cpu"))
+    for c, run in zip(cfgs, group.runs):
+        torch.manual_seed(c.seed)   # what loop.run does before it builds the base and wraps it
+        ds = D.load_dataset(c.data)
+        alone = wrap_peft(build_base_model(c, load_tokenizer(c, D.build_tokenizer(ds))), c, environ={})
+        theirs = get_peft_model_state_dict(alone)
+        assert all(torch.equal(v, theirs[k]) for k, v in M.state_dict(run.member).items())
