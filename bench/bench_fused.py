@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     from lat_core.train import data as D
 
     device = torch.device(a.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)   # as a CPU job runs (train.num_threads defaults to 1)
     cfgs = job_cfgs(a)
     tok = type("Tok", (), {"pad_token_id": 0, "eos_token_id": 1, "__len__": lambda self: a.vocab})()
     torch.manual_seed(0)
@@ -110,26 +112,27 @@ def main(argv=None) -> int:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-    t_sep = timed(separate_step, a, sync)
-    separate.clear()   # their base copies: free before the fused side
-    opts.clear()
-
     slot, members = M.install(base, [M.replay_peft(base, c) for c in cfgs])
     runs = []
     for c, m, d in zip(cfgs, members, data):
         opt = new_optimizer(c, m)
         run = MemberRun(c, m, d, label_ids, opt, build_scheduler(opt, c, c.train.max_steps, 0))
-        run.start(0, 0)
+        run.start(0)
         runs.append(run)
 
     def fused_step():
         micro_step(base, slot, runs, 0, device)
 
-    t_fused = timed(fused_step, a, sync)
+    # two rounds, sides alternating, best of each: the first calls of a side pay one-off costs
+    # (TorchScript profiling runs of the CPU GLA path, the allocator, autotuning) the other then skips
+    t_sep, t_fused = float("inf"), float("inf")
+    for _ in range(2):
+        t_sep = min(t_sep, timed(separate_step, a, sync))
+        t_fused = min(t_fused, timed(fused_step, a, sync))
     tokens = a.jobs * a.rows * a.seq
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
           f"{a.jobs} jobs x {a.rows} rows x {a.seq} tokens, GLA hidden {a.hidden} x {a.layers} layers, "
-          f"{a.dtype}, ranks {a.ranks}, {a.steps} steps after {a.warmup}")
+          f"{a.dtype}, ranks {a.ranks}, best of 2 rounds of {a.steps} steps after {a.warmup}")
     print("| side | ms per step (all jobs) | trained tokens/s |\n| --- | --- | --- |")
     print(f"| separate | {t_sep * 1e3:.1f} | {tokens / t_sep:,.0f} |")
     print(f"| fused | {t_fused * 1e3:.1f} | {tokens / t_fused:,.0f} |")

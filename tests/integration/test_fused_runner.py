@@ -47,6 +47,10 @@ def test_group_writes_each_members_files_and_matches_single_jobs(tmp_path, base)
         for e, f in zip(ours, theirs):
             assert e["metrics"]["accuracy"] == f["metrics"]["accuracy"]
             assert e["metrics"]["loss"] == pytest.approx(f["metrics"]["loss"], rel=1e-5)
+        ours_started, theirs_started = events_of(d, "started")[0], events_of(alone_cfg.output_dir, "started")[0]
+        for key in ("trainable_params", "total_params", "max_steps", "batch_size", "grad_accum", "seed",
+                    "lr_scheduler", "warmup_steps", "train_examples", "logits_to_keep", "effective_batch_size"):
+            assert ours_started[key] == theirs_started[key], key
         names = [e["event"] for e in events_of(d)]
         assert names[0] == "started" and names[-2:] == ["memory", "finished"]
         last = MEMBERS[d.name][1].get("max_steps", 6)

@@ -120,7 +120,7 @@ def build_group(cfgs, device: torch.device, resume: list[bool] | None = None) ->
             d.resumed = restore(c, m, opt)
             start = d.resumed["step"]
         run = MemberRun(c, m, d.splits["train"], d.label_ids, opt, build_scheduler(opt, c, c.train.max_steps, start))
-        run.start(start, group.pad_id)
+        run.start(start)
         group.runs.append(run)
     return group
 

@@ -52,8 +52,13 @@ def started(m: Member, group, resumed: bool) -> None:
     cfg, run = m.run.cfg, m.run
     tr = cfg.train
     trainable = sum(p.numel() for p in run.member.params)
+    frozen = sum(p.numel() for n, p in group.base.named_parameters() if "lora_" not in n)
+    _, sched_desc, sched_name, warm = lr_schedule(cfg, tr.max_steps)
     m.out.events.emit("started", pid=os.getpid(), config=cfg.name, model=cfg.model.family,
-                      device=group.device.type, trainable_params=trainable, seed=cfg.seed, data=cfg.data,
+                      device=group.device.type, trainable_params=trainable, total_params=frozen + trainable,
+                      seed=cfg.seed, data=cfg.data, lr_scheduler=sched_name, warmup_steps=warm,
+                      epochs=tr.epochs, save_optimizer_state=tr.save_optimizer_state,
+                      logits_to_keep=m.view._lat_ltk[0],
                       resumed_from=run.step if resumed else None, max_steps=tr.max_steps,
                       name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
                       batch_size=tr.batch_size, grad_accum=tr.grad_accum,
@@ -64,7 +69,8 @@ def started(m: Member, group, resumed: bool) -> None:
     m.out.log(f"started {cfg.name} in a fused group of {len(group.runs)}: {cfg.model.family} "
               f"{cfg.model.name_or_path} on {group.device.type}, {cfg.peft.method} r{cfg.peft.r} trainable "
               f"{trainable:,} params, data {cfg.data} ({len(run.train_ex)} train), batch {tr.batch_size} x "
-              f"accum {tr.grad_accum}" + (f", resumed at step {run.step}" if resumed else ""))
+              f"accum {tr.grad_accum}, lr schedule {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps"
+              + (f", resumed at step {run.step}" if resumed else ""))
 
 
 def after_step(m: Member) -> None:

@@ -29,17 +29,16 @@ class MemberRun:
     optimizer: torch.optim.Optimizer
     scheduler: object
     step: int = 0                                   # optimizer steps done
-    window: list[list[int]] = field(default_factory=list)   # micro-batches left in this step
+    window: list[tuple] = field(default_factory=list)   # (examples, counts) of micro-batches left in this step
     window_scored: int = 1                          # scored tokens of this whole step
     step_loss: torch.Tensor | None = None           # this step's loss so far (on the device)
     step_tokens: int = 0                            # non-padding tokens since the last step event
     done: bool = False
-    pad_id: int = 0
     _micro: object = None
 
-    def start(self, start_step: int, pad_id: int) -> None:
+    def start(self, start_step: int) -> None:
         tr = self.cfg.train
-        self.step, self.pad_id = start_step, pad_id
+        self.step = start_step
         self._micro = iter(D.MicroBatchSampler(len(self.train_ex), tr.batch_size, tr.grad_accum, self.cfg.seed,
                                                start_step, tr.max_steps))
         self.done = start_step >= tr.max_steps
@@ -47,11 +46,10 @@ class MemberRun:
     def next_micro(self) -> tuple[list[dict], dict]:
         """(examples, host counts) of the member's next micro-batch; opens a new step's window first."""
         if not self.window:
-            self.window = [next(self._micro) for _ in range(self.cfg.train.grad_accum)]
-            counts = [D.TrainCollate(self.pad_id)([self.train_ex[i] for i in mb]) for mb in self.window]
-            self.window_scored = max(1, sum(c["n_scored"] for c in counts))
-        examples = [self.train_ex[i] for i in self.window.pop(0)]
-        return examples, D.TrainCollate(self.pad_id)(examples)
+            micro = [[self.train_ex[i] for i in next(self._micro)] for _ in range(self.cfg.train.grad_accum)]
+            self.window = [(ex, _counts(ex)) for ex in micro]
+            self.window_scored = max(1, sum(c["n_scored"] for _, c in self.window))
+        return self.window.pop(0)
 
     def closes_step(self) -> bool:
         return not self.window
@@ -63,6 +61,12 @@ class MemberRun:
         M.zero_member_grads(self.member)
         self.step += 1
         self.done = self.step >= self.cfg.train.max_steps
+
+
+def _counts(examples: list[dict]) -> dict:
+    """A classification micro-batch's host counts, as data.TrainCollate makes them (the tensors are
+    collated once, for the whole fused batch): non-padding tokens and scored tokens (one a row)."""
+    return {"n_tokens": sum(len(e["input_ids"]) for e in examples), "n_scored": len(examples)}
 
 
 def new_optimizer(cfg, member: M.Member) -> torch.optim.Optimizer:
