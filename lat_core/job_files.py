@@ -36,6 +36,13 @@ def pid_file_path(exit_path: Path) -> Path:
     return Path(f"{exit_path}.pid")
 
 
+def cancel_marker_path(job_dir: Path) -> Path:
+    """A job trained in a fused group (lat_core/train/fused) is cancelled by this file: the group's
+    process is shared, so a signal would stop every member; the group leaves out a member whose
+    marker exists before its next micro-batch."""
+    return Path(job_dir) / RUNNER_DIR / "cancel"
+
+
 # ---------------------------------------------------------------------------- event schema
 class BadEvent(ValueError):
     """A line of events.jsonl that is not a valid event; the message says why, never the line."""

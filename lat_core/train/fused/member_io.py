@@ -1,0 +1,92 @@
+"""A fused member's own outputs, in the files and formats a job of its own writes: events.jsonl,
+train.log, env.json, evaluation and predictions, checkpoint-N/ (with trainer_state.json), best/ and
+final/ adapters, and an exit record per attempt.
+
+Why reuse callbacks.LatRun: evaluation, best-metric bookkeeping, checkpoint layout and rotation
+are the single job's code; a member hands it a MemberView, a model that runs the member's rows
+through the shared base with only its adapter, and writes its adapter as PEFT does.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from lat_core.job_files import TRAIN_LOG, cancel_marker_path, exit_record_path
+from . import members as M
+from .stacked import BatchLayout
+
+CANCELLED_RC = -15   # what a job of its own records when SIGTERM (the engine's cancel) ends it
+
+
+class MemberView(nn.Module):
+    """The shared base as member j alone sees it: every row is its row.  Evaluation calls it like
+    a PEFT model (forward, get_base_model); save_pretrained writes the member's adapter."""
+
+    def __init__(self, base: nn.Module, slot, member: M.Member, n_jobs: int):
+        super().__init__()
+        self.base, self.slot, self.member, self.n_jobs = base, slot, member, n_jobs
+
+    def get_base_model(self) -> nn.Module:
+        return self.base
+
+    def forward(self, input_ids, attention_mask, **kwargs):
+        rows = [0] * self.n_jobs
+        rows[self.member.index] = input_ids.shape[0]
+        self.slot.current = BatchLayout(rows, attention_mask.cpu(), input_ids.device)
+        return self.base(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    def save_pretrained(self, path: str) -> None:
+        M.save_adapter(self.member, Path(path))
+
+
+class MemberOut:
+    """train.log lines, events and the exit record of one member."""
+
+    def __init__(self, cfg, job_dir: Path, events, attempt: int | None):
+        self.cfg, self.job_dir, self.events, self.attempt = cfg, Path(job_dir), events, attempt
+        self._log = (self.job_dir / TRAIN_LOG).open("a", buffering=1)
+        self.t0 = time.time()
+
+    def log(self, msg: str) -> None:
+        self._log.write(msg + "\n")
+
+    def cancel_requested(self) -> bool:
+        return cancel_marker_path(self.job_dir).exists()
+
+    def exit(self, returncode: int, why: str) -> None:
+        """The member's exit record (as lat_core.runner writes one for a process of its own), when
+        the group runs under an attempt number; and its last train.log line."""
+        self.log(f"[lat] {time.strftime('%Y-%m-%d %H:%M:%S')} left the group: {why} (exit {returncode})")
+        if self.attempt is not None:
+            from lat_core.runner import write_exit_record
+            path = exit_record_path(self.job_dir, self.attempt)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            peak = int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else 0
+            write_exit_record(str(path), {
+                "returncode": returncode, "signal": -returncode if returncode < 0 else None,
+                "pid": os.getpid(), "started": self.t0, "ended": time.time(), "max_rss": _rss(),
+                "fused_group": True, "why": why, "peak_gpu_bytes": peak})
+        self.close()
+
+    def close(self) -> None:
+        self.events.close()
+        if not self._log.closed:
+            self._log.close()
+
+
+def _rss() -> int:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def trainer_state(step: int, max_steps: int, cfg):
+    """transformers' TrainerState for checkpoint-N/trainer_state.json, as the Trainer writes it."""
+    from transformers import TrainerState
+    t = cfg.train
+    return TrainerState(global_step=step, max_steps=max_steps, logging_steps=t.log_every,
+                        eval_steps=t.eval_every, save_steps=t.save_every,
+                        train_batch_size=t.batch_size)

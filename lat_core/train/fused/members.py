@@ -1,0 +1,155 @@
+"""Stacked adapters in a shared base model, built from each job's own PEFT initialisation.
+
+Why replay PEFT per job: PEFT decides which modules a LoraConfig adapts (target_modules, layers),
+each one's rank and scaling (alpha / r, or alpha / sqrt(r) for rsLoRA) and the initial A (random,
+from the global RNG) and B (zeros).  Wrapping the shared base with each job's config in turn, with
+the RNG where that job's own process would have it, and unloading again, gives every member exactly
+the adapter it would have had alone; the stacks copy those weights.
+
+Each member's parameters are views of its true-rank slices of the stacks (nn.Parameter over the
+slice shares its storage), in PEFT's order (per adapted module: A, then B), so a member's own
+torch optimizer updates the stacks in place and its state_dict has the layout of a single job's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from lat_core.config.job import TrainConfigError
+from .stacked import LayoutSlot, StackedLoRALinear
+
+SUPPORTED_INIT = (True, "gaussian")
+
+
+@dataclass
+class Replayed:
+    """One job's adapter as PEFT built it: per adapted module (name without the PEFT prefix) its
+    rank, scaling, dropout and initial A/B; and the LoraConfig (for adapter_config.json)."""
+    layers: dict[str, dict]
+    config: object
+
+
+@dataclass
+class Member:
+    """A job's slice of the stacked model: its index, its parameters (views), its adapted modules."""
+    index: int
+    params: list[nn.Parameter]
+    modules: list[tuple[str, StackedLoRALinear, int]] = field(default_factory=list)  # (name, layer, rank)
+    config: object = None
+
+
+def check_fusable(cfg) -> None:
+    """Plain LoRA only: DoRA changes the layer's math, PiSSA / LoRA-GA rewrite the base weights,
+    SDLoRA trains base parameters; none of those can share one frozen base."""
+    p = cfg.peft
+    if p.method not in ("lora", "rslora") or p.use_dora or p.init_lora_weights not in SUPPORTED_INIT:
+        raise TrainConfigError(f"fuse: {cfg.name} uses peft.method {p.method} (use_dora {p.use_dora}, "
+                               f"init {p.init_lora_weights}); only plain LoRA jobs fuse")
+    if cfg.train.gradient_checkpointing:
+        raise TrainConfigError(f"fuse: {cfg.name} sets train.gradient_checkpointing; fused groups run without it")
+
+
+def replay_peft(base: nn.Module, cfg) -> Replayed:
+    """Wrap ``base`` with the job's LoRA (drawing its init from the global RNG), read the adapter, unload."""
+    from peft import get_peft_model
+
+    from ..adapters import check_refusals, lora_config, lora_layers
+    from ..models import check_targets
+    check_fusable(cfg)
+    check_targets(base, cfg.peft.target_modules)
+    check_refusals(base, cfg)
+    n_layers = int(getattr(base.config, "num_hidden_layers", 0) or 0)
+    model = get_peft_model(base, lora_config(cfg, n_layers, {}))
+    layers = {}
+    for name, layer in lora_layers(model):
+        drop = layer.lora_dropout["default"]
+        layers[name] = {"r": layer.r["default"], "scaling": float(layer.scaling["default"]),
+                        "dropout": float(getattr(drop, "p", 0.0)),
+                        "A": layer.lora_A["default"].weight.detach().clone(),
+                        "B": layer.lora_B["default"].weight.detach().clone()}
+    config = model.peft_config["default"]
+    model.unload()   # puts the original Linear modules back into base
+    return Replayed(layers, config)
+
+
+def install(base: nn.Module, replayed: list[Replayed]) -> tuple[LayoutSlot, list[Member]]:
+    """Replace every module some job adapts by a StackedLoRALinear holding all jobs' adapters
+    (rank 0 for a job that does not adapt it); returns the shared layout slot and the members."""
+    slot = LayoutSlot()
+    members = [Member(j, [], config=r.config) for j, r in enumerate(replayed)]
+    targets = {n for r in replayed for n in r.layers}
+    modules = dict(base.named_modules())
+    for name in [n for n in modules if n in targets]:   # module order, as PEFT lists parameters
+        per_job = [r.layers.get(name) for r in replayed]
+        first = next(x for x in per_job if x is not None)
+        layer = StackedLoRALinear(modules[name], [x["r"] if x else 0 for x in per_job],
+                                  [x["scaling"] if x else 0.0 for x in per_job],
+                                  [x["dropout"] if x else 0.0 for x in per_job], slot, first["A"].dtype)
+        parent_name, _, child = name.rpartition(".")
+        setattr(modules[parent_name] if parent_name else base, child, layer)
+        layer.lora_A.grad = torch.zeros_like(layer.lora_A)   # kept: members' grads are views of it
+        layer.lora_B.grad = torch.zeros_like(layer.lora_B)
+        with torch.no_grad():
+            for j, x in enumerate(per_job):
+                if x is None:
+                    continue
+                r = x["r"]
+                layer.lora_A[j, :r].copy_(x["A"])
+                layer.lora_B[j, :, :r].copy_(x["B"])
+                members[j].modules.append((name, layer, r))
+    for m in members:
+        m.params = _member_params(m)
+    return slot, members
+
+
+def _member_params(m: Member) -> list[nn.Parameter]:
+    out = []
+    for _, layer, r in m.modules:
+        a = nn.Parameter(layer.lora_A.data[m.index, :r])
+        b = nn.Parameter(layer.lora_B.data[m.index, :, :r])
+        a.grad = layer.lora_A.grad[m.index, :r]
+        b.grad = layer.lora_B.grad[m.index, :, :r]
+        out += [a, b]
+    return out
+
+
+def zero_member_grads(m: Member) -> None:
+    """After the member's optimizer step: clear its slices of the stacks' gradients (in place, so
+    the views stay linked)."""
+    for p in m.params:
+        p.grad.zero_()
+
+
+def state_dict(m: Member) -> dict[str, torch.Tensor]:
+    """The member's adapter under the keys PeftModel.save_pretrained writes."""
+    out = {}
+    for (name, _, _), a, b in zip(m.modules, m.params[0::2], m.params[1::2]):
+        out[f"base_model.model.{name}.lora_A.weight"] = a.detach().contiguous().cpu()
+        out[f"base_model.model.{name}.lora_B.weight"] = b.detach().contiguous().cpu()
+    return out
+
+
+def save_adapter(m: Member, path: Path) -> Path:
+    """adapter_model.safetensors + adapter_config.json, loadable with PeftModel.from_pretrained."""
+    from safetensors.torch import save_file
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(state_dict(m), str(path / "adapter_model.safetensors"))
+    m.config.save_pretrained(str(path))
+    return path
+
+
+def load_adapter(m: Member, path: Path) -> None:
+    """Copy a saved adapter (a fused or a single job's) into the member's slices."""
+    from safetensors.torch import load_file
+    saved = load_file(str(path / "adapter_model.safetensors"))
+    own = state_dict(m)
+    if set(saved) != set(own):
+        raise TrainConfigError(f"{path}: adapter keys differ from this job's adapter "
+                               f"({len(set(saved) ^ set(own))} differ)")
+    with torch.no_grad():
+        for (name, _, _), a, b in zip(m.modules, m.params[0::2], m.params[1::2]):
+            a.copy_(saved[f"base_model.model.{name}.lora_A.weight"])
+            b.copy_(saved[f"base_model.model.{name}.lora_B.weight"])

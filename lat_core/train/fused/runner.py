@@ -1,0 +1,170 @@
+"""Train a fused group: each member logs, evaluates, checkpoints and ends as a job of its own would
+(the HF Trainer's cadence: a step event at step 1 and every log_every, evaluation and a checkpoint
+every eval_every / save_every and at the last step), and leaves the group when it finishes, fails
+(a non-finite loss at a logging step, a micro-batch that cannot be made) or is cancelled (its
+cancel marker; SIGTERM to the group cancels every member).  The others go on.
+
+An error inside the shared forward or backward cannot be put on one member: every member still in
+the group fails with it.
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+
+import torch
+
+from ..callbacks import LatRun
+from ..events import log
+from ..loop import lr_schedule, peak_memory
+from .member_io import CANCELLED_RC, MemberOut, MemberView, trainer_state
+from .step import MemberRun, micro_step
+
+
+class Member:
+    """A member's run state, its files and the single job's bookkeeping (LatRun)."""
+
+    def __init__(self, run: MemberRun, out: MemberOut, lat: LatRun, view: MemberView):
+        self.run, self.out, self.lat, self.view = run, out, lat, view
+        self.t_log, self.pause = time.perf_counter(), 0.0
+        self.left = False
+        self.returncode: int | None = None   # how it left the group, as a process of its own would exit
+
+
+def make_member(group, j: int, out: MemberOut) -> Member:
+    run, data, cfg = group.runs[j], group.data[j], group.runs[j].cfg
+    from lat_core.results.metrics import spec_for
+    resumed = data.resumed or {}
+    lat = LatRun(cfg, out.events, tokenizer=group.tokenizer, ds=data.ds, splits=data.splits,
+                 extra_tests=data.extra_tests, train_ex=run.train_ex, label_ids=data.label_ids,
+                 pad_id=group.pad_id, loader_cfg=None, lr_of=lr_schedule(cfg, cfg.train.max_steps)[0],
+                 start_step=run.step, best=resumed.get("best"), main_metric=spec_for(data.ds.task).main,
+                 optimizer=run.optimizer, debug=False, is_main=True, scores=resumed.get("val_scores"))
+    view = MemberView(group.base, group.slot, run.member, len(group.runs))
+    from ..evaluation import set_logits_to_keep
+    set_logits_to_keep(view, cfg.train.logits_to_keep)
+    return Member(run, out, lat, view)
+
+
+def started(m: Member, group, resumed: bool) -> None:
+    cfg, run = m.run.cfg, m.run
+    tr = cfg.train
+    trainable = sum(p.numel() for p in run.member.params)
+    frozen = sum(p.numel() for n, p in group.base.named_parameters() if "lora_" not in n)
+    _, sched_desc, sched_name, warm = lr_schedule(cfg, tr.max_steps)
+    m.out.events.emit("started", pid=os.getpid(), config=cfg.name, model=cfg.model.family,
+                      device=group.device.type, trainable_params=trainable, total_params=frozen + trainable,
+                      seed=cfg.seed, data=cfg.data, lr_scheduler=sched_name, warmup_steps=warm,
+                      epochs=tr.epochs, save_optimizer_state=tr.save_optimizer_state,
+                      logits_to_keep=m.view._lat_ltk[0],
+                      resumed_from=run.step if resumed else None, max_steps=tr.max_steps,
+                      name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
+                      batch_size=tr.batch_size, grad_accum=tr.grad_accum,
+                      effective_batch_size=tr.batch_size * tr.grad_accum, dtype=cfg.model.dtype,
+                      train_examples=len(run.train_ex), fused_group=len(group.runs),
+                      optimizer_state=None if not resumed else
+                      ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh"))
+    m.out.log(f"started {cfg.name} in a fused group of {len(group.runs)}: {cfg.model.family} "
+              f"{cfg.model.name_or_path} on {group.device.type}, {cfg.peft.method} r{cfg.peft.r} trainable "
+              f"{trainable:,} params, data {cfg.data} ({len(run.train_ex)} train), batch {tr.batch_size} x "
+              f"accum {tr.grad_accum}, lr schedule {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps"
+              + (f", resumed at step {run.step}" if resumed else ""))
+
+
+def after_step(m: Member) -> None:
+    """Log, evaluate and save as the Trainer's DefaultFlowCallback would at this step."""
+    run, tr = m.run, m.run.cfg.train
+    step, last = run.step, run.step >= tr.max_steps
+    loss = run.step_loss
+    run.step_loss = None
+    if step == 1 or step % tr.log_every == 0:
+        value = float(loss)
+        if not math.isfinite(value):
+            raise FloatingPointError(f"loss is {value} at step {step}")
+        now = time.perf_counter()
+        tps = run.step_tokens / max(now - m.t_log - m.pause, 1e-9)
+        lr = m.lat.lr_of(step)
+        gpu = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+        m.out.events.emit("step", step=step, loss=value, lr=lr, tokens_per_s=round(tps, 1),
+                          tokens=run.step_tokens, peak_gpu_bytes=gpu)
+        m.out.log(f"step {step}/{tr.max_steps} loss {value:.4f} lr {lr:.1e} {tps:,.0f} tok/s")
+        m.t_log, m.pause, run.step_tokens = now, 0.0, 0
+    t0 = time.perf_counter()
+    if step % tr.eval_every == 0 or last:
+        for split, metrics in m.lat.evaluate(m.view, step):
+            m.out.events.emit("eval", step=step, split=split, metrics=metrics)
+            m.out.log(f"eval step {step} {split}: " + " ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+    if step % tr.save_every == 0 or last:
+        path = m.lat.save(m.view, trainer_state(step, tr.max_steps, run.cfg), tr.save_optimizer_state)
+        m.out.events.emit("checkpoint", step=step, path=path.name, optimizer_saved=tr.save_optimizer_state)
+        m.out.log(f"saved {path.name}" + ("" if tr.save_optimizer_state else " (without optimizer state)"))
+    m.pause += time.perf_counter() - t0
+
+
+def finish(m: Member) -> None:
+    from ..checkpoints import save_adapter
+    save_adapter(m.view, m.run.cfg.output_dir / "final")
+    m.out.events.emit("memory", **peak_memory())
+    elapsed = time.time() - m.out.t0
+    m.out.events.emit("finished", status="ok", steps=m.run.step, best=m.lat.best, elapsed_s=round(elapsed, 2))
+    m.out.log(f"finished {m.run.cfg.name}: {m.run.step} steps, best {m.lat.best}, {elapsed:.1f}s")
+    leave(m, 0, "finished")
+
+
+def fail(m: Member, exc: BaseException) -> None:
+    m.out.events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000])
+    m.out.log(f"error: {type(exc).__name__}: {exc}")
+    leave(m, 1, f"failed: {type(exc).__name__}")
+
+
+def cancel(m: Member, why: str) -> None:
+    m.out.log(f"cancelled: {why}")
+    leave(m, CANCELLED_RC, "cancelled")
+
+
+def leave(m: Member, returncode: int, why: str) -> None:
+    m.run.done, m.left, m.returncode = True, True, returncode
+    m.out.exit(returncode, why)
+    log(f"{m.run.cfg.name}: {why}")
+
+
+def train_group(group, members: list[Member]) -> None:
+    """Micro-steps until every member has left the group."""
+    stop = {"signal": None}
+    old = signal.signal(signal.SIGTERM, lambda signum, _frame: stop.update(signal=signum))
+    torch.manual_seed(members[0].run.cfg.seed + 1)   # as RngCallback: the stream starts at seed + 1
+    try:
+        for m in members:
+            if m.run.done and not m.left:   # resumed at max_steps: nothing to train
+                finish(m)
+        while any(not m.left for m in members):
+            for m in members:
+                if not m.left and (stop["signal"] or m.out.cancel_requested()):
+                    cancel(m, "SIGTERM to the group" if stop["signal"] else "its cancel marker")
+            if all(m.left for m in members):
+                break
+            try:
+                stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device)
+            except Exception as exc:  # noqa: BLE001 - the shared pass failed: every member with it
+                for m in members:
+                    if not m.left:
+                        fail(m, exc)
+                raise
+            by_run = {id(m.run): m for m in members}
+            for run, exc in broken:
+                fail(by_run[id(run)], exc)
+            for run in stepped:
+                m = by_run[id(run)]
+                try:
+                    after_step(m)
+                except Exception as exc:  # noqa: BLE001 - its loss, evaluation or save: its own failure
+                    fail(m, exc)
+                    continue
+                if run.done:
+                    finish(m)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+

@@ -1,0 +1,131 @@
+"""The stacked LoRA layer: one frozen projection, the LoRA A/B of N jobs, each job's tokens through
+its own adapter with one batched matmul (torch.bmm over a [jobs, tokens, features] layout).
+
+Why a token layout and not a row one: fla's GLA attention removes padding before its projections
+(unpad_hidden_states with the attention mask), so q/k/v/o see [1, real tokens, hidden] while the
+MLP sees [rows, width, hidden].  Rows are kept in job order, so in both forms each job's tokens are
+one contiguous run; TokenLayout maps a run per job into slots of a [jobs, widest run] grid (a
+plain reshape when every job has the same number of tokens) and back.
+
+Why zero padding is exact: job j's A has rows r_j..R-1 zero and its B columns r_j..R-1 zero, so
+the padded rank entries add nothing to the output, and their gradients are products with those
+zeros, exactly zero; no optimizer holds them (members.py gives each job views of its true-rank
+slices), so they stay zero.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+class TokenLayout:
+    """Which tokens of a flattened activation belong to which job, for one token count.
+
+    counts[j]: tokens of job j (0 for a job with no rows in this micro-step); tokens are in job
+    order.  `jobs`: indices of the jobs with tokens (None when all have); `slots`: where each token
+    sits in the flattened [active jobs * width] grid (None when that grid is the tokens as they are).
+    """
+
+    def __init__(self, counts: list[int], device):
+        self.counts = list(counts)
+        active = [j for j, c in enumerate(counts) if c]
+        self.width = max(counts) if active else 0
+        self.jobs = None if len(active) == len(counts) else torch.tensor(active, device=device)
+        self.slots = None
+        if any(counts[j] != self.width for j in active):
+            self.slots = _slots([counts[j] for j in active], self.width).to(device)
+        self.n_active = len(active)
+
+
+def _slots(runs: list[int], width: int) -> torch.Tensor:
+    """Grid position of every token: run k's tokens go to k * width, k * width + 1, ... (on the
+    host, in torch ops rather than a Python list: a batch of long rows has tens of thousands)."""
+    counts = torch.tensor(runs)
+    shift = torch.arange(len(runs)) * width - (torch.cumsum(counts, 0) - counts)
+    return torch.arange(int(counts.sum())) + torch.repeat_interleave(shift, counts)
+
+
+class BatchLayout:
+    """The token layouts of one fused micro-batch, by total token count: the padded form
+    (rows x width) and the unpadded one (only attention-mask tokens), which fla's GLA attention uses.
+
+    rows_per_job[j]: rows of job j, rows in job order; attention_mask [rows, width] (host or device).
+    """
+
+    def __init__(self, rows_per_job: list[int], attention_mask: torch.Tensor, device):
+        self.rows_per_job = list(rows_per_job)
+        width = attention_mask.shape[1]
+        real = attention_mask.sum(1).tolist()
+        self.by_tokens: dict[int, TokenLayout] = {}
+        padded = [r * width for r in rows_per_job]
+        self.by_tokens[sum(padded)] = TokenLayout(padded, device)
+        unpadded, start = [], 0
+        for r in rows_per_job:
+            unpadded.append(int(sum(real[start:start + r])))
+            start += r
+        self.by_tokens.setdefault(sum(unpadded), TokenLayout(unpadded, device))
+
+    def for_tokens(self, n: int) -> TokenLayout:
+        try:
+            return self.by_tokens[n]
+        except KeyError:
+            raise RuntimeError(f"stacked LoRA: an activation of {n} tokens matches neither the padded nor "
+                               f"the unpadded form of this batch ({sorted(self.by_tokens)})") from None
+
+
+class LayoutSlot:
+    """The current batch's layout, shared by every stacked layer of one model (set per micro-batch)."""
+
+    def __init__(self):
+        self.current: BatchLayout | None = None
+
+
+class StackedLoRALinear(nn.Module):
+    """base(x) + scaling_j * B_j A_j dropout_j(x) for the tokens of each job j.
+
+    lora_A: [jobs, R, in], lora_B: [jobs, out, R] (R the largest rank; a job's unused entries zero);
+    `scaling`, `dropout`: per job.  Adapter math runs in lora_A's dtype, as PEFT casts the input
+    to its adapter's dtype, and the sum is cast back to the base output's dtype.
+    """
+
+    def __init__(self, base: nn.Linear, ranks: list[int], scalings: list[float], dropouts: list[float],
+                 slot: LayoutSlot, dtype: torch.dtype):
+        super().__init__()
+        self.base_layer = base
+        self.ranks = list(ranks)
+        width, dev = max(max(ranks), 1), base.weight.device
+        self.lora_A = nn.Parameter(torch.zeros(len(ranks), width, base.in_features, dtype=dtype, device=dev))
+        self.lora_B = nn.Parameter(torch.zeros(len(ranks), base.out_features, width, dtype=dtype, device=dev))
+        self.register_buffer("scaling", torch.tensor(scalings, dtype=dtype, device=dev), persistent=False)
+        self.register_buffer("keep", torch.tensor([1.0 - p for p in dropouts], dtype=dtype, device=dev),
+                             persistent=False)
+        self.any_dropout = any(p > 0 for p in dropouts)
+        self.slot = slot
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The frozen base weight, as PEFT's LoRA layers expose it (model code that reads it, such as
+        a fused kernel, then skips the adapters: adapters.check_refusals lists where that happens)."""
+        return self.base_layer.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result = self.base_layer(x)
+        n_in, n_out = self.base_layer.in_features, self.base_layer.out_features
+        tokens = x.reshape(-1, n_in).to(self.lora_A.dtype)
+        layout = self.slot.current.for_tokens(tokens.shape[0])
+        a, b, scale, keep = self.lora_A, self.lora_B, self.scaling, self.keep
+        if layout.jobs is not None:   # jobs without rows this micro-step: leave them out of the bmm
+            a, b, scale, keep = a[layout.jobs], b[layout.jobs], scale[layout.jobs], keep[layout.jobs]
+        k, w = layout.n_active, layout.width
+        if layout.slots is None:
+            grid = tokens.reshape(k, w, n_in)
+        else:
+            grid = tokens.new_zeros(k * w, n_in).index_copy(0, layout.slots, tokens).reshape(k, w, n_in)
+        if self.any_dropout and self.training:
+            keep = keep[:, None, None]
+            grid = grid * torch.bernoulli(keep.expand_as(grid)) / keep
+        delta = torch.bmm(torch.bmm(grid, a.transpose(1, 2)), b.transpose(1, 2)) * scale[:, None, None]
+        delta = delta.reshape(k * w, n_out)
+        if layout.slots is not None:
+            delta = delta.index_select(0, layout.slots)
+        return (result + delta.reshape(*x.shape[:-1], n_out)).to(result.dtype)

@@ -1,0 +1,136 @@
+"""The fused group runner (python -m lat_core.train.fused): members write what a job of its own
+writes and get its losses and metrics; a member resumes from its checkpoint; a failing or
+cancelled member leaves the group and the others finish."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from lat_core.config.job import load_config
+from lat_core.job_files import cancel_marker_path, exit_record_path, read_exit
+from lat_core.train.fused.__main__ import main, open_members, parse_args, start_group
+from lat_core.train.fused.runner import train_group
+from tests.helpers.fused import events_of, job_dir, run_alone, saved_tiny_base
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+MEMBERS = {"a": ({"r": 4, "alpha": 8}, {"batch_size": 8}, 3),
+           "b": ({"r": 8, "alpha": 16}, {"batch_size": 4, "grad_accum": 2, "lr": 5e-3}, 5),
+           "c": ({"r": 2, "alpha": 4, "target_modules": ["q_proj", "v_proj"]}, {"batch_size": 6, "max_steps": 4}, 7)}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return saved_tiny_base(tmp_path_factory.mktemp("fused") / "base")
+
+
+def folders(root, base, **train_over):
+    return [job_dir(root, n, base, peft=dict(p), train={**t, **train_over.get(n, {})}, seed=s)
+            for n, (p, t, s) in MEMBERS.items()]
+
+
+def test_group_writes_each_members_files_and_matches_single_jobs(tmp_path, base):
+    dirs = folders(tmp_path / "fused", base)
+    assert main(["--attempt", "1", *map(str, dirs)]) == 0
+    for d in dirs:
+        alone_cfg = load_config(str(job_dir(tmp_path / "alone", d.name, base, peft=dict(MEMBERS[d.name][0]),
+                                            train=dict(MEMBERS[d.name][1]), seed=MEMBERS[d.name][2]) / "job.yaml"))
+        alone = run_alone(alone_cfg)
+        mine = {e["step"]: e["loss"] for e in events_of(d, "step")}
+        assert sorted(mine) == sorted(alone)
+        assert all(mine[s] == pytest.approx(v, rel=1e-5) for s, v in alone.items())
+        theirs = events_of(alone_cfg.output_dir, "eval")
+        ours = events_of(d, "eval")
+        assert [(e["step"], e["split"]) for e in ours] == [(e["step"], e["split"]) for e in theirs]
+        for e, f in zip(ours, theirs):
+            assert e["metrics"]["accuracy"] == f["metrics"]["accuracy"]
+            assert e["metrics"]["loss"] == pytest.approx(f["metrics"]["loss"], rel=1e-5)
+        ours_started, theirs_started = events_of(d, "started")[0], events_of(alone_cfg.output_dir, "started")[0]
+        for key in ("trainable_params", "total_params", "max_steps", "batch_size", "grad_accum", "seed",
+                    "lr_scheduler", "warmup_steps", "train_examples", "logits_to_keep", "effective_batch_size"):
+            assert ours_started[key] == theirs_started[key], key
+        names = [e["event"] for e in events_of(d)]
+        assert names[0] == "started" and names[-2:] == ["memory", "finished"]
+        last = MEMBERS[d.name][1].get("max_steps", 6)
+        kept = sorted(p.name for p in d.glob("checkpoint-*"))   # the last and the best, as alone
+        assert kept == sorted(p.name for p in alone_cfg.output_dir.glob("checkpoint-*"))
+        assert f"checkpoint-{last}" in kept
+        ckpt = d / f"checkpoint-{last}"
+        assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == last
+        assert (ckpt / "optimizer.pt").is_file() and (d / "final/adapter_model.safetensors").is_file()
+        assert (d / "best").is_dir() and (d / "env.json").is_file()
+        assert f"step {last}/{last} loss" in (d / "train.log").read_text()
+        assert read_exit(exit_record_path(d, 1)).returncode == 0
+        # the member's saved adapter is the single job's format: same keys, same optimizer state layout
+        ours_opt = torch.load(ckpt / "optimizer.pt", weights_only=True)
+        theirs_opt = torch.load(alone_cfg.output_dir / f"checkpoint-{last}/optimizer.pt", weights_only=True)
+        assert ours_opt["state"].keys() == theirs_opt["state"].keys()
+        for k, st in ours_opt["state"].items():
+            torch.testing.assert_close(st["exp_avg"], theirs_opt["state"][k]["exp_avg"], rtol=1e-4, atol=1e-8)
+
+
+def test_member_resumes_from_its_checkpoint(tmp_path, base):
+    whole = folders(tmp_path / "whole", base, a={"lr_scheduler": "constant"})
+    assert main([str(d) for d in whole]) == 0
+    part = folders(tmp_path / "part", base, a={"max_steps": 3})
+    assert main([str(d) for d in part]) == 0
+    a = part[0]
+    raw = (a / "job.yaml").read_text().replace("max_steps: 3", "max_steps: 6")
+    (a / "job.yaml").write_text(raw)
+    assert main(["--resume", str(a)]) == 0
+    started = events_of(a, "started")[-1]
+    assert started["resumed_from"] == 3 and started["optimizer_state"] == "restored"
+    resumed = {e["step"]: e["loss"] for e in events_of(a, "step") if e["t"] >= started["t"]}
+    uninterrupted = {e["step"]: e["loss"] for e in events_of(whole[0], "step")}
+    assert sorted(resumed) == [4, 5, 6]
+    assert all(resumed[s] == pytest.approx(uninterrupted[s], rel=1e-5) for s in resumed)
+
+
+def test_failing_members_leave_and_the_others_finish(tmp_path, base):
+    dirs = folders(tmp_path, base, b={"lr": 1e30})      # b's loss turns non-finite after its first step
+    args = parse_args(["--attempt", "1", *map(str, dirs)])
+    cfgs, outs = open_members(args, [])
+    group, members = start_group(cfgs, outs, False)
+    for ex in group.runs[2].train_ex[:]:                # c: a label its dataset does not have
+        ex["label"] = 9
+    train_group(group, members)
+    rc = {d.name: read_exit(exit_record_path(d, 1)).returncode for d in dirs}
+    assert rc == {"a": 0, "b": 1, "c": 1}
+    failed_b, = events_of(dirs[1], "failed")
+    assert failed_b["error_type"] == "FloatingPointError"
+    assert events_of(dirs[2], "failed")[0]["error_type"] == "IndexError" and not events_of(dirs[2], "step")
+    assert [e["step"] for e in events_of(dirs[0], "step")] == [1, 2, 3, 4, 5, 6]
+    assert events_of(dirs[0], "finished")
+
+
+def test_cancel_marker_stops_one_member(tmp_path, base):
+    dirs = folders(tmp_path, base, b={"max_steps": 400, "eval_every": 1000, "save_every": 1000})
+    proc = subprocess.Popen([sys.executable, "-m", "lat_core.train.fused", "--attempt", "2", *map(str, dirs)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    while proc.poll() is None and len(events_of(dirs[1], "step")) < 2:
+        time.sleep(0.2)
+    cancel_marker_path(dirs[1]).parent.mkdir(parents=True, exist_ok=True)
+    cancel_marker_path(dirs[1]).touch()
+    out = proc.communicate(timeout=600)[0].decode()
+    assert proc.returncode == 1, out
+    rc = {d.name: read_exit(exit_record_path(d, 2)).returncode for d in dirs}
+    assert rc == {"a": 0, "b": -15, "c": 0}, out
+    assert events_of(dirs[1], "step")[-1]["step"] < 400 and not events_of(dirs[1], "finished")
+    assert "cancelled: its cancel marker" in (dirs[1] / "train.log").read_text()
+    assert events_of(dirs[0], "finished") and events_of(dirs[2], "finished")
+
+
+def test_sigterm_to_the_group_cancels_every_member(tmp_path, base):
+    dirs = folders(tmp_path, base, **{n: {"max_steps": 400, "eval_every": 1000, "save_every": 1000}
+                                      for n in MEMBERS})
+    proc = subprocess.Popen([sys.executable, "-m", "lat_core.train.fused", "--attempt", "1", *map(str, dirs)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    while proc.poll() is None and len(events_of(dirs[0], "step")) < 2:
+        time.sleep(0.2)
+    proc.terminate()
+    out = proc.communicate(timeout=600)[0].decode()
+    assert proc.returncode == 1, out
+    assert {d.name: read_exit(exit_record_path(d, 1)).returncode for d in dirs} == {n: -15 for n in MEMBERS}
+    assert all("cancelled: SIGTERM to the group" in (d / "train.log").read_text() for d in dirs)

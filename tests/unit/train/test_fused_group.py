@@ -1,0 +1,85 @@
+"""Per-member training state in a fused group (lat_core/train/fused/step.py, group.py): members with
+different seeds, ranks, learning rates, schedules, batch sizes, accumulation and lengths train
+together and each gets the loss curve it gets trained alone by the single-job trainer."""
+import pytest
+import torch
+
+from lat_core.config.job import TrainConfigError
+from lat_core.train.fused.group import build_group
+from lat_core.train.fused.step import micro_step
+from tests.helpers.fused import job_cfg, run_alone, saved_tiny_base
+
+MEMBERS = [
+    ("a", {"r": 4, "alpha": 8}, {"batch_size": 8, "lr": 2e-3}, 3),
+    ("b", {"r": 8, "alpha": 16, "use_rslora": True},
+     {"batch_size": 4, "grad_accum": 2, "lr": 5e-3, "lr_scheduler": "cosine", "warmup_steps": 2,
+      "weight_decay": 0.01}, 5),
+    ("c", {"r": 2, "alpha": 4, "target_modules": ["q_proj", "v_proj"]},
+     {"batch_size": 6, "lr": 1e-3, "lr_scheduler": "linear", "max_steps": 4}, 7),
+]
+
+
+def member_cfgs(root, base):
+    return [_with_base(job_cfg(root, name, peft=dict(p), train=dict(t), seed=seed), base)
+            for name, p, t, seed in MEMBERS]
+
+
+def _with_base(cfg, base):
+    cfg.model.name_or_path = str(base)
+    return cfg
+
+
+def train_fused(group) -> list[dict[int, float]]:
+    curves = [{} for _ in group.runs]
+    while not all(r.done for r in group.runs):
+        stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device)
+        assert not broken
+        for r in stepped:
+            curves[group.runs.index(r)][r.step] = float(r.step_loss)
+            r.step_loss = None
+    return curves
+
+
+def test_each_member_trains_as_it_does_alone(tmp_path):
+    base = saved_tiny_base(tmp_path / "base")
+    fused = train_fused(build_group(member_cfgs(tmp_path / "fused", base), torch.device("cpu")))
+    assert [len(c) for c in fused] == [6, 6, 4]
+    assert len({round(c[1], 6) for c in fused}) == 3 and all(c[1] != c[4] for c in fused)
+    for cfg, curve in zip(member_cfgs(tmp_path / "alone", base), fused):
+        alone = run_alone(cfg)
+        assert sorted(alone) == sorted(curve)
+        for step, loss in alone.items():
+            assert curve[step] == pytest.approx(loss, rel=1e-5), (cfg.name, step)
+
+
+def test_members_on_different_bases_are_refused(tmp_path):
+    cfgs = [job_cfg(tmp_path, "x", seed=1), job_cfg(tmp_path, "y", seed=2)]   # tiny-random: seed = weights
+    with pytest.raises(TrainConfigError, match="differ in base model"):
+        build_group(cfgs, torch.device("cpu"))
+
+
+def test_only_plain_lora_fuses(tmp_path):
+    with pytest.raises(TrainConfigError, match="only plain LoRA"):
+        build_group([job_cfg(tmp_path, "d", peft={"method": "dora"})], torch.device("cpu"))
+
+
+@pytest.mark.parametrize("saved_base", [False, True])
+def test_members_start_from_the_adapter_their_own_process_draws(tmp_path, saved_base):
+    """tiny-random (the build draws from the RNG; members share the seed) and a saved base (members'
+    seeds differ): each member's initial A equals the one loop.run's wrap_peft draws."""
+    from peft import get_peft_model_state_dict
+
+    from lat_core.train import data as D
+    from lat_core.train.fused import members as M
+    from lat_core.train.models import build_base_model, load_tokenizer, wrap_peft
+    cfgs = [job_cfg(tmp_path, n, peft={"r": r}, seed=s) for n, r, s in
+            (("p", 4, 3), ("q", 8, 3 if not saved_base else 9))]
+    if saved_base:
+        cfgs = [_with_base(c, saved_tiny_base(tmp_path / "base")) for c in cfgs]
+    group = build_group(cfgs, torch.device("cpu"))
+    for c, run in zip(cfgs, group.runs):
+        torch.manual_seed(c.seed)   # what loop.run does before it builds the base and wraps it
+        ds = D.load_dataset(c.data)
+        alone = wrap_peft(build_base_model(c, load_tokenizer(c, D.build_tokenizer(ds))), c, environ={})
+        theirs = get_peft_model_state_dict(alone)
+        assert all(torch.equal(v, theirs[k]) for k, v in M.state_dict(run.member).items())
