@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lat_core.rows import JobRow
+from lat_core.text import fmt_bytes
 from lat_tui import fmt
 
 
@@ -27,7 +28,8 @@ def state_text(state) -> str:
 def usage_cells(job: JobRow) -> tuple[str, str]:
     """Host RSS and GPU memory: the latest sample while the job runs, its peak once it ended."""
     rss, gpu = (job.rss, job.gpu_mem) if job.state == "running" else (job.peak_rss, job.peak_gpu)
-    return fmt.size(rss), fmt.size(gpu or None)  # a CPU job's 0 bytes of GPU memory is noise
+    # a CPU job's 0 bytes of GPU memory is noise
+    return fmt_bytes(rss, compact=True), fmt_bytes(gpu or None, compact=True)
 
 
 JOB_COLUMNS: tuple[Column, ...] = (

@@ -15,6 +15,7 @@ from textual.widgets import Sparkline, Static
 
 from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot
+from lat_core.text import fmt_bytes
 from lat_tui import fmt
 from lat_tui.poll import GpuHistory
 from lat_tui.widgets.quiet import set_content, set_data
@@ -143,7 +144,8 @@ def host_line(host: HostSnapshot, colors: dict[str, str]) -> Text:
     _append_bar(text, fraction, colors)
     text.append(f" {fmt.gib(host.ram_used, host.ram_total):>9}")
     if host.swap_total:
-        text.append(f" · swap {fmt.size(host.swap_used) or '0'}/{fmt.size(host.swap_total)}")
+        used, total = fmt_bytes(host.swap_used, compact=True), fmt_bytes(host.swap_total, compact=True)
+        text.append(f" · swap {used or '0'}/{total}")
     text.append(f" · load {host.load1:.1f}/{host.cpu_count}")
     return text
 
