@@ -79,7 +79,8 @@ def child(mode: str, state: Path, out: Path, gpus: int, seconds: float) -> None:
         CSS_PATH = Path(sys.modules[LatApp.__module__].__file__).parent / LatApp.CSS_PATH  # not beside this file
 
         def on_mount(self) -> None:
-            super().on_mount()
+            # Textual calls LatApp.on_mount too (handlers run along the MRO): calling super() here
+            # pushed a second dashboard, polling and repainting beneath the first
             self.set_interval(0.01 if mode == "first-frame" else 1.0, self._sample)
             if mode != "first-frame":
                 self.set_timer(seconds, self.exit)

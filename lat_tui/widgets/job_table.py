@@ -6,6 +6,7 @@ import time
 
 from rich.text import Text
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from lat_core.rows import JobRow
 from lat_tui import fmt
@@ -26,6 +27,7 @@ class JobTable(DataTable):
     def __init__(self, **kwargs):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._cells: dict[int, tuple] = {}
+        self._drawn_from: dict[int, tuple] = {}  # job id -> what its cells were made of
         self._families: dict[int, str] = {}
         self._one_dataset = False
 
@@ -43,12 +45,17 @@ class JobTable(DataTable):
     def clear_jobs(self) -> None:
         self.clear()
         self._cells.clear()
+        self._drawn_from.clear()
 
     def show_jobs(self, jobs: list[JobRow], families: dict[int, str] | None = None) -> None:
         now = time.time()
         self._families = families or {}
         self._one_dataset = len({j.dataset for j in jobs}) <= 1
         for job in jobs:
+            source = (job, self._families.get(job.id), self._one_dataset)
+            if job.state != "running" and self._drawn_from.get(job.id) == source:
+                continue  # nothing it shows can have changed (a running job's clock can)
+            self._drawn_from[job.id] = source
             cells = self._cells_for(job, now)
             if job.id not in self._cells:
                 self.add_row(*cells, key=str(job.id))
@@ -64,9 +71,27 @@ class JobTable(DataTable):
 
     def _update_row(self, job_id: int, cells: tuple) -> None:
         old = self._cells[job_id]
-        for column, before, after in zip(JOB_COLUMNS, old, cells):
-            if str(before) != str(after) or getattr(before, "style", None) != getattr(after, "style", None):
-                self.update_cell(str(job_id), column.key, after)
+        changed = {column.key: after for column, before, after in zip(JOB_COLUMNS, old, cells)
+                   if str(before) != str(after) or getattr(before, "style", None) != getattr(after, "style", None)}
+        if changed:
+            self._repaint_row(job_id, changed)
+
+    def _repaint_row(self, job_id: int, changed: dict[str, object]) -> None:
+        """Writes a row's changed cells and repaints that row alone.
+
+        ``DataTable.update_cell`` bumps one table-wide cache generation, so one ticking clock made
+        every visible row render again (the dashboard's largest idle cost). Here only the row's own
+        cached renders are dropped; the columns are fixed-width, so no other row can move.
+        """
+        row_key = RowKey(str(job_id))
+        data = self._data[row_key]
+        for column_key, value in changed.items():
+            data[ColumnKey(column_key)] = value
+        for cache in (self._cell_render_cache, self._row_render_cache):
+            for key in [k for k in cache.keys() if k[0] == row_key]:
+                cache.discard(key)
+        self._line_cache.clear()  # keyed by screen line; the other lines rebuild from their cached rows
+        self.refresh_row(self.get_row_index(row_key))
 
     def _cells_for(self, job: JobRow, now: float) -> tuple:
         """The shared column spec's text; the key is shortened to fit and the state coloured."""
@@ -93,9 +118,7 @@ class JobTable(DataTable):
 
 
 def _ticked(seconds: float | None) -> float | None:
-    """A running job's time in steps of ELAPSED_TICK_S: any changed cell re-renders the whole
-    DataTable (it keeps one cache generation), and a clock ticking every second made that the
-    dashboard's largest idle cost."""
+    """A running job's time in steps of ELAPSED_TICK_S: each tick repaints the running jobs' rows."""
     return None if seconds is None else seconds // ELAPSED_TICK_S * ELAPSED_TICK_S
 
 

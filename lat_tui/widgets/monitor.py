@@ -38,8 +38,10 @@ class GpuRow(Horizontal):
 
     def compose(self) -> ComposeResult:
         gpu, history, colors = self._latest or (None, [], {})
-        yield Static(gpu_line(gpu, colors) if gpu else "", classes="gpu-text")
-        yield Sparkline(history or [0.0], summary_function=max, classes="gpu-history")
+        self._text = Static(gpu_line(gpu, colors) if gpu else "", classes="gpu-text")
+        self._sparkline = Sparkline(history or [0.0], summary_function=max, classes="gpu-history")
+        yield self._text
+        yield self._sparkline
 
     def show(self, gpu: GpuInfo, history: list[float], colors: dict[str, str]) -> None:
         """Updates the children where they exist, else ``compose`` starts from this sample: either
@@ -47,11 +49,11 @@ class GpuRow(Horizontal):
         self._latest = (gpu, history, colors)
         if not self.children:
             return
-        set_content(self.query_one(".gpu-text", Static), gpu_line(gpu, colors))
+        set_content(self._text, gpu_line(gpu, colors))
         now = time.monotonic()
         if now - self._drawn_at >= HISTORY_REDRAW_S:  # a minute's history moves little in a second
             self._drawn_at = now
-            set_data(self.query_one(Sparkline), history or [0.0])
+            set_data(self._sparkline, history or [0.0])
 
 
 class MonitorPanel(Vertical):
