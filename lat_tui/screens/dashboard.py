@@ -53,6 +53,8 @@ class PollFailed(Message):
 class DashboardScreen(RunControls, Screen):
     """The run: its jobs, devices and the selected job's log."""
 
+    HELP_TITLE = "The run: jobs, devices and the selected job's log"
+
     # The footer shows the keys that apply to the run and the selected job now (check_action hides
     # the rest) and fits 80 columns with ``q Quit``; ``?`` lists every key, the unshown ones too.
     BINDINGS = [

@@ -47,8 +47,9 @@ def help_sections(screen: Screen) -> list[tuple[str, list[Binding]]]:
 
 
 def screen_title(screen: Screen) -> str:
-    doc = (type(screen).__doc__ or "").strip().splitlines()
-    return f"{type(screen).__name__}" + (f": {doc[0].rstrip('.')}" if doc else "")
+    """The screen's ``HELP_TITLE``, written for the person at the keyboard (docstrings are for
+    developers: they read "Dismisses with the new run's id")."""
+    return getattr(screen, "HELP_TITLE", "") or "Keys of this screen"
 
 
 def _widget_types_with_keys(screen: Screen) -> list[type]:
@@ -76,6 +77,8 @@ def help_text(sections: list[tuple[str, list[Binding]]]) -> Text:
 
 class HelpScreen(ModalScreen[None]):
     """Keys of the screen below; any of escape, q or ? closes it."""
+
+    HELP_TITLE = "Keys"
 
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", key_display="esc")]
 

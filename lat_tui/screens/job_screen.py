@@ -37,6 +37,8 @@ class JobLoaded(Message):
 class JobScreen(Screen):
     """One job in full, refreshed on every dashboard poll."""
 
+    HELP_TITLE = "One job in full"
+
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back"),
         Binding("r", "requeue", "Requeue", tooltip="Requeue this ended job (offers resume)"),

@@ -25,6 +25,7 @@ RELOAD_AFTER_SECONDS = 1.5
 
 
 class TriageScreen(Screen):
+    HELP_TITLE = "Failed jobs: diagnosis and remedies"
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back"),
         Binding("r", "requeue", "Requeue as is"),
