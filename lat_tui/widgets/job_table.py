@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from lat_core.rows import JobRow
 from lat_tui import fmt
-from lat_tui.columns import JOB_COLUMNS, state_text
+from lat_tui.columns import JOB_COLUMNS, Shown, state_text
 
 KEY_MIN_WIDTH = 12  # at 80 columns the id column leaves the key 12
 KEY_MAX_WIDTH = 48
 ELAPSED_TICK_S = 5
-MIN_STEM = 8  # below this the model family gives way to the config name
 CHROME = 2 + 2  # the cell padding of the key column, and the vertical scrollbar
 
 STATE_COLORS = {"running": "accent", "succeeded": "success", "failed": "error", "cancelled": "warning"}
@@ -28,8 +25,6 @@ class JobTable(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._cells: dict[int, tuple] = {}
         self._drawn_from: dict[int, tuple] = {}  # job id -> what its cells were made of
-        self._families: dict[int, str] = {}
-        self._one_dataset = False
 
     def on_mount(self) -> None:
         self.key_width = self._key_width(self.app.size.width)
@@ -48,15 +43,13 @@ class JobTable(DataTable):
         self._drawn_from.clear()
 
     def show_jobs(self, jobs: list[JobRow], families: dict[int, str] | None = None) -> None:
-        now = time.time()
-        self._families = families or {}
-        self._one_dataset = len({j.dataset for j in jobs}) <= 1
+        shown = Shown.of(jobs, families, name_width=self.key_width)
         for job in jobs:
-            source = (job, self._families.get(job.id), self._one_dataset)
+            source = (job, shown.families.get(job.id), shown.one_dataset)
             if job.state != "running" and self._drawn_from.get(job.id) == source:
                 continue  # nothing it shows can have changed (a running job's clock can)
             self._drawn_from[job.id] = source
-            cells = self._cells_for(job, now)
+            cells = self._cells_for(job, shown)
             if job.id not in self._cells:
                 self.add_row(*cells, key=str(job.id))
             else:
@@ -93,19 +86,16 @@ class JobTable(DataTable):
         self._line_cache.clear()  # keyed by screen line; the other lines rebuild from their cached rows
         self.refresh_row(self.get_row_index(row_key))
 
-    def _cells_for(self, job: JobRow, now: float) -> tuple:
-        """The shared column spec's text; the key is shortened to fit and the state coloured."""
+    def _cells_for(self, job: JobRow, shown: Shown) -> tuple:
+        """The shared column spec's text; a running job's clock ticks coarsely, the state is coloured."""
         cells = []
         for column in JOB_COLUMNS:
-            if column.key == "key":
-                cells.append(job_name(job, self._families.get(job.id), self.key_width,
-                                      with_dataset=not self._one_dataset))
-            elif column.key == "elapsed" and job.state == "running":
-                cells.append(fmt.clock(_ticked(job.elapsed(now))))
+            if column.key == "elapsed" and job.state == "running":
+                cells.append(fmt.clock(_ticked(job.elapsed(shown.now))))
             elif column.key == "state":
                 cells.append(Text(state_text(job.state), style=self._state_style(job.state)))
             else:
-                cells.append(column.cell(job, now))
+                cells.append(column.cell(job, shown))
         return tuple(cells)
 
     def _state_style(self, state: str) -> str:
@@ -120,41 +110,3 @@ class JobTable(DataTable):
 def _ticked(seconds: float | None) -> float | None:
     """A running job's time in steps of ELAPSED_TICK_S: each tick repaints the running jobs' rows."""
     return None if seconds is None else seconds // ELAPSED_TICK_S * ELAPSED_TICK_S
-
-
-def job_name(job: JobRow, family: str | None, width: int, with_dataset: bool = True) -> str:
-    """``mamba/tiny_lora 1:tiny-sst2``: model family, config, seed and dataset in ``width`` cells.
-
-    Jobs of one run mostly differ in their config, so the config keeps the most room. When the
-    name does not fit, the dataset is cut first (or dropped for ``config@seed`` when every job of
-    the run has the same one), then the middle of the config, then the model family.
-    """
-    model = f"{family}/" if family else ""
-    full = f"{model}{job.stem} {job.seed}:{job.dataset}"
-    if len(full) <= width:
-        return full
-    seed = str(job.seed)
-    if with_dataset:
-        pair_min = len(seed) + 1 + min(len(job.dataset), 5)
-        tail = " " + _keep_start(f"{seed}:{job.dataset}", max(pair_min, width - len(model) - 1 - len(job.stem)))
-    else:
-        tail = "@" + seed
-    stem_room = width - len(model) - len(tail)
-    if model and stem_room < min(MIN_STEM, len(job.stem)):
-        return job_name(job, None, width, with_dataset)
-    return model + _keep_both_ends(job.stem, max(stem_room, 1)) + tail
-
-
-def _keep_start(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _keep_end(text: str, width: int) -> str:
-    return text if len(text) <= width else "…" + text[-(width - 1):]
-
-
-def _keep_both_ends(text: str, width: int) -> str:
-    if len(text) <= width:
-        return text
-    front = (width - 1) // 2
-    return text[:front] + "…" + text[len(text) - (width - 1 - front):]
