@@ -19,7 +19,7 @@ from lat_core.errors import LatError
 from lat_core.rows import JobRow
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
-from lat_tui.widgets.job_table import job_name
+from lat_tui.columns import job_name
 
 RELOAD_AFTER_SECONDS = 1.5
 
