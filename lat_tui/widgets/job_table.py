@@ -73,16 +73,19 @@ class JobTable(DataTable):
         """Writes a row's changed cells and repaints that row alone.
 
         ``DataTable.update_cell`` bumps one table-wide cache generation, so one ticking clock made
-        every visible row render again (the dashboard's largest idle cost). Here only the row's own
-        cached renders are dropped; the columns are fixed-width, so no other row can move.
+        every visible row render again (the dashboard's largest idle cost). Here only the changed
+        cells' cached renders and their row's are dropped; the columns are fixed-width, so no other
+        row can move.
         """
         row_key = RowKey(str(job_id))
+        columns = {ColumnKey(key) for key in changed}
         data = self._data[row_key]
         for column_key, value in changed.items():
             data[ColumnKey(column_key)] = value
-        for cache in (self._cell_render_cache, self._row_render_cache):
-            for key in [k for k in cache.keys() if k[0] == row_key]:
-                cache.discard(key)
+        for key in [k for k in self._cell_render_cache.keys() if k[0] == row_key and k[1] in columns]:
+            self._cell_render_cache.discard(key)  # (row, column, ...): the unchanged cells stay rendered
+        for key in [k for k in self._row_render_cache.keys() if k[0] == row_key]:
+            self._row_render_cache.discard(key)
         self._line_cache.clear()  # keyed by screen line; the other lines rebuild from their cached rows
         self.refresh_row(self.get_row_index(row_key))
 
