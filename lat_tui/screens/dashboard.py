@@ -23,7 +23,6 @@ from lat_core.rows import JobRow, RunRow
 from lat_tui.context import AppContext
 from lat_tui.poll import DashboardData, GpuHistory, read_dashboard
 from lat_tui.screens.controls import RunControls
-from lat_tui.screens.plan import PlanScreen
 from lat_tui.tail import TailState
 from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
@@ -267,6 +266,8 @@ class DashboardScreen(RunControls, Screen):
         self.notify("Engine started." if started else "An engine is already running.")
 
     def action_new_run(self) -> None:
+        from lat_tui.screens.plan import PlanScreen  # the plan model's imports cost the first frame ~0.4 s
+
         self.app.push_screen(PlanScreen(self.context, can_go_back=True), self._plan_done)
 
     def _plan_done(self, run_id: int | None) -> None:
