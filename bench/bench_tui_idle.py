@@ -34,6 +34,9 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 SETTLE_S = 5.0
+# a tmux server of our own: sessions on the shared default one raced with other users' (a server
+# exiting as its last session ended failed our next new-session: "server exited unexpectedly")
+TMUX = ["tmux", "-L", f"lat-bench-{os.getpid()}"]
 
 
 # ---------------------------------------------------------------- the journal the app watches
@@ -107,7 +110,7 @@ def child(mode: str, state: Path, out: Path, gpus: int, seconds: float) -> None:
 class Pane:
     def __init__(self, command: str, env: dict[str, str]):
         self.name = f"lat-bench-{uuid.uuid4().hex[:8]}"
-        args = ["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "48"]
+        args = [*TMUX, "new-session", "-d", "-s", self.name, "-x", "160", "-y", "48"]
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
         subprocess.run([*args, command], check=True)
@@ -116,7 +119,7 @@ class Pane:
         """The python child in the pane."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            out = subprocess.run(["tmux", "display-message", "-p", "-t", self.name, "#{pane_pid}"],
+            out = subprocess.run([*TMUX, "display-message", "-p", "-t", self.name, "#{pane_pid}"],
                                  capture_output=True, text=True)
             if out.stdout.strip():
                 shell = psutil.Process(int(out.stdout.strip()))
@@ -127,7 +130,7 @@ class Pane:
         raise RuntimeError("the app process did not start")
 
     def kill(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        subprocess.run([*TMUX, "kill-session", "-t", self.name], capture_output=True)
 
 
 def run_child(mode: str, state: Path, gpus: int, seconds: float, tmp: Path):
