@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from lat_core.errors import JournalError
 from lat_core.journal_faults import journal_faults
-from lat_core.rows import AttemptRow, JobRow, RunRow, Transition
+from lat_core.rows import AttemptRow, JobRow, JobSummary, RunRow, Transition
 from lat_core.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
                               jobs_to_add, open_store, prepare_run)
 from lat_core.store import JOB_FINAL, RUN_ACTIVE, Store
@@ -145,13 +145,22 @@ class Client:
         with self._journal() as store:
             return store.jobs(run_id)
 
+    def job_table(self, run_id: int) -> list[JobSummary]:
+        """The run's jobs as tables show them (no argv, env or diagnosis): one cheap query, for
+        ``status`` and every poll of a run of thousands of jobs."""
+        with self._journal() as store:
+            return store.job_summaries(run_id)
+
     def job(self, job_id: int) -> JobRow:
         with self._journal() as store:
             return store.job(job_id)
 
-    def model_family(self, job: JobRow) -> str | None:
-        """The model family of the job's resolved config (job.yaml's ``model.family``), read once
-        per job; None while the file is not written yet or names none."""
+    def model_family(self, job: JobSummary) -> str | None:
+        """The model family of the job's resolved config: the journal's, or for a journal from
+        before it was kept, job.yaml's ``model.family`` read once per job; None while the file is
+        not written yet or names none."""
+        if job.family:
+            return job.family
         family = self._families.get(job.id)
         if family is None:
             family = _read_model_family(Path(job.job_dir) / "job.yaml")
@@ -159,7 +168,7 @@ class Client:
                 self._families[job.id] = family
         return family or None
 
-    def model_families(self, jobs: list[JobRow]) -> dict[int, str]:
+    def model_families(self, jobs: list[JobSummary]) -> dict[int, str]:
         """job id -> model family, for the jobs whose job.yaml names one (how front ends name jobs)."""
         return {job.id: family for job in jobs if (family := self.model_family(job))}
 
@@ -218,6 +227,16 @@ class Client:
     def jobs_to_add(self, run: RunRow, suites: list[str], rounds, pairs, registry) -> list[dict]:
         """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders."""
         return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir)
+
+
+def mail_notice(yaml_path: str | Path, kind: str, subject: str, body: str) -> tuple[bool, list[str]]:
+    """One notice mailed with the settings of a SwanLab e-mail YAML (``lat-tui notify``, the old
+    ``email_notify`` script): (delivered, recipients). A failure is logged without the password."""
+    from lat_core.config.email_yaml import read_email_yaml
+    from lat_core.engine.notify import smtp_from_mapping
+
+    notifier = smtp_from_mapping(read_email_yaml(yaml_path), {})
+    return notifier.send(kind, subject, body), notifier.to
 
 
 def plan_env_of(run: RunRow) -> dict[str, str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from lat_core.config.datasets import canonical
-from lat_core.config.env import EnvValueError, apply_env, mask_env
+from lat_core.config.env import EnvValueError, apply_env, dataset_overrides, mask_env
 from lat_core.config.job import JobConfig, TrainConfigError, parse_config
 from lat_core.config import yaml_text
 from lat_core.config.suites import SuiteRegistry
@@ -68,7 +68,7 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     """All jobs of the plan, configs resolved; raises ConfigError naming the config file."""
     root = Path(plan.output_root).expanduser().resolve()
     shell_env = dict(shell_env or {})
-    _check_hp_data(plan, shell_env)
+    _check_dataset_variables(plan, shell_env)
     jobs: list[JobSpec] = []
     seen: dict[str, int] = {}
     typed_cache: dict[str, JobConfig] = {}
@@ -82,16 +82,18 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     return jobs
 
 
-def _check_hp_data(plan: Plan, shell_env: dict[str, str]) -> None:
-    """HP_DATA (the seeds' dataset variable) would make the trainer load another dataset than the
-    pair names, while the job's folder, the journal and admission's memory record go by the pair.
-    The pair is where LAT takes the dataset from, so a differing HP_DATA is an error, not a guess."""
-    source = "launching shell" if "HP_DATA" in shell_env else "plan env"
-    value = (shell_env.get("HP_DATA") or plan.env.get("HP_DATA") or "").strip()
-    other = [p for p in plan.pairs if value and canonical(p.dataset) != canonical(value)]  # HP_DATA=rte is glue-tvt_rte
-    if other:
-        raise ConfigError(f"HP_DATA={value} would replace the dataset of pair {other[0]}; name the dataset "
-                          f"in the pairs instead (e.g. {other[0].seed}:{value}) and unset HP_DATA", where=source)
+def _check_dataset_variables(plan: Plan, shell_env: dict[str, str]) -> None:
+    """HP_DATA (the trainer's dataset variable) or DATA (the round script's) naming another dataset
+    than a pair would make the trainer load one dataset while the job's folder, the journal and
+    admission's memory record go by the pair. The pair is where LAT takes the dataset from, so a
+    differing one is an error, not a guess."""
+    for source, env in (("launching shell", shell_env), ("plan env", plan.env)):
+        for name, value in dataset_overrides(env):
+            other = [p for p in plan.pairs if canonical(p.dataset) != canonical(value)]  # HP_DATA=rte is glue-tvt_rte
+            if other:
+                raise ConfigError(f"{name}={value} would replace the dataset of pair {other[0]}; name the dataset "
+                                  f"in the pairs instead (e.g. {other[0].seed}:{value}) and unset {name}",
+                                  where=source)
 
 
 def _make_job(plan, root, shell_env, suite, round_no, cfg_path, base_cfg, pair, seen, typed_cache) -> JobSpec:

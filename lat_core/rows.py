@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from lat_core.devices import Device
 
@@ -29,7 +29,9 @@ class RunRow:
 
 
 @dataclass(frozen=True)
-class JobRow:
+class JobSummary:
+    """A job as a table shows it: the journal's plain columns, nothing to decode, so a run of
+    10,000 jobs reads in one query (``status``, the TUI's table). Field names are column names."""
     id: int
     run_id: int
     seq: int
@@ -40,8 +42,6 @@ class JobRow:
     seed: int
     dataset: str
     job_dir: str
-    argv: list
-    env: dict
     state: JobState
     device: str | None
     attempts: int
@@ -51,18 +51,15 @@ class JobRow:
     last_step: int | None
     last_loss: float | None
     error: str | None
-    diagnosis: dict | None = None
     rss: int | None = None
     gpu_mem: int | None = None
     peak_rss: int | None = None
     peak_gpu: int | None = None
     waiting: str | None = None
     world: int = 1  # processes (GPUs) the job runs with; > 1 means torchrun
-    use_libuv: int = 1
-    avoid_devices: tuple = ()  # device ids a remedy excluded for this job (placement skips them)
-    backend_options: dict = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
     not_before: float = 0.0  # a retry's backoff: admission holds the job until this time
     added: float | None = None  # when the journal got the job: older records in its folder are not its own
+    family: str | None = None  # the resolved config's model.family (None: a journal from before it was kept)
 
     def __post_init__(self):
         object.__setattr__(self, "state", JobState(self.state))  # typed however the row was built
@@ -76,6 +73,20 @@ class JobRow:
         if self.started is None:
             return None
         return (self.ended or now or time.time()) - self.started
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRow(JobSummary):
+    """A whole job: the summary plus what the engine launches it with and what triage found."""
+    argv: list
+    env: dict
+    diagnosis: dict | None = None
+    use_libuv: int = 1
+    avoid_devices: tuple = ()  # device ids a remedy excluded for this job (placement skips them)
+    backend_options: dict = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
+
+
+SUMMARY_COLUMNS = tuple(f.name for f in fields(JobSummary))  # in order: JobSummary(*row) takes them
 
 
 @dataclass(frozen=True)
@@ -108,20 +119,35 @@ class AttemptRow:
 
 def run_row(row) -> RunRow:
     """A ``runs`` row (sqlite3.Row) with its JSON columns decoded."""
-    data = dict(row)
+    data = _known(row, _RUN_FIELDS)
     where = f"runs.devices_json of run {data['id']}"
-    data["devices"] = [Device.from_json(d, where=where) for d in json.loads(data.pop("devices_json"))]
+    data["devices"] = [Device.from_json(d, where=where) for d in json.loads(row["devices_json"])]
     data["paused"] = bool(data["paused"])
     return RunRow(**data)
 
 
+def job_summary(row: tuple) -> JobSummary:
+    """A row of ``SELECT <SUMMARY_COLUMNS> FROM jobs`` (a plain tuple, in that order)."""
+    return JobSummary(*row)
+
+
 def job_row(row) -> JobRow:
     """A ``jobs`` row (sqlite3.Row) with its JSON columns decoded."""
-    data = dict(row)
-    data["argv"] = json.loads(data.pop("argv_json"))
-    data["env"] = json.loads(data.pop("env_json"))
-    data["avoid_devices"] = tuple(json.loads(data.pop("avoid_devices_json")))
-    data["backend_options"] = json.loads(data.pop("backend_options_json"))
-    diagnosis = data.pop("diagnosis_json")
+    data = _known(row, _JOB_FIELDS)
+    data["argv"] = json.loads(row["argv_json"])
+    data["env"] = json.loads(row["env_json"])
+    data["avoid_devices"] = tuple(json.loads(row["avoid_devices_json"]))
+    data["backend_options"] = json.loads(row["backend_options_json"])
+    diagnosis = row["diagnosis_json"]
     data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
     return JobRow(**data)
+
+
+def _known(row, names: frozenset[str]) -> dict:
+    """The row's columns that are fields of the row type: a journal that a newer LAT gave more
+    columns (its schema grows by ``ALTER TABLE ADD COLUMN``) still reads here."""
+    return {key: row[key] for key in row.keys() if key in names}
+
+
+_RUN_FIELDS = frozenset(f.name for f in fields(RunRow))
+_JOB_FIELDS = frozenset(f.name for f in fields(JobRow))

@@ -57,11 +57,33 @@ def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: Gpu
     from lat_core.jobs import expand
 
     registry = registry or SuiteRegistry(config_trees())
+    environ = dict(os.environ if environ is None else environ)
+    plan = with_shell_notices(plan, environ)
     devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
-    jobs = expand(plan, registry, shell_overrides(dict(os.environ if environ is None else environ)))
+    jobs = expand(plan, registry, shell_overrides(environ))
     _check_placeable(jobs, devices)
     _check_output_root(Path(plan.output_root))
     return PreparedRun(plan, jobs, devices)
+
+
+def with_shell_notices(plan: Plan, environ: dict[str, str]) -> Plan:
+    """The plan with the old trainer's e-mail notices (SWANLAB_EMAIL_YAML, SWANLAB_EMAIL_ON_*) of its
+    env and the launching shell in its ``notify:``, checked as the engine will build them, so a bad
+    file or value stops the run before anything starts."""
+    from lat_core.config.email_yaml import with_env_notices
+    from lat_core.config.env import EnvValueError
+    from lat_core.engine.notify import Notices
+
+    merged = {**plan.env, **environ}
+    try:
+        notify = with_env_notices(plan.notify, merged)
+    except EnvValueError as exc:
+        raise PlanError([str(exc)], where="plan env" if exc.name in plan.env and exc.name not in environ
+                        else "the launching shell") from None
+    if notify == plan.notify:
+        return plan
+    Notices.from_config(notify, merged)  # NoticeError (a LatError) naming the field
+    return plan.model_copy(update={"notify": notify})
 
 
 def _check_placeable(jobs: list[JobSpec], devices: list[Device]) -> None:
@@ -134,8 +156,17 @@ def job_record(job: JobSpec) -> dict:
         "key": job.key, "suite": job.suite, "round": job.round, "stem": job.stem, "seed": job.seed,
         "dataset": job.dataset, "job_dir": str(job.job_dir), "argv": job.command(), "env": mask_env(job.env),
         "state": JobState.SUCCEEDED if job.mode == "done" else JobState.QUEUED,
-        "world": job.world, "use_libuv": job.use_libuv,
+        "world": job.world, "use_libuv": job.use_libuv, "family": _model_family(job),
     }
+
+
+def _model_family(job: JobSpec) -> str | None:
+    """The family the trainer will build (the typed config's, defaults applied), kept in the
+    journal so a table names the model without reading 10,000 job.yaml files."""
+    if job.typed is not None:
+        return job.typed.model.family
+    family = (job.config.get("model") or {}).get("family")
+    return family if isinstance(family, str) else None
 
 
 def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry,

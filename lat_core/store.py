@@ -15,7 +15,9 @@ from typing import Iterable, Iterator
 from lat_core.devices import Device
 from lat_core.errors import JournalError
 from lat_core.journal_faults import check_journal_file, check_wal, journal_faults, journal_timeout_s
-from lat_core.rows import AttemptRow, JobRow, RunRow, Transition, job_row, run_row
+from lat_core.rows import (
+    SUMMARY_COLUMNS, AttemptRow, JobRow, JobSummary, RunRow, Transition, job_row, job_summary, run_row,
+)
 from lat_core.states import ENGINE_ERROR, ENGINE_RECOVERED, JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 
 SCHEMA = """
@@ -33,7 +35,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   diagnosis_json TEXT, rss INTEGER, gpu_mem INTEGER, peak_rss INTEGER, peak_gpu INTEGER, waiting TEXT,
   world INTEGER NOT NULL DEFAULT 1, use_libuv INTEGER NOT NULL DEFAULT 1,
   avoid_devices_json TEXT NOT NULL DEFAULT '[]', backend_options_json TEXT NOT NULL DEFAULT '{}',
-  not_before REAL NOT NULL DEFAULT 0, added REAL,
+  not_before REAL NOT NULL DEFAULT 0, added REAL, family TEXT,
   UNIQUE (run_id, key)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -60,6 +62,8 @@ CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(run_id, state, seq);
 CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
 """
+
+_SUMMARY_SELECT = ", ".join(SUMMARY_COLUMNS)
 
 __all__ = ["JOB_FINAL", "RUN_ACTIVE", "JobState", "RunState", "Store"]
 
@@ -164,7 +168,8 @@ class Store:
 
     # ------------------------------------------------------------------ jobs
     def add_jobs(self, run_id: int, jobs: Iterable[dict]) -> list[int]:
-        """Insert jobs in order (dicts with key, suite, round, stem, seed, dataset, job_dir, argv, env)."""
+        """Insert jobs in order (dicts with key, suite, round, stem, seed, dataset, job_dir, argv, env;
+        optional state, world, use_libuv and family)."""
         ids = []
         with self._tx() as db:
             start = db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs WHERE run_id=?", (run_id,)).fetchone()[0]
@@ -172,10 +177,10 @@ class Store:
                 state = JobState(job.get("state", JobState.QUEUED))
                 cur = db.execute(
                     "INSERT INTO jobs (run_id, seq, key, suite, round, stem, seed, dataset, job_dir,"
-                    " argv_json, env_json, state, world, use_libuv, added) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " argv_json, env_json, state, world, use_libuv, added, family) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (run_id, start + offset, job["key"], job["suite"], job["round"], job["stem"], job["seed"],
                      job["dataset"], job["job_dir"], json.dumps(job["argv"]), json.dumps(job["env"]),
-                     state, job.get("world", 1), int(job.get("use_libuv", True)), time.time()),
+                     state, job.get("world", 1), int(job.get("use_libuv", True)), time.time(), job.get("family")),
                 )
                 ids.append(cur.lastrowid)
                 detail = "already succeeded earlier; overwrite reruns it" if state is JobState.SUCCEEDED else ""
@@ -185,6 +190,13 @@ class Store:
     def jobs(self, run_id: int) -> list[JobRow]:
         rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? ORDER BY seq", (run_id,))
         return [job_row(r) for r in rows]
+
+    def job_summaries(self, run_id: int) -> list[JobSummary]:
+        """The run's jobs as a table shows them, in order: only plain columns, nothing decoded."""
+        cursor = self._db.cursor()
+        cursor.row_factory = None  # plain tuples: a named row per job costs more than the query
+        rows = cursor.execute(f"SELECT {_SUMMARY_SELECT} FROM jobs WHERE run_id=? ORDER BY seq", (run_id,))
+        return [job_summary(r) for r in rows]
 
     def job(self, job_id: int) -> JobRow:
         row = self._db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
@@ -280,14 +292,16 @@ class Store:
                                 (run_id, after_seq, -1 if limit is None else limit))
         return [job_row(r) for r in rows]
 
-    def iter_queued(self, run_id: int, page: int = 64) -> Iterator[JobRow]:
-        """Queued jobs in plan order, read a page at a time: a caller that stops early (every slot
-        taken) never loads the rest. A job started while its page is in use is never read again."""
-        after = 0
+    def iter_queued(self, run_id: int, first_page: int = 4, max_page: int = 64) -> Iterator[JobRow]:
+        """Queued jobs in plan order, read a page at a time, each page twice the last: a caller that
+        stops early (a slot or two free, the rest waiting) decodes a few rows, one that walks far
+        (jobs waiting for memory) few queries. A job started while its page is in use is never
+        read again."""
+        after, page = 0, first_page
         while batch := self.queued_jobs(run_id, page, after):
             for job in batch:
                 yield job
-            after = batch[-1].seq
+            after, page = batch[-1].seq, min(page * 2, max_page)
 
     def running_jobs(self, run_id: int) -> list[JobRow]:
         rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? AND state='running' ORDER BY seq", (run_id,))

@@ -143,6 +143,8 @@ def plan_from_args(args):
     if "env" in flags and isinstance(data.get("env"), dict):  # --env adds to the plan's env: (and wins)
         flags["env"] = {**data["env"], **flags["env"]}
     data.update(flags)
+    if "pairs" not in data and (pair := _pair_from_shell()):
+        data["pairs"] = pair
     try:
         return plan_from_mapping(data, _registry(args), where=where, base=base if args.plan else Path.cwd())
     except PlanError as exc:
@@ -172,6 +174,16 @@ def _take_old_form(args) -> None:
     if len(args.old_form) == 2 and args.round is None:
         args.round = args.old_form[1]
     args.old_form = []
+
+
+def _pair_from_shell() -> str | None:
+    """No pairs given: the round script's ``DATA`` and ``HP_SEED`` from the launching shell are the pair."""
+    from lat_core.config.env import EnvValueError, pair_from_env
+
+    try:
+        return pair_from_env(os.environ)
+    except EnvValueError as exc:
+        raise PlanError([str(exc)], where="the launching shell") from None
 
 
 def _shell_default(given: str | None, variable: str) -> str | None:

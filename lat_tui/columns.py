@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from lat_core.rows import JobRow
+from lat_core.rows import JobSummary
 from lat_core.text import fmt_bytes
 from lat_tui import fmt
 
@@ -27,7 +27,7 @@ class Shown:
     name_width: int = WHOLE_NAME
 
     @classmethod
-    def of(cls, jobs: list[JobRow], families: Mapping[int, str] | None = None, now: float | None = None,
+    def of(cls, jobs: list[JobSummary], families: Mapping[int, str] | None = None, now: float | None = None,
            name_width: int = WHOLE_NAME) -> Shown:
         return cls(now or time.time(), families or {}, len({j.dataset for j in jobs}) <= 1, name_width)
 
@@ -37,7 +37,7 @@ class Column:
     key: str  # the TUI's column key (stable: cells are updated by it)
     header: str
     width: int  # in the TUI; plain text sizes columns to their content
-    cell: Callable[[JobRow, Shown], str]  # "" when unknown
+    cell: Callable[[JobSummary, Shown], str]  # "" when unknown
 
 
 def state_text(state) -> str:
@@ -45,14 +45,14 @@ def state_text(state) -> str:
     return str(getattr(state, "value", state))
 
 
-def usage_cells(job: JobRow) -> tuple[str, str]:
+def usage_cells(job: JobSummary) -> tuple[str, str]:
     """Host RSS and GPU memory: the latest sample while the job runs, its peak once it ended."""
     rss, gpu = (job.rss, job.gpu_mem) if job.state == "running" else (job.peak_rss, job.peak_gpu)
     # a CPU job's 0 bytes of GPU memory is noise
     return fmt_bytes(rss, compact=True), fmt_bytes(gpu or None, compact=True)
 
 
-def name_cell(job: JobRow, shown: Shown) -> str:
+def name_cell(job: JobSummary, shown: Shown) -> str:
     return job_name(job, shown.families.get(job.id), shown.name_width, with_dataset=not shown.one_dataset)
 
 
@@ -70,16 +70,20 @@ JOB_COLUMNS: tuple[Column, ...] = (
 )
 
 
-def plain_table(jobs: list[JobRow], families: Mapping[int, str] | None = None, now: float | None = None) -> str:
-    """The job table as aligned text; an unknown value shows as "-" so no column reads empty."""
+def plain_table(jobs: list[JobSummary], families: Mapping[int, str] | None = None,
+                now: float | None = None) -> str:
+    """The job table as aligned text; an unknown value shows as "-" so no column reads empty.
+
+    Built a column at a time with one format string per line: ``status`` of a 10,000-job run
+    prints within its half-second budget."""
     shown = Shown.of(jobs, families, now)
-    rows = [tuple(c.header for c in JOB_COLUMNS)]
-    rows += [tuple(c.cell(j, shown) or "-" for c in JOB_COLUMNS) for j in jobs]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(JOB_COLUMNS))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    columns = [[c.header] + [c.cell(j, shown) or "-" for j in jobs] for c in JOB_COLUMNS]
+    widths = [max(map(len, column)) for column in columns]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(line.format(*row).rstrip() for row in zip(*columns))
 
 
-def job_name(job: JobRow, family: str | None, width: int = WHOLE_NAME, with_dataset: bool = True) -> str:
+def job_name(job: JobSummary, family: str | None, width: int = WHOLE_NAME, with_dataset: bool = True) -> str:
     """``mamba/tiny_lora 1:tiny-sst2``: model family, config, seed and dataset in ``width`` cells.
 
     Jobs of one run mostly differ in their config, so the config keeps the most room. When the

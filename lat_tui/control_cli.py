@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from lat_core.client import Client, resumable_checkpoints
-from lat_core.rows import JobRow, RunRow
+from lat_core.rows import JobSummary, RunRow
 from lat_tui.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
 
 VERBS = ("cancel", "pause", "resume", "requeue", "slots", "countdown", "add")
@@ -96,7 +96,7 @@ def command_for(args, client: Client, run: RunRow) -> tuple[str, int | None, dic
                                                          SuiteRegistry(config_trees(args.configs)))}
 
 
-def resume_offer(job: JobRow, start: str | None) -> str | None:
+def resume_offer(job: JobSummary, start: str | None) -> str | None:
     """A failed or cancelled job with checkpoints could continue where it stopped: say so and send
     nothing until the user picks --resume or --fresh."""
     if start is not None or job.state not in ("failed", "cancelled"):

@@ -76,7 +76,7 @@ def stream_history(client: Client, run_id: int, *, poll: float, after_id: int = 
 
 
 def summarize(client: Client, run_id: int, out: TextIO) -> int:
-    jobs = client.jobs(run_id)
+    jobs = client.job_table(run_id)
     print("", file=out)
     families = client.model_families(jobs)
     print(plain_table(jobs, families), file=out)

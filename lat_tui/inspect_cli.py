@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
 
 # ---------------------------------------------------------------------- runs
 def runs(client: Client, args) -> int:
-    rows = [(run, client.jobs(run.id)) for run in client.runs()]
+    rows = [(run, client.job_table(run.id)) for run in client.runs()]
     if args.json:
         print(dumps({"runs": [run_view(run, jobs) for run, jobs in rows]}))
         return EXIT_OK

@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass
 
-from lat_core.rows import JobRow, RunRow, Transition
+from lat_core.rows import JobSummary, RunRow, Transition
 from lat_tui.columns import state_text
 
 SCHEMA_VERSION = 1
@@ -65,7 +65,7 @@ class EventView:
     detail: str
 
 
-def run_view(run: RunRow, jobs: list[JobRow]) -> RunView:
+def run_view(run: RunRow, jobs: list[JobSummary]) -> RunView:
     counts: dict[str, int] = {}
     for job in jobs:
         counts[state_text(job.state)] = counts.get(state_text(job.state), 0) + 1
@@ -73,7 +73,7 @@ def run_view(run: RunRow, jobs: list[JobRow]) -> RunView:
                    [{"id": d.id, "slots": d.slots} for d in run.devices], counts)
 
 
-def job_view(job: JobRow, now: float | None = None) -> JobView:
+def job_view(job: JobSummary, now: float | None = None) -> JobView:
     return JobView(job.id, job.run_id, job.key, job.suite, job.stem, job.seed, job.dataset, state_text(job.state),
                    job.device, job.attempts, job.started, job.ended, job.elapsed(now or time.time()),
                    job.last_step, job.last_loss, job.peak_rss, job.peak_gpu, job.waiting, job.error, job.job_dir)

@@ -12,7 +12,7 @@ import psutil
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
 from lat_core.client import JOB_FINAL, Client, CommandRow
-from lat_core.rows import JobRow, RunRow
+from lat_core.rows import JobSummary, RunRow
 from lat_tui.tail import TailState, read_tail
 
 HISTORY_SAMPLES = 60
@@ -21,7 +21,7 @@ HISTORY_SAMPLES = 60
 @dataclass(frozen=True)
 class DashboardData:
     run: RunRow
-    jobs: list[JobRow]
+    jobs: list[JobSummary]
     gpus: GpuSnapshot
     host: HostSnapshot
     engine_alive: bool
@@ -37,7 +37,7 @@ def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState
     """Run, jobs, devices and the selected job's new log lines; raises LatError on journal trouble."""
     try:
         run = client.run(run_id)
-        jobs = client.jobs(run_id)
+        jobs = client.job_table(run_id)
         commands = {cid: client.command(cid) for cid in command_ids}
         families = client.model_families(jobs)
     finally:
@@ -53,7 +53,7 @@ def cpu_percent() -> tuple[float, ...]:
     return tuple(psutil.cpu_percent(percpu=True))
 
 
-def _tailed_job_ended(jobs: list[JobRow], tail: TailState) -> bool:
+def _tailed_job_ended(jobs: list[JobSummary], tail: TailState) -> bool:
     return tail.path is not None and any(
         job.state in JOB_FINAL and Path(job.job_dir) / "train.log" == tail.path for job in jobs)
 

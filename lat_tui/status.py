@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     client = client_for(args)
     run = client.resolve_run(args.run_id)
-    jobs = client.jobs(run.id)
+    jobs = client.job_table(run.id)
     engine, code = _engine_state(client, run)
     if args.json:
         print(dumps({"run": run_view(run, jobs), "engine_alive": client.engine_alive(),

@@ -7,7 +7,7 @@ import argparse
 import importlib
 from dataclasses import dataclass
 
-from lat_tui import control_cli, inspect_cli, watch_cli
+from lat_tui import control_cli, inspect_cli, monitor_cli, notify_cli, watch_cli
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ def _table() -> tuple[Verb, ...]:
                   False),
              Verb("rerun", "lat_tui.rerun_cli", "run a finished job again from its folder, into a new folder",
                   False),
+             Verb("monitor", "lat_tui.monitor_cli", monitor_cli.HELP, False),
+             Verb("notify", "lat_tui.notify_cli", notify_cli.HELP, False),
              Verb("triage", "lat_tui.triage_cli", "why a job died: class, diagnosis, ranked remedies", False),
              Verb("results", "lat_tui.results_cli", "aggregate a run's outputs into tables and plots", False),
              Verb("completion", "lat_tui.completion", "print a bash or zsh completion script", False)]

@@ -54,9 +54,8 @@ def wait(client: Client, args) -> int:
             raise_mixed(jobs)
     else:
         run = client.resolve_run(args.run_id)
-    ids = args.jobs or [j.id for j in client.jobs(run.id)]
     while True:
-        jobs = [client.job(j) for j in ids]
+        jobs = _waited_jobs(client, run.id, args.jobs)  # no ids: the whole run, jobs added meanwhile too
         run = client.run(run.id)
         done = all(j.state in JOB_FINAL for j in jobs) and (args.jobs or run.state in RUN_ENDED)
         if done:
@@ -64,14 +63,21 @@ def wait(client: Client, args) -> int:
         if not client.engine_alive():
             client.ensure_engine(plan_env_of(run))
         time.sleep(args.poll)
-    if not args.jobs:  # jobs added while we waited count too
-        jobs = client.jobs(run.id)
     bad = [j for j in jobs if j.state != "succeeded"]
     if not args.quiet:
         print(f"{len(jobs) - len(bad)}/{len(jobs)} jobs succeeded")
         for job in bad:
             print(f"  job {job.id} {job.state}: {job.key}  {job.error or ''}".rstrip())
     return EXIT_OK if not bad else EXIT_FAILED
+
+
+def _waited_jobs(client: Client, run_id: int, ids: list[int]) -> list:
+    """The waited-on jobs' rows from one read of the run's table (not one query per job)."""
+    table = client.job_table(run_id)
+    if not ids:
+        return table
+    by_id = {j.id: j for j in table}
+    return [by_id[i] for i in ids]
 
 
 def raise_mixed(jobs) -> None:

@@ -22,15 +22,20 @@ if ! python -c "import torch" 2>/dev/null; then
     pip install "torch==${LAT_CPU_TORCH:-2.13.0}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
   fi
 fi
+# An editable install leaves the sources uncompiled; where PYTHONDONTWRITEBYTECODE is set, every
+# engine, runner and trainer process would compile them again (pip compiles what it installs).
+compile_sources() { python -m compileall -q lat_core lat_tui >/dev/null; }
 case "$what" in
   demo)
     pip install -e .
     python -c "import lat_core, lat_tui" # fail loudly if the install did not take
+    compile_sources
     echo "==> the demo plan: 4 tiny CPU jobs, two at a time" >&2
     exec lat-tui --plan configs/plans/demo.yaml ;;
   test)
     pip install -e ".[test]"
     python -c "import lat_core, lat_tui, pytest"
+    compile_sources
     echo "==> ruff: pyflakes and the layering rules (banned-api)" >&2
     ruff check .  # the layering rules (banned-api) and pyflakes, before the tests
     echo "==> the test suite in 4 workers (GPU tests skipped where no GPU is)" >&2

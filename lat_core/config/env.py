@@ -83,6 +83,29 @@ TRACKER_SWITCHES = {"USE_WANDB": "wandb", "USE_SWANLAB": "swanlab", "SWANLAB_ENA
 #: HP_PISSA_FAST=1: a config whose init is plain "pissa" uses the fast variant (the seeds' trainer did).
 PISSA_FAST = ("HP_PISSA_FAST", "pissa", "pissa_niter_4")
 
+#: The old trainer's e-mail notices (runbook 001): SwanLab's e-mail plugin settings in a YAML file
+#: (read by lat_core.config.email_yaml) and a switch per event, mapped onto the run's notice kinds
+#: (lat_core.engine.notify.KINDS). Each job of the old scripts mailed its own end, done or failed, so
+#: ON_FINISH covers a job's failure and OOM too.
+EMAIL_YAML_VAR = "SWANLAB_EMAIL_YAML"
+NOTICE_SWITCHES = {"SWANLAB_EMAIL_ON_START": ("start",), "SWANLAB_EMAIL_ON_FINISH": ("finish", "failure", "oom"),
+                   "SWANLAB_EMAIL_ON_INTERRUPT": ("interrupt",)}
+#: A switch left unset: SwanLab's plugin mailed when an experiment stopped, never when it started.
+NOTICE_DEFAULTS = {"SWANLAB_EMAIL_ON_START": False, "SWANLAB_EMAIL_ON_FINISH": True,
+                   "SWANLAB_EMAIL_ON_INTERRUPT": True}
+
+#: The dual-GPU pretraining scripts' variables (runbook 004) -> lat_core.train.pretrain_config fields.
+#: WANDB_RUN=dummy (the scripts' default) logs to no tracker; another value is the W&B run's name.
+PRETRAIN_ENV_FIELDS: dict[str, EnvField] = {
+    "TORCH_COMPILE": EnvField("compile", V.BOOLEAN),
+    "WANDB_RUN": EnvField("wandb_run", V.RUN_NAME),
+}
+
+#: The round script's dataset variable (``export DATA=spider-tvt; export HP_SEED=87; bash
+#: gla_round_clean.sh E5 all``): it injected ``data: <DATA>`` into every config of the round, seeded by
+#: HP_SEED. In LAT the dataset and seed come from a pair, so DATA with HP_SEED is that pair.
+DATASET_VAR, SEED_VAR = "DATA", "HP_SEED"
+
 #: Prefixes the seeds used; variables with them are picked up from the launching shell too.
 ENV_PREFIXES = ("HP_", "DATALOADER_", "GLA_", "EVAL_GEN_", "LR_", "SWANLAB_", "WANDB_", "LAT_JOB_")
 EXTRA_NAMES = ("NUM_DATA_WORKERS", "GRADIENT_CHECKPOINTING", "PYTORCH_CUDA_ALLOC_CONF", "USE_WANDB", "USE_SWANLAB",
@@ -91,7 +114,7 @@ EXTRA_NAMES = ("NUM_DATA_WORKERS", "GRADIENT_CHECKPOINTING", "PYTORCH_CUDA_ALLOC
                "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MALLOC_ARENA_MAX",
                # where the seeds found local data; EVAL_GEN=1 (generation eval) is what LAT always does
                "NLTK_DATA", "GLUE_LOCAL_DIR", "SAMSUM_LOCAL_DIR", "DART_LOCAL_DIR", "SPIDER_LOCAL_DIR", "EVAL_GEN",
-               "USE_LIBUV")
+               "USE_LIBUV", DATASET_VAR)
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_RE = re.compile(r"(API_?KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|SMTP_PASS|MAIL_PASS)", re.I)
@@ -112,9 +135,11 @@ def mask_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def parse_env_value(name: str, value: str):
-    """Typed, range-checked value of a known variable (ENV_FIELDS, TRACKER_SWITCHES or HP_PISSA_FAST)."""
-    kind = ENV_FIELDS[name].kind if name in ENV_FIELDS else \
-        {n: V.BOOLEAN for n in (*TRACKER_SWITCHES, PISSA_FAST[0])}[name]
+    """Typed, range-checked value of a known variable (ENV_FIELDS, PRETRAIN_ENV_FIELDS, TRACKER_SWITCHES,
+    HP_PISSA_FAST or NOTICE_SWITCHES)."""
+    tables = (ENV_FIELDS, PRETRAIN_ENV_FIELDS)
+    kind = next((t[name].kind for t in tables if name in t), None) or \
+        {n: V.BOOLEAN for n in (*TRACKER_SWITCHES, PISSA_FAST[0], *NOTICE_SWITCHES)}[name]
     try:
         return kind.parse_text(value)
     except ValueError as exc:
@@ -170,6 +195,44 @@ def _set_field(raw: dict, dotted: str, value) -> None:
     if not isinstance(raw.get(section), dict):
         raw[section] = {}
     raw[section][key] = value
+
+
+def pair_from_env(environ) -> str | None:
+    """``HP_SEED:DATA`` when the launching shell sets DATA (None when it does not); EnvValueError
+    naming the variable for a DATA without a usable HP_SEED."""
+    dataset = environ.get(DATASET_VAR, "").strip()
+    if not dataset:
+        return None
+    seed = environ.get(SEED_VAR, "").strip()
+    if not seed:
+        raise EnvValueError(DATASET_VAR, dataset, f"the pair's seed is missing: set {SEED_VAR} too (the round "
+                            f"script's seed), or give --pairs SEED:{dataset}")
+    return f"{parse_env_value(SEED_VAR, seed)}:{dataset}"
+
+
+def notice_kinds(environ) -> list[str] | None:
+    """The notice kinds the SWANLAB_EMAIL_ON_* switches ask for (unset ones at NOTICE_DEFAULTS); None
+    when neither a switch nor SWANLAB_EMAIL_YAML is set."""
+    if not any(environ.get(name, "").strip() for name in (EMAIL_YAML_VAR, *NOTICE_SWITCHES)):
+        return None
+    kinds: list[str] = []
+    for name, covered in NOTICE_SWITCHES.items():
+        text = environ.get(name, "").strip()
+        if (parse_env_value(name, text) if text else NOTICE_DEFAULTS[name]):
+            kinds.extend(covered)
+    return kinds
+
+
+def pretrain_env(environ) -> dict:
+    """PretrainConfig field -> typed value, for the pretraining variables the environment sets."""
+    return {spec.field: parse_env_value(name, environ[name])
+            for name, spec in PRETRAIN_ENV_FIELDS.items() if environ.get(name, "").strip()}
+
+
+def dataset_overrides(environ) -> list[tuple[str, str]]:
+    """(variable, dataset) for each of the seeds' dataset variables the environment sets: HP_DATA (the
+    trainer's) and DATA (the round script's); both must agree with the plan's pairs."""
+    return [(name, environ[name].strip()) for name in ("HP_DATA", DATASET_VAR) if environ.get(name, "").strip()]
 
 
 def shell_overrides(environ: dict[str, str]) -> dict[str, str]:

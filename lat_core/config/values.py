@@ -9,6 +9,7 @@ turns text into a typed value once (``from_text``), so ``HP_PEFT_DROPOUT=1.5`` a
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -76,6 +77,11 @@ BOOLEAN = Kind("a boolean (1/0, true/false, yes/no, on/off)", lambda v: isinstan
 TEXT = Kind("a string", lambda v: isinstance(v, str))
 NAMES = Kind("a non-empty list of strings",
              lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v))
+
+
+RUN_NAME = Kind("a run name (letters, digits and . _ - @ : +; 'dummy' for none)",
+                lambda v: isinstance(v, str) and re.fullmatch(r"[\w.@:+-]{1,128}", v.strip()) is not None,
+                normalise=lambda v: v.strip())
 
 
 def choice(*choices: str) -> Kind:

@@ -112,8 +112,10 @@ class Engine(Recovery):
         return active
 
     def close(self) -> None:
-        """Stop what the engine started for its runs (the warm-start process); jobs run on."""
+        """Stop what the engine started for its runs (the warm-start process); jobs run on. Notices
+        still being sent are waited for."""
         self._warm.close()
+        self._notices.flush()
 
     def run(self, poll_interval: float = 0.5, on_tick=None) -> None:
         """Tick until no run is active. A tick that fails outside any run's guard (the journal

@@ -1,4 +1,4 @@
-"""Notices of a run's life (start, finish, each failure, each OOM), sent by the engine.
+"""Notices of a run's life (start, finish or interruption, each failure, each OOM), sent by the engine.
 
 Each notice is recorded in the journal first (a ``notice:<kind>`` transition), which makes it
 idempotent across engine restarts, and then sent on a daemon thread so a slow SMTP server never
@@ -10,16 +10,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 import yaml
 
 from lat_core.engine.notify import Notices
 from lat_core.run_secrets import RunSecrets
-from lat_core.states import JobState
+from lat_core.states import JobState, RunState
 from lat_core.store import JobRow, RunRow, Store
 from lat_core.triage.classes import OOM_CLASSES
 
 log = logging.getLogger(__name__)
+FLUSH_TIMEOUT_S = 30.0  # a notifier's own timeout is 10 s; a few notices may be in flight at once
 
 
 class RunNotices:
@@ -29,6 +31,7 @@ class RunNotices:
         self._secrets_of = secrets_of or (lambda run_id: RunSecrets())  # the run's settings in clear
         self._by_run: dict[int, Notices] = {}
         self._sent: set[tuple[int, int | None, str]] = set()
+        self._sending: list[threading.Thread] = []
 
     def _notices(self, run: RunRow) -> Notices:
         if run.id not in self._by_run:
@@ -46,11 +49,14 @@ class RunNotices:
                    f"Run {run.id} started with {n} jobs; outputs in {run.output_root}.")
 
     def run_finished(self, run: RunRow) -> None:
+        """``finish`` for a run that drained, ``interrupt`` for one that was cancelled (the old
+        scripts' SWANLAB_EMAIL_ON_INTERRUPT: training stopped before its end)."""
         jobs = self.store.jobs(run.id)
         bad = [j for j in jobs if j.state is not JobState.SUCCEEDED]
         lines = [f"{j.state}: {j.key}  {j.error or ''}".rstrip() for j in bad]
-        self._emit(run, None, "finish", f"LAT run {run.id} finished: {len(jobs) - len(bad)}/{len(jobs)} succeeded",
-                   "\n".join([f"Run {run.id} finished; outputs in {run.output_root}.", *lines]))
+        kind, verb = ("interrupt", "interrupted (cancelled)") if run.state is RunState.CANCELLED else ("finish", "finished")
+        self._emit(run, None, kind, f"LAT run {run.id} {verb}: {len(jobs) - len(bad)}/{len(jobs)} succeeded",
+                   "\n".join([f"Run {run.id} {verb}; outputs in {run.output_root}.", *lines]))
 
     def job_failed(self, run: RunRow, job: JobRow) -> None:
         kind = "oom" if (job.diagnosis or {}).get("class") in OOM_CLASSES else "failure"
@@ -62,7 +68,17 @@ class RunNotices:
         if not notices.notifiers or kind not in notices.on or self._already_sent(run.id, job_id, kind):
             return
         self.store.add_transition(run.id, job_id, f"notice:{kind}", subject)
-        threading.Thread(target=notices.emit, args=(kind, subject, body), daemon=True).start()
+        thread = threading.Thread(target=notices.emit, args=(kind, subject, body), daemon=True)
+        thread.start()
+        self._sending = [t for t in self._sending if t.is_alive()] + [thread]
+
+    def flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Wait (bounded) for notices still being sent: the engine exits right after a run's last
+        notice, and a daemon thread dies with it, mail unsent."""
+        deadline = time.monotonic() + timeout_s
+        for thread in self._sending:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._sending = [t for t in self._sending if t.is_alive()]
 
     def _may_send(self, run: RunRow, job_id: int | None, kind: str) -> bool:
         notices = self._notices(run)

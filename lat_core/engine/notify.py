@@ -1,4 +1,5 @@
-"""Notices (e-mail, webhook) on run start, run finish, each failure and each OOM.
+"""Notices (e-mail, webhook) on run start, run finish, a run's interruption (cancelled), each failure
+and each OOM.
 
 Why notices never raise: a mail server that is down must not stop a queue of training jobs, so a
 failed notice is logged and reported as False. Why secrets are masked everywhere: plans, logs and
@@ -27,7 +28,7 @@ from lat_core.errors import LatError
 
 log = logging.getLogger(__name__)
 
-KINDS = ("start", "finish", "failure", "oom")
+KINDS = ("start", "finish", "interrupt", "failure", "oom")
 MASK = "***"
 DEFAULT_TIMEOUT_S = 10.0
 SECRET_HEADER_WORDS = ("auth", "token", "key", "secret", "password", "cookie")
@@ -50,15 +51,15 @@ def scrub(text: str, secrets) -> str:
 
 
 class SmtpNotifier:
-    """Plain SMTP (optionally STARTTLS, optionally AUTH) through smtplib."""
+    """SMTP through smtplib: plain, STARTTLS or implicit TLS (``ssl``, port 465), optionally AUTH."""
 
     def __init__(self, host: str, port: int, sender: str, to, username: str | None = None,
                  password: str | None = None, starttls: bool = False,
-                 timeout: float = DEFAULT_TIMEOUT_S):
+                 timeout: float = DEFAULT_TIMEOUT_S, ssl: bool = False):
         self.host, self.port, self.sender = host, int(port), sender
         self.to = [to] if isinstance(to, str) else list(to)
         self.username, self._password = username, password
-        self.starttls, self.timeout = bool(starttls), timeout
+        self.starttls, self.ssl, self.timeout = bool(starttls), bool(ssl), timeout
         if not self.to:
             raise NoticeError("no recipient", where="notify.email.to")
 
@@ -66,7 +67,7 @@ class SmtpNotifier:
         password = MASK if self._password else None
         return (f"SmtpNotifier(host={self.host!r}, port={self.port}, sender={self.sender!r}, "
                 f"to={self.to!r}, username={self.username!r}, password={password!r}, "
-                f"starttls={self.starttls})")
+                f"starttls={self.starttls}, ssl={self.ssl})")
 
     def message(self, subject: str, body: str) -> EmailMessage:
         msg = EmailMessage()
@@ -74,9 +75,14 @@ class SmtpNotifier:
         msg.set_content(body)
         return msg
 
+    def _connect(self) -> smtplib.SMTP:
+        if self.ssl:
+            return smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=ssl.create_default_context())
+        return smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+
     def _deliver(self, msg: EmailMessage) -> None:
-        with smtplib.SMTP(self.host, self.port, timeout=self.timeout) as smtp:
-            if self.starttls:
+        with self._connect() as smtp:
+            if self.starttls and not self.ssl:
                 smtp.starttls(context=ssl.create_default_context())
             if self.username and self._password:
                 smtp.login(self.username, self._password)
@@ -177,7 +183,8 @@ class Notices:
             notifiers.append(smtp_from_mapping(email, environ))
         if webhook.get("url") or notify.get("webhook"):
             notifiers.append(webhook_from_mapping(webhook))
-        return cls(notifiers, on=notify.get("on") or KINDS)
+        on = notify.get("on")  # an explicit [] sends none (every SWANLAB_EMAIL_ON_* switch at 0)
+        return cls(notifiers, on=KINDS if on is None else on)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Notices":
@@ -223,7 +230,7 @@ def _recipients(value) -> list[str]:
 
 
 def smtp_from_mapping(cfg: Mapping, environ: Mapping[str, str]) -> SmtpNotifier:
-    """``{host, port, sender|from, to, username, password | password_env, starttls}``."""
+    """``{host, port, sender|from, to, username, password | password_env, starttls, ssl}``."""
     if not cfg.get("host"):
         raise NoticeError("missing host (or LAT_SMTP_HOST)", where="notify.email.host")
     try:
@@ -236,7 +243,8 @@ def smtp_from_mapping(cfg: Mapping, environ: Mapping[str, str]) -> SmtpNotifier:
     if not to:
         raise NoticeError("missing recipients (or LAT_NOTIFY_TO)", where="notify.email.to")
     return SmtpNotifier(str(cfg["host"]), port, str(sender), to, username=cfg.get("username") or cfg.get("user"),
-                        password=password, starttls=_truthy(cfg.get("starttls", False)))
+                        password=password, starttls=_truthy(cfg.get("starttls", False)),
+                        ssl=_truthy(cfg.get("ssl", False)))
 
 
 def webhook_from_mapping(cfg: Mapping) -> WebhookNotifier:

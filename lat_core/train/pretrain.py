@@ -2,6 +2,7 @@
 
     python -m lat_core.train.pretrain --preset conservative --output-dir DIR [--device_batch_size=16 ...]
     python -m lat_core.train.pretrain --config=configs/dual_gpu/balanced.py   (the dual-GPU runbook's form)
+    TORCH_COMPILE=1 WANDB_RUN=name python -m lat_core.train.pretrain ...   (the scripts' variables, typed)
 
 Runs alone or under torchrun (DDP; NCCL on GPUs, gloo on the CPU), with the same events as the
 fine-tuning trainer (started, step with tokens/s, eval, checkpoint, memory, finished). Tokens are
@@ -11,6 +12,7 @@ the corpus's UTF-8 bytes, so any text file works without a tokenizer download.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -43,12 +45,20 @@ def main(argv=None) -> int:
         cfg = build_config(args.preset, overrides)
         world = int(os.environ.get("WORLD_SIZE", "1"))
         accum = cfg.grad_accum(world)
+        check_tracker(cfg)
     except PretrainConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from lat_core.train.pretrain_loop import run
 
     return run(cfg, accum, Path(args.output_dir))
+
+
+def check_tracker(cfg) -> None:
+    """A W&B run asked for (WANDB_RUN other than dummy) needs wandb: say so before any training."""
+    if cfg.uses_wandb and importlib.util.find_spec("wandb") is None:
+        raise PretrainConfigError(f"WANDB_RUN={cfg.wandb_run} asks for a W&B run, but wandb is not installed: "
+                                  "pip install 'lat-control-center[wandb]', or WANDB_RUN=dummy for none")
 
 
 if __name__ == "__main__":

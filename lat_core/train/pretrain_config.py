@@ -7,14 +7,18 @@ batch changes the experiment.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import yaml
 
+from lat_core.config import values as V
+from lat_core.config.env import EnvValueError, pretrain_env
 from lat_core.config.paths import shipped_configs
 
 PRESET_DIR = shipped_configs() / "pretrain"
+NO_WANDB_RUN = "dummy"
 
 
 class PretrainConfigError(ValueError):
@@ -39,6 +43,12 @@ class PretrainConfig:
     dtype: str = "bfloat16"
     seed: int = 1
     corpus: str = ""  # a local text file; empty = the tiny corpus the project ships
+    compile: bool = False  # torch.compile the model (TORCH_COMPILE=1 of the dual-GPU scripts)
+    wandb_run: str = "dummy"  # the W&B run's name; "dummy" (the scripts' default) logs to no tracker
+
+    @property
+    def uses_wandb(self) -> bool:
+        return self.wandb_run != NO_WANDB_RUN
 
     @property
     def hidden_size(self) -> int:
@@ -100,16 +110,31 @@ def parse_overrides(items: list[str]) -> dict:
 
 
 def _typed(key: str, value: str, typ):
-    kind = {"int": int, "float": float, "str": str}.get(typ if isinstance(typ, str) else typ.__name__, str)
+    name = typ if isinstance(typ, str) else typ.__name__
+    if name == "bool":
+        try:
+            return V.BOOLEAN.parse_text(value)
+        except ValueError as exc:
+            raise PretrainConfigError(f"--{key}={value!r}: {exc}") from None
+    kind = {"int": int, "float": float, "str": str}.get(name, str)
     try:
         return kind(value)
     except ValueError:
         raise PretrainConfigError(f"--{key}={value!r}: expected {kind.__name__}") from None
 
 
-def build_config(preset: str, overrides: list[str]) -> PretrainConfig:
-    """Preset < command-line overrides."""
-    data = {**load_preset(preset), **parse_overrides(overrides)}
+def env_fields(environ) -> dict:
+    """The dual-GPU scripts' variables (TORCH_COMPILE, WANDB_RUN; lat_core.config.env) as fields."""
+    try:
+        return pretrain_env(environ)
+    except EnvValueError as exc:
+        raise PretrainConfigError(f"{exc} (from the environment)") from None
+
+
+def build_config(preset: str, overrides: list[str], environ=None) -> PretrainConfig:
+    """Preset < the environment's TORCH_COMPILE / WANDB_RUN < command-line overrides."""
+    environ = os.environ if environ is None else environ
+    data = {**load_preset(preset), **env_fields(environ), **parse_overrides(overrides)}
     known = {f.name for f in fields(PretrainConfig)}
     unknown = sorted(set(data) - known)
     if unknown:
@@ -118,4 +143,8 @@ def build_config(preset: str, overrides: list[str]) -> PretrainConfig:
     for name in ("depth", "device_batch_size", "total_batch_size", "seq_len", "num_iterations"):
         if getattr(cfg, name) <= 0:
             raise PretrainConfigError(f"{name} must be positive, got {getattr(cfg, name)}")
+    try:
+        V.RUN_NAME.check(cfg.wandb_run)
+    except ValueError as exc:
+        raise PretrainConfigError(f"wandb_run {cfg.wandb_run!r}: {exc}") from None
     return cfg

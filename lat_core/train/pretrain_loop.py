@@ -84,17 +84,23 @@ def run(cfg: PretrainConfig, accum: int, out: Path) -> int:
     model = build_model(cfg, device)
     params = sum(p.numel() for p in model.parameters())
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    if cfg.compile:  # TORCH_COMPILE=1: the first steps pay for the compilation
+        ddp = torch.compile(ddp)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     events = EventWriter(out / "events.jsonl") if rank == 0 else None
+    tracker = _wandb_run(cfg, out) if rank == 0 else None
     _emit(events, "started", pid=os.getpid(), config="pretrain", model="gla", device=device.type, world=world,
           total_params=params, trainable_params=params, grad_accum=accum, **cfg.to_dict())
     if rank == 0:
         print(f"pretrain: {params / 1e6:.1f}M params, world {world}, grad_accum {accum}, "
-              f"{cfg.total_batch_size} tokens/step", flush=True)
+              f"{cfg.total_batch_size} tokens/step, torch.compile {'on' if cfg.compile else 'off'}, "
+              f"W&B run {cfg.wandb_run if cfg.uses_wandb else 'none (WANDB_RUN=dummy)'}", flush=True)
     for step in range(cfg.num_iterations):
         loss, seconds = _train_step(ddp, opt, tokens, step, rank, world, accum, cfg, device)
         tok_s = cfg.total_batch_size / seconds
         _emit(events, "step", step=step + 1, loss=loss, lr=lr_at(cfg, step), tokens_per_s=tok_s)
+        if tracker is not None:
+            tracker.log({"train/loss": loss, "train/lr": lr_at(cfg, step), "train/tokens_per_s": tok_s}, step=step + 1)
         if rank == 0:
             print(f"step {step + 1}/{cfg.num_iterations} loss {loss:.4f} {tok_s:,.0f} tok/s", flush=True)
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.num_iterations:
@@ -107,6 +113,8 @@ def run(cfg: PretrainConfig, accum: int, out: Path) -> int:
     peak_gpu = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
     _emit(events, "memory", peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, peak_gpu_bytes=peak_gpu)
     _emit(events, "finished", status="ok", steps=cfg.num_iterations)
+    if tracker is not None:
+        tracker.finish()
     if world > 1:
         dist.destroy_process_group()
     return 0
@@ -141,6 +149,16 @@ def _eval(model, tokens, cfg, device) -> float:
     starts = [max(0, len(tokens) - span * (i + 1)) for i in range(windows)]
     chunk = torch.stack([tokens[s:s + span] for s in starts]).to(device)
     return loss_of(model, chunk[:, :-1], chunk[:, 1:]).item()
+
+
+def _wandb_run(cfg: PretrainConfig, out: Path):
+    """The W&B run WANDB_RUN names (None for dummy); WANDB_PROJECT / WANDB_MODE are wandb's own."""
+    if not cfg.uses_wandb:
+        return None
+    import wandb
+
+    return wandb.init(project=os.environ.get("WANDB_PROJECT", "lat-pretrain"), name=cfg.wandb_run,
+                      config=cfg.to_dict(), dir=str(out))
 
 
 def _emit(events, kind, **fields):

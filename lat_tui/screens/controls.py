@@ -10,7 +10,7 @@ import time
 
 from lat_core.client import JOB_FINAL, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
 from lat_core.errors import LatError
-from lat_core.rows import JobRow, RunRow
+from lat_core.rows import JobSummary, RunRow
 from lat_tui.context import AppContext
 
 CONFIRM_SECONDS = 3.0
@@ -26,7 +26,7 @@ class RunControls:
     context: AppContext
     run_id: int
     _run: RunRow | None
-    _jobs: dict[int, JobRow]
+    _jobs: dict[int, JobSummary]
     _selected: int | None
 
     def _init_controls(self) -> None:
@@ -58,7 +58,7 @@ class RunControls:
         else:
             self.notify(f"{label}: {command.status}{result}", severity="error", timeout=8)
 
-    def selected_job(self) -> JobRow | None:
+    def selected_job(self) -> JobSummary | None:
         return self._jobs.get(self._selected) if self._selected else None
 
     # ------------------------------------------------------------------ actions
@@ -108,7 +108,7 @@ class RunControls:
         if job is not None:
             self.requeue(job)
 
-    def requeue(self, job: JobRow, remedy: dict | None = None, start: str | None = None) -> bool:
+    def requeue(self, job: JobSummary, remedy: dict | None = None, start: str | None = None) -> bool:
         """Send the requeue; a failed or cancelled job with checkpoints first gets the resume offer
         (its answer comes back here as ``start``)."""
         if job.state not in REQUEUEABLE:

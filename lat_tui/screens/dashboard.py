@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Footer
 
 from lat_core.errors import LatError
 from lat_core.client import JOB_FINAL, RUN_ACTIVE, plan_env_of
-from lat_core.rows import JobRow, RunRow
+from lat_core.rows import JobSummary, RunRow
 from lat_tui.context import AppContext
 from lat_tui.poll import DashboardData, GpuHistory, read_dashboard
 from lat_tui.screens.controls import RunControls
@@ -89,7 +89,7 @@ class DashboardScreen(RunControls, Screen):
 
     def _reset_run_state(self) -> None:
         self._run: RunRow | None = None
-        self._jobs: dict[int, JobRow] = {}
+        self._jobs: dict[int, JobSummary] = {}
         self._selected: int | None = None
         self._tail = TailState()
         self._engine_checked = False

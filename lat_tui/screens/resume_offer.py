@@ -13,12 +13,12 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from lat_core.rows import JobRow
+from lat_core.rows import JobSummary
 
 RESUME, FRESH = "resume", "fresh"
 
 
-def offer_text(job: JobRow, checkpoints: list[tuple[int, Path]]) -> Text:
+def offer_text(job: JobSummary, checkpoints: list[tuple[int, Path]]) -> Text:
     step, path = checkpoints[-1]
     text = Text(f"Requeue {job.key}\n\n", style="bold")
     text.append(f"It is {job.state} and left {len(checkpoints)} checkpoint(s), the newest {path.name} "
@@ -43,7 +43,7 @@ class ResumeOffer(ModalScreen[str | None]):
         Binding("escape,q", "dismiss(None)", "Back"),
     ]
 
-    def __init__(self, job: JobRow, checkpoints: list[tuple[int, Path]]):
+    def __init__(self, job: JobSummary, checkpoints: list[tuple[int, Path]]):
         super().__init__()
         self.job = job
         self.checkpoints = checkpoints

@@ -5,17 +5,17 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from lat_core.rows import JobRow
+from lat_core.rows import JobSummary
 from lat_tui.widgets.quiet import set_content
 
 
 class JobDetail(Static):
-    def show(self, job: JobRow | None) -> None:
+    def show(self, job: JobSummary | None) -> None:
         self.set_class(bool(job and job.error), "-error")
         set_content(self, describe_job(job) if job else Text("no job selected"))
 
 
-def describe_job(job: JobRow) -> Text:
+def describe_job(job: JobSummary) -> Text:
     head = [job.key, job.state]
     if job.returncode is not None:
         head.append(f"exit {job.returncode}")

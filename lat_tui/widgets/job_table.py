@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
-from lat_core.rows import JobRow
+from lat_core.rows import JobSummary
 from lat_tui import fmt
 from lat_tui.columns import JOB_COLUMNS, Shown, state_text
 
@@ -42,7 +42,7 @@ class JobTable(DataTable):
         self._cells.clear()
         self._drawn_from.clear()
 
-    def show_jobs(self, jobs: list[JobRow], families: dict[int, str] | None = None) -> None:
+    def show_jobs(self, jobs: list[JobSummary], families: dict[int, str] | None = None) -> None:
         shown = Shown.of(jobs, families, name_width=self.key_width)
         for job in jobs:
             source = (job, shown.families.get(job.id), shown.one_dataset)
@@ -89,7 +89,7 @@ class JobTable(DataTable):
         self._line_cache.clear()  # keyed by screen line; the other lines rebuild from their cached rows
         self.refresh_row(self.get_row_index(row_key))
 
-    def _cells_for(self, job: JobRow, shown: Shown) -> tuple:
+    def _cells_for(self, job: JobSummary, shown: Shown) -> tuple:
         """The shared column spec's text; a running job's clock ticks coarsely, the state is coloured."""
         cells = []
         for column in JOB_COLUMNS:

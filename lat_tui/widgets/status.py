@@ -7,7 +7,7 @@ from collections import Counter
 
 from textual.widgets import Static
 
-from lat_core.rows import JobRow, RunRow
+from lat_core.rows import JobSummary, RunRow
 from lat_tui import fmt
 from lat_tui.widgets.quiet import set_content
 
@@ -17,12 +17,12 @@ STATE_ORDER = ("running", "queued", "succeeded", "failed", "cancelled")
 class RunStatus(Static):
     """``run 3 · running · 2 running 1 queued 1 succeeded``, or the countdown while it lasts."""
 
-    def show(self, run: RunRow, jobs: list[JobRow], engine_alive: bool) -> None:
+    def show(self, run: RunRow, jobs: list[JobSummary], engine_alive: bool) -> None:
         self.set_class(run.state == "countdown", "-countdown")
         set_content(self, describe_run(run, jobs, engine_alive, time.time()))
 
 
-def describe_run(run: RunRow, jobs: list[JobRow], engine_alive: bool, now: float) -> str:
+def describe_run(run: RunRow, jobs: list[JobSummary], engine_alive: bool, now: float) -> str:
     parts = [f"[b]run {run.id}[/b]", _run_state(run, now), _job_counts(jobs)]
     if run.paused and run.state in ("countdown", "running"):
         parts.insert(2, "[b]paused[/b] (p: resume)")
@@ -39,6 +39,6 @@ def _run_state(run: RunRow, now: float) -> str:
     return run.state
 
 
-def _job_counts(jobs: list[JobRow]) -> str:
+def _job_counts(jobs: list[JobSummary]) -> str:
     counts = Counter(job.state for job in jobs)
     return " ".join(f"{counts[s]} {s}" for s in STATE_ORDER if counts[s])

@@ -51,8 +51,8 @@ def test_gang_job_takes_all_its_slots_at_once_and_never_partially(tmp_path):
 
 
 def row(world, device=None, state="queued"):
-    return JobRow(1, 1, 1, "k", "s", 1, "a", 1, "d", "/x", [], {}, state, device, 0, None, None, None, None,
-                  None, None, world=world)
+    return JobRow(1, 1, 1, "k", "s", 1, "a", 1, "d", "/x", state, device, 0, None, None, None, None,
+                  None, None, world=world, argv=[], env={})
 
 
 def test_placements_for_multi_gpu_jobs():

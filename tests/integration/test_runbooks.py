@@ -6,19 +6,28 @@ and every job's resolved config and env are checked without running); the runboo
 commands also run for real on the CPU, on the tiny copies in tests/fixtures/datasets.
 """
 
+import email
+import email.policy
+import importlib.util
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from lat_core.client import Client
 from lat_core.config.suites import SuiteRegistry
-from lat_core.errors import PlanError
+from lat_core.errors import ConfigError, PlanError
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.service import EngineLock, prepare_run
@@ -124,6 +133,17 @@ def engine_reaper(tmp_path):
     lock = tmp_path / "state" / "engine.lock"
     if EngineLock(tmp_path / "state").is_held():
         os.kill(int(lock.read_text()), signal.SIGTERM)
+
+
+@pytest.fixture
+def children():
+    """Processes a test starts; any still running when it ends (a failed assertion) is killed, only those."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def _env(text: str) -> dict[str, str]:
@@ -278,17 +298,101 @@ def test_dual_gpu_config_of_unknown_name_names_the_replacement():
         _pretrain_args(["--config=configs/dual_gpu/custom.py"])
 
 
+# 004 "environment": the variables the dual-GPU scripts set for every run
+DUAL_GPU_ENV = {"TORCH_COMPILE": "0", "WANDB_RUN": "dummy", "WANDB_MODE": "disabled", "USE_LIBUV": "0",
+                "TORCHELASTIC_USE_AGENT_STORE": "0", "OMP_NUM_THREADS": "1"}
+
+
 @pytest.mark.slow
-def test_dual_gpu_config_form_runs_a_tiny_pretraining(tmp_path):
-    """004's `--config=...` form end to end, with a model small enough for the CPU."""
+def test_dual_gpu_config_form_runs_a_tiny_pretraining_under_the_monitor(tmp_path, children):
+    """004's workflow end to end, with a model small enough for the CPU: `./train_dual_gpu_enhanced.sh
+    --config=...` with the scripts' TORCH_COMPILE=0 and WANDB_RUN=dummy, its output in
+    logs/train_dual_gpu_<time>.log, and in another terminal `./monitor_training.sh --interval=1 --log=...`
+    -> `lat-tui monitor`: the log's lines and a GPU/host block every second, until Ctrl-C."""
     tiny = ["--depth=1", "--seq_len=32", "--device_batch_size=2", "--total_batch_size=64", "--num_iterations=2",
             "--eval_every=2", "--eval_tokens=64", "--save_every=2", "--dtype=float32"]
-    done = subprocess.run([sys.executable, "-m", "lat_core.train.pretrain", "--config=configs/dual_gpu/conservative.py",
-                           *tiny], cwd=tmp_path, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    env = {**os.environ, **DUAL_GPU_ENV, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "logs" / "train_dual_gpu_20241021_160000.log"
+    monitor = subprocess.Popen([sys.executable, "-m", "lat_tui.cli", "monitor", "--interval=1", f"--log={log}"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    children.append(monitor)
+    log.parent.mkdir()
+    with open(log, "w") as out:
+        done = subprocess.run([sys.executable, "-m", "lat_core.train.pretrain",
+                               "--config=configs/dual_gpu/conservative.py", *tiny], cwd=tmp_path, env=env,
+                              stdout=out, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert done.returncode == 0, log.read_text()[-2000:]
     events = _events(tmp_path / "runs" / "pretrain_conservative")
-    assert events[-1]["event"] == "finished"
+    assert (events[0]["compile"], events[0]["wandb_run"], events[-1]["event"]) == (False, "dummy", "finished")
+    assert "torch.compile off, W&B run none (WANDB_RUN=dummy)" in log.read_text()
+
+    seen = _read_until(monitor, "step 2/2 loss", timeout=60)
+    time.sleep(1.5)   # at least one more stats block after the last line
+    monitor.send_signal(signal.SIGINT)
+    rest, _ = monitor.communicate(timeout=60)
+    seen += rest
+    assert monitor.returncode == 130, seen
+    assert "pretrain: 0.0M params" in seen or "pretrain: 0.1M params" in seen
+    blocks = re.findall(r"^\[monitor \d\d:\d\d:\d\d\] host RAM [\d.]+/\d+G  load ", seen, re.M)
+    gpus = re.findall(r"^\[monitor [\d:]+\] (GPU\d .*|no GPU visible.*)$", seen, re.M)
+    assert len(blocks) >= 2 and len(gpus) >= len(blocks), seen
+
+    # the log kept beside the trainer's events.jsonl (a job folder, a pretraining folder): it ends by itself
+    kept = tmp_path / "runs" / "pretrain_conservative" / "train.log"
+    kept.write_text(log.read_text())
+    ended = subprocess.run([sys.executable, "-m", "lat_tui.cli", "monitor", f"--log={kept}", "-n", "1"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert ended.returncode == 0 and ended.stdout.splitlines()[0].startswith("step 2/2 loss"), ended.stdout
+    assert ended.stdout.splitlines()[-1] == f"[monitor] the trainer writing {kept} has ended"
+
+
+def _read_until(proc, text: str, timeout: float) -> str:
+    """The process's output up to and including the first line holding ``text``."""
+    seen, deadline = "", time.monotonic() + timeout
+    while text not in seen and time.monotonic() < deadline and proc.poll() is None:
+        seen += proc.stdout.readline()
+    assert text in seen, seen
+    return seen
+
+
+def test_monitor_refuses_a_bad_interval(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["monitor", "--log=x.log", "--interval=0"])
+    assert exit_.value.code == 2 and "--interval: expected a number of seconds > 0, got '0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env,argv,compile_,run", [
+    ({"TORCH_COMPILE": "1", "WANDB_RUN": "dummy"}, [], True, "dummy"),
+    ({"TORCH_COMPILE": "0"}, [], False, "dummy"),
+    ({"TORCH_COMPILE": "true"}, ["--compile=0"], False, "dummy"),   # the command line wins over the variable
+    ({}, [], False, "dummy"),                                        # the scripts' defaults
+])
+def test_dual_gpu_variables_reach_the_pretraining_config(env, argv, compile_, run, monkeypatch):
+    for name in ("TORCH_COMPILE", "WANDB_RUN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    _, cfg = _pretrain_args(["--config=configs/dual_gpu/balanced.py", *argv])
+    assert (cfg.compile, cfg.wandb_run, cfg.uses_wandb) == (compile_, run, run != "dummy")
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"TORCH_COMPILE": "maybe"}, "TORCH_COMPILE='maybe': expected a boolean (1/0, true/false, yes/no, on/off)"),
+    ({"WANDB_RUN": "my run"}, "WANDB_RUN='my run': expected a run name"),
+    ({"WANDB_RUN": "gla-d12"}, "WANDB_RUN=gla-d12 asks for a W&B run, but wandb is not installed: "
+                               "pip install 'lat-control-center[wandb]', or WANDB_RUN=dummy for none"),
+])
+def test_a_bad_dual_gpu_variable_is_exit_2_naming_it(env, message, tmp_path, monkeypatch, capsys):
+    from lat_core.train.pretrain import main as pretrain
+
+    if "gla-d12" in str(env) and importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here: WANDB_RUN=gla-d12 is a real W&B run")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    assert pretrain(["--config=configs/dual_gpu/conservative.py"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_single_job_commands_of_the_trainer_runbooks(tmp_path, monkeypatch):
@@ -336,3 +440,250 @@ def test_the_old_positional_form_and_gpu_variables_mean_what_the_runbooks_say(co
     assert plan.gpus == [4] and plan.slots == 2 and plan.suites[0].rounds == [2]
     with pytest.raises(PlanError, match="one suite and its rounds"):
         plan_from_args(build_parser().parse_args(["E5", "all", "extra", "--pairs", "1:tiny-sst2"]))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 001 s9-s12: e-mail notices from SwanLab's e-mail plugin settings (SWANLAB_EMAIL_YAML) and the
+# SWANLAB_EMAIL_ON_START / _ON_FINISH / _ON_INTERRUPT switches, against a real SMTP server.
+SMTP_PASSWORD = "auth-c0de-7Qx9Zk"   # an app password such as 163/QQ mail hand out; grepped for below
+SENDER, RECEIVER = "lat-bot@example.org", "me@example.org"
+
+
+class Inbox:
+    """aiosmtpd handler that keeps every message it accepts."""
+
+    def __init__(self):
+        self.messages: list = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
+        return "250 OK"
+
+    def wait_for(self, n: int, timeout: float = 60.0) -> list:
+        deadline = time.monotonic() + timeout
+        while len(self.messages) < n and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return list(self.messages)
+
+
+def _server_tls(folder: Path) -> tuple[ssl.SSLContext, Path]:
+    """A self-signed certificate for 127.0.0.1 and a server context holding it."""
+    folder.mkdir()
+    assert shutil.which("openssl"), "the SMTP test server's certificate is made with openssl"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(folder / "key.pem"),
+                    "-out", str(folder / "cert.pem")], check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    return context, folder / "cert.pem"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(params=["starttls"])
+def smtp(request, tmp_path, monkeypatch):
+    """An SMTP server on 127.0.0.1 with STARTTLS (or implicit TLS: ``ssl``) and AUTH, as the plugin's
+    servers (smtp.qq.com:587 or :465): its self-signed certificate is trusted through SSL_CERT_FILE by
+    this process and the engine."""
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult, LoginPassword
+
+    context, cert = _server_tls(tmp_path / "tls")
+    logins = []
+
+    def check_login(server, session, envelope, mechanism, auth_data):
+        logins.append((auth_data.login, auth_data.password, server.transport.get_extra_info("ssl_object") is not None))
+        ok = isinstance(auth_data, LoginPassword) and auth_data.login == SENDER.encode() \
+            and auth_data.password == SMTP_PASSWORD.encode()
+        return AuthResult(success=ok, handled=False)
+
+    inbox, port = Inbox(), _free_port()
+    # aiosmtpd offers AUTH only after its own STARTTLS; on an implicit-TLS socket check_login checks
+    # that the login came over TLS
+    tls_mode = {"ssl_context": context, "auth_require_tls": False} if request.param == "ssl" else \
+        {"tls_context": context, "require_starttls": True}
+    controller = Controller(inbox, hostname="127.0.0.1", port=port, authenticator=check_login,
+                            auth_exclude_mechanism=["LOGIN"], **tls_mode)
+    controller.start()
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    inbox.port, inbox.logins = port, logins
+    try:
+        yield inbox
+    finally:
+        controller.stop()
+
+
+def _email_yaml(path: Path, port: int, **extra) -> Path:
+    """The runbook's dangerous/email_notify.yaml: SwanLab EmailCallback's arguments."""
+    path.write_text(yaml.safe_dump({"sender_email": SENDER, "receiver_email": RECEIVER, "password": SMTP_PASSWORD,
+                                    "smtp_server": "127.0.0.1", "port": port, "language": "zh", **extra}))
+    return path
+
+
+def _files_holding(root: Path, text: str, allowed: set[Path]) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and p not in allowed and text.encode() in p.read_bytes()]
+
+
+@pytest.mark.slow
+def test_email_notices_of_the_gla_runbook_reach_a_real_smtp_server(configs, tmp_path, monkeypatch, capsys, smtp,
+                                                                    engine_reaper, children):
+    """001 s10: SWANLAB_EMAIL_YAML + SWANLAB_EMAIL_ON_START/_ON_FINISH/_ON_INTERRUPT=1 on the batch
+    command: a run that drains mails its start and finish, a cancelled one its interruption; the
+    password logs in over STARTTLS and is found nowhere but the 0600 secrets file."""
+    (tmp_path / "dangerous").mkdir()
+    settings = _email_yaml(tmp_path / "dangerous" / "email_notify.yaml", smtp.port)
+    for name, value in {"SWANLAB_EMAIL_YAML": str(settings), "SWANLAB_EMAIL_ON_START": "1",
+                        "SWANLAB_EMAIL_ON_FINISH": "1", "SWANLAB_EMAIL_ON_INTERRUPT": "1",
+                        "GLUE_LOCAL_DIR": str(FIXTURES / "glue"), "NUM_DATA_WORKERS": "0"}.items():
+        monkeypatch.setenv(name, value)
+    state, runs = engine_reaper, tmp_path / "runs"
+    command = shlex.split('--suite E4 --round all --pairs "87:glue-tvt_cola" --gpus cpu --gpu-plan 1') + \
+        ["--configs", str(configs), "--output-root", str(runs), "--state-dir", str(state)]
+    assert main(command) == 0
+    screen = capsys.readouterr()
+    mails = smtp.wait_for(2)
+    assert [m["Subject"] for m in mails] == ["LAT run 1 started: 1 jobs", "LAT run 1 finished: 1/1 succeeded"]
+    assert all((m["From"], m["To"]) == (SENDER, RECEIVER) for m in mails)
+    assert f"outputs in {runs.resolve()}" in mails[1].get_content()
+
+    # the same command with a countdown, cancelled before its first launch: an interruption
+    cli = subprocess.Popen([sys.executable, "-m", "lat_tui.cli", *command, "--sleep-mins", "5", "--overwrite"],
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    children.append(cli)
+    deadline = time.monotonic() + 120
+    while len(Client(state).runs()) < 2 and time.monotonic() < deadline and cli.poll() is None:
+        time.sleep(0.2)
+    assert main(["cancel", "--all", "--run", "2", "--state-dir", str(state)]) == 0
+    cli_out, _ = cli.communicate(timeout=120)
+    mails = smtp.wait_for(3)
+    assert [m["Subject"] for m in mails][2:] == ["LAT run 2 interrupted (cancelled): 0/1 succeeded"]
+    assert smtp.logins and all(ok_tls and password == SMTP_PASSWORD.encode() for _, password, ok_tls in smtp.logins)
+
+    secrets = state / "secrets.json"
+    assert secrets.stat().st_mode & 0o777 == 0o600 and SMTP_PASSWORD in secrets.read_text()   # the engine's copy
+    assert _files_holding(tmp_path, SMTP_PASSWORD, {secrets, settings}) == []   # journal, engine.log, job folders
+    for shown in (screen.out, screen.err, cli_out, capsys.readouterr().out):
+        assert SMTP_PASSWORD not in shown
+    assert main(["show", "1", "--state-dir", str(state)]) == 0
+    assert SMTP_PASSWORD not in capsys.readouterr().out
+
+
+def test_email_yaml_notice_switches_and_transport_mean_what_the_runbook_says(configs, tmp_path):
+    """SWANLAB_EMAIL_YAML alone mails each end (SwanLab's plugin mailed when an experiment stopped);
+    port 465 is implicit TLS, any other STARTTLS, logged in as the sender."""
+    from lat_core.config.email_yaml import read_email_yaml, with_env_notices
+    from lat_core.config.env import NOTICE_SWITCHES
+    from lat_core.engine.notify import Notices
+
+    settings = _email_yaml(tmp_path / "mail.yaml", 465)
+    notify = with_env_notices({}, {"SWANLAB_EMAIL_YAML": str(settings)})
+    assert notify["on"] == ["finish", "failure", "oom", "interrupt"]
+    assert notify["email"] == {"sender": SENDER, "to": RECEIVER, "password": SMTP_PASSWORD, "host": "127.0.0.1",
+                               "port": 465, "username": SENDER, "ssl": True, "starttls": False}
+    assert read_email_yaml(_email_yaml(tmp_path / "587.yaml", 587))["starttls"] is True
+    assert with_env_notices({"on": ["oom"]}, {"SWANLAB_EMAIL_ON_START": "1", "SWANLAB_EMAIL_ON_FINISH": "0"})["on"] \
+        == ["start", "interrupt"]
+    assert with_env_notices({"on": ["oom"]}, {}) == {"on": ["oom"]}
+    off = with_env_notices({}, {"SWANLAB_EMAIL_YAML": str(settings), **dict.fromkeys(NOTICE_SWITCHES, "0")})
+    assert off["on"] == [] and not Notices.from_config(off, {}).emit("finish", "s", "b")   # all off: no mail
+    plan = plan_from_args(build_parser().parse_args(shlex.split('--suite E4 --pairs 87:glue-tvt_cola --gpus cpu')
+                                                     + ["--configs", str(configs), "--output-root", str(tmp_path)]))
+    prepared = prepare_run(plan, registry=SuiteRegistry(configs), environ={"SWANLAB_EMAIL_YAML": str(settings)})
+    saved = yaml.safe_load(prepared.plan.to_yaml())["notify"]   # what the journal keeps
+    assert saved["email"]["password"] == "***" and SMTP_PASSWORD not in prepared.plan.to_yaml()
+
+
+@pytest.mark.parametrize("content,env,message", [
+    ("sender_email: a@b\nreceiver_email: c@d: e\n", {}, "not valid YAML: mapping values are not allowed here at line 2"),
+    ("receiver_email: c@d\npassword: x\n", {}, "missing field 'sender_email'"),
+    ("sender_email: a@b\nreceiver_email: c@d\npassword: x\nsmtp_host: h\n", {}, "unknown field 'smtp_host'"),
+    ("sender_email: a@b\nreceiver_email: c@d\npassword: x\nport: mail\n", {}, "field 'port': expected a port"),
+    (None, {}, "no such file"),
+    ("sender_email: a@b\nreceiver_email: c@d\npassword: x\n", {"SWANLAB_EMAIL_ON_FINISH": "sometimes"},
+     "SWANLAB_EMAIL_ON_FINISH='sometimes': expected a boolean"),
+])
+def test_a_bad_email_yaml_or_switch_starts_nothing(content, env, message, configs, tmp_path, monkeypatch, capsys):
+    settings = tmp_path / "email_notify.yaml"
+    if content is not None:
+        settings.write_text(content)
+    monkeypatch.setenv("SWANLAB_EMAIL_YAML", str(settings))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code = main(shlex.split('--suite E4 --round all --pairs "87:glue-tvt_cola" --gpus cpu')
+                + ["--configs", str(configs), "--output-root", str(tmp_path / "runs"),
+                   "--state-dir", str(tmp_path / "state")])
+    err = capsys.readouterr().err
+    assert code == 2 and re.search(message, err), err
+    if not env:
+        assert f"{settings} (SWANLAB_EMAIL_YAML)" in err
+    assert not (tmp_path / "runs" / "glue-tvt_cola_seed87").exists()
+    assert not (tmp_path / "state" / "journal.sqlite").exists() or Client(tmp_path / "state").runs() == []
+
+
+def test_email_notify_smoke_command_mails_one_notice(tmp_path, smtp):
+    """001: `python -m scripts.utils.email_notify --event STARTED --group smoketest --yaml "$SWANLAB_EMAIL_YAML"`
+    -> `lat-tui notify ...`; a wrong password is exit 1 and a line that does not show it."""
+    settings = _email_yaml(tmp_path / "email_notify.yaml", smtp.port)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SWANLAB_EMAIL_YAML": str(settings)}
+    done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "notify", "--event", "STARTED", "--group", "smoketest",
+                           "--yaml", str(settings)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"STARTED notice for smoketest mailed to {RECEIVER}"
+    mail = smtp.wait_for(1)[0]
+    assert mail["Subject"] == "LAT smoketest: STARTED" and "STARTED notice for smoketest" in mail.get_content()
+    wrong = _email_yaml(tmp_path / "wrong.yaml", smtp.port, password="not-" + SMTP_PASSWORD)
+    done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "notify", "--event", "finished", "--group", "g",
+                           "--yaml", str(wrong)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "not delivered" in done.stderr and "SMTPAuthenticationError" in done.stderr
+    assert SMTP_PASSWORD not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("smtp", ["ssl"], indirect=True)
+def test_email_yaml_on_an_implicit_tls_server(tmp_path, smtp):
+    """Port 465 in the plugin's YAML is implicit TLS; on another port `ssl: true` says so."""
+    settings = _email_yaml(tmp_path / "email_notify.yaml", smtp.port, ssl=True)
+    done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "notify", "--event", "INTERRUPTED", "--yaml",
+                           str(settings)], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert smtp.wait_for(1)[0]["Subject"] == "LAT lat: INTERRUPTED" and smtp.logins[0][2]   # logged in over TLS
+
+
+# 001 s3 (single shot): `export DATA=spider-tvt; export HP_SEED=87; bash gla_round_clean.sh E5 all` - the round
+# script injected `data: $DATA` into every config of the round, seeded by HP_SEED: in LAT, that pair.
+def test_data_and_hp_seed_of_the_round_script_are_the_pair(configs, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DATA", "spider-tvt")
+    monkeypatch.setenv("HP_SEED", "87")
+    monkeypatch.setenv("GPU_IDS", "7")
+    plan = plan_from_args(build_parser().parse_args(["E5", "all", "--configs", str(configs)]))
+    assert [str(p) for p in plan.pairs] == ["87:spider-tvt"]
+    prepared = prepare_run(plan, registry=SuiteRegistry(configs), probe=GpuProbe(FakeNvml.with_gpus(8)),
+                           environ=dict(os.environ))
+    assert [(j.key, j.seed, j.config["data"]) for j in prepared.jobs] == [("spider-tvt_seed87/E5_tiny", 87, "spider-tvt")]
+
+    # --pairs given: DATA must name the same dataset (it would otherwise train one and file another)
+    plan = plan_from_args(build_parser().parse_args(["E5", "all", "--pairs", "87:samsum", "--configs", str(configs)]))
+    with pytest.raises(ConfigError, match=r"DATA=spider-tvt would replace the dataset of pair 87:samsum"):
+        prepare_run(plan, registry=SuiteRegistry(configs), probe=GpuProbe(FakeNvml.with_gpus(8)),
+                    environ=dict(os.environ))
+
+    monkeypatch.delenv("HP_SEED")
+    assert main(["E5", "all", "--configs", str(configs), "--state-dir", str(tmp_path / "state")]) == 2
+    assert "DATA='spider-tvt': the pair's seed is missing: set HP_SEED too" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_data_single_shot_command_trains_on_the_cpu(configs, tmp_path, monkeypatch, capsys, engine_reaper):
+    """The same command run for real (GPU 7 swapped for the CPU): the job trains on DATA's dataset."""
+    for name, value in {"DATA": "glue-tvt_cola", "HP_SEED": "87", "GLUE_LOCAL_DIR": str(FIXTURES / "glue"),
+                        "NUM_DATA_WORKERS": "0", "GPU_IDS": "cpu"}.items():
+        monkeypatch.setenv(name, value)
+    assert main(["E5", "all", "--configs", str(configs), "--output-root", str(tmp_path / "runs"),
+                 "--state-dir", str(engine_reaper)]) == 0, capsys.readouterr().out
+    events = _events(tmp_path / "runs" / "glue-tvt_cola_seed87" / "E5_tiny")
+    assert (events[0]["data"], events[0]["seed"], events[-1]["event"]) == ("glue-tvt_cola", 87, "finished")

@@ -182,8 +182,8 @@ def test_a_job_held_back_for_memory_says_why():
     from lat_core.rows import JobRow
     from lat_tui.widgets.job_detail import describe_job
 
-    job = JobRow(1, 1, 1, "d_seed1/a", "s", 1, "a", 1, "d", "/o/a", [], {}, "queued", None, 0, None, None, None,
-                 None, None, None, waiting="needs 10.0G GPU memory, 3.0G free on gpu0")
+    job = JobRow(1, 1, 1, "d_seed1/a", "s", 1, "a", 1, "d", "/o/a", "queued", None, 0, None, None, None,
+                 None, None, None, argv=[], env={}, waiting="needs 10.0G GPU memory, 3.0G free on gpu0")
     assert "waiting: needs 10.0G GPU memory, 3.0G free on gpu0" in describe_job(job).plain
 
 

@@ -157,7 +157,8 @@ def test_states_keep_their_journal_text_and_rows_are_typed_however_built(tmp_pat
     assert raw == "failed" and type(raw) is str  # the journal keeps plain text
     assert store.job(job_id).state is JobState.FAILED and store.run(run_id).state is RunState.RUNNING
     assert store.job(job_id).state == "failed" and f"{JobState.FAILED}" == "failed"  # front ends compare text
-    row = JobRow(1, 1, 1, "k", "s", 1, "k", 1, "d", "/x", [], {}, "running", None, 0, None, None, None, None, None, None)
+    row = JobRow(1, 1, 1, "k", "s", 1, "k", 1, "d", "/x", "running", None, 0, None, None, None, None, None, None,
+                 argv=[], env={})
     assert row.state is JobState.RUNNING and not row.state.final and JobState.CANCELLED in JOB_FINAL
     store.close()
 

@@ -41,9 +41,9 @@ def test_queued_jobs_in_plan_order_with_limit_and_start(store):
 
 def test_iter_queued_pages_through_all_and_skips_jobs_started_meanwhile(store):
     run_id, ids = run_with(store, ["queued"] * 7)
-    assert [j.key for j in store.iter_queued(run_id, page=3)] == [f"j{i}" for i in range(7)]
+    assert [j.key for j in store.iter_queued(run_id, first_page=3)] == [f"j{i}" for i in range(7)]
     seen = []
-    for j in store.iter_queued(run_id, page=2):
+    for j in store.iter_queued(run_id, first_page=2, max_page=2):
         seen.append(j.key)
         if j.key == "j1":  # started while its page is in use; a later page must not bring j1 back
             store.set_job_state(j.id, "running")
@@ -53,10 +53,27 @@ def test_iter_queued_pages_through_all_and_skips_jobs_started_meanwhile(store):
 
 def test_iter_queued_stops_reading_when_the_caller_stops(store):
     run_id, _ = run_with(store, ["queued"] * 5)
-    pages = store.iter_queued(run_id, page=2)
+    pages = store.iter_queued(run_id, first_page=2, max_page=2)
     assert next(pages).key == "j0"
     store.set_job_state(store.queued_jobs(run_id)[-1].id, "cancelled")
     assert [j.key for j in pages] == ["j1", "j2", "j3"]  # later pages are read lazily
+
+
+def test_iter_queued_pages_grow_from_a_few_rows(store, monkeypatch):
+    """Admission with one free slot decodes a few queued rows, not a page of 64."""
+    run_id, _ = run_with(store, ["queued"] * 200)
+    limits = []
+    read = store.queued_jobs
+
+    def spy(run, limit=None, after_seq=0):
+        limits.append(limit)
+        return read(run, limit, after_seq)
+
+    monkeypatch.setattr(store, "queued_jobs", spy)
+    assert next(store.iter_queued(run_id)).key == "j0" and limits == [4]
+    limits.clear()
+    assert len(list(store.iter_queued(run_id))) == 200
+    assert limits == [4, 8, 16, 32, 64, 64, 64, 64]  # 188 rows, then the last 12, then an empty page
 
 
 def test_running_jobs_only_running_in_plan_order(store):
