@@ -78,16 +78,21 @@ class JobTable(DataTable):
         row can move.
         """
         row_key = RowKey(str(job_id))
+        row_index = self.get_row_index(row_key)
         columns = {ColumnKey(key) for key in changed}
         data = self._data[row_key]
         for column_key, value in changed.items():
             data[ColumnKey(column_key)] = value
+        # each cache of a rendering stage, by its key's layout: (generation, row index) for the
+        # formatted cells, (row, column, ...) for a rendered cell, (row, line, ...) for a row
+        for key in [k for k in self._row_renderable_cache.keys() if k[1] == row_index]:
+            self._row_renderable_cache.discard(key)
         for key in [k for k in self._cell_render_cache.keys() if k[0] == row_key and k[1] in columns]:
-            self._cell_render_cache.discard(key)  # (row, column, ...): the unchanged cells stay rendered
+            self._cell_render_cache.discard(key)  # the row's unchanged cells stay rendered
         for key in [k for k in self._row_render_cache.keys() if k[0] == row_key]:
             self._row_render_cache.discard(key)
         self._line_cache.clear()  # keyed by screen line; the other lines rebuild from their cached rows
-        self.refresh_row(self.get_row_index(row_key))
+        self.refresh_row(row_index)
 
     def _cells_for(self, job: JobSummary, shown: Shown) -> tuple:
         """The shared column spec's text; a running job's clock ticks coarsely, the state is coloured."""

@@ -101,6 +101,18 @@ async def test_a_changed_job_repaints_its_own_row_only(make_app, journal, tmp_pa
 
         table._render_line_in_row = render_line_in_row
         journal.set_progress(job_ids[3], 20, 0.5)
+        journal.set_job_state(job_ids[4], "succeeded", returncode=0, attempts=1)
         await wait_for(pilot, lambda: cell(app, job_ids[3], "step") == "20")
         await pilot.pause(0.3)
-        assert rendered and set(rendered) == {str(job_ids[3])}
+        assert rendered and set(rendered) == {str(job_ids[3]), str(job_ids[4])}
+        assert "0.5000" in drawn_row(table, 3) and "succeeded" in drawn_row(table, 4)  # what is drawn changed too
+        assert "queued" in drawn_row(table, 2)
+        journal.set_progress(job_ids[3], 30, 0.25)  # again: nothing of the first change may be drawn now
+        await wait_for(pilot, lambda: cell(app, job_ids[3], "step") == "30")
+        await pilot.pause(0.3)
+        assert "0.2500" in drawn_row(table, 3) and " 30 " in drawn_row(table, 3)
+
+
+def drawn_row(table: JobTable, index: int) -> str:
+    """The row's line as the table draws it (through its render caches)."""
+    return table.render_line(table.header_height + index).text
