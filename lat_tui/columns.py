@@ -61,7 +61,7 @@ JOB_COLUMNS: tuple[Column, ...] = (
     Column("key", "job", 30, name_cell),
     Column("state", "state", 9, lambda j, s: state_text(j.state)),
     Column("device", "dev", 4, lambda j, s: j.device or ""),
-    Column("elapsed", "time", 7, lambda j, s: fmt.clock(j.elapsed(s.now))),
+    Column("elapsed", "time", 7, lambda j, s: fmt.clock(j.elapsed(s.now)) if j.state != "queued" else ""),
     Column("step", "step", 5, lambda j, s: fmt.step(j.last_step)),
     Column("loss", "loss", 6, lambda j, s: fmt.loss(j.last_loss)),
     Column("rss", "rss", 4, lambda j, s: usage_cells(j)[0]),

@@ -159,4 +159,5 @@ async def test_help_is_headed_by_the_screens_title(make_app, journal, tmp_path):
         await pilot.press("question_mark")
         text = help_text(app)
         assert text.startswith(DashboardScreen.HELP_TITLE + "\n")
-        assert "DashboardScreen" not in text
+        assert "in the log pane\n" in text  # a widget's keys under its user-facing title too
+        assert "DashboardScreen" not in text and "FollowingLog" not in text

@@ -74,3 +74,16 @@ def test_json_views_round_trip_and_take_enum_states(tmp_path):
     document = json.loads(dumps({"job": view}))
     assert document["schema"] == 1 and document["job"]["state"] == "running"
     assert from_json(JobView, document["job"]) == view and view.elapsed == 60.0
+
+
+def test_a_requeued_job_shows_no_clock_while_it_waits(tmp_path):
+    """Its last attempt's start stays in the journal; the time column ticked on from it (02:30 for a
+    job queued again)."""
+    import time
+
+    store = open_store(tmp_path / "state")
+    run_id = store.create_run("p", str(tmp_path), [{"id": "cpu", "slots": 1, "env": {}}], 0)
+    (job_id,) = store.add_jobs(run_id, [job_record(tmp_path, "a")])
+    store.set_job_state(job_id, "queued", started=time.time() - 150, attempts=1)
+    row = cells(plain_table(store.jobs(run_id)).splitlines()[1])
+    assert row[2] == "queued" and row[4] == "-"
