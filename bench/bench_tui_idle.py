@@ -8,7 +8,8 @@ real terminal, so drawing and writing the screen count), on a journal with one r
 dashboard's 1 Hz. No engine runs: the numbers are the front end's alone.
 
 - first frame: process start (interpreter, imports) to the first painted frame, and to the first
-  frame with the job table filled; median of ``--repeats`` cold processes.
+  frame with the job table filled, with the CPU time the process had used by then (the wall time
+  on a shared machine is mostly the other load's); median of ``--repeats`` cold processes.
 - attached CPU: the app process's CPU time (user + system, from psutil) over ``--seconds`` after a
   5 s settle, as a percent of one core.
 - log pane: a writer appends ``--log-rate`` lines/s to the selected job's train.log for
@@ -34,6 +35,9 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 SETTLE_S = 5.0
+# a tmux server of our own, killed at the end; a new session right after the last one ended can
+# find the server exiting ("server exited unexpectedly"): it is tried again
+TMUX = ["tmux", "-L", f"lat-bench-{os.getpid()}"]
 
 
 # ---------------------------------------------------------------- the journal the app watches
@@ -79,16 +83,19 @@ def child(mode: str, state: Path, out: Path, gpus: int, seconds: float) -> None:
         CSS_PATH = Path(sys.modules[LatApp.__module__].__file__).parent / LatApp.CSS_PATH  # not beside this file
 
         def on_mount(self) -> None:
-            super().on_mount()
+            # Textual calls LatApp.on_mount too (handlers run along the MRO): calling super() here
+            # pushed a second dashboard, polling and repainting beneath the first
             self.set_interval(0.01 if mode == "first-frame" else 1.0, self._sample)
             if mode != "first-frame":
                 self.set_timer(seconds, self.exit)
 
         def _sample(self) -> None:
             result.setdefault("painted", time.time())  # the first tick comes once the first frame is drawn
+            result.setdefault("painted_cpu", time.process_time())
             screen = self.screen
             if isinstance(screen, DashboardScreen) and screen.query_one(JobTable).row_count:
                 result.setdefault("table", time.time())
+                result.setdefault("table_cpu", time.process_time())
                 if mode == "first-frame":
                     self.call_after_refresh(self.exit)
                 elif mode == "log" and screen._tail.path is not None:
@@ -106,16 +113,20 @@ def child(mode: str, state: Path, out: Path, gpus: int, seconds: float) -> None:
 class Pane:
     def __init__(self, command: str, env: dict[str, str]):
         self.name = f"lat-bench-{uuid.uuid4().hex[:8]}"
-        args = ["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "48"]
+        args = [*TMUX, "new-session", "-d", "-s", self.name, "-x", "160", "-y", "48"]
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
-        subprocess.run([*args, command], check=True)
+        for attempt in range(5):
+            if subprocess.run([*args, command], capture_output=True).returncode == 0:
+                return
+            time.sleep(0.2 * (attempt + 1))
+        raise RuntimeError("tmux would not start a session")
 
     def process(self, timeout: float = 30.0) -> psutil.Process:
         """The python child in the pane."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            out = subprocess.run(["tmux", "display-message", "-p", "-t", self.name, "#{pane_pid}"],
+            out = subprocess.run([*TMUX, "display-message", "-p", "-t", self.name, "#{pane_pid}"],
                                  capture_output=True, text=True)
             if out.stdout.strip():
                 shell = psutil.Process(int(out.stdout.strip()))
@@ -126,7 +137,7 @@ class Pane:
         raise RuntimeError("the app process did not start")
 
     def kill(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        subprocess.run([*TMUX, "kill-session", "-t", self.name], capture_output=True)
 
 
 def run_child(mode: str, state: Path, gpus: int, seconds: float, tmp: Path):
@@ -147,8 +158,10 @@ def wait_file(path: Path, timeout: float) -> dict:
     raise RuntimeError(f"no result in {path}")
 
 
-def first_frame(state: Path, gpus: int, tmp: Path, repeats: int) -> tuple[float, float]:
-    painted, table = [], []
+def first_frame(state: Path, gpus: int, tmp: Path, repeats: int) -> tuple[float, float, float, float]:
+    """Wall time to the first frame and to the filled table, and the CPU time the process had used
+    by then (on a loaded machine the wall time mostly measures the other load)."""
+    painted, table, painted_cpu, table_cpu = [], [], [], []
     for _ in range(repeats):
         pane, out, started = run_child("first-frame", state, gpus, 0, tmp)
         try:
@@ -157,7 +170,9 @@ def first_frame(state: Path, gpus: int, tmp: Path, repeats: int) -> tuple[float,
             pane.kill()
         painted.append(result["painted"] - started)
         table.append(result["table"] - started)
-    return statistics.median(painted), statistics.median(table)
+        painted_cpu.append(result["painted_cpu"])
+        table_cpu.append(result["table_cpu"])
+    return tuple(statistics.median(v) for v in (painted, table, painted_cpu, table_cpu))
 
 
 def attached_cpu(state: Path, gpus: int, tmp: Path, seconds: float) -> tuple[float, float, float]:
@@ -225,18 +240,24 @@ def main() -> None:
     if shutil.which("tmux") is None:
         sys.exit("bench_tui_idle: needs tmux (the app runs in a real terminal pane)")
     with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        state = make_state(tmp, args.jobs)
-        painted, table = first_frame(state, args.gpus, tmp, args.repeats)
-        print(f"first frame: painted {painted:.2f} s, job table filled {table:.2f} s "
-              f"(median of {args.repeats} cold processes)")
-        total, user, system = attached_cpu(state, args.gpus, tmp, args.seconds)
-        print(f"attached, {args.jobs} jobs, {args.gpus} fake GPUs, 1 Hz: {total:.2f}% of one core "
-              f"(user {user:.2f}%, system {system:.2f}%) over {args.seconds:g} s")
-        log = log_throughput(state, args.gpus, tmp, args.log_rate, args.log_seconds)
-        print(f"log pane at {args.log_rate} lines/s for {args.log_seconds:g} s ({log['lines_written']} lines): "
-              f"max lag {log['max_lag_bytes'] / 1024:.0f} KiB, lag after the writer stopped "
-              f"{(log['final_lag_bytes'] or 0) / 1024:.0f} KiB; per second: {log['lags']}")
+        try:
+            measure(args, Path(tmp_name))
+        finally:
+            subprocess.run([*TMUX, "kill-server"], capture_output=True)
+
+
+def measure(args, tmp: Path) -> None:
+    state = make_state(tmp, args.jobs)
+    painted, table, painted_cpu, table_cpu = first_frame(state, args.gpus, tmp, args.repeats)
+    print(f"first frame: painted {painted:.2f} s, job table filled {table:.2f} s (CPU time by then "
+          f"{painted_cpu:.2f} s, {table_cpu:.2f} s; median of {args.repeats} cold processes)")
+    total, user, system = attached_cpu(state, args.gpus, tmp, args.seconds)
+    print(f"attached, {args.jobs} jobs, {args.gpus} fake GPUs, 1 Hz: {total:.2f}% of one core "
+          f"(user {user:.2f}%, system {system:.2f}%) over {args.seconds:g} s")
+    log = log_throughput(state, args.gpus, tmp, args.log_rate, args.log_seconds)
+    print(f"log pane at {args.log_rate} lines/s for {args.log_seconds:g} s ({log['lines_written']} lines): "
+          f"max lag {log['max_lag_bytes'] / 1024:.0f} KiB, lag after the writer stopped "
+          f"{(log['final_lag_bytes'] or 0) / 1024:.0f} KiB; per second: {log['lags']}")
 
 
 if __name__ == "__main__":

@@ -168,6 +168,10 @@ class Client:
                 self._families[job.id] = family
         return family or None
 
+    def model_families(self, jobs: list[JobSummary]) -> dict[int, str]:
+        """job id -> model family, for the jobs whose job.yaml names one (how front ends name jobs)."""
+        return {job.id: family for job in jobs if (family := self.model_family(job))}
+
     def attempts(self, job_id: int) -> list[AttemptRow]:
         with self._journal() as store:
             return store.attempts(job_id)

@@ -43,6 +43,10 @@ def cancel_marker_path(job_dir: Path) -> Path:
     return Path(job_dir) / RUNNER_DIR / "cancel"
 
 
+def usage_path(job_dir: Path) -> Path:
+    return Path(job_dir) / RUNNER_DIR / "usage.json"
+
+
 # ---------------------------------------------------------------------------- event schema
 class BadEvent(ValueError):
     """A line of events.jsonl that is not a valid event; the message says why, never the line."""
@@ -260,6 +264,7 @@ class ExitRecord:
 class PidRecord:
     pid: int
     pid_start: float | None
+    rss_at_fork: int = 0  # a warm-started job's memory inherited from the preloaded process (bytes)
 
 
 def read_exit(exit_path: Path) -> ExitRecord | None:
@@ -282,8 +287,40 @@ def read_pid_record(exit_path: Path) -> PidRecord | None:
     raw = _read_json(pid_file_path(exit_path))
     if not isinstance(raw, dict) or not isinstance(raw.get("pid"), int) or raw["pid"] <= 0:
         return None
-    start = raw.get("pid_start")
-    return PidRecord(raw["pid"], float(start) if _is_number(start) else None)
+    start, inherited = raw.get("pid_start"), raw.get("rss_at_fork")
+    inherited = inherited if isinstance(inherited, int) and not isinstance(inherited, bool) and inherited > 0 else 0
+    return PidRecord(raw["pid"], float(start) if _is_number(start) else None, inherited)
+
+
+@dataclass(frozen=True)
+class PeakUsage:
+    """A job's peak memory as the engine measured it (its trainer's process tree, see
+    lat_core.monitor.usage), kept in the job folder when an attempt ends so that the results tables
+    show the number ``status`` shows. None: never measured."""
+
+    rss_bytes: int | None
+    gpu_bytes: int | None
+
+
+def write_peak_usage(job_dir: Path, usage: PeakUsage) -> None:
+    path = usage_path(job_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"peak_rss_bytes": usage.rss_bytes, "peak_gpu_bytes": usage.gpu_bytes}))
+    os.replace(tmp, path)
+
+
+def read_peak_usage(job_dir: Path) -> PeakUsage | None:
+    """None when the engine never wrote one (a trainer run by hand) or it is not this shape."""
+    raw = _read_json(usage_path(job_dir))
+    if not isinstance(raw, dict):
+        return None
+
+    def count(key: str) -> int | None:
+        value = raw.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    return PeakUsage(count("peak_rss_bytes"), count("peak_gpu_bytes"))
 
 
 def _read_json(path: Path, limit: int = CHUNK_BYTES):

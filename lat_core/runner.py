@@ -99,11 +99,24 @@ def start_containment(exit_file: str, started: float) -> Containment | None:
         return None
 
 
-def write_pid_file(exit_file: str, containment: Containment) -> None:
+def write_pid_file(exit_file: str, containment: Containment, rss_at_fork: int = 0) -> None:
     """Who runs the attempt (this pid and its start time) and how its tree is contained, for an
-    engine that lost the launch or finds the runner gone."""
-    write_exit_record(f"{exit_file}.pid", {"pid": os.getpid(), "pid_start": _own_start_time(),
-                                           "containment": containment.to_json()})
+    engine that lost the launch or finds the runner gone. ``rss_at_fork``: a warm-started job's
+    resident memory when it was forked from the preloaded process, which the engine does not count
+    as the job's (see lat_core.monitor.usage)."""
+    record = {"pid": os.getpid(), "pid_start": _own_start_time(), "containment": containment.to_json()}
+    if rss_at_fork:
+        record["rss_at_fork"] = rss_at_fork
+    write_exit_record(f"{exit_file}.pid", record)
+
+
+def own_rss() -> int:
+    """This process's resident memory in bytes (Linux /proc; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _forward_signals(send) -> None:
@@ -123,14 +136,17 @@ def _sender(pid: int):
 
 def _wait_for_child(pid: int, exit_file: str, started: float, containment: Containment | None) -> int:
     _forward_signals(_sender(pid))
-    _finish(exit_file, pid, started, containment)
+    # a forked trainer's kernel peak is inherited over fork: the preloaded process's, not the job's
+    _finish(exit_file, pid, started, containment, kernel_peak=False)
     return 0
 
 
-def _finish(exit_file: str, pid: int, started: float, containment: Containment | None) -> None:
+def _finish(exit_file: str, pid: int, started: float, containment: Containment | None,
+            kernel_peak: bool = True) -> None:
     """Wait for the trainer, stop what the job left running, then record the exit: an exit record
     means that no process of the attempt is left."""
     returncode, max_rss = _wait(pid)
+    max_rss = max_rss if kernel_peak else None
     _forward_signals(lambda signum: None)  # the trainer's pid is free now: never signal a stranger
     stopped = stop_tree(containment, os.getpid(), _own_start_time(), grace_s=TERM_GRACE_S)
     if stopped:
@@ -149,7 +165,8 @@ def _wait(pid: int) -> tuple[int, int]:
     return os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024  # Linux reports KiB
 
 
-def _record_exit(exit_file: str, pid: int, started: float, returncode: int, max_rss: int, extra: dict) -> None:
+def _record_exit(exit_file: str, pid: int, started: float, returncode: int, max_rss: int | None,
+                 extra: dict) -> None:
     record = {
         "returncode": returncode,
         "signal": -returncode if returncode < 0 else None,

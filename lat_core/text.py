@@ -28,3 +28,24 @@ def signal_name(signum: int | None) -> str:
         if signal.SIGRTMIN <= signum <= signal.SIGRTMAX:
             return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
         return f"signal {signum}"
+
+
+BYTE_UNITS = (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10))
+
+
+def fmt_bytes(count: int | None, *, compact: bool = False, unknown: str = "") -> str:
+    """A byte count in binary units, the one way every front end and report writes one.
+
+    ``compact`` fits a four-character table column (``512K``, ``340M``, ``1.2G``, ``78G``); the long
+    form is PyTorch's (``120.50 MiB``, ``13.30 GiB``), so a diagnosis reads like the error it
+    explains. ``unknown`` is shown for None.
+    """
+    if count is None:
+        return unknown
+    for unit, scale in BYTE_UNITS:
+        if abs(count) >= scale:
+            number = count / scale
+            if compact:
+                return f"{number:.1f}{unit}" if abs(number) < 9.95 else f"{number:.0f}{unit}"
+            return f"{number:.2f} {unit}iB"
+    return f"{count}B" if compact else f"{count} bytes"

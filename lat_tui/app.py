@@ -19,7 +19,6 @@ from lat_core.monitor.gpu import GpuProbe
 from lat_core.client import RUN_ACTIVE, Client, ensure_engine
 from lat_tui.context import AppContext
 from lat_tui.screens.dashboard import DashboardScreen
-from lat_tui.screens.plan import PlanScreen
 
 
 class LatApp(App[int | None]):
@@ -39,6 +38,8 @@ class LatApp(App[int | None]):
     def on_mount(self) -> None:
         run_id = self._latest_run_id()
         if run_id is None:
+            from lat_tui.screens.plan import PlanScreen  # the plan form loads the plan model: only when asked
+
             self.push_screen(PlanScreen(self.context), self._first_plan_done)
         else:
             self.show_run(run_id)

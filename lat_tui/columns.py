@@ -1,14 +1,35 @@
 """The job table's columns, shared by the TUI's job table and the plain-text tables (``status``,
-the headless summary): a column is added here once and shows up in both."""
+the headless summary): a column is added here once and shows up in both, and a job is named the
+same way in each (model, config, seed and dataset, never the job key)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 from lat_core.rows import JobSummary
+from lat_core.text import fmt_bytes
 from lat_tui import fmt
+
+MIN_STEM = 8  # below this the model family gives way to the config name
+WHOLE_NAME = 10**6  # plain text: names are never cut
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a cell needs beyond its job: the time, each job's model family (job id -> family, where
+    job.yaml names one), whether the whole table has one dataset, and the name column's width."""
+
+    now: float
+    families: Mapping[int, str] = field(default_factory=dict)
+    one_dataset: bool = False
+    name_width: int = WHOLE_NAME
+
+    @classmethod
+    def of(cls, jobs: list[JobSummary], families: Mapping[int, str] | None = None, now: float | None = None,
+           name_width: int = WHOLE_NAME) -> Shown:
+        return cls(now or time.time(), families or {}, len({j.dataset for j in jobs}) <= 1, name_width)
 
 
 @dataclass(frozen=True)
@@ -16,7 +37,7 @@ class Column:
     key: str  # the TUI's column key (stable: cells are updated by it)
     header: str
     width: int  # in the TUI; plain text sizes columns to their content
-    cell: Callable[[JobSummary, float], str]  # (job, now) -> text; "" when unknown
+    cell: Callable[[JobSummary, Shown], str]  # "" when unknown
 
 
 def state_text(state) -> str:
@@ -27,30 +48,70 @@ def state_text(state) -> str:
 def usage_cells(job: JobSummary) -> tuple[str, str]:
     """Host RSS and GPU memory: the latest sample while the job runs, its peak once it ended."""
     rss, gpu = (job.rss, job.gpu_mem) if job.state == "running" else (job.peak_rss, job.peak_gpu)
-    return fmt.size(rss), fmt.size(gpu or None)  # a CPU job's 0 bytes of GPU memory is noise
+    # a CPU job's 0 bytes of GPU memory is noise
+    return fmt_bytes(rss, compact=True), fmt_bytes(gpu or None, compact=True)
+
+
+def name_cell(job: JobSummary, shown: Shown) -> str:
+    return job_name(job, shown.families.get(job.id), shown.name_width, with_dataset=not shown.one_dataset)
 
 
 JOB_COLUMNS: tuple[Column, ...] = (
-    Column("id", "id", 4, lambda j, now: str(j.id)),
-    Column("key", "job", 30, lambda j, now: j.key),
-    Column("state", "state", 9, lambda j, now: state_text(j.state)),
-    Column("device", "dev", 4, lambda j, now: j.device or ""),
-    Column("elapsed", "time", 7, lambda j, now: fmt.clock(j.elapsed(now))),
-    Column("step", "step", 5, lambda j, now: fmt.step(j.last_step)),
-    Column("loss", "loss", 6, lambda j, now: fmt.loss(j.last_loss)),
-    Column("rss", "rss", 4, lambda j, now: usage_cells(j)[0]),
-    Column("gpu", "gpu", 4, lambda j, now: usage_cells(j)[1]),
-    Column("attempts", "try", 3, lambda j, now: str(j.attempts)),
+    Column("id", "id", 4, lambda j, s: str(j.id)),
+    Column("key", "job", 30, name_cell),
+    Column("state", "state", 9, lambda j, s: state_text(j.state)),
+    Column("device", "dev", 4, lambda j, s: j.device or ""),
+    Column("elapsed", "time", 7, lambda j, s: fmt.clock(j.elapsed(s.now)) if j.state != "queued" else ""),
+    Column("step", "step", 5, lambda j, s: fmt.step(j.last_step)),
+    Column("loss", "loss", 6, lambda j, s: fmt.loss(j.last_loss)),
+    Column("rss", "rss", 4, lambda j, s: usage_cells(j)[0]),
+    Column("gpu", "gpu", 4, lambda j, s: usage_cells(j)[1]),
+    Column("attempts", "try", 3, lambda j, s: str(j.attempts)),
 )
 
 
-def plain_table(jobs: list[JobSummary], now: float | None = None) -> str:
+def plain_table(jobs: list[JobSummary], families: Mapping[int, str] | None = None,
+                now: float | None = None) -> str:
     """The job table as aligned text; an unknown value shows as "-" so no column reads empty.
 
     Built a column at a time with one format string per line: ``status`` of a 10,000-job run
     prints within its half-second budget."""
-    now = now or time.time()
-    columns = [[c.header] + [c.cell(j, now) or "-" for j in jobs] for c in JOB_COLUMNS]
+    shown = Shown.of(jobs, families, now)
+    columns = [[c.header] + [c.cell(j, shown) or "-" for j in jobs] for c in JOB_COLUMNS]
     widths = [max(map(len, column)) for column in columns]
     line = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join(line.format(*row).rstrip() for row in zip(*columns))
+
+
+def job_name(job: JobSummary, family: str | None, width: int = WHOLE_NAME, with_dataset: bool = True) -> str:
+    """``mamba/tiny_lora 1:tiny-sst2``: model family, config, seed and dataset in ``width`` cells.
+
+    Jobs of one run mostly differ in their config, so the config keeps the most room. When the
+    name does not fit, the dataset is cut first (or dropped for ``config@seed`` when every job of
+    the run has the same one), then the middle of the config, then the model family.
+    """
+    model = f"{family}/" if family else ""
+    full = f"{model}{job.stem} {job.seed}:{job.dataset}"
+    if len(full) <= width:
+        return full
+    seed = str(job.seed)
+    if with_dataset:
+        pair_min = len(seed) + 1 + min(len(job.dataset), 5)
+        tail = " " + _keep_start(f"{seed}:{job.dataset}", max(pair_min, width - len(model) - 1 - len(job.stem)))
+    else:
+        tail = "@" + seed
+    stem_room = width - len(model) - len(tail)
+    if model and stem_room < min(MIN_STEM, len(job.stem)):
+        return job_name(job, None, width, with_dataset)
+    return model + _keep_both_ends(job.stem, max(stem_room, 1)) + tail
+
+
+def _keep_start(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _keep_both_ends(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    front = (width - 1) // 2
+    return text[:front] + "…" + text[len(text) - (width - 1 - front):]

@@ -24,17 +24,6 @@ def step(value: int | None) -> str:
     return "" if value is None else str(value)
 
 
-def size(value: int | None) -> str:
-    """Bytes in at most four characters: ``512K``, ``340M``, ``1.2G``, ``78G``; blank when unknown."""
-    if value is None:
-        return ""
-    for unit, scale in (("T", 2**40), ("G", GIB), ("M", 2**20), ("K", 2**10)):
-        if value >= scale:
-            number = value / scale
-            return f"{number:.1f}{unit}" if number < 9.95 else f"{number:.0f}{unit}"
-    return f"{value}B"
-
-
 def bar(fraction: float, width: int) -> tuple[str, str]:
     """A bar as (filled, empty) runs of block characters, so the caller styles the two parts."""
     fraction = min(max(fraction, 0.0), 1.0)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, TextIO
 from lat_core.client import Client, plan_env_of
 from lat_core.rows import RunRow
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK
-from lat_tui.columns import plain_table
+from lat_tui.columns import job_name, plain_table
 from lat_tui.format import progress_line
 
 if TYPE_CHECKING:  # a plan means pydantic: `wait` and `follow` never build one
@@ -78,7 +78,8 @@ def stream_history(client: Client, run_id: int, *, poll: float, after_id: int = 
 def summarize(client: Client, run_id: int, out: TextIO) -> int:
     jobs = client.job_table(run_id)
     print("", file=out)
-    print(plain_table(jobs), file=out)
+    families = client.model_families(jobs)
+    print(plain_table(jobs, families), file=out)
     bad = [j for j in jobs if j.state != "succeeded"]
     earlier = [j for j in jobs if j.state == "succeeded" and j.attempts == 0]
     ok = len(jobs) - len(bad)
@@ -86,7 +87,8 @@ def summarize(client: Client, run_id: int, out: TextIO) -> int:
             f"--overwrite reruns them)") if earlier else ""
     print(f"\n{ok}/{len(jobs)} jobs succeeded{note}", file=out, flush=True)
     for job in bad:
-        print(f"  {job.state}: {job.key}  {job.error or ''}".rstrip(), file=out, flush=True)
+        name = job_name(job, families.get(job.id))
+        print(f"  {job.state}: {job.id} {name}  {job.error or ''}".rstrip(), file=out, flush=True)
     return EXIT_OK if not bad else EXIT_FAILED
 
 

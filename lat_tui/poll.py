@@ -39,7 +39,7 @@ def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState
         run = client.run(run_id)
         jobs = client.job_table(run_id)
         commands = {cid: client.command(cid) for cid in command_ids}
-        families = {job.id: family for job in jobs if (family := client.model_family(job))}
+        families = client.model_families(jobs)
     finally:
         client.close()  # a worker thread per poll: its connection ends with the read
     lines, tail = read_tail(tail, ended=_tailed_job_ended(jobs, tail))

@@ -10,7 +10,7 @@ from pathlib import Path
 from lat_core.errors import JournalError
 from lat_core.job_files import last_log_line
 from lat_tui.cli_common import EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
-from lat_tui.columns import plain_table
+from lat_tui.columns import job_name, plain_table
 from lat_tui.format import fmt_elapsed
 from lat_tui.json_views import dumps, job_view, run_view
 
@@ -39,10 +39,11 @@ def main(argv: list[str]) -> int:
         print(f"engine error: {error}")
     if run.state == "countdown":
         print(f"countdown: {fmt_elapsed(max(0.0, run.countdown_until - time.time()))} left")
-    print(plain_table(jobs))
+    families = client.model_families(jobs)
+    print(plain_table(jobs, families))
     for job in jobs:
         for line in job_notes(job):
-            print(f"  {job.key}: {line}")
+            print(f"  {job.id} {job_name(job, families.get(job.id))}: {line}")
     sys.stdout.flush()
     return code
 

@@ -13,8 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from lat_core.text import fmt_bytes
 from lat_core.triage import Diagnosis, classify
-from lat_core.triage.explain import human_bytes
 
 EXIT_USAGE = 2
 
@@ -57,7 +57,7 @@ def render_text(diagnosis: Diagnosis) -> str:
 def _value(key: str, value) -> str:
     """Byte counts read both ways: exact for scripts and eyes that check, human for the rest."""
     if key.endswith("_bytes") and isinstance(value, int):
-        return f"{human_bytes(value)} ({value} bytes)"
+        return f"{fmt_bytes(value, unknown='?')} ({value} bytes)"
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 

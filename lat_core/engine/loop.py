@@ -25,7 +25,8 @@ from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.commands import Commands
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.local import LocalBackend
-from lat_core.job_files import EventTail, events_path, exit_record_path, last_progress, memory_event_peak
+from lat_core.job_files import (EventTail, events_path, exit_record_path, last_progress, memory_event_peak,
+                                read_pid_record)
 from lat_core.engine.launch import LaunchSpec, launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
@@ -57,6 +58,7 @@ class Engine(Recovery):
         self._clock = clock
         self._secrets = dict(os.environ if secrets is None else secrets)
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
+        self._pid_records: dict[int, object] = {}  # attempt id -> its runner's PidRecord, once written
         self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
         self._errors = EngineErrors(store, clock)
         self._commands = Commands(self)
@@ -338,12 +340,18 @@ class Engine(Recovery):
             return
         self._last_sample = self._clock()
         local = [r for r in self.store.active_runs() if self.backend(r.id).samples_local_processes]
-        pids = {a.job_id: a.pid for r in local for a in self.store.open_attempts(r.id) if a.pid}
+        pids, inherited = {}, {}
+        for attempt in (a for r in local for a in self.store.open_attempts(r.id) if a.pid):
+            record = self._pid_records.get(attempt.id) or read_pid_record(Path(attempt.exit_path))
+            if record is None:  # not yet written: a warm-started job's inherited memory is not known yet
+                continue
+            self._pid_records[attempt.id] = record
+            pids[attempt.job_id], inherited[attempt.job_id] = attempt.pid, record.rss_at_fork
         if not pids:  # pids of remote (Slurm) jobs mean nothing on this host
             return
         on_gpu = any(not d.is_cpu for r in local for d in r.devices)
         gpus = self._gpu_probe.snapshot() if on_gpu else GpuSnapshot(())
-        usage = job_usage(pids, gpus)
+        usage = job_usage(pids, gpus, inherited)
         self.store.record_usage({job_id: (u.rss_bytes, u.gpu_bytes) for job_id, u in usage.items()})
 
     # ------------------------------------------------------------------ progress

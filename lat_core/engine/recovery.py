@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lat_core.engine.faults import JOURNAL_ERRORS, LostAttempt, find_lost_attempt
 from lat_core.engine.retries import maybe_retry
-from lat_core.job_files import ExitRecord, describe_exit, read_exit, read_pid_record
+from lat_core.job_files import ExitRecord, PeakUsage, describe_exit, read_exit, read_pid_record, write_peak_usage
 from lat_core.rows import AttemptRow, JobRow, RunRow
 from lat_core.states import JobState
 
@@ -67,9 +67,11 @@ class Recovery:
     def _record_exit(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None = None,
                      problem: str | None = None) -> None:
         self._popens.pop(attempt.id, None)
+        self._pid_records.pop(attempt.id, None)
         if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
             self.store.record_peak_rss(attempt.job_id, max_rss)
         job = self.store.job(attempt.job_id)
+        self._keep_peak_usage(job)
         if job.state is JobState.RUNNING:
             self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
             job = self.store.job(job.id)
@@ -83,6 +85,13 @@ class Recovery:
             run, failed = self.store.run(job.run_id), self.store.job(job.id)
             self._notices.job_failed(run, failed)
             maybe_retry(self.store, run, failed, now=self._clock())
+
+    def _keep_peak_usage(self, job: JobRow) -> None:
+        """The journal's peak memory of the job, into its folder for the results tables."""
+        try:
+            write_peak_usage(Path(job.job_dir), PeakUsage(job.peak_rss, job.peak_gpu))
+        except OSError:  # a folder gone or read-only: the journal still has the number
+            pass
 
     def _settle_orphans(self, run: RunRow) -> None:
         """Jobs ``running`` with no open attempt (an older engine died between two journal writes):

@@ -1,5 +1,10 @@
 """Per-job resource usage: process-tree RSS and GPU memory matched through the process tree.
 
+This is the one definition of a job's memory (the journal's rss/peak_rss, which status, show, the
+TUI, ``--json`` and, through the job folder's usage.json, the results tables all show): the resident
+memory of the trainer's process tree, less what a warm-started trainer inherited from the preloaded
+process when it was forked (those pages are the preloaded process's, shared, not the job's).
+
 One sampling pass lists the host's processes once (their parents, from one walk of /proc) and then
 sums each job's tree from that table: asking each job's runner for its descendants would walk all
 of /proc once per running job. Memory is read only for the members of the jobs' trees.
@@ -22,9 +27,12 @@ class JobUsage:
     gpu_bytes: int
 
 
-def job_usage(runner_pids: dict[int, int], gpus: GpuSnapshot) -> dict[int, JobUsage]:
+def job_usage(runner_pids: dict[int, int], gpus: GpuSnapshot, inherited: dict[int, int] | None = None
+              ) -> dict[int, JobUsage]:
     """job id -> usage, for jobs whose runner pid is known. GPU memory is attributed to a job when
-    NVML lists a process of that job's tree (the trainer, or a torchrun worker) on a GPU."""
+    NVML lists a process of that job's tree (the trainer, or a torchrun worker) on a GPU.
+    ``inherited``: job id -> the resident bytes its trainer had when forked (not counted)."""
+    inherited = inherited or {}
     if not runner_pids:
         return {}
     gpu_by_pid: dict[int, int] = {}
@@ -44,7 +52,7 @@ def job_usage(runner_pids: dict[int, int], gpus: GpuSnapshot) -> dict[int, JobUs
             except psutil.Error:  # it exited since the listing
                 continue
             gpu_bytes += gpu_by_pid.get(member, 0)
-        usage[job_id] = JobUsage(rss, gpu_bytes)
+        usage[job_id] = JobUsage(max(rss - inherited.get(job_id, 0), 0), gpu_bytes)
     return usage
 
 

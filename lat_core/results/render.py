@@ -12,6 +12,7 @@ import json
 
 from lat_core.results.scan import Report
 from lat_core.results.tables import Row, Table
+from lat_core.text import fmt_bytes
 
 SKIPPED_SHOWN = 20
 
@@ -21,12 +22,6 @@ def fmt_value(mean: float | None, std: float | None, n: int) -> str:
     if mean is None:
         return "—"
     return f"{mean:.4f}" if n <= 1 else f"{mean:.4f} ± {std:.4f}"
-
-
-def fmt_bytes(count: int | None) -> str:
-    if not count:
-        return "—"
-    return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 
 
 def _joined(values) -> str:
@@ -43,7 +38,7 @@ def _md_cells(table: Table, row: Row) -> list[str]:
         stat = row.stats[column.key]
         text = fmt_value(stat.mean, stat.std, stat.n)
         cells.append(f"**{text}**" if column.key in row.best else text)
-    cells += [_joined(row.best_steps), fmt_bytes(row.peak_memory_bytes)]
+    cells += [_joined(row.best_steps), fmt_bytes(row.peak_memory_bytes or None, unknown="—")]
     if not table.small:
         cells += [_joined(row.checkpoints), _joined(row.config_paths)]
     return [c.replace("|", "\\|") for c in cells]

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from lat_core.errors import LatError
+from lat_core.job_files import read_peak_usage
 from lat_core.results.best import choose_best, scored_steps
 from lat_core.results.metrics import dataset_key, spec_for
 
@@ -242,6 +243,16 @@ def _needs_config(started: dict) -> bool:
     return not (started.get("config") and started.get("data") and "seed" in started)
 
 
+def _peak_memory(job_dir: Path, parsed: ParsedEvents) -> dict:
+    """The engine's measure of the job's trainer process tree (the number status shows), from the
+    folder's usage record; the trainer's own report only for a folder the engine never ran."""
+    usage = read_peak_usage(job_dir)
+    if usage is not None:
+        return {"peak_gpu_bytes": usage.gpu_bytes, "peak_rss_bytes": usage.rss_bytes}
+    return {"peak_gpu_bytes": _int_or_none(parsed.memory.get("peak_gpu_bytes")),
+            "peak_rss_bytes": _int_or_none(parsed.memory.get("peak_rss_bytes"))}
+
+
 def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobResult | Skipped:
     config = _read_config(job_dir / CONFIG_FILE) if has_config and _needs_config(parsed.started) else {}
     name, data, seed = _identity(job_dir, config, parsed.started)
@@ -256,8 +267,7 @@ def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobRe
         checkpoint=job_dir / best.checkpoint, validation=best.validation, test=best.test,
         losses=tuple(sorted(parsed.losses)),
         curve=tuple(scored_steps(parsed.evals.get("validation", {}), spec.main)),
-        peak_gpu_bytes=_int_or_none(parsed.memory.get("peak_gpu_bytes")),
-        peak_rss_bytes=_int_or_none(parsed.memory.get("peak_rss_bytes")),
+        **_peak_memory(job_dir, parsed),
         trainable_params=_int_or_none(parsed.started.get("trainable_params")),
         total_params=_int_or_none(parsed.started.get("total_params")),
         config_path=job_dir / CONFIG_FILE if has_config else None, bad_lines=parsed.bad_lines)

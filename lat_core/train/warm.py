@@ -163,7 +163,7 @@ def _become_runner(request: dict) -> None:
         containment = runner.start_containment(request["exit_file"], started)
         if containment is None:
             os._exit(2)  # the reason is in the log and the exit record; nothing was started
-        runner.write_pid_file(request["exit_file"], containment)
+        runner.write_pid_file(request["exit_file"], containment, rss_at_fork=runner.own_rss())
         runner._echo([sys.executable, "-m", request["module"], *request["args"]], request.get("show_env", ""))
         print("[lat] warm start: forked from the preloaded process", flush=True)
         print(f"[lat] containment: {containment.describe()}", flush=True)

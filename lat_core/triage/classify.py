@@ -14,11 +14,11 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from lat_core.text import fmt_bytes, signal_name
 from lat_core.triage import known
 from lat_core.triage import remedies as fix
 from lat_core.triage.classes import FailureClass as F
-from lat_core.text import signal_name
-from lat_core.triage.explain import cuda_oom_text, human_bytes
+from lat_core.triage.explain import cuda_oom_text
 from lat_core.triage.facts import Facts, gather, make_diagnosis
 from lat_core.triage.hostoom import oom_kills_between
 from lat_core.triage.model import Diagnosis
@@ -178,7 +178,7 @@ def _last_lines_start(lines: list[LogLine], count: int = 5) -> int:
 
 def _host_oom(facts: Facts, cause: str, evidence: list[str]) -> Diagnosis:
     peak = facts.base.get("peak_rss_bytes")
-    peak_text = f" Its peak resident memory was {human_bytes(peak)}." if peak else ""
+    peak_text = f" Its peak resident memory was {fmt_bytes(peak)}." if peak else ""
     text = (f"{cause}: the host ran out of RAM (not GPU memory).{peak_text} Dataloader workers and "
             "several jobs on one host each hold their own copy of data and model in RAM.")
     return make_diagnosis(facts, F.HOST_OOM, "Host out of memory (OOM killer)", text,

@@ -6,6 +6,13 @@ Kept apart from the rules so the rules read as decisions and the wording can cha
 
 from __future__ import annotations
 
+from lat_core.text import fmt_bytes
+
+
+def _bytes(count: int | None) -> str:
+    return fmt_bytes(count, unknown="?")
+
+
 _CUDA_OOM_TEXT = {
     "fragmentation": ("PyTorch asked for {requested} on GPU {gpu} ({capacity} in all) and found only "
                       "{free} free, while {cached} sat reserved in its cache but unallocated: the memory "
@@ -18,16 +25,6 @@ _CUDA_OOM_TEXT = {
     "unknown": ("PyTorch ran out of GPU memory, but its message did not carry the numbers needed to "
                 "tell fragmentation, contention and a too-large peak apart."),
 }
-
-
-def human_bytes(n: int | None) -> str:
-    """``14280766259`` -> ``"13.30 GiB"`` (binary units, as PyTorch prints them)."""
-    if n is None:
-        return "?"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} bytes"
 
 
 def signal_of(returncode: int | None) -> int | None:
@@ -45,14 +42,14 @@ def cuda_oom_text(kind: str, factors: list[str], numbers: dict) -> str:
     capacity = numbers.get("capacity_bytes") or 0
     others = numbers.get("other_processes_bytes", 0)
     values = {
-        "requested": human_bytes(numbers.get("requested_bytes")),
+        "requested": _bytes(numbers.get("requested_bytes")),
         "gpu": numbers.get("gpu_index", "?"),
-        "capacity": human_bytes(numbers.get("capacity_bytes")),
-        "free": human_bytes(numbers.get("free_bytes")),
-        "cached": human_bytes(numbers.get("reserved_unallocated_bytes")),
-        "others": human_bytes(others),
+        "capacity": _bytes(numbers.get("capacity_bytes")),
+        "free": _bytes(numbers.get("free_bytes")),
+        "cached": _bytes(numbers.get("reserved_unallocated_bytes")),
+        "others": _bytes(others),
         "others_pct": f"{100 * others / capacity:.0f}%" if capacity else "?",
-        "own": human_bytes(numbers.get("self_bytes", numbers.get("reserved_bytes"))),
+        "own": _bytes(numbers.get("self_bytes", numbers.get("reserved_bytes"))),
     }
     text = _CUDA_OOM_TEXT.get(kind, _CUDA_OOM_TEXT["unknown"]).format(**values)
     extra = [f for f in factors if f != kind]

@@ -33,6 +33,7 @@ def _row(label: str, field: Input) -> Horizontal:
 
 
 class AddJobsScreen(ModalScreen[list[dict] | None]):
+    HELP_TITLE = "Add jobs to this run"
     BINDINGS = [
         Binding("escape", "dismiss_none", "Cancel"),
         Binding("ctrl+s", "submit", "Add", priority=True),

@@ -23,7 +23,6 @@ from lat_core.rows import JobSummary, RunRow
 from lat_tui.context import AppContext
 from lat_tui.poll import DashboardData, GpuHistory, read_dashboard
 from lat_tui.screens.controls import RunControls
-from lat_tui.screens.plan import PlanScreen
 from lat_tui.tail import TailState
 from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
@@ -52,6 +51,8 @@ class PollFailed(Message):
 
 class DashboardScreen(RunControls, Screen):
     """The run: its jobs, devices and the selected job's log."""
+
+    HELP_TITLE = "The run: jobs, devices and the selected job's log"
 
     # The footer shows the keys that apply to the run and the selected job now (check_action hides
     # the rest) and fits 80 columns with ``q Quit``; ``?`` lists every key, the unshown ones too.
@@ -265,6 +266,8 @@ class DashboardScreen(RunControls, Screen):
         self.notify("Engine started." if started else "An engine is already running.")
 
     def action_new_run(self) -> None:
+        from lat_tui.screens.plan import PlanScreen  # the plan model's imports cost the first frame ~0.4 s
+
         self.app.push_screen(PlanScreen(self.context, can_go_back=True), self._plan_done)
 
     def _plan_done(self, run_id: int | None) -> None:

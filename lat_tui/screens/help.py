@@ -41,14 +41,15 @@ def help_sections(screen: Screen) -> list[tuple[str, list[Binding]]]:
     """(title, bindings) for the screen, each of its own widgets that has keys, and the app."""
     sections = [(screen_title(screen), own_bindings(type(screen)))]
     for widget_type in _widget_types_with_keys(screen):
-        sections.append((f"in the {widget_type.__name__}", own_bindings(widget_type)))
+        sections.append((screen_title(widget_type), own_bindings(widget_type)))
     sections.append(("everywhere", own_bindings(type(screen.app))))
     return [(title, bindings) for title, bindings in sections if bindings]
 
 
-def screen_title(screen: Screen) -> str:
-    doc = (type(screen).__doc__ or "").strip().splitlines()
-    return f"{type(screen).__name__}" + (f": {doc[0].rstrip('.')}" if doc else "")
+def screen_title(node) -> str:
+    """A screen's or widget's ``HELP_TITLE``, written for the person at the keyboard (docstrings
+    and class names are for developers: "Dismisses with the new run's id", "FollowingLog")."""
+    return getattr(node, "HELP_TITLE", "") or "Keys of this screen"
 
 
 def _widget_types_with_keys(screen: Screen) -> list[type]:
@@ -76,6 +77,8 @@ def help_text(sections: list[tuple[str, list[Binding]]]) -> Text:
 
 class HelpScreen(ModalScreen[None]):
     """Keys of the screen below; any of escape, q or ? closes it."""
+
+    HELP_TITLE = "Keys"
 
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", key_display="esc")]
 

@@ -20,6 +20,7 @@ from textual.widgets import Footer, Static
 from lat_core.client import JOB_FINAL
 from lat_core.errors import LatError
 from lat_core.rows import JobRow, Transition
+from lat_core.text import fmt_bytes
 from lat_tui import fmt
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
@@ -35,6 +36,8 @@ class JobLoaded(Message):
 
 class JobScreen(Screen):
     """One job in full, refreshed on every dashboard poll."""
+
+    HELP_TITLE = "One job in full"
 
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back"),
@@ -144,8 +147,8 @@ def _header(job: JobRow) -> str:
 
 def _usage(job: JobRow) -> str:
     def pair(now, peak):
-        latest = fmt.size(now) or "-"
-        return f"{latest} (peak {fmt.size(peak)})" if peak else latest
+        latest = fmt_bytes(now, compact=True) or "-"
+        return f"{latest} (peak {fmt_bytes(peak, compact=True)})" if peak else latest
     return f"RSS {pair(job.rss, job.peak_rss)} · GPU {pair(job.gpu_mem, job.peak_gpu)}"
 
 

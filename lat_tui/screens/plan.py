@@ -51,6 +51,8 @@ def datasets_hint() -> str:
 class PlanScreen(Screen[int | None]):
     """Dismisses with the new run's id, or None when left with escape."""
 
+    HELP_TITLE = "Plan a new run"
+
     BINDINGS = [
         Binding("ctrl+s", "start", "Start run", priority=True),
         Binding("escape", "back", "Back"),

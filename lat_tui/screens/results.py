@@ -52,6 +52,8 @@ class ResultsLoaded(Message):
 class SkippedScreen(ModalScreen):
     """The folders left out of every table, each with the reason."""
 
+    HELP_TITLE = "Folders left out of the results"
+
     BINDINGS = [Binding("escape,k,q", "dismiss", "Close")]
 
     def __init__(self, lines: list[str]):
@@ -65,6 +67,7 @@ class SkippedScreen(ModalScreen):
 
 
 class ResultsScreen(Screen):
+    HELP_TITLE = "Results of the run"
     CSS_PATH = "../results.tcss"
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),

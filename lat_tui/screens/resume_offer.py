@@ -35,6 +35,8 @@ def offer_text(job: JobSummary, checkpoints: list[tuple[int, Path]]) -> Text:
 class ResumeOffer(ModalScreen[str | None]):
     """Dismisses with ``resume``, ``fresh``, or None (nothing is sent)."""
 
+    HELP_TITLE = "Resume from a checkpoint, or start fresh"
+
     BINDINGS = [
         Binding("r", f"dismiss('{RESUME}')", "Resume"),
         Binding("f", f"dismiss('{FRESH}')", "Fresh"),

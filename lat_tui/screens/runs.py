@@ -32,6 +32,8 @@ def run_label(run: RunRow, current: int | None) -> Text:
 class RunPicker(ModalScreen[int | None]):
     """Dismisses with the picked run's id, or None."""
 
+    HELP_TITLE = "Pick a run to view"
+
     BINDINGS = [Binding("escape,q", "dismiss_none", "Back")]
 
     def __init__(self, client: Client, current: int | None = None):

@@ -19,12 +19,13 @@ from lat_core.errors import LatError
 from lat_core.rows import JobRow
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
-from lat_tui.widgets.job_table import job_name
+from lat_tui.columns import job_name
 
 RELOAD_AFTER_SECONDS = 1.5
 
 
 class TriageScreen(Screen):
+    HELP_TITLE = "Failed jobs: diagnosis and remedies"
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back"),
         Binding("r", "requeue", "Requeue as is"),

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from lat_core.rows import JobSummary
 from lat_tui import fmt
-from lat_tui.columns import JOB_COLUMNS, state_text
+from lat_tui.columns import JOB_COLUMNS, Shown, state_text
 
 KEY_MIN_WIDTH = 12  # at 80 columns the id column leaves the key 12
 KEY_MAX_WIDTH = 48
 ELAPSED_TICK_S = 5
-MIN_STEM = 8  # below this the model family gives way to the config name
 CHROME = 2 + 2  # the cell padding of the key column, and the vertical scrollbar
 
 STATE_COLORS = {"running": "accent", "succeeded": "success", "failed": "error", "cancelled": "warning"}
@@ -26,8 +24,7 @@ class JobTable(DataTable):
     def __init__(self, **kwargs):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._cells: dict[int, tuple] = {}
-        self._families: dict[int, str] = {}
-        self._one_dataset = False
+        self._drawn_from: dict[int, tuple] = {}  # job id -> what its cells were made of
 
     def on_mount(self) -> None:
         self.key_width = self._key_width(self.app.size.width)
@@ -43,13 +40,16 @@ class JobTable(DataTable):
     def clear_jobs(self) -> None:
         self.clear()
         self._cells.clear()
+        self._drawn_from.clear()
 
     def show_jobs(self, jobs: list[JobSummary], families: dict[int, str] | None = None) -> None:
-        now = time.time()
-        self._families = families or {}
-        self._one_dataset = len({j.dataset for j in jobs}) <= 1
+        shown = Shown.of(jobs, families, name_width=self.key_width)
         for job in jobs:
-            cells = self._cells_for(job, now)
+            source = (job, shown.families.get(job.id), shown.one_dataset)
+            if job.state != "running" and self._drawn_from.get(job.id) == source:
+                continue  # nothing it shows can have changed (a running job's clock can)
+            self._drawn_from[job.id] = source
+            cells = self._cells_for(job, shown)
             if job.id not in self._cells:
                 self.add_row(*cells, key=str(job.id))
             else:
@@ -64,23 +64,46 @@ class JobTable(DataTable):
 
     def _update_row(self, job_id: int, cells: tuple) -> None:
         old = self._cells[job_id]
-        for column, before, after in zip(JOB_COLUMNS, old, cells):
-            if str(before) != str(after) or getattr(before, "style", None) != getattr(after, "style", None):
-                self.update_cell(str(job_id), column.key, after)
+        changed = {column.key: after for column, before, after in zip(JOB_COLUMNS, old, cells)
+                   if str(before) != str(after) or getattr(before, "style", None) != getattr(after, "style", None)}
+        if changed:
+            self._repaint_row(job_id, changed)
 
-    def _cells_for(self, job: JobSummary, now: float) -> tuple:
-        """The shared column spec's text; the key is shortened to fit and the state coloured."""
+    def _repaint_row(self, job_id: int, changed: dict[str, object]) -> None:
+        """Writes a row's changed cells and repaints that row alone.
+
+        ``DataTable.update_cell`` bumps one table-wide cache generation, so one ticking clock made
+        every visible row render again (the dashboard's largest idle cost). Here only the changed
+        cells' cached renders and their row's are dropped; the columns are fixed-width, so no other
+        row can move.
+        """
+        row_key = RowKey(str(job_id))
+        row_index = self.get_row_index(row_key)
+        columns = {ColumnKey(key) for key in changed}
+        data = self._data[row_key]
+        for column_key, value in changed.items():
+            data[ColumnKey(column_key)] = value
+        # each cache of a rendering stage, by its key's layout: (generation, row index) for the
+        # formatted cells, (row, column, ...) for a rendered cell, (row, line, ...) for a row
+        for key in [k for k in self._row_renderable_cache.keys() if k[1] == row_index]:
+            self._row_renderable_cache.discard(key)
+        for key in [k for k in self._cell_render_cache.keys() if k[0] == row_key and k[1] in columns]:
+            self._cell_render_cache.discard(key)  # the row's unchanged cells stay rendered
+        for key in [k for k in self._row_render_cache.keys() if k[0] == row_key]:
+            self._row_render_cache.discard(key)
+        self._line_cache.clear()  # keyed by screen line; the other lines rebuild from their cached rows
+        self.refresh_row(row_index)
+
+    def _cells_for(self, job: JobSummary, shown: Shown) -> tuple:
+        """The shared column spec's text; a running job's clock ticks coarsely, the state is coloured."""
         cells = []
         for column in JOB_COLUMNS:
-            if column.key == "key":
-                cells.append(job_name(job, self._families.get(job.id), self.key_width,
-                                      with_dataset=not self._one_dataset))
-            elif column.key == "elapsed" and job.state == "running":
-                cells.append(fmt.clock(_ticked(job.elapsed(now))))
+            if column.key == "elapsed" and job.state == "running":
+                cells.append(fmt.clock(_ticked(job.elapsed(shown.now))))
             elif column.key == "state":
                 cells.append(Text(state_text(job.state), style=self._state_style(job.state)))
             else:
-                cells.append(column.cell(job, now))
+                cells.append(column.cell(job, shown))
         return tuple(cells)
 
     def _state_style(self, state: str) -> str:
@@ -93,45 +116,5 @@ class JobTable(DataTable):
 
 
 def _ticked(seconds: float | None) -> float | None:
-    """A running job's time in steps of ELAPSED_TICK_S: any changed cell re-renders the whole
-    DataTable (it keeps one cache generation), and a clock ticking every second made that the
-    dashboard's largest idle cost."""
+    """A running job's time in steps of ELAPSED_TICK_S: each tick repaints the running jobs' rows."""
     return None if seconds is None else seconds // ELAPSED_TICK_S * ELAPSED_TICK_S
-
-
-def job_name(job: JobSummary, family: str | None, width: int, with_dataset: bool = True) -> str:
-    """``mamba/tiny_lora 1:tiny-sst2``: model family, config, seed and dataset in ``width`` cells.
-
-    Jobs of one run mostly differ in their config, so the config keeps the most room. When the
-    name does not fit, the dataset is cut first (or dropped for ``config@seed`` when every job of
-    the run has the same one), then the middle of the config, then the model family.
-    """
-    model = f"{family}/" if family else ""
-    full = f"{model}{job.stem} {job.seed}:{job.dataset}"
-    if len(full) <= width:
-        return full
-    seed = str(job.seed)
-    if with_dataset:
-        pair_min = len(seed) + 1 + min(len(job.dataset), 5)
-        tail = " " + _keep_start(f"{seed}:{job.dataset}", max(pair_min, width - len(model) - 1 - len(job.stem)))
-    else:
-        tail = "@" + seed
-    stem_room = width - len(model) - len(tail)
-    if model and stem_room < min(MIN_STEM, len(job.stem)):
-        return job_name(job, None, width, with_dataset)
-    return model + _keep_both_ends(job.stem, max(stem_room, 1)) + tail
-
-
-def _keep_start(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _keep_end(text: str, width: int) -> str:
-    return text if len(text) <= width else "…" + text[-(width - 1):]
-
-
-def _keep_both_ends(text: str, width: int) -> str:
-    if len(text) <= width:
-        return text
-    front = (width - 1) // 2
-    return text[:front] + "…" + text[len(text) - (width - 1 - front):]

@@ -34,6 +34,7 @@ class MatchHighlighter(Highlighter):
 class FollowingLog(Log):
     """A Log that knows whether it follows the end; ``n``/``N`` walk the search matches."""
 
+    HELP_TITLE = "in the log pane"
     BINDINGS = [
         Binding("end", "follow", "Follow", show=False),
         Binding("n", "next_match", "Next match", show=False),

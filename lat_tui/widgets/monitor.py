@@ -15,6 +15,7 @@ from textual.widgets import Sparkline, Static
 
 from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot
+from lat_core.text import fmt_bytes
 from lat_tui import fmt
 from lat_tui.poll import GpuHistory
 from lat_tui.widgets.quiet import set_content, set_data
@@ -37,8 +38,10 @@ class GpuRow(Horizontal):
 
     def compose(self) -> ComposeResult:
         gpu, history, colors = self._latest or (None, [], {})
-        yield Static(gpu_line(gpu, colors) if gpu else "", classes="gpu-text")
-        yield Sparkline(history or [0.0], summary_function=max, classes="gpu-history")
+        self._text = Static(gpu_line(gpu, colors) if gpu else "", classes="gpu-text")
+        self._sparkline = Sparkline(history or [0.0], summary_function=max, classes="gpu-history")
+        yield self._text
+        yield self._sparkline
 
     def show(self, gpu: GpuInfo, history: list[float], colors: dict[str, str]) -> None:
         """Updates the children where they exist, else ``compose`` starts from this sample: either
@@ -46,11 +49,11 @@ class GpuRow(Horizontal):
         self._latest = (gpu, history, colors)
         if not self.children:
             return
-        set_content(self.query_one(".gpu-text", Static), gpu_line(gpu, colors))
+        set_content(self._text, gpu_line(gpu, colors))
         now = time.monotonic()
         if now - self._drawn_at >= HISTORY_REDRAW_S:  # a minute's history moves little in a second
             self._drawn_at = now
-            set_data(self.query_one(Sparkline), history or [0.0])
+            set_data(self._sparkline, history or [0.0])
 
 
 class MonitorPanel(Vertical):
@@ -143,7 +146,8 @@ def host_line(host: HostSnapshot, colors: dict[str, str]) -> Text:
     _append_bar(text, fraction, colors)
     text.append(f" {fmt.gib(host.ram_used, host.ram_total):>9}")
     if host.swap_total:
-        text.append(f" · swap {fmt.size(host.swap_used) or '0'}/{fmt.size(host.swap_total)}")
+        used, total = fmt_bytes(host.swap_used, compact=True), fmt_bytes(host.swap_total, compact=True)
+        text.append(f" · swap {used or '0'}/{total}")
     text.append(f" · load {host.load1:.1f}/{host.cpu_count}")
     return text
 

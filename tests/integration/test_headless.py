@@ -52,7 +52,7 @@ def test_a_failed_job_gives_exit_code_1_and_is_named(tmp_path, configs, capsys):
     assert code == 1, text
     assert "1/2 jobs succeeded" in text
     failed_line = next(l for l in text.splitlines() if l.strip().startswith("failed:"))
-    assert "tiny-sst2_seed3/broken" in failed_line and "no_such_proj" in failed_line
+    assert "broken 3:tiny-sst2" in failed_line and "no_such_proj" in failed_line  # named as in the TUI
 
 
 def test_invalid_plan_exits_2_and_starts_nothing(tmp_path, configs, capsys):
@@ -91,12 +91,35 @@ def test_status_prints_the_latest_run_and_restarts_its_dead_engine(tmp_path, cap
                              "dataset": "d", "job_dir": str(tmp_path), "argv": ["x"], "env": {}}])
     assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
     text = capsys.readouterr().out
-    assert f"run {run_id}: countdown; engine restarted" in text and "d_seed1/a" in text and "queued" in text
+    assert f"run {run_id}: countdown; engine restarted" in text and "a 1:d" in text and "queued" in text
     store.add_command(run_id, "cancel_run")
     deadline = time.time() + 60
     while EngineLock(tmp_path / "state").is_held():
         assert time.time() < deadline, "the restarted engine did not exit after the cancel"
         time.sleep(0.2)
+
+
+def test_status_names_jobs_as_the_tui_does(tmp_path, capsys):
+    """Model, config, seed and dataset from the one column spec (lat_tui/columns.py), not the key."""
+    from lat_tui.columns import job_name
+
+    store = open_store(tmp_path / "state")
+    run_id = store.create_run("p", str(tmp_path), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}], 0.0)
+    job_dir = tmp_path / "tiny-sst2_seed1" / "tiny_lora"
+    job_dir.mkdir(parents=True)
+    (job_dir / "job.yaml").write_text("model: {family: mamba}\n")
+    (job_id,) = store.add_jobs(run_id, [{"key": "tiny-sst2_seed1/tiny_lora", "suite": "s", "round": 1,
+                                         "stem": "tiny_lora", "seed": 1, "dataset": "tiny-sst2",
+                                         "job_dir": str(job_dir), "argv": ["x"], "env": {}}])
+    store.set_job_state(job_id, "failed", returncode=1, error="exit 1", attempts=1)
+    store.set_run_state(run_id, "finished")
+    assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
+    text = capsys.readouterr().out
+    assert "tiny-sst2_seed1/tiny_lora" not in text
+    row = next(line for line in text.splitlines() if line.startswith(str(job_id) + " "))
+    assert "mamba/tiny_lora 1:tiny-sst2" in row and "failed" in row
+    assert f"  {job_id} mamba/tiny_lora 1:tiny-sst2: exit 1" in text
+    assert job_name(store.job(job_id), "mamba") == "mamba/tiny_lora 1:tiny-sst2"  # the TUI's name
 
 
 @pytest.mark.slow

@@ -200,7 +200,7 @@ async def test_job_names_say_model_config_seed_and_dataset(make_app, journal, tm
 
 def test_job_names_shrink_config_first_and_drop_the_model_last():
     from lat_core.rows import JobRow
-    from lat_tui.widgets.job_table import job_name
+    from lat_tui.columns import job_name
 
     job = JobRow(id=1, run_id=1, seq=1, key="k", suite="s", round=1, stem="gla_lora_r8_qkvo", seed=3,
                  dataset="glue-tvt_sst2", job_dir="/x", argv=[], env={}, state="queued", device=None, attempts=0,

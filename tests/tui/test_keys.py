@@ -123,3 +123,41 @@ async def test_requeue_of_a_failed_job_with_checkpoints_offers_resume(make_app, 
         await pilot.press("up", "r", "f")
     assert verbs(journal, run_id) == [("requeue", first, {"start": "resume"}), ("requeue", second, {}),
                                       ("requeue", first, {"start": "fresh"})]
+
+
+def screen_classes() -> list[type]:
+    """Every screen the project defines (each module of lat_tui.screens, imported)."""
+    import importlib
+    import pkgutil
+
+    import lat_tui.screens
+    from textual.screen import Screen
+
+    found = []
+    for module_info in pkgutil.iter_modules(lat_tui.screens.__path__):
+        module = importlib.import_module(f"lat_tui.screens.{module_info.name}")
+        found += [cls for cls in vars(module).values()
+                  if isinstance(cls, type) and issubclass(cls, Screen) and cls.__module__ == module.__name__]
+    return found
+
+
+def test_every_screen_has_a_help_title_of_its_own():
+    classes = screen_classes()
+    assert {"DashboardScreen", "PlanScreen", "HelpScreen"} <= {cls.__name__ for cls in classes}
+    for cls in classes:
+        title = vars(cls).get("HELP_TITLE")
+        assert title and cls.__name__ not in title, cls
+        doc = (cls.__doc__ or "").strip().splitlines()
+        assert not doc or title != doc[0].rstrip("."), cls  # written for the user, not the docstring
+
+
+async def test_help_is_headed_by_the_screens_title(make_app, journal, tmp_path):
+    make_run(journal, tmp_path / "out")
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await on_dashboard(pilot, app)
+        await pilot.press("question_mark")
+        text = help_text(app)
+        assert text.startswith(DashboardScreen.HELP_TITLE + "\n")
+        assert "in the log pane\n" in text  # a widget's keys under its user-facing title too
+        assert "DashboardScreen" not in text and "FollowingLog" not in text

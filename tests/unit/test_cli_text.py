@@ -2,6 +2,7 @@
 summary of a re-run whose jobs had succeeded before, the shared job table."""
 
 import io
+import re
 
 from lat_core.client import Client
 from lat_core.service import open_store
@@ -40,14 +41,19 @@ def test_a_rerun_whose_jobs_succeeded_before_says_so(tmp_path):
     assert "2/2 jobs succeeded (2 had succeeded in an earlier run and were not rerun" in text
     table = text.strip().splitlines()[:3]
     assert table[0].split() == [c.header for c in JOB_COLUMNS]
-    assert all(len(row.split()) == len(JOB_COLUMNS) for row in table)  # no empty column: "-" fills
+    assert all(len(cells(row)) == len(JOB_COLUMNS) for row in table)  # no empty column: "-" fills
 
 
 def test_plain_table_has_the_job_id_first(tmp_path):
     store = open_store(tmp_path / "state")
     run_id = store.create_run("p", str(tmp_path), [{"id": "cpu", "slots": 1, "env": {}}], 0)
     ids = store.add_jobs(run_id, [job_record(tmp_path, "a")])
-    assert plain_table(store.jobs(run_id)).splitlines()[1].split()[:3] == [str(ids[0]), "a", "queued"]
+    assert cells(plain_table(store.jobs(run_id)).splitlines()[1])[:3] == [str(ids[0]), "a 1:d", "queued"]
+
+
+def cells(row: str) -> list[str]:
+    """A plain table's row split at its column gaps (two spaces or more; a job's name has one)."""
+    return re.split(r" {2,}", row.strip())
 
 
 def test_json_views_round_trip_and_take_enum_states(tmp_path):
@@ -68,3 +74,16 @@ def test_json_views_round_trip_and_take_enum_states(tmp_path):
     document = json.loads(dumps({"job": view}))
     assert document["schema"] == 1 and document["job"]["state"] == "running"
     assert from_json(JobView, document["job"]) == view and view.elapsed == 60.0
+
+
+def test_a_requeued_job_shows_no_clock_while_it_waits(tmp_path):
+    """Its last attempt's start stays in the journal; the time column ticked on from it (02:30 for a
+    job queued again)."""
+    import time
+
+    store = open_store(tmp_path / "state")
+    run_id = store.create_run("p", str(tmp_path), [{"id": "cpu", "slots": 1, "env": {}}], 0)
+    (job_id,) = store.add_jobs(run_id, [job_record(tmp_path, "a")])
+    store.set_job_state(job_id, "queued", started=time.time() - 150, attempts=1)
+    row = cells(plain_table(store.jobs(run_id)).splitlines()[1])
+    assert row[2] == "queued" and row[4] == "-"

@@ -59,3 +59,19 @@ def test_without_proc_the_parents_come_from_psutil(monkeypatch):
     assert os.getpid() in from_psutil and from_psutil[os.getpid()] == os.getppid()
     stable = set(from_proc) & set(from_psutil)  # processes may come and go between the two listings
     assert len(stable) > 1 and all(from_proc[p] == from_psutil[p] for p in stable)
+
+
+def test_a_forked_trainers_inherited_memory_is_not_counted():
+    tree = subprocess.Popen([sys.executable, "-c", PARENT])
+    try:
+        wait_for_child(tree.pid)
+        whole = job_usage({1: tree.pid}, GpuSnapshot(()))[1].rss_bytes
+        inherited = 48 << 20
+        less = job_usage({1: tree.pid}, GpuSnapshot(()), inherited={1: inherited})[1].rss_bytes
+        assert abs(whole - inherited - less) < (8 << 20)  # the tree's memory less what it had at fork
+        assert job_usage({1: tree.pid}, GpuSnapshot(()), inherited={1: whole * 2})[1].rss_bytes == 0
+    finally:
+        for child in psutil.Process(tree.pid).children(recursive=True):
+            child.kill()
+        tree.kill()
+        tree.wait()

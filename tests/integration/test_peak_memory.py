@@ -1,0 +1,95 @@
+"""One definition of a job's peak memory (its trainer's process tree, as the engine samples it),
+shown the same in status, show and the results tables; a warm-started job is not charged the
+preloaded process's memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from lat_core.job_files import read_peak_usage
+from lat_core.results import aggregate
+from tests.conftest import fake_job
+from tests.integration.test_engine import drain, make_run
+
+ROOT = Path(__file__).resolve().parents[2]
+HELD = 96 << 20
+CLAIMED = 1 << 30  # what the trainer's own event says (ru_maxrss: inherited over fork, or any other number)
+
+TRAINER = textwrap.dedent(f"""
+    import json, time
+    lines = [{{"event": "started", "config": "mem", "data": "glue-tvt_sst2", "seed": 1}},
+             {{"event": "eval", "step": 10, "split": "validation", "metrics": {{"accuracy": 0.5}}}},
+             {{"event": "checkpoint", "step": 10, "path": "checkpoint-10"}},
+             {{"event": "memory", "peak_rss_bytes": {CLAIMED}, "peak_gpu_bytes": 0}},
+             {{"event": "finished", "status": "ok", "steps": 10}}]
+    with open("events.jsonl", "w") as fh:
+        fh.writelines(json.dumps({{"t": time.time(), **line}}) + "\\n" for line in lines)
+    held = bytearray({HELD})
+    held[::4096] = b"x" * len(held[::4096])
+    time.sleep(1.5)
+""")
+
+
+def lat(state: Path, *args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(state)}
+    out = subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_status_show_and_results_show_the_engines_peak(tmp_path):
+    job = fake_job(tmp_path, "mem")
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    job["argv"] = [sys.executable, str(script)]
+    store, run_id = make_run(tmp_path, [job])
+    drain(store, sample_every_s=0.1)
+    done = store.jobs(run_id)[0]
+    assert done.state == "succeeded" and HELD <= done.peak_rss < CLAIMED
+    state = tmp_path / "state"
+    assert lat(state, "status", "--json")["jobs"][0]["peak_rss"] == done.peak_rss
+    assert lat(state, "show", str(done.id), "--json")["job"]["peak_rss"] == done.peak_rss
+    assert read_peak_usage(Path(done.job_dir)).rss_bytes == done.peak_rss
+    (result,) = aggregate(tmp_path / "out").results
+    assert result.peak_rss_bytes == done.peak_rss and not result.peak_gpu_bytes
+
+
+def test_a_forked_job_that_dies_at_once_is_not_charged_the_preloaded_process(tmp_path):
+    """Before: its peak was the kernel's ru_maxrss, inherited over fork (the preloaded process's,
+    306M in the issue); now the engine's measure less what the trainer inherited at fork."""
+    import psutil
+
+    from lat_core.engine.loop import Engine
+    from lat_core.store import Store
+    from tests.integration.test_warm_start import MARK
+    from tests.integration.test_warm_start import drain as drain_warm
+
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    store = Store(tmp_path / "state" / "journal.sqlite")
+    run_id = store.create_run("suites: [t]", str(tmp_path), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}], 0.0)
+    argv = [sys.executable, "-m", "lat_core.train", "--cfg", str(job_dir / "missing.yaml")]
+    store.add_jobs(run_id, [{"key": "bad", "suite": "t", "round": 1, "stem": "bad", "seed": 1,
+                             "dataset": "tiny-sst2", "job_dir": str(job_dir), "argv": argv, "env": {}}])
+    engine = Engine(store, sample_every_s=0.05)
+    preloaded = []
+
+    def note_preloaded():  # the preloaded process's memory, while it is there
+        preloaded.extend(p.memory_info().rss for p in psutil.process_iter(["cmdline"])
+                         if "lat_core.train.warm" in (p.info["cmdline"] or [])
+                         and str(tmp_path) in " ".join(p.info["cmdline"]))
+
+    engine_tick = engine.tick
+    engine.tick = lambda: (note_preloaded(), engine_tick())[1]
+    drain_warm(engine, timeout=120)
+    job = store.jobs(run_id)[0]
+    assert MARK in (job_dir / "train.log").read_text() and job.state == "failed"
+    assert preloaded and max(preloaded) > 150 << 20  # torch, transformers and peft imported
+    assert (job.peak_rss or 0) < 64 << 20  # the job's own: a trainer that failed at its first line
+    assert read_peak_usage(job_dir).rss_bytes == job.peak_rss
