@@ -79,8 +79,9 @@ def fake_jobs(n: int, workdir: Path, sleep: float) -> list[dict]:
         job_dir = workdir / "out" / name
         job_dir.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, str(FAKE_TRAINER), "--sleep", str(sleep), "--record", str(record), "--name", name]
+        # a plan's jobs carry their model family in the journal (status names jobs by it)
         jobs.append({"key": name, "suite": "t", "round": 1, "stem": name, "seed": 1, "dataset": "tiny-sst2",
-                     "job_dir": str(job_dir), "argv": argv, "env": {}})
+                     "job_dir": str(job_dir), "argv": argv, "env": {}, "family": "gla"})
     return jobs
 
 
