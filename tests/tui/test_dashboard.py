@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -17,7 +18,9 @@ PLAN_YAML = "suites: [{name: demo, rounds: all}]\npairs: ['1:tiny-sst2']\nenv: {
 
 
 def make_run(store, root: Path, keys=("tiny-sst2_seed1/a", "tiny-sst2_seed2/a"), countdown: float = 0.0):
-    run_id = store.create_run(PLAN_YAML, str(root), [{"id": "cpu", "label": "cpu", "slots": 2, "env": {}}],
+    # a real run's saved plan names its output root: jobs added to it go there, not to ./runs
+    plan_yaml = f"{PLAN_YAML}output_root: {json.dumps(str(root))}\n"
+    run_id = store.create_run(plan_yaml, str(root), [{"id": "cpu", "label": "cpu", "slots": 2, "env": {}}],
                               time.time() + countdown)
     jobs = []
     for n, key in enumerate(keys, start=1):
