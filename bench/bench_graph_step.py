@@ -1,7 +1,7 @@
 """One small job alone: milliseconds per optimizer step, eager (today's trainer) against the new
 speed modes, in one call.
 
-    python bench/bench_graph_step.py [--steps 60] [--data tiny|long] [--sides eager,pack,graphs]
+    python bench/bench_graph_step.py [--steps 60] [--data tiny|long] [--sides eager,graphs,pack]
 
 The job is gla_rank_sweep's LoRA r8 q/k/v/o config on the GLA-1.3B architecture with random weights
 (bench_suite_throughput.MODEL_1B3), its hyperparameters unchanged (batch 8 x accumulation 2, seq 256,
@@ -34,14 +34,14 @@ from bench.bench_suite_throughput import MODEL_1B3  # noqa: E402
 from bench.suite_data import write_sst2  # noqa: E402
 
 CONFIG = ROOT / "configs/experiments/gla13b/rank/lora_qkvo_r8_a16.yaml"
-SIDES = {"eager": {"graphs": False, "pack": False}, "pack": {"graphs": False, "pack": "auto"},
+SIDES = {"eager": {"graphs": False, "pack": False}, "pack": {"graphs": False, "pack": True},
          "graphs": {"graphs": "auto", "pack": "auto"}}
 LOG_EVERY, FROM_STEP = 10, 20
 
 
-def job_file(out: Path, side: str, steps: int, data: str) -> Path:
+def job_file(out: Path, side: str, steps: int, data: str, dtype: str) -> Path:
     raw = yaml.safe_load(CONFIG.read_text())
-    raw["model"].update(MODEL_1B3)
+    raw["model"].update(MODEL_1B3, dtype=dtype)
     raw["train"].update(max_steps=steps, eval_every=steps, save_every=steps, log_every=LOG_EVERY,
                         warmup_steps=0, **SIDES[side])
     raw.update(name=side, data=data, output_dir=str(out / side), resolved=True)
@@ -51,13 +51,17 @@ def job_file(out: Path, side: str, steps: int, data: str) -> Path:
     return path
 
 
-def run_side(out: Path, side: str, steps: int, data: str, env: dict) -> dict:
-    path = job_file(out, side, steps, data)
-    done = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(path), "--overwrite"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    (out / side / "stdout.log").write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        return {"side": side, "error": (done.stdout + done.stderr)[-1500:]}
+def run_side(out: Path, side: str, steps: int, data: str, env: dict, timeout: float, dtype: str) -> dict:
+    path = job_file(out, side, steps, data, dtype)
+    log = out / side / "stdout.log"
+    with log.open("w") as fh:   # streamed, so a side stopped at its timeout still shows how far it got
+        try:
+            rc = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(path), "--overwrite"],
+                                cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = f"timeout after {timeout} s"
+    if rc != 0:
+        return {"side": side, "error": f"{rc}: {log.read_text()[-1500:]}"}
     events = [json.loads(line) for line in (out / side / "events.jsonl").read_text().splitlines() if line.strip()]
     steps_ev = [e for e in events if e["event"] == "step"]
     mid = [e for e in steps_ev if e["step"] >= FROM_STEP]
@@ -79,8 +83,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--data", choices=["tiny", "long"], default="tiny")
-    parser.add_argument("--sides", default="eager,pack,graphs")
+    parser.add_argument("--sides", default="eager,graphs,pack")
     parser.add_argument("--out", default="/tmp/lat-graph-step")
+    parser.add_argument("--side-timeout", type=float, default=600)
+    parser.add_argument("--dtype", default="bfloat16",
+                        help="float32 separates layout/graph differences from bf16 rounding in the loss check")
     parser.add_argument("--json")
     args = parser.parse_args()
     out = Path(args.out)
@@ -91,7 +98,7 @@ def main() -> None:
         data = "glue-tvt_sst2"
     rows = []
     for side in args.sides.split(","):
-        rows.append(run_side(out, side, args.steps, data, env))
+        rows.append(run_side(out, side, args.steps, data, env, args.side_timeout, args.dtype))
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "losses"}), flush=True)
     eager = next((r for r in rows if r["side"] == "eager" and "error" not in r), None)
     for r in rows:

@@ -128,9 +128,10 @@ class TrainSection(_Section):
     report_to: Annotated[list[str], _kind(V.TRACKER_LIST)] = Field(default_factory=list)  # [] = none
     # CUDA graphs for the training step (lat_core/train/graphs.py): auto captures where it can and
     # says why not elsewhere; false runs the eager step. pack: padding-free packing of a micro-batch
-    # into one row through fla's varlen path (eager steps of GLA only). README "Trainer speed modes".
+    # into one row through fla's varlen path (eager steps of GLA only; auto: on the CPU, where it
+    # wins; true: also on a GPU, where it measured slower). README "Trainer speed modes".
     graphs: Annotated[AutoOrFalse, _kind(V.AUTO_OR_FALSE)] = "auto"
-    pack: Annotated[AutoOrFalse, _kind(V.AUTO_OR_FALSE)] = "auto"
+    pack: Annotated[Union[Literal["auto"], bool], _kind(V.AUTO_OR_BOOL)] = "auto"
 
 
 class EvalSection(_Section):

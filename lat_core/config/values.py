@@ -118,6 +118,17 @@ def _auto_or_false(value):
 # to compare with, or to run, the plain eager trainer (train.graphs, train.pack).
 AUTO_OR_FALSE = Kind("auto or false", lambda v: _auto_or_false(v) in ("auto", False), normalise=_auto_or_false)
 
+
+def _auto_or_bool(value):
+    if isinstance(value, str) and value.strip().lower() in ("true", "on", "yes", "1"):
+        return True
+    return _auto_or_false(value)
+
+
+# train.pack also takes true: packing where it runs but loses by default (the GPU), to compare
+AUTO_OR_BOOL = Kind("auto, true or false", lambda v: _auto_or_bool(v) in ("auto", True, False),
+                    normalise=_auto_or_bool)
+
 TRACKERS = ("none", "tensorboard", "wandb", "swanlab")
 
 

@@ -99,6 +99,9 @@ def resolve_modes(cfg: JobConfig, device: torch.device, world: int) -> SpeedMode
         pack, pack_why = False, "graphs on: a graph replays fixed shapes, a packed row changes every step"
     elif cfg.model.family != "gla":
         pack, pack_why = False, f"{cfg.model.family} has no varlen path here"
+    elif t.pack == "auto" and device.type == "cuda":
+        pack, pack_why = False, (f"auto: on {device.type} a packed step measured slower than the padded one "
+                                 "(bench/RESULTS.md, 2026-11-23); train.pack: true packs anyway")
     else:
         pack, pack_why = True, "one row per micro-batch, fla varlen (cu_seqlens)"
     return SpeedModes(graphs, graphs_why, pack, pack_why)

@@ -27,12 +27,12 @@ def _close(a: dict, b: dict, rel: float):
 def test_graphed_matches_eager_and_packed(tmp_path, capfd):
     eager = _run(tmp_path, "eager", graphs=False, pack=False)
     graphed = _run(tmp_path, "graphed")
-    packed = _run(tmp_path, "packed", graphs=False)
+    packed = _run(tmp_path, "packed", graphs=False, pack=True)
     out = capfd.readouterr().out
     assert graphed[0]["graphs"]["on"] and not graphed[0]["pack"]["on"]
     assert not eager[0]["graphs"]["on"] and eager[0]["graphs"]["why"] == "train.graphs: false"
     assert packed[0]["pack"]["on"] and not packed[0]["graphs"]["on"]
-    assert "captured the training step at width 16" in out and "at width 32" in out
+    assert "graphs: captured the training step at width" in out
     _close(losses(eager), losses(graphed), 1e-3)
     _close(losses(eager), losses(packed), 1e-3)
     evals = {name: [e["metrics"]["loss"] for e in evs if e["event"] == "eval"]

@@ -35,8 +35,14 @@ def test_plan_env_reaches_the_trainer(configs, tmp_path):
     assert (cfg.train.graphs, cfg.train.pack) == (False, False)
 
 
-@pytest.mark.parametrize("value", [True, "yes please", 1])
-def test_bad_value_names_the_field(tmp_path, value):
+@pytest.mark.parametrize("field, value, expected", [("graphs", True, "auto or false"), ("graphs", "yes please", "auto or false"),
+                                                     ("graphs", 1, "auto or false"), ("pack", "sometimes", "auto, true or false")])
+def test_bad_value_names_the_field(tmp_path, field, value, expected):
     with pytest.raises(TrainConfigError) as err:
-        parse_config({"data": "tiny-sst2", "output_dir": str(tmp_path), "train": {"graphs": value}}, environ={})
-    assert err.value.field == "train.graphs" and "auto or false" in str(err.value)
+        parse_config({"data": "tiny-sst2", "output_dir": str(tmp_path), "train": {field: value}}, environ={})
+    assert err.value.field == f"train.{field}" and expected in str(err.value)
+
+
+def test_pack_true(tmp_path):
+    cfg = parse_config({"data": "tiny-sst2", "output_dir": str(tmp_path), "train": {"pack": True}}, environ={})
+    assert cfg.train.pack is True

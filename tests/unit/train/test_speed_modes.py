@@ -153,7 +153,10 @@ def test_modes_and_why_not(tmp_path):
     for sections, why in cases:
         modes = resolve_modes(_cfg(tmp_path, **sections), gpu, 1)
         assert not modes.graphs and why in modes.graphs_why, (sections, modes)
-        assert modes.pack
+        assert not modes.pack and "measured slower" in modes.pack_why
+        assert resolve_modes(_cfg(tmp_path, train={**sections.get("train", {}), "pack": True},
+                                  **{k: v for k, v in sections.items() if k != "train"}), gpu, 1).pack
+    assert not resolve_modes(_cfg(tmp_path, train={"pack": True}), gpu, 1).pack   # graphs win
     assert "torchrun" in resolve_modes(_cfg(tmp_path), gpu, 2).graphs_why
     mamba = resolve_modes(_cfg(tmp_path, src=MAMBA), gpu, 1)
     assert not mamba.graphs and "GLA" in mamba.graphs_why and not mamba.pack
