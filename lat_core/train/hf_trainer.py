@@ -6,7 +6,9 @@ torchrun/accelerate device handling and the report_to integrations; what it cann
 project's label-token loss, its seeded per-step data order, its resume-by-step (the batches of a
 resumed run equal those of an uninterrupted one), its generation/classification evaluation and
 its checkpoint layout (checkpoint-N/ read by results/scan.py and --resume).  Each override below
-is one of those.  Events and log lines come from callbacks.py.
+is one of those.  Events and log lines come from callbacks.py.  With train.graphs on, the forward
+and backward of training_step and the optimizer's step replay CUDA graphs (graphs.py); the
+Trainer's loop around them stays as it is.
 """
 from __future__ import annotations
 
