@@ -9,14 +9,19 @@ except a fixed number of optimizer steps, on the shipped SST-2 sample (short GLU
 named by TRITON_CACHE_DIR:
 
 1. ``old``: the seeds' scripts: 3 jobs per GPU in rounds with a barrier, gradient checkpointing on;
-2. ``lat``: ``lat-tui --plan`` with LAT's defaults (``slots: auto``, memory-aware admission, no
-   barrier, checkpointing off);
-3. ``lat+mps`` (``--mps``): the same plan with ``mps: true`` (the engine's jobs are clients of a
-   private CUDA MPS daemon).
+2. ``lat-eager``: ``lat-tui --plan`` with LAT's defaults before issue 17 (``slots: auto``,
+   memory-aware admission, no barrier, checkpointing off) and ``train: {graphs: false, pack:
+   false}``: the eager trainer;
+3. ``lat``: the same plan with today's defaults (``graphs: auto``: CUDA graphs where the step can
+   be captured, packing where it cannot);
+4. ``lat+mps`` (``--mps``): ``lat`` with ``mps: true`` (the engine's jobs are clients of a private
+   CUDA MPS daemon).
 
-Prints wall time, trained tokens/s, the GPU's peak used memory and the ratio to ``old``, and checks
-every job's loss curve against the same job under ``old`` (one process per job there, so each
-ran alone as far as its numbers are concerned).
+Prints wall time, trained tokens/s over the whole wall time and in the steady state (the window in
+which every job of the side is training: from the last job's first step event to the first job's
+last one), the GPU's peak used memory and the ratio to ``old``, and checks every job's loss curve
+against the same job under ``old`` (one process per job there, so each ran alone as far as its
+numbers are concerned) or, without ``old``, under ``lat-eager``.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ def plan_mapping(args, side: str, out: Path, data: Path | None, extra_env: dict)
                                                        "save_every": steps, "log_every": 1}}}
     if side == "old":
         mapping["slots"] = 3
+    if side in ("old", "lat-eager"):   # the trainer before issue 17
+        mapping["overrides"]["train"].update(graphs=False, pack=False)
     if args.gpu < 0:
         mapping["overrides"]["train"]["max_seq_len"] = 32
         mapping["overrides"]["model"]["dtype"] = "float32"
@@ -121,7 +128,8 @@ def run_side(args, side: str, out: Path, data: Path | None) -> dict:
         peak = sampler.stop()
     tokens = sum(_trained_tokens(Path(d)) for d in jobs)
     return {"side": side, "jobs": len(jobs), "wall_s": round(wall, 1), "tokens": tokens,
-            "tokens_per_s": round(tokens / wall), "gpu_peak_used_gib": round(peak / 2**30, 1),
+            "tokens_per_s": round(tokens / wall), **steady_state([Path(d) for d in jobs]),
+            "gpu_peak_used_gib": round(peak / 2**30, 1),
             "job_dirs": jobs, "losses": {Path(d).name: _losses(Path(d)) for d in jobs}}
 
 
@@ -186,6 +194,23 @@ def _trained_tokens(job_dir: Path) -> int:
     return started["max_steps"] * started["effective_batch_size"] * config["train"]["max_seq_len"]
 
 
+def steady_state(job_dirs: list[Path]) -> dict:
+    """Trained tokens/s while every job trains: the window from the latest first step event to the
+    earliest last one (a step event's ``tokens`` were trained since the job's previous event, so a
+    job's first event inside the window is left out).  Step events every step (log_every 1) make the
+    window exact to a step."""
+    steps = {d: [e for e in _events(d) if e.get("event") == "step" and "tokens" in e] for d in job_dirs}
+    steps = {d: s for d, s in steps.items() if len(s) >= 2}
+    if len(steps) != len(job_dirs):
+        return {"steady_tokens_per_s": None, "steady_window_s": 0}
+    start = max(s[0]["t"] for s in steps.values())
+    end = min(s[-1]["t"] for s in steps.values())
+    if end - start <= 0:   # the jobs never all trained at once (e.g. rounds with a barrier)
+        return {"steady_tokens_per_s": None, "steady_window_s": 0}
+    tokens = sum(e["tokens"] for s in steps.values() for e in s if start < e["t"] <= end)
+    return {"steady_tokens_per_s": round(tokens / (end - start)), "steady_window_s": round(end - start, 1)}
+
+
 def compare_losses(reference: dict, other: dict) -> dict:
     """Largest relative difference between matching jobs' per-step losses."""
     worst, worst_job = 0.0, None
@@ -210,12 +235,12 @@ def main() -> None:
                              "long: synthetic SST-2 files whose examples all fill max_seq_len")
     parser.add_argument("--out", default="/tmp/lat-suite-bench")
     parser.add_argument("--mps", action="store_true", help="also run LAT's side under a private CUDA MPS daemon")
-    parser.add_argument("--sides", default="", help="comma-separated subset of old,lat,lat+mps")
+    parser.add_argument("--sides", default="", help="comma-separated subset of old,lat-eager,lat,lat+mps")
     parser.add_argument("--json")
     args = parser.parse_args()
     out = Path(args.out)
     data = write_sst2(out / "glue") if args.data == "long" else None
-    sides = args.sides.split(",") if args.sides else ["old", "lat"] + (["lat+mps"] if args.mps else [])
+    sides = args.sides.split(",") if args.sides else ["old", "lat-eager", "lat"] + (["lat+mps"] if args.mps else [])
     results = []
     for side in sides:
         print(f"== {side}", flush=True)
@@ -223,10 +248,12 @@ def main() -> None:
         row = {k: v for k, v in results[-1].items() if k not in ("losses", "job_dirs")}
         print(json.dumps(row), flush=True)
     old = next((r for r in results if r["side"] == "old"), None)
+    ref = old or next((r for r in results if r["side"] == "lat-eager"), None)
     for r in results:
         if old is not None and r is not old and "wall_s" in r:
             r["speedup_vs_old"] = round(old["wall_s"] / r["wall_s"], 2)
-            r["loss_check_vs_old"] = compare_losses(old, r)
+        if ref is not None and r is not ref and "wall_s" in r:
+            r[f"loss_check_vs_{ref['side']}"] = compare_losses(ref, r)
     summary = [{k: v for k, v in r.items() if k not in ("losses", "job_dirs")} for r in results]
     print(json.dumps(summary, indent=1))
     if args.json:

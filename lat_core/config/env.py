@@ -65,6 +65,8 @@ ENV_FIELDS: dict[str, EnvField] = {
     "DATALOADER_PERSISTENT_WORKERS": EnvField("train.persistent_workers", V.BOOLEAN),
     "DATALOADER_PREFETCH_FACTOR": EnvField("train.prefetch_factor", V.POSITIVE_INT),
     "REPORT_TO": EnvField("train.report_to", V.TRACKER_LIST),
+    "LAT_JOB_GRAPHS": EnvField("train.graphs", V.AUTO_OR_FALSE),
+    "LAT_JOB_PACK": EnvField("train.pack", V.AUTO_OR_BOOL),
     "HP_PEFT_R": EnvField("peft.r", V.POSITIVE_INT),
     "HP_PEFT_ALPHA": EnvField("peft.alpha", V.NUMBER),
     "HP_PEFT_DROPOUT": EnvField("peft.dropout", V.RATIO),

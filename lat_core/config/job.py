@@ -56,6 +56,7 @@ NonNegInt = Annotated[int, _kind(V.NONNEG_INT)]
 PosNumber = Annotated[float, _kind(V.POSITIVE_NUMBER)]
 Ratio = Annotated[float, _kind(V.RATIO)]
 Names = Annotated[list[str], _kind(V.NAMES)]
+AutoOrFalse = Union[Literal["auto"], Literal[False]]
 
 
 class _Section(BaseModel):
@@ -125,6 +126,12 @@ class TrainSection(_Section):
     # newest checkpoints kept besides the best one; null keeps all
     save_total_limit: Annotated[Optional[int], _kind(V.POSITIVE_INT, optional=True)] = 1
     report_to: Annotated[list[str], _kind(V.TRACKER_LIST)] = Field(default_factory=list)  # [] = none
+    # CUDA graphs for the training step (lat_core/train/graphs.py): auto captures where it can and
+    # says why not elsewhere; false runs the eager step. pack: padding-free packing of a micro-batch
+    # into one row through fla's varlen path (eager steps of GLA only; auto: on the CPU, where it
+    # wins; true: also on a GPU, where it measured slower). README "Trainer speed modes".
+    graphs: Annotated[AutoOrFalse, _kind(V.AUTO_OR_FALSE)] = "auto"
+    pack: Annotated[Union[Literal["auto"], bool], _kind(V.AUTO_OR_BOOL)] = "auto"
 
 
 class EvalSection(_Section):

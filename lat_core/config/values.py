@@ -114,6 +114,27 @@ LOGITS_TO_KEEP = Kind("auto, 0/all or an integer >= 0 (the last N positions)",
                       lambda v: _logits_to_keep(v) == "auto" or NONNEG_INT.accepts(_logits_to_keep(v)),
                       normalise=_logits_to_keep)
 
+def _auto_or_false(value):
+    if isinstance(value, str) and value.strip().lower() in ("auto", "false", "off", "no", "0"):
+        return "auto" if value.strip().lower() == "auto" else False
+    return value
+
+
+# A speed mode that the trainer turns on where it can (``auto``) or that a user turns off (``false``)
+# to compare with, or to run, the plain eager trainer (train.graphs, train.pack).
+AUTO_OR_FALSE = Kind("auto or false", lambda v: _auto_or_false(v) in ("auto", False), normalise=_auto_or_false)
+
+
+def _auto_or_bool(value):
+    if isinstance(value, str) and value.strip().lower() in ("true", "on", "yes", "1"):
+        return True
+    return _auto_or_false(value)
+
+
+# train.pack also takes true: packing where it runs but loses by default (the GPU), to compare
+AUTO_OR_BOOL = Kind("auto, true or false", lambda v: _auto_or_bool(v) in ("auto", True, False),
+                    normalise=_auto_or_bool)
+
 TRACKERS = ("none", "tensorboard", "wandb", "swanlab")
 
 

@@ -25,12 +25,14 @@ class LatRun:
     the evaluation and checkpoint writers in the project's formats."""
 
     def __init__(self, cfg, events, *, tokenizer, ds, splits, extra_tests, train_ex, label_ids, pad_id,
-                 loader_cfg, lr_of, start_step, best, main_metric, optimizer, debug, is_main, scores=None):
+                 loader_cfg, lr_of, start_step, best, main_metric, optimizer, debug, is_main, scores=None,
+                 layout=None):
         self.cfg, self.events, self.tokenizer, self.ds = cfg, events, tokenizer, ds
         self.splits, self.extra_tests, self.train_ex = splits, extra_tests, train_ex
         self.label_ids, self.pad_id, self.loader_cfg, self.lr_of = label_ids, pad_id, loader_cfg, lr_of
         self.start_step, self.best, self.main_metric = start_step, best, main_metric
         self.optimizer, self.debug, self.is_main = optimizer, debug, is_main
+        self.layout = layout   # data.Layout of the training micro-batches (graphs.layout_for)
         self.last_eval: list[tuple[str, dict]] = []
         self.last_checkpoint = None
         # validation main metric by step (kept across resumes): picks the best checkpoint to keep
@@ -43,7 +45,7 @@ class LatRun:
         from .hf_trainer import world_size
         tr, w = self.cfg.train, world_size()
         return D.train_loader(self.train_ex, self.loader_cfg, tr.batch_size, tr.grad_accum, self.cfg.seed,
-                              self.start_step * w, tr.max_steps * w, self.pad_id)
+                              self.start_step * w, tr.max_steps * w, self.pad_id, self.layout)
 
     def evaluate(self, model, step: int) -> list[tuple[str, dict]]:
         """Validation (and test) metrics, predictions files and the best main metric."""

@@ -287,19 +287,106 @@ class MicroBatchSampler(torch.utils.data.Sampler):
         return max(0, self.args[5] - self.args[4]) * self.args[2]
 
 
+def bucket_widths(max_seq_len: int, smallest: int = 16) -> list[int]:
+    """Row widths of a graphed job: 16, 32, 64, ... below max_seq_len, then max_seq_len itself.
+    Every micro-batch is padded to the smallest that holds its longest example, so a job needs one
+    captured graph per width it meets (a handful), not one per length."""
+    out, width = [], smallest
+    while width < max_seq_len:
+        out.append(width)
+        width *= 2
+    return out + [max_seq_len]
+
+
+def scored_targets(batch: dict, keep: int) -> torch.Tensor:
+    """[rows, keep - 1]: the token each of the last keep - 1 positions' predecessors must predict
+    (the logits of positions width-keep .. width-2), -100 where nothing is scored.  Classification
+    scores the label token (the last one), generation its target tokens: the same tokens and
+    positions batch_loss scores, laid out so that the loss has one static shape."""
+    ids = batch["input_ids"][:, -(keep - 1):]
+    if "labels" in batch:
+        scored = torch.zeros_like(ids, dtype=torch.bool)
+        scored[:, -1] = batch["attention_mask"][:, -1].bool()
+    else:
+        scored = batch["target_mask"][:, -(keep - 1):].bool()
+    return ids.masked_fill(~scored, -100)
+
+
+def static_batch(examples: list[dict], pad_id: int, rows: int, width: int, keep: int) -> dict:
+    """A micro-batch of fixed shape for a captured graph: `rows` rows (a short batch gets all-pad
+    rows that score nothing) of `width` tokens, left-padded, with its scored targets."""
+    batch = collate(examples, pad_id, width)
+    extra = rows - len(examples)
+    if extra > 0:
+        for key, fill in (("input_ids", pad_id), ("attention_mask", 0), ("target_mask", 0)):
+            if key in batch:
+                batch[key] = torch.cat([batch[key], torch.full((extra, width), fill, dtype=torch.long)])
+        if "labels" in batch:
+            batch["labels"] = torch.cat([batch["labels"], torch.zeros(extra, dtype=torch.long)])
+    targets = scored_targets(batch, keep)
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "targets": targets,
+            "n_scored": int((targets != -100).sum())}
+
+
+def packed_batch(examples: list[dict]) -> dict:
+    """A micro-batch as one row without padding: the examples back to back, `cu_seqlens` marking
+    where each starts (fla's varlen path resets the recurrent state there), `keep` the positions
+    whose logits the loss needs and `targets` the tokens they predict: the label token for
+    classification, the target tokens for generation (a target token that is an example's first
+    token has no position before it and is not scored)."""
+    ids, keep, targets, bounds = [], [], [], [0]
+    for e in examples:
+        start, seq = bounds[-1], e["input_ids"]
+        n_scored = 1 if "label" in e else min(e["n_target"], len(seq) - 1)
+        first = len(seq) - n_scored
+        keep.extend(start + j - 1 for j in range(first, len(seq)))
+        targets.extend(seq[first:])
+        ids.extend(seq)
+        bounds.append(start + len(seq))
+    return {"input_ids": torch.tensor([ids]), "cu_seqlens": torch.tensor(bounds, dtype=torch.long),
+            "keep": torch.tensor(keep, dtype=torch.long), "targets": torch.tensor([targets]),
+            "n_scored": len(targets)}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the training collate lays out a micro-batch: ``padded`` (left-padded to its longest
+    example, the eager default), ``static`` (fixed rows, width from bucket_widths, for graphs; `keep`
+    logits positions: 2 for classification, room for the longest target for generation) or
+    ``packed`` (one row, no padding, fla's varlen path)."""
+    kind: str = "padded"
+    rows: int = 0
+    widths: tuple = ()
+    keep_gen: int = 0
+
+    def keep(self, width: int, classification: bool) -> int:
+        return 2 if classification else min(width, self.keep_gen)
+
+
 class TrainCollate:
     """Examples -> one collated micro-batch, plus host-side counts (plain ints): `n_tokens`
     (non-padding tokens, for tokens/s), `n_scored` (tokens the loss scores, to normalise the step
     loss) and `n_need` (positions the loss needs).  Counting here, on the CPU in the loader, keeps
     the training step free of device-to-host syncs.  Picklable for workers."""
 
-    def __init__(self, pad_id: int):
+    def __init__(self, pad_id: int, layout: Layout | None = None):
         self.pad_id = pad_id
+        self.layout = layout or Layout()
 
     def __call__(self, examples: list[dict]) -> dict:
+        n_tokens = sum(len(e["input_ids"]) for e in examples)
+        kind = self.layout.kind
+        if kind == "packed":
+            return {**packed_batch(examples), "n_tokens": n_tokens}
+        if kind == "static":
+            longest = max(len(e["input_ids"]) for e in examples)
+            width = next(w for w in self.layout.widths if w >= longest)
+            keep = self.layout.keep(width, "label" in examples[0])
+            rows = max(self.layout.rows, len(examples))
+            return {**static_batch(examples, self.pad_id, rows, width, keep), "n_tokens": n_tokens}
         batch = collate(examples, self.pad_id)
         width = batch["input_ids"].shape[1]
-        batch["n_tokens"] = sum(len(e["input_ids"]) for e in examples)
+        batch["n_tokens"] = n_tokens
         if "label" in examples[0]:
             batch["n_scored"] = len(examples)
         else:  # target tokens after position 0 (position 0 is never predicted)
@@ -357,7 +444,7 @@ def dataloader_settings(cfg, n_train: int, cuda: bool) -> tuple[dict, str]:
 
 
 def train_loader(examples: list[dict], settings: dict, micro_batch_size: int, grad_accum: int,
-                 seed: int, start_step: int, max_steps: int, pad_id: int):
+                 seed: int, start_step: int, max_steps: int, pad_id: int, layout: Layout | None = None):
     """The DataLoader yielding collated micro-batches, grad_accum per step, in the seeded order."""
     kwargs = {"num_workers": settings["num_workers"], "pin_memory": settings["pin_memory"]}
     if settings["num_workers"] > 0:
@@ -368,4 +455,4 @@ def train_loader(examples: list[dict], settings: dict, micro_batch_size: int, gr
     # consume the global RNG (dropout) stream, or a resumed run would diverge
     gen = torch.Generator().manual_seed(seed * 100_003 + start_step)
     return torch.utils.data.DataLoader(ExampleSet(examples), batch_sampler=sampler, generator=gen,
-                                       collate_fn=TrainCollate(pad_id), **kwargs)
+                                       collate_fn=TrainCollate(pad_id, layout), **kwargs)

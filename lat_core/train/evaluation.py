@@ -66,6 +66,24 @@ def batch_loss(model, batch, label_ids) -> tuple[torch.Tensor, int]:
                            reduction="sum"), n
 
 
+def static_loss(model, batch) -> torch.Tensor:
+    """Summed loss of a static-layout micro-batch (data.static_batch): the logits of the positions
+    before `targets`, cross entropy where a target is set.  No attention_mask reaches the model:
+    graphs.PadKeyMask keeps the left padding out of the recurrent state instead, so that nothing in
+    the step waits for the host (fla's unpadding does) and the step can be captured as a graph."""
+    targets = batch["targets"]
+    logits = model(input_ids=batch["input_ids"], logits_to_keep=targets.shape[1] + 1).logits[:, :-1]
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                           ignore_index=-100, reduction="sum")
+
+
+def packed_loss(model, batch) -> torch.Tensor:
+    """Summed loss of a packed micro-batch (data.packed_batch): one row, fla's varlen path
+    (`cu_seqlens`), logits only at the positions in `keep`."""
+    out = model(input_ids=batch["input_ids"], cu_seqlens=batch["cu_seqlens"], logits_to_keep=batch["keep"])
+    return F.cross_entropy(out.logits[0].float(), batch["targets"][0], reduction="sum")
+
+
 def mean_loss_fn(label_ids, device):
     """loss(model, examples) -> mean loss; used by LoRA-GA and the SDLoRA warm-up."""
     def fn(model, batch):

@@ -6,7 +6,9 @@ torchrun/accelerate device handling and the report_to integrations; what it cann
 project's label-token loss, its seeded per-step data order, its resume-by-step (the batches of a
 resumed run equal those of an uninterrupted one), its generation/classification evaluation and
 its checkpoint layout (checkpoint-N/ read by results/scan.py and --resume).  Each override below
-is one of those.  Events and log lines come from callbacks.py.
+is one of those.  Events and log lines come from callbacks.py.  With train.graphs on, the forward
+and backward of training_step and the optimizer's step replay CUDA graphs (graphs.py); the
+Trainer's loop around them stays as it is.
 """
 from __future__ import annotations
 
@@ -33,13 +35,22 @@ def lr_multiplier(cfg: JobConfig, max_steps: int) -> tuple:
     return get_scheduler(name, dummy, num_warmup_steps=warm, num_training_steps=max_steps).lr_lambdas[0], name, warm
 
 
+class HostRateLambdaLR(torch.optim.lr_scheduler.LambdaLR):
+    """LambdaLR whose get_last_lr is computed on the host.  The Trainer reads it after every
+    optimizer step; with a graphed optimizer the group's rate is a device tensor (graphs.py), and
+    reading that would wait for the GPU once per step."""
+
+    def get_last_lr(self) -> list[float]:
+        return [base * fn(self.last_epoch) for base, fn in zip(self.base_lrs, self.lr_lambdas)]
+
+
 def build_scheduler(optimizer, cfg: JobConfig, max_steps: int, start_step: int):
     """A LambdaLR positioned at `start_step`, so a resumed run uses the rates of an uninterrupted
     one (the scheduler is rebuilt from the step, never loaded)."""
     fn, _, _ = lr_multiplier(cfg, max_steps)
     for group in optimizer.param_groups:  # a restored optimizer carries the last step's rate
         group["lr"] = group["initial_lr"] = cfg.train.lr
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: fn(n + start_step))
+    return HostRateLambdaLR(optimizer, lambda n: fn(n + start_step))
 
 
 def finish_distributed() -> None:
@@ -117,8 +128,9 @@ class LatTrainer(Trainer):
     # so the Trainer must not divide by gradient_accumulation_steps again
     loss_is_scaled_for_ga = True
 
-    def __init__(self, *args, lat, **kwargs):
+    def __init__(self, *args, lat, graphed=None, **kwargs):
         self.lat = lat
+        self.graphed = graphed     # graphs.GraphedSteps when the step is captured, else None (eager)
         super().__init__(*args, **kwargs)
         self.step_loss = None      # the current step's loss, on the device (read at log steps only)
         self.step_tokens = 0       # non-padding tokens since the last step event (host ints)
@@ -140,15 +152,23 @@ class LatTrainer(Trainer):
         """Label-token (classification) or target-token (generation) cross entropy, summed over
         the micro-batch and divided by the step's scored tokens: gradient accumulation then
         equals one full batch."""
-        from .evaluation import batch_loss
-        if self._label_ids is None:
-            self._label_ids = torch.tensor(self.lat.label_ids, dtype=torch.long, device=inputs["input_ids"].device)
-        s_loss, _ = batch_loss(model, inputs, self._label_ids)
+        from .evaluation import batch_loss, packed_loss
+        if "cu_seqlens" in inputs:   # train.pack: one row, no padding (data.packed_batch)
+            s_loss = packed_loss(model, inputs)
+        else:
+            if self._label_ids is None:
+                self._label_ids = torch.tensor(self.lat.label_ids, dtype=torch.long, device=inputs["input_ids"].device)
+            s_loss, _ = batch_loss(model, inputs, self._label_ids)
         loss = s_loss / (num_items_in_batch or max(1, inputs["n_scored"]))
         return (loss, None) if return_outputs else loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.graphed is None:
+            loss = super().training_step(model, inputs, num_items_in_batch)
+        else:   # the forward and backward of Trainer.training_step, from a captured graph
+            model.train()
+            first = self.step_loss is None   # reset once per optimisation step
+            loss = self.graphed.run(self._prepare_inputs(inputs), num_items_in_batch, first)
         self.step_loss = loss if self.step_loss is None else self.step_loss + loss
         return loss
 

@@ -153,7 +153,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     from . import adapters as A
     from .callbacks import EventsCallback, LatRun, RngCallback, TrackerConfigCallback
     from lat_core.config.job import resolve_max_steps
-    from .hf_trainer import LatTrainer, build_scheduler, finish_distributed, training_arguments
+    from .graphs import GraphedAdamW, GraphedSteps, layout_for, resolve_modes, set_optimizer_mode
+    from .hf_trainer import LatTrainer, build_scheduler, finish_distributed, training_arguments, world_size
     from .models import (build_base_model, count_params, load_tokenizer, mamba_fast_path_available,
                          mamba_fast_path_note, wrap_peft)
     from .tracking import Trackers, public_config
@@ -202,6 +203,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     loader_cfg, loader_line = D.dataloader_settings(cfg, len(train_ex), device.type == "cuda")
     setup.lap("encode")
     log(loader_line)
+    modes = resolve_modes(cfg, device, world_size())
+    log(modes.line())
     if cfg.peft.init_lora_weights == "loraga" and cfg.peft.use_dora:
         raise TrainConfigError("peft: LoRA-GA init together with use_dora is not supported")
     model = wrap_peft(base.to(device), cfg).to(device)
@@ -228,7 +231,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     groups = [{"params": params, "weight_decay": tr.weight_decay}]
     if ssm:   # SDLoRA's SSM entries train without weight decay
         groups.append({"params": ssm, "weight_decay": 0.0})
-    optimizer = torch.optim.AdamW(groups, lr=tr.lr, weight_decay=tr.weight_decay)
+    optimizer = (GraphedAdamW if modes.graphs else torch.optim.AdamW)(groups, lr=tr.lr, weight_decay=tr.weight_decay)
     trainable, total = count_params(model)
     setup.lap("adapter")
     main_metric = spec_for(ds.task).main  # the results tables rank by the same metric
@@ -251,15 +254,21 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
             log(f"{path.name} holds no optimizer.pt (saved with SAVE_OPTIMIZER_STATE=0): "
                 "the optimizer restarts fresh (AdamW moments reset)")
     scheduler = build_scheduler(optimizer, cfg, tr.max_steps, start)
+    set_optimizer_mode(optimizer, modes.graphs, device)   # after a restore, which may come from the other mode
+    graphed = None
+    if modes.graphs:
+        graphed = GraphedSteps(model, params, device)
+        optimizer.share_pool(graphed.pool)
     trackers = Trackers(cfg, log)
     run_state = LatRun(cfg, events, tokenizer=tokenizer, ds=ds, splits=splits, extra_tests=extra_tests,
                        train_ex=train_ex, label_ids=label_ids, pad_id=pad_id, loader_cfg=loader_cfg,
                        lr_of=lr_of, start_step=start, best=best, main_metric=main_metric,
-                       optimizer=optimizer, debug=debug, is_main=is_main, scores=scores)
+                       optimizer=optimizer, debug=debug, is_main=is_main, scores=scores,
+                       layout=layout_for(cfg, modes))
     args = training_arguments(cfg, loader_cfg, device, debug, report_to=trackers.active,
                               run_name=trackers.run_name)
     events_cb = EventsCallback(run_state)
-    trainer = LatTrainer(model=model, args=args, optimizers=(optimizer, scheduler), lat=run_state,
+    trainer = LatTrainer(model=model, args=args, optimizers=(optimizer, scheduler), lat=run_state, graphed=graphed,
                          eval_dataset={k: v for k, v in splits.items() if k != "train"},
                          callbacks=[TrackerConfigCallback(public_config(cfg), trackers.active),
                                     RngCallback(cfg.seed, rng_state)])
@@ -280,7 +289,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
                     logits_to_keep=model._lat_ltk[0], dataloader=loader_cfg,
                     save_optimizer_state=tr.save_optimizer_state, optimizer_state=optimizer_state,
                     report_to=trackers.active, setup_s=setup.phases,
-                    mamba_fast_path=mamba_fast, slow_path_warning=fast_note)
+                    mamba_fast_path=mamba_fast, slow_path_warning=fast_note, **modes.event(cfg))
     log(f"started {cfg.name}: {cfg.model.family} {cfg.model.name_or_path} on {device.type}, "
         f"{cfg.peft.method} trainable {trainable:,} / {total:,} params, data {cfg.data} "
         f"({len(train_ex)} train / {len(splits['validation'])} val"
