@@ -10,7 +10,7 @@ bf16) except the number of steps, on the shipped SST-2 sample (short sentences) 
 
 - ``eager``: train.graphs false, train.pack false (the trainer before issue 17);
 - ``pack``: graphs false, packing on (fla varlen, one row per micro-batch);
-- ``graphs``: the new defaults (graphs auto: captured steps);
+- ``graphs``: graphs auto (opt-in: captured steps);
 - ``eager-again``: the eager side once more: its loss check is the run-to-run spread of the eager
   trainer itself (fla's backward kernels accumulate in a nondeterministic order), the floor the
   other sides' checks are read against.

@@ -12,8 +12,8 @@ named by TRITON_CACHE_DIR:
 2. ``lat-eager``: ``lat-tui --plan`` with LAT's defaults before issue 17 (``slots: auto``,
    memory-aware admission, no barrier, checkpointing off) and ``train: {graphs: false, pack:
    false}``: the eager trainer;
-3. ``lat``: the same plan with today's defaults (``graphs: auto``: CUDA graphs where the step can
-   be captured, packing where it cannot);
+3. ``lat``: the same plan with the new speed modes (``graphs: auto``, opt-in: CUDA graphs where
+   the step can be captured, packing where it cannot);
 4. ``lat+mps`` (``--mps``): ``lat`` with ``mps: true`` (the engine's jobs are clients of a private
    CUDA MPS daemon).
 
@@ -73,6 +73,8 @@ def plan_mapping(args, side: str, out: Path, data: Path | None, extra_env: dict)
         mapping["slots"] = 3
     if side in ("old", "lat-eager"):   # the trainer before issue 17
         mapping["overrides"]["train"].update(graphs=False, pack=False)
+    else:   # graphs are opt-in (job.py says why)
+        mapping["overrides"]["train"].update(graphs="auto")
     if args.gpu < 0:
         mapping["overrides"]["train"]["max_seq_len"] = 32
         mapping["overrides"]["model"]["dtype"] = "float32"

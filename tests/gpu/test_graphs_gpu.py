@@ -8,8 +8,9 @@ from tests.integration.test_trainer_features import cfg_for, losses, train
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 pytest.importorskip("fla")
 
-# widths 16 and 32 of max_seq_len 32 both occur in tiny-sst2; 12 steps capture both and replay them
-OVER = {"train": {"max_steps": 12, "max_seq_len": 32, "save_every": 6, "eval_every": 6, "grad_accum": 2,
+# graphs are opt-in (train.graphs auto); widths 16 and 32 of max_seq_len 32 both occur in tiny-sst2:
+# 12 steps capture both and replay them
+OVER = {"train": {"graphs": "auto", "max_steps": 12, "max_seq_len": 32, "save_every": 6, "eval_every": 6, "grad_accum": 2,
                   "batch_size": 4, "warmup_steps": 3}}
 
 

@@ -142,22 +142,28 @@ def test_generation_targets_same_loss_in_every_layout(tiny):
 def test_modes_and_why_not(tmp_path):
     from lat_core.train.graphs import resolve_modes
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    modes = resolve_modes(_cfg(tmp_path), cpu, 1)
+
+    def auto(**sections):   # graphs are opt-in: these cases ask for them
+        return _cfg(tmp_path, **{**sections, "train": {"graphs": "auto", **sections.get("train", {})}})
+
+    default = resolve_modes(_cfg(tmp_path), gpu, 1)
+    assert not default.graphs and default.graphs_why == "train.graphs: false"   # the default
+    modes = resolve_modes(auto(), cpu, 1)
     assert not modes.graphs and "GPU" in modes.graphs_why and modes.pack
-    assert resolve_modes(_cfg(tmp_path), gpu, 1).graphs   # decided without touching a GPU
-    assert not resolve_modes(_cfg(tmp_path), gpu, 1).pack
+    assert resolve_modes(auto(), gpu, 1).graphs   # decided without touching a GPU
+    assert not resolve_modes(auto(), gpu, 1).pack
     cases = [({"train": {"graphs": False}}, "train.graphs: false"),
              ({"train": {"gradient_checkpointing": True}}, "checkpointing"),
              ({"peft": {"dropout": 0.1}}, "dropout"),
              ({"peft": {"method": "dora"}}, "DoRA")]
     for sections, why in cases:
-        modes = resolve_modes(_cfg(tmp_path, **sections), gpu, 1)
+        modes = resolve_modes(auto(**sections), gpu, 1)
         assert not modes.graphs and why in modes.graphs_why, (sections, modes)
         assert not modes.pack and "measured slower" in modes.pack_why
-        assert resolve_modes(_cfg(tmp_path, train={**sections.get("train", {}), "pack": True},
+        assert resolve_modes(auto(train={**sections.get("train", {}), "pack": True},
                                   **{k: v for k, v in sections.items() if k != "train"}), gpu, 1).pack
-    assert not resolve_modes(_cfg(tmp_path, train={"pack": True}), gpu, 1).pack   # graphs win
-    assert "torchrun" in resolve_modes(_cfg(tmp_path), gpu, 2).graphs_why
-    mamba = resolve_modes(_cfg(tmp_path, src=MAMBA), gpu, 1)
+    assert not resolve_modes(auto(train={"pack": True}), gpu, 1).pack   # graphs win
+    assert "torchrun" in resolve_modes(auto(), gpu, 2).graphs_why
+    mamba = resolve_modes(auto(src=MAMBA), gpu, 1)
     assert not mamba.graphs and "GLA" in mamba.graphs_why and not mamba.pack
     assert not resolve_modes(_cfg(tmp_path, train={"pack": False}), cpu, 1).pack
