@@ -34,6 +34,7 @@ from lat_core.engine.placement import (distributed_argv, distributed_env, find_f
                                        slots_used)
 from lat_core.engine.notices import RunNotices
 from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, journal_locked
+from lat_core.engine.groups import FusedGroups
 from lat_core.engine.recovery import Recovery
 from lat_core.states import JobState, RunState
 from lat_core.store import AttemptRow, JobRow, RunRow, Store
@@ -46,7 +47,7 @@ CANCEL_GRACE_S = 10.0
 SAMPLE_EVERY_S = 2.0
 
 
-class Engine(Recovery):
+class Engine(Recovery, FusedGroups):
     def __init__(self, store: Store, *, launch_fn=launch, backend=None, clock=time.time, secrets: dict | None = None,
                  gpu_probe: GpuProbe | None = None, sample_every_s: float = SAMPLE_EVERY_S,
                  policy: AdmissionPolicy | None = None):
@@ -173,7 +174,7 @@ class Engine(Recovery):
             self.store.set_waiting_after(run.id, 0, "admission paused")
             return
         on_host = self._running_on_host(run)
-        running, busy = list(on_host), slots_used(on_host)
+        running, busy = list(on_host), self._busy_slots(on_host, slots_used(on_host))
         no_slot = f"no free slot on {'/'.join(d.id for d in run.devices)}"
         if not free_slots(run.devices, busy):
             self.store.set_waiting_after(run.id, 0, no_slot)  # none could start: none is read
@@ -181,7 +182,10 @@ class Engine(Recovery):
         local = self.backend(run.id).samples_local_processes
         self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
         batch = [] if self._submits_arrays(run.id) else None
+        taken: set[int] = set()  # started this pass as members of a fused group
         for job in self.store.iter_queued(run.id):
+            if job.id in taken:
+                continue
             if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
                 self.store.set_waiting(job.id, hold)
                 continue
@@ -201,6 +205,13 @@ class Engine(Recovery):
             note = self._admission.prior_note(job, chosen[0])
             if note:  # the history says why unmeasured jobs started together
                 self.store.add_transition(run.id, job.id, "admission", note)
+            mates = self._fuse_mates(run, job, chosen[0], running, taken) if len(chosen) == 1 else []
+            if mates:  # one process, one slot, for the job and its mates (plan ``fuse: auto``)
+                with self._errors.job_guard(job.id, "engine error starting this fused group", self._job_fault):
+                    started = self._start_group([job, *mates], chosen[0])
+                    taken.update(j.id for j in started)
+                    running.extend(self.store.job(j.id) for j in started)
+                continue
             with self._errors.job_guard(job.id, "engine error starting this job", self._job_fault):
                 self._start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
@@ -328,7 +339,8 @@ class Engine(Recovery):
 
     def _enforce_cancel_grace(self, run: RunRow, attempt: AttemptRow) -> None:
         if attempt.cancel_at is not None and self._clock() >= attempt.cancel_at + CANCEL_GRACE_S and attempt.pid:
-            self.backend(run.id).signal(attempt.pid, signal.SIGKILL)
+            if self._may_kill(attempt):  # a fused group's process: once no member needs it
+                self.backend(run.id).signal(attempt.pid, signal.SIGKILL)
 
     # ------------------------------------------------------------------ usage
     def _sample_usage(self) -> None:
@@ -344,7 +356,9 @@ class Engine(Recovery):
         on_gpu = any(not d.is_cpu for r in local for d in r.devices)
         gpus = self._gpu_probe.snapshot() if on_gpu else GpuSnapshot(())
         usage = job_usage(pids, gpus)
-        self.store.record_usage({job_id: (u.rss_bytes, u.gpu_bytes) for job_id, u in usage.items()})
+        sharing = {pid: list(pids.values()).count(pid) for pid in pids.values()}  # a fused group's members
+        self.store.record_usage({job_id: (u.rss_bytes // sharing[pids[job_id]], u.gpu_bytes // sharing[pids[job_id]])
+                                 for job_id, u in usage.items()})
 
     # ------------------------------------------------------------------ progress
     def _read_progress(self, run: RunRow) -> None:
@@ -381,7 +395,8 @@ class Engine(Recovery):
             self.store.finish_command(command["id"], status, result)
 
     def cancel(self, job: JobRow) -> None:
-        """Queued: cancelled at once. Running: SIGTERM to its process group, SIGKILL after a grace."""
+        """Queued: cancelled at once. Running: SIGTERM to its process group, SIGKILL after a grace; a
+        fused group's member: its cancel marker (the group's process is shared)."""
         if job.state is JobState.QUEUED:
             self.store.set_job_state(job.id, JobState.CANCELLED, "cancelled before start", ended=self._clock())
             return
@@ -391,5 +406,5 @@ class Engine(Recovery):
                                      ended=self._clock(), error="cancelled by user")
         for attempt in attempts:
             self.store.request_cancel(attempt.id, self._clock())
-            if attempt.pid:
+            if not self._cancel_member(job, attempt) and attempt.pid:
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)

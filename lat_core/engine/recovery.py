@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 from lat_core.engine.faults import JOURNAL_ERRORS, LostAttempt, find_lost_attempt
+from lat_core.engine.fusion import read_group_ref
 from lat_core.engine.retries import maybe_retry
 from lat_core.job_files import ExitRecord, describe_exit, read_exit, read_pid_record
 from lat_core.rows import AttemptRow, JobRow, RunRow
@@ -33,7 +34,7 @@ class Recovery:
         record = read_exit(Path(attempt.exit_path))
         backend = self.backend(run.id)
         if record is None and attempt.pid and not backend.is_alive(attempt.pid, attempt.pid_start):
-            record = read_exit(Path(attempt.exit_path))  # it may have just been written
+            record = read_exit(Path(attempt.exit_path)) or self._settle_member(attempt, backend)  # just written?
             if record is None and backend.reaps_process_tree:  # the slot frees once the job's tree is gone
                 backend.stop_vanished(attempt.pid, attempt.pid_start, Path(attempt.exit_path))
                 record = read_exit(Path(attempt.exit_path))
@@ -50,8 +51,9 @@ class Recovery:
         backend = self.backend(run_id)
         if backend.recovers_from_queue:  # the runner's pid file holds a pid on another host: useless here
             started = backend.recover(Path(attempt.exit_path), attempt.launched)
-        else:
-            started = read_pid_record(Path(attempt.exit_path))
+        else:  # a fused member's runner is the group's, its pid file beside the group's exit record
+            ref = read_group_ref(Path(attempt.exit_path))
+            started = read_pid_record(Path(ref.exit_path if ref else attempt.exit_path))
         if started:
             self.store.set_attempt_pid(attempt.id, started.pid, started.pid_start)
             return next(a for a in self.store.attempts(attempt.job_id) if a.id == attempt.id)
@@ -143,7 +145,8 @@ class Recovery:
         job = self.store.job(job_id)
         attempts = [a for a in self.store.open_attempts(job.run_id) if a.job_id == job_id]
         for attempt in attempts:
-            if attempt.pid and self.backend(job.run_id).is_alive(attempt.pid, attempt.pid_start):
+            if attempt.pid and self.backend(job.run_id).is_alive(attempt.pid, attempt.pid_start) \
+                    and not self._cancel_member(job, attempt):  # a fused member leaves; the others go on
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGKILL)
             self.store.finish_attempt(attempt.id, None, JobState.FAILED, reason, ended=self._clock(), error=reason)
         if not attempts and not job.state.final:
