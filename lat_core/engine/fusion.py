@@ -38,6 +38,8 @@ def job_fuse_key(job: JobRow) -> tuple | None:
     interpreter, mode flag (--resume/--overwrite) and env are part of the key, since the group
     runs with one of each."""
     argv = list(job.argv)
+    if runs_alone(Path(job.job_dir)):
+        return None
     if job.world != 1 or job.backend_options or argv[1:4] != TRAIN_MODULE or len(argv) < 5:
         return None
     if argv[4] != str(Path(job.job_dir) / "job.yaml") or argv[5:] not in MODE_FLAGS:
@@ -99,3 +101,18 @@ def read_group_ref(member_exit: Path) -> GroupRef | None:
         return GroupRef.from_json(json.loads(group_ref_path(member_exit).read_text()))
     except (OSError, ValueError):
         return None
+
+
+def runs_alone_path(job_dir: Path) -> Path:
+    return Path(job_dir) / RUNNER_DIR / "fuse-alone"
+
+
+def runs_alone(job_dir: Path) -> bool:
+    """The engine took this job out of fusion (its group ran out of memory): it runs alone from now on."""
+    return runs_alone_path(job_dir).is_file()
+
+
+def set_runs_alone(job_dir: Path, why: str) -> None:
+    path = runs_alone_path(job_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(why + "\n")

@@ -13,12 +13,17 @@ from pathlib import Path
 
 from lat_core.devices import Device
 from lat_core.engine.faults import JOURNAL_ERRORS
+from lat_core.engine.launch import read_exit_record
 from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuse_enabled, group_argv,
-                                    group_exit_path, job_fuse_key, read_group_ref, write_group_ref)
+                                    group_exit_path, job_fuse_key, read_group_ref, runs_alone, set_runs_alone,
+                                    write_group_ref)
+from lat_core.engine.requeue import restart_argv
 from lat_core.engine.retries import backoff_hold
 from lat_core.job_files import ExitRecord, cancel_marker_path, exit_record_path, read_exit
 from lat_core.rows import AttemptRow, JobRow, RunRow
 from lat_core.runner import write_exit_record
+from lat_core.states import JobState
+from lat_core.triage.classes import OOM_CLASSES
 
 
 class FusedGroups:
@@ -120,10 +125,28 @@ class FusedGroups:
         rc = group.returncode if group is not None and group.returncode != 0 else None
         why = (f"the fused group's process ended (exit {'unknown' if group is None else group.returncode}) "
                "before this member left the group")
+        raw = read_exit_record(Path(ref.exit_path)) or {}  # its OOM-kill count and containment: for triage
         write_exit_record(attempt.exit_path, {"returncode": rc, "signal": -rc if rc and rc < 0 else None,
                                               "pid": attempt.pid, "ended": time.time(), "fused_group": True,
-                                              "why": why})
+                                              "why": why, **{k: raw[k] for k in ("oom_kills", "containment")
+                                                             if k in raw}})
         return ExitRecord(rc, problem=why)
+
+    def _split_after_oom(self, attempt: AttemptRow) -> bool:
+        """A member of a group of several that failed out of memory: requeued once, from the start,
+        to run alone (its own process, whatever its mates do); True when requeued. Its own remedies
+        and the plan's ``on_oom`` retries apply to it alone from then on."""
+        job = self.store.job(attempt.job_id)
+        ref = read_group_ref(Path(attempt.exit_path))
+        klass = (job.diagnosis or {}).get("class")
+        if ref is None or len(ref.job_ids) < 2 or klass not in OOM_CLASSES or runs_alone(Path(job.job_dir)):
+            return False
+        why = f"its fused group of {len(ref.job_ids)} ran out of memory ({klass})"
+        set_runs_alone(Path(job.job_dir), why)
+        self.store.set_job_argv(job.id, restart_argv(job.argv, False, "fresh"))
+        self.store.set_job_state(job.id, JobState.QUEUED, f"requeued to run alone: {why}", ended=None,
+                                 returncode=None, error=None, not_before=0)
+        return True
 
     def _busy_slots(self, on_host: list[JobRow], busy: dict[str, int]) -> dict[str, int]:
         """``busy`` (one slot per running job) with each fused group counted once."""

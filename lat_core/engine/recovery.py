@@ -84,7 +84,8 @@ class Recovery:
         elif state is JobState.FAILED:
             run, failed = self.store.run(job.run_id), self.store.job(job.id)
             self._notices.job_failed(run, failed)
-            maybe_retry(self.store, run, failed, now=self._clock())
+            if not self._split_after_oom(attempt):
+                maybe_retry(self.store, run, failed, now=self._clock())
 
     def _settle_orphans(self, run: RunRow) -> None:
         """Jobs ``running`` with no open attempt (an older engine died between two journal writes):

@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lat_core.engine.launch import launch
 from lat_core.engine.loop import Engine
 from lat_core.job_files import events_path
 from lat_core.store import Store
@@ -37,7 +38,7 @@ def jobs(root, base, **train_over):
 
 def make_run(tmp_path, base, fuse: str, **train_over):
     store = Store(tmp_path / "state" / "journal.sqlite")
-    run_id = store.create_run(f"fuse: {fuse}\n", str(tmp_path / "out"), [CPU], 0.0)
+    run_id = store.create_run(f"fuse: {fuse}\nwarm_start: false\n", str(tmp_path / "out"), [CPU], 0.0)
     store.add_jobs(run_id, jobs(tmp_path / "out", base, **train_over))
     return store, run_id
 
@@ -112,3 +113,25 @@ def test_kill_9_of_the_group_settles_every_member_with_a_reason(tmp_path, base):
         assert "the fused group's process ended (exit -9)" in job.error, job.error
         assert store.attempts(job.id)[0].returncode == -9
     assert store.run(run_id).state == "finished"
+
+
+def test_a_group_out_of_memory_is_requeued_to_run_alone(tmp_path, base):
+    """The real engine and launch; the trainer replaced by tests/helpers/oom_group.py (a group runs
+    out of GPU memory, a job alone succeeds): no GPU needed to run a group out of memory."""
+    script = Path(__file__).resolve().parents[1] / "helpers" / "oom_group.py"
+
+    def launch_fn(argv, env, job_dir, exit_path, show_env=()):
+        return launch([sys.executable, str(script), *argv], env, job_dir, exit_path, show_env)
+
+    store, run_id = make_run(tmp_path, base, "auto")
+    drain(Engine(store, launch_fn=launch_fn))
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
+    first = {k: store.attempts(j.id)[0] for k, j in jobs_.items()}
+    second = {k: store.attempts(j.id)[1] for k, j in jobs_.items()}
+    assert len({a.pid for a in first.values()}) == 1 and all(a.returncode == 1 for a in first.values())
+    assert len({a.pid for a in second.values()}) == 3 and all(a.returncode == 0 for a in second.values())
+    for job in jobs_.values():
+        history = [t.detail for t in store.transitions(run_id, job_id=job.id)]
+        assert "requeued to run alone: its fused group of 3 ran out of memory (cuda_oom)" in history, history
+        assert job.argv[-1] == "--overwrite" and job.attempts == 2
