@@ -29,10 +29,9 @@ from lat_core.triage.classes import OOM_CLASSES
 class FusedGroups:
     def _fuse_key(self, job: JobRow) -> tuple | None:
         """The job's fuse key, read once per attempt (a remedy between attempts may change job.yaml)."""
-        cache = self.__dict__.setdefault("_fuse_keys", {})
-        if (job.id, job.attempts) not in cache:
-            cache[(job.id, job.attempts)] = job_fuse_key(job)
-        return cache[(job.id, job.attempts)]
+        if (job.id, job.attempts) not in self._fuse_keys:
+            self._fuse_keys[(job.id, job.attempts)] = job_fuse_key(job)
+        return self._fuse_keys[(job.id, job.attempts)]
 
     def _fuse_mates(self, run: RunRow, job: JobRow, device: Device, running: list[JobRow],
                     taken: set[int]) -> list[JobRow]:
@@ -87,10 +86,17 @@ class FusedGroups:
             for job, (attempt_id, _, _) in zip(members, attempts):
                 self._launch_failed(job, attempt_id, exc)
             return members
+        if launched.popen is not None:
+            self._group_popens.append(launched.popen)
         for job, (attempt_id, _, _) in zip(members, attempts):
             self.store.add_transition(job.run_id, job.id, "fused", f"in one process with {names} on {device.id}")
             self._launched(job, attempt_id, launched)
         return members
+
+    def _poll_groups(self) -> None:
+        """Reap the runners of our group launches: the last member's exit record is written before
+        the group's process ends, so a member's attempt cannot be the one that waits for it."""
+        self._group_popens[:] = [p for p in self._group_popens if p.poll() is None]
 
     # ------------------------------------------------------------------ cancel, kill, settle
     def _cancel_member(self, job: JobRow, attempt: AttemptRow) -> bool:

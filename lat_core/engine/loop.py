@@ -59,6 +59,8 @@ class Engine(Recovery, FusedGroups):
         self._secrets = dict(os.environ if secrets is None else secrets)
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
         self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
+        self._fuse_keys: dict[tuple[int, int], tuple | None] = {}  # (job id, attempts) -> fuse key
+        self._group_popens: list = []  # runners of fused groups, polled until they end
         self._errors = EngineErrors(store, clock)
         self._commands = Commands(self)
         self._job_secrets = JobSecrets(Path(store.path).parent, self._secrets)

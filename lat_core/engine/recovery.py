@@ -21,6 +21,7 @@ LAUNCH_GRACE_S = 30.0
 
 class Recovery:
     def _reap(self, run: RunRow) -> None:
+        self._poll_groups()
         for attempt in self.store.open_attempts(run.id):
             with self._errors.job_guard(attempt.job_id, "engine error reaping this job", self._job_fault):
                 self._reap_attempt(run, attempt)
