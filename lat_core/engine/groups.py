@@ -129,7 +129,8 @@ class FusedGroups:
             backend.stop_vanished(attempt.pid, attempt.pid_start, Path(ref.exit_path))
             group = read_exit(Path(ref.exit_path))
         rc = group.returncode if group is not None and group.returncode != 0 else None
-        why = (f"the fused group's process ended (exit {'unknown' if group is None else group.returncode}) "
+        code = "unknown" if group is None or group.returncode is None else group.returncode
+        why = (f"the fused group's process ended (exit {code}) "
                "before this member left the group")
         raw = read_exit_record(Path(ref.exit_path)) or {}  # its OOM-kill count and containment: for triage
         write_exit_record(attempt.exit_path, {"returncode": rc, "signal": -rc if rc and rc < 0 else None,

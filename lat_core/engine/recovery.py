@@ -70,8 +70,9 @@ class Recovery:
     def _record_exit(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None = None,
                      problem: str | None = None) -> None:
         self._popens.pop(attempt.id, None)
+        group = read_group_ref(Path(attempt.exit_path))  # a fused member's peaks are its group process's
         if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
-            self.store.record_peak_rss(attempt.job_id, max_rss)
+            self.store.record_peak_rss(attempt.job_id, max_rss // (len(group.job_ids) if group else 1))
         job = self.store.job(attempt.job_id)
         if job.state is JobState.RUNNING:
             self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
@@ -80,7 +81,7 @@ class Recovery:
         if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
                                          error=error, diagnosis_json=diagnosis_json):
             return  # the job had already been settled (cancelled before start, ...): never overwritten
-        if state is JobState.SUCCEEDED:
+        if state is JobState.SUCCEEDED and group is None:  # a group's peak says little about a job alone
             self._remember_peak(job)
         elif state is JobState.FAILED:
             run, failed = self.store.run(job.run_id), self.store.job(job.id)
