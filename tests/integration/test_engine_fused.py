@@ -13,6 +13,7 @@ from lat_core.engine.launch import launch
 from lat_core.engine.loop import Engine
 from lat_core.job_files import events_path
 from lat_core.store import Store
+from tests.conftest import fake_job
 from tests.helpers.fused import events_of, job_dir, saved_tiny_base
 
 CPU = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}
@@ -135,3 +136,19 @@ def test_a_group_out_of_memory_is_requeued_to_run_alone(tmp_path, base):
         history = [t.detail for t in store.transitions(run_id, job_id=job.id)]
         assert "requeued to run alone: its fused group of 3 ran out of memory (cuda_oom)" in history, history
         assert job.argv[-1] == "--overwrite" and job.attempts == 2
+
+
+def test_a_group_takes_one_slot(tmp_path, base):
+    """Two slots: while the group of three runs, a job added later takes the second slot at once."""
+    cpu2 = {**CPU, "slots": 2}
+    store = Store(tmp_path / "state2" / "journal.sqlite")
+    run_id = store.create_run("fuse: auto\nwarm_start: false\n", str(tmp_path / "out2"), [cpu2], 0.0)
+    store.add_jobs(run_id, jobs(tmp_path / "out2", base))
+    engine = Engine(store)
+    engine.tick()
+    assert len(store.running_jobs(run_id)) == 3
+    store.add_jobs(run_id, [fake_job(tmp_path, "z", sleep=0.3)])
+    drain(engine)
+    jobs_ = by_key(store, run_id)
+    assert {j.state for j in jobs_.values()} == {"succeeded"}
+    assert jobs_["z"].ended < min(jobs_[k].ended for k in MEMBERS)
