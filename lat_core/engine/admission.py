@@ -84,7 +84,21 @@ class Admission:
         if not self._enabled:
             return None
         self._running = running
-        expected = self.expected_peak(job, device.id)
+        return self._blocker(self.expected_peak(job, device.id), device, running)
+
+    def group_blocker(self, jobs: list[JobRow], device: Device, running: list[JobRow]) -> str | None:
+        """As :meth:`blocker`, for jobs that start together in one fused process: their expected
+        peaks summed (each counts its own base: an over-estimate, on the safe side); unknown when
+        any member's is."""
+        if not self._enabled:
+            return None
+        self._running = running
+        estimates = [self.expected_peak(j, device.id) for j in jobs]
+        expected = None if any(e is None for e in estimates) else Estimate(
+            sum(e.gpu for e in estimates), sum(e.rss for e in estimates), any(e.from_prior for e in estimates))
+        return self._blocker(expected, device, running)
+
+    def _blocker(self, expected: Estimate | None, device: Device, running: list[JobRow]) -> str | None:
         starting = [j for j in running if self._is_starting(j)]
         host_wait = self._host_blocker(expected, starting, running)
         if host_wait:

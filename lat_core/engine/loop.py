@@ -34,7 +34,9 @@ from lat_core.engine.mps import start_mps
 from lat_core.engine.placement import (distributed_argv, distributed_env, find_free_port, free_slots, merge, placements,
                                        slots_used)
 from lat_core.engine.notices import RunNotices
+from lat_core.engine.fusion import read_group_ref
 from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, journal_locked
+from lat_core.engine.groups import FusedGroups
 from lat_core.engine.recovery import Recovery
 from lat_core.states import JobState, RunState
 from lat_core.store import AttemptRow, JobRow, RunRow, Store
@@ -47,7 +49,7 @@ CANCEL_GRACE_S = 10.0
 SAMPLE_EVERY_S = 2.0
 
 
-class Engine(Recovery):
+class Engine(Recovery, FusedGroups):
     def __init__(self, store: Store, *, launch_fn=launch, backend=None, clock=time.time, secrets: dict | None = None,
                  gpu_probe: GpuProbe | None = None, sample_every_s: float = SAMPLE_EVERY_S,
                  policy: AdmissionPolicy | None = None):
@@ -60,6 +62,8 @@ class Engine(Recovery):
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
         self._pid_records: dict[int, object] = {}  # attempt id -> its runner's PidRecord, once written
         self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
+        self._fuse_keys: dict[tuple[int, int], tuple | None] = {}  # (job id, attempts) -> fuse key
+        self._group_popens: list = []  # runners of fused groups, polled until they end
         self._errors = EngineErrors(store, clock)
         self._commands = Commands(self)
         self._job_secrets = JobSecrets(Path(store.path).parent, self._secrets)
@@ -175,7 +179,7 @@ class Engine(Recovery):
             self.store.set_waiting_after(run.id, 0, "admission paused")
             return
         on_host = self._running_on_host(run)
-        running, busy = list(on_host), slots_used(on_host)
+        running, busy = list(on_host), self._busy_slots(on_host, slots_used(on_host))
         no_slot = f"no free slot on {'/'.join(d.id for d in run.devices)}"
         if not free_slots(run.devices, busy):
             self.store.set_waiting_after(run.id, 0, no_slot)  # none could start: none is read
@@ -183,7 +187,10 @@ class Engine(Recovery):
         local = self.backend(run.id).samples_local_processes
         self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
         batch = [] if self._submits_arrays(run.id) else None
+        taken: set[int] = set()  # started this pass as members of a fused group
         for job in self.store.iter_queued(run.id):
+            if job.id in taken:
+                continue
             if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
                 self.store.set_waiting(job.id, hold)
                 continue
@@ -203,6 +210,13 @@ class Engine(Recovery):
             note = self._admission.prior_note(job, chosen[0])
             if note:  # the history says why unmeasured jobs started together
                 self.store.add_transition(run.id, job.id, "admission", note)
+            mates = self._fuse_mates(run, job, chosen[0], running, taken) if len(chosen) == 1 else []
+            if mates:  # one process, one slot, for the job and its mates (plan ``fuse: auto``)
+                with self._errors.job_guard(job.id, "engine error starting this fused group", self._job_fault):
+                    started = self._start_group([job, *mates], chosen[0])
+                    taken.update(j.id for j in started)
+                    running.extend(self.store.job(j.id) for j in started)
+                continue
             with self._errors.job_guard(job.id, "engine error starting this job", self._job_fault):
                 self._start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
@@ -330,7 +344,8 @@ class Engine(Recovery):
 
     def _enforce_cancel_grace(self, run: RunRow, attempt: AttemptRow) -> None:
         if attempt.cancel_at is not None and self._clock() >= attempt.cancel_at + CANCEL_GRACE_S and attempt.pid:
-            self.backend(run.id).signal(attempt.pid, signal.SIGKILL)
+            if self._may_kill(attempt):  # a fused group's process: once no member needs it
+                self.backend(run.id).signal(attempt.pid, signal.SIGKILL)
 
     # ------------------------------------------------------------------ usage
     def _sample_usage(self) -> None:
@@ -342,7 +357,7 @@ class Engine(Recovery):
         local = [r for r in self.store.active_runs() if self.backend(r.id).samples_local_processes]
         pids, inherited = {}, {}
         for attempt in (a for r in local for a in self.store.open_attempts(r.id) if a.pid):
-            record = self._pid_records.get(attempt.id) or read_pid_record(Path(attempt.exit_path))
+            record = self._pid_records.get(attempt.id) or _runner_pid_record(Path(attempt.exit_path))
             if record is None:  # not yet written: a warm-started job's inherited memory is not known yet
                 continue
             self._pid_records[attempt.id] = record
@@ -352,7 +367,9 @@ class Engine(Recovery):
         on_gpu = any(not d.is_cpu for r in local for d in r.devices)
         gpus = self._gpu_probe.snapshot() if on_gpu else GpuSnapshot(())
         usage = job_usage(pids, gpus, inherited)
-        self.store.record_usage({job_id: (u.rss_bytes, u.gpu_bytes) for job_id, u in usage.items()})
+        sharing = {pid: list(pids.values()).count(pid) for pid in pids.values()}  # a fused group's members
+        self.store.record_usage({job_id: (u.rss_bytes // sharing[pids[job_id]], u.gpu_bytes // sharing[pids[job_id]])
+                                 for job_id, u in usage.items()})
 
     # ------------------------------------------------------------------ progress
     def _read_progress(self, run: RunRow) -> None:
@@ -389,7 +406,8 @@ class Engine(Recovery):
             self.store.finish_command(command["id"], status, result)
 
     def cancel(self, job: JobRow) -> None:
-        """Queued: cancelled at once. Running: SIGTERM to its process group, SIGKILL after a grace."""
+        """Queued: cancelled at once. Running: SIGTERM to its process group, SIGKILL after a grace; a
+        fused group's member: its cancel marker (the group's process is shared)."""
         if job.state is JobState.QUEUED:
             self.store.set_job_state(job.id, JobState.CANCELLED, "cancelled before start", ended=self._clock())
             return
@@ -399,5 +417,14 @@ class Engine(Recovery):
                                      ended=self._clock(), error="cancelled by user")
         for attempt in attempts:
             self.store.request_cancel(attempt.id, self._clock())
-            if attempt.pid:
+            if not self._cancel_member(job, attempt) and attempt.pid:
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
+
+
+def _runner_pid_record(exit_path: Path):
+    """The pid record of the runner that runs this attempt: its own, or for a fused member (which
+    has none) its group's runner's."""
+    record = read_pid_record(exit_path)
+    if record is None and (group := read_group_ref(exit_path)) is not None:
+        record = read_pid_record(Path(group.exit_path))
+    return record

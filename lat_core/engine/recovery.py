@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 from lat_core.engine.faults import JOURNAL_ERRORS, LostAttempt, find_lost_attempt
+from lat_core.engine.fusion import read_group_ref
 from lat_core.engine.retries import maybe_retry
 from lat_core.job_files import ExitRecord, PeakUsage, describe_exit, read_exit, read_pid_record, write_peak_usage
 from lat_core.rows import AttemptRow, JobRow, RunRow
@@ -20,6 +21,7 @@ LAUNCH_GRACE_S = 30.0
 
 class Recovery:
     def _reap(self, run: RunRow) -> None:
+        self._poll_groups()
         for attempt in self.store.open_attempts(run.id):
             with self._errors.job_guard(attempt.job_id, "engine error reaping this job", self._job_fault):
                 self._reap_attempt(run, attempt)
@@ -33,7 +35,7 @@ class Recovery:
         record = read_exit(Path(attempt.exit_path))
         backend = self.backend(run.id)
         if record is None and attempt.pid and not backend.is_alive(attempt.pid, attempt.pid_start):
-            record = read_exit(Path(attempt.exit_path))  # it may have just been written
+            record = read_exit(Path(attempt.exit_path)) or self._settle_member(attempt, backend)  # just written?
             if record is None and backend.reaps_process_tree:  # the slot frees once the job's tree is gone
                 backend.stop_vanished(attempt.pid, attempt.pid_start, Path(attempt.exit_path))
                 record = read_exit(Path(attempt.exit_path))
@@ -50,8 +52,9 @@ class Recovery:
         backend = self.backend(run_id)
         if backend.recovers_from_queue:  # the runner's pid file holds a pid on another host: useless here
             started = backend.recover(Path(attempt.exit_path), attempt.launched)
-        else:
-            started = read_pid_record(Path(attempt.exit_path))
+        else:  # a fused member's runner is the group's, its pid file beside the group's exit record
+            ref = read_group_ref(Path(attempt.exit_path))
+            started = read_pid_record(Path(ref.exit_path if ref else attempt.exit_path))
         if started:
             self.store.set_attempt_pid(attempt.id, started.pid, started.pid_start)
             return next(a for a in self.store.attempts(attempt.job_id) if a.id == attempt.id)
@@ -68,8 +71,9 @@ class Recovery:
                      problem: str | None = None) -> None:
         self._popens.pop(attempt.id, None)
         self._pid_records.pop(attempt.id, None)
+        group = read_group_ref(Path(attempt.exit_path))  # a fused member's peaks are its group process's
         if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
-            self.store.record_peak_rss(attempt.job_id, max_rss)
+            self.store.record_peak_rss(attempt.job_id, max_rss // (len(group.job_ids) if group else 1))
         job = self.store.job(attempt.job_id)
         self._keep_peak_usage(job)
         if job.state is JobState.RUNNING:
@@ -79,12 +83,13 @@ class Recovery:
         if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
                                          error=error, diagnosis_json=diagnosis_json):
             return  # the job had already been settled (cancelled before start, ...): never overwritten
-        if state is JobState.SUCCEEDED:
+        if state is JobState.SUCCEEDED and group is None:  # a group's peak says little about a job alone
             self._remember_peak(job)
         elif state is JobState.FAILED:
             run, failed = self.store.run(job.run_id), self.store.job(job.id)
             self._notices.job_failed(run, failed)
-            maybe_retry(self.store, run, failed, now=self._clock())
+            if not self._split_after_oom(attempt):
+                maybe_retry(self.store, run, failed, now=self._clock())
 
     def _keep_peak_usage(self, job: JobRow) -> None:
         """The journal's peak memory of the job, into its folder for the results tables."""
@@ -152,7 +157,8 @@ class Recovery:
         job = self.store.job(job_id)
         attempts = [a for a in self.store.open_attempts(job.run_id) if a.job_id == job_id]
         for attempt in attempts:
-            if attempt.pid and self.backend(job.run_id).is_alive(attempt.pid, attempt.pid_start):
+            if attempt.pid and self.backend(job.run_id).is_alive(attempt.pid, attempt.pid_start) \
+                    and not self._cancel_member(job, attempt):  # a fused member leaves; the others go on
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGKILL)
             self.store.finish_attempt(attempt.id, None, JobState.FAILED, reason, ended=self._clock(), error=reason)
         if not attempts and not job.state.final:

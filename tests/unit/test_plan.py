@@ -176,3 +176,20 @@ def test_warm_start_is_on_by_default_and_only_its_opt_out_is_saved(tmp_path, con
     path.write_text(yaml.safe_dump({**base, "warm_start": "sometimes"}))
     with pytest.raises(PlanError, match="warm_start"):
         load_plan(path, registry)
+
+
+def test_fuse_is_off_by_default_auto_round_trips_and_anything_else_is_refused(tmp_path, configs):
+    from lat_core.engine.fusion import fuse_enabled
+    registry = SuiteRegistry(configs)
+    base = {"suites": ["E4"], "pairs": ["1:glue-tvt_cola"], "gpus": "cpu"}
+    for fuse, saved in ((None, None), (False, None), ("auto", "auto")):
+        path = tmp_path / "plan.yaml"
+        path.write_text(yaml.safe_dump({**base, **({} if fuse is None else {"fuse": fuse})}))
+        plan = load_plan(path, registry)
+        assert plan.fuse == (fuse or False)
+        again = yaml.safe_load(plan.to_yaml())
+        assert again.get("fuse") == saved and fuse_enabled(again) is (fuse == "auto")
+    for bad in (True, "yes"):
+        path.write_text(yaml.safe_dump({**base, "fuse": bad}))
+        with pytest.raises(PlanError, match="fuse"):
+            load_plan(path, registry)

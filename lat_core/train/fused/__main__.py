@@ -1,8 +1,9 @@
-"""CLI: `python -m lat_core.train.fused [--resume | --overwrite] [--attempt N] JOB_DIR...`
+"""CLI: `python -m lat_core.train.fused [--resume | --overwrite] [--attempt N | --attempts N,..] JOB_DIR...`
 
 Trains the jobs prepared in JOB_DIR/job.yaml (as the engine writes them) as one fused group: one
 process, one frozen base, each job's own events, train.log, checkpoints, evaluation and, with
---attempt, its exit record JOB_DIR/.lat/attempt-N.exit.json.  A job whose config cannot run
+--attempt, its exit record JOB_DIR/.lat/attempt-N.exit.json (--attempts: one N per JOB_DIR, in order,
+as the engine launches a group whose members are on different attempts).  A job whose config cannot run
 (exit 2 as a job of its own) is left out and the others train; the group's exit status is 0 when
 every member finished, 2 when none could start, else 1.
 """
@@ -21,8 +22,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="each member continues from its newest checkpoint")
     mode.add_argument("--overwrite", action="store_true", help="discard previous events and checkpoints")
-    p.add_argument("--attempt", type=int, default=None, help="write each member's exit record for this attempt")
-    return p.parse_args(argv)
+    numbers = p.add_mutually_exclusive_group()
+    numbers.add_argument("--attempt", type=int, default=None, help="write each member's exit record for this attempt")
+    numbers.add_argument("--attempts", type=_attempt_list, default=None,
+                         help="comma-separated attempt numbers, one per JOB_DIR, for the members' exit records")
+    args = p.parse_args(argv)
+    if args.attempts is not None and len(args.attempts) != len(args.job_dirs):
+        p.error(f"--attempts names {len(args.attempts)} attempt(s) for {len(args.job_dirs)} job folder(s)")
+    args.member_attempts = args.attempts or [args.attempt] * len(args.job_dirs)
+    return args
+
+
+def _attempt_list(text: str) -> list[int]:
+    try:
+        numbers = [int(n) for n in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected attempt numbers like 1,2,1, got {text!r}") from None
+    if any(n < 1 for n in numbers):
+        raise argparse.ArgumentTypeError(f"attempt numbers start at 1, got {text!r}")
+    return numbers
 
 
 def open_members(args, argv):
@@ -34,7 +52,7 @@ def open_members(args, argv):
     from ..record import write_env
     from .member_io import MemberOut
     cfgs, outs = [], []
-    for job_dir in args.job_dirs:
+    for job_dir, attempt in zip(args.job_dirs, args.member_attempts):
         events = None
         try:
             cfg = load_config(str(job_dir / "job.yaml"))
@@ -42,14 +60,14 @@ def open_members(args, argv):
             events = EventWriter(cfg.output_dir / "events.jsonl")
             write_env(cfg, argv, args.resume)
         except TrainConfigError as exc:
-            bad = MemberOut(None, job_dir, events or EventWriter(job_dir / "events.jsonl"), args.attempt)
+            bad = MemberOut(None, job_dir, events or EventWriter(job_dir / "events.jsonl"), attempt)
             bad.events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000])
             bad.log(f"error: {exc}")
             bad.exit(2, "config error")
             print(f"error: {job_dir}: {exc}", file=sys.stderr, flush=True)
             continue
         cfgs.append(cfg)
-        outs.append(MemberOut(cfg, job_dir, events, args.attempt))
+        outs.append(MemberOut(cfg, job_dir, events, attempt))
     return cfgs, outs
 
 

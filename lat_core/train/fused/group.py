@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lat_core.config.job import TINY, TrainConfigError, resolve_max_steps
+from lat_core.config.fuse import base_key
+from lat_core.config.job import TrainConfigError, resolve_max_steps
 from .. import data as D
 from . import members as M
 from .step import MemberRun, new_optimizer
@@ -40,13 +41,6 @@ class Group:
     @property
     def pad_id(self) -> int:
         return self.tokenizer.pad_token_id
-
-
-def base_key(cfg) -> tuple:
-    """What decides the base weights: family, checkpoint, dtype; for tiny-random also sizes and seed."""
-    m = cfg.model
-    tiny = (tuple(sorted(m.tiny.items())), cfg.seed) if m.name_or_path == TINY else None
-    return (m.family, m.name_or_path, m.dtype, tiny, cfg.gla.use_fused_swiglu)
 
 
 def check_same_base(cfgs, tokenizers) -> None:

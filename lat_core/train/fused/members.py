@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from lat_core.config.fuse import adapter_refusal
 from lat_core.config.job import TrainConfigError
 from .stacked import LayoutSlot, StackedLoRALinear
 
-SUPPORTED_INIT = (True, "gaussian")
 
 
 @dataclass
@@ -42,14 +42,11 @@ class Member:
 
 
 def check_fusable(cfg) -> None:
-    """Plain LoRA only: DoRA changes the layer's math, PiSSA / LoRA-GA rewrite the base weights,
-    SDLoRA trains base parameters; none of those can share one frozen base."""
-    p = cfg.peft
-    if p.method not in ("lora", "rslora") or p.use_dora or p.init_lora_weights not in SUPPORTED_INIT:
-        raise TrainConfigError(f"fuse: {cfg.name} uses peft.method {p.method} (use_dora {p.use_dora}, "
-                               f"init {p.init_lora_weights}); only plain LoRA jobs fuse")
-    if cfg.train.gradient_checkpointing:
-        raise TrainConfigError(f"fuse: {cfg.name} sets train.gradient_checkpointing; fused groups run without it")
+    """Plain LoRA only (lat_core.config.fuse.adapter_refusal): DoRA changes the layer's math, PiSSA /
+    LoRA-GA rewrite the base weights, SDLoRA trains base parameters; none can share one frozen base."""
+    why = adapter_refusal(cfg)
+    if why:
+        raise TrainConfigError(why)
 
 
 def replay_peft(base: nn.Module, cfg) -> Replayed:

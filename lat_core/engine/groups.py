@@ -1,0 +1,171 @@
+"""Admission, launch, cancel and settling of fused groups (plan ``fuse: auto``; see
+:mod:`lat_core.engine.fusion`). Part of :class:`lat_core.engine.loop.Engine` (a mixin: it uses the
+engine's store, backends, admission and clock).
+
+A group takes one slot on one device; each member has its own attempt row and is reaped, judged,
+triaged and retried as a job of its own. Its process is shared, so a member is cancelled through
+its cancel marker, never a signal, and nothing kills the process while another member still needs it.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from lat_core.devices import Device
+from lat_core.engine.faults import JOURNAL_ERRORS
+from lat_core.engine.launch import read_exit_record
+from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuse_enabled, group_argv,
+                                    group_exit_path, job_fuse_key, read_group_ref, runs_alone, set_runs_alone,
+                                    write_group_ref)
+from lat_core.engine.requeue import restart_argv
+from lat_core.engine.retries import backoff_hold
+from lat_core.job_files import ExitRecord, cancel_marker_path, exit_record_path, read_exit
+from lat_core.rows import AttemptRow, JobRow, RunRow
+from lat_core.runner import write_exit_record
+from lat_core.states import JobState
+from lat_core.triage.classes import OOM_CLASSES
+
+
+class FusedGroups:
+    def _fuse_key(self, job: JobRow) -> tuple | None:
+        """The job's fuse key, read once per attempt (a remedy between attempts may change job.yaml)."""
+        if (job.id, job.attempts) not in self._fuse_keys:
+            self._fuse_keys[(job.id, job.attempts)] = job_fuse_key(job)
+        return self._fuse_keys[(job.id, job.attempts)]
+
+    def _fuse_mates(self, run: RunRow, job: JobRow, device: Device, running: list[JobRow],
+                    taken: set[int]) -> list[JobRow]:
+        """Queued jobs after ``job`` that may join its group on ``device``: same fuse key, not held,
+        and the group's summed expected memory still admitted; at most GROUP_SIZE_LIMIT in all."""
+        if not fuse_enabled(self.plan_of(run.id)) or not self.backend(run.id).reaps_process_tree:
+            return []
+        key = self._fuse_key(job)
+        if key is None:
+            return []
+        group = [job]
+        for other in self.store.queued_jobs(run.id, limit=MATE_SCAN, after_seq=job.seq):
+            if len(group) >= GROUP_SIZE_LIMIT:
+                break
+            if other.id in taken or device.id in other.avoid_devices or self._fuse_key(other) != key:
+                continue
+            if self._warm.hold(other) or backoff_hold(other, self._clock()) is not None:
+                continue
+            if self._admission.group_blocker([*group, other], device, running) is None:
+                group.append(other)
+        return group[1:]
+
+    def _start_group(self, jobs: list[JobRow], device: Device) -> list[JobRow]:
+        """Attempt rows, group refs and running states first, then one launch; returns the jobs that
+        joined (a member whose lost attempt was found is taken over instead, as a job alone)."""
+        members, attempts = [], []
+        for job in jobs:
+            if (lost := self._lost_attempt(job)) is not None:
+                self._take_over(job, device.id, lost)
+                continue
+            exit_path = exit_record_path(Path(job.job_dir), job.attempts + 1)
+            attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path), started=self._clock())
+            cancel_marker_path(Path(job.job_dir)).unlink(missing_ok=True)  # an earlier attempt's cancel
+            members.append(job)
+            attempts.append((attempt_id, n, exit_path))
+        if not members:
+            return []
+        leader, (_, leader_n, _) = members[0], attempts[0]
+        ref = GroupRef(str(group_exit_path(leader, leader_n)), tuple(j.id for j in members))
+        names = ", ".join(j.key for j in members)
+        try:
+            for _, _, exit_path in attempts:
+                write_group_ref(exit_path, ref)
+            env = {**self._job_secrets.unmask(leader.run_id, leader.env), **device.env,
+                   "LAT_JOB_ID": str(leader.id), "LAT_ATTEMPT": str(leader_n), "LAT_SUITE": leader.suite}
+            argv = group_argv(members, [n for _, n, _ in attempts])
+            launched = self._job_backend(leader).launch(argv, env, Path(leader.job_dir), Path(ref.exit_path),
+                                                       tuple(leader.env))
+        except JOURNAL_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails its members alone
+            for job, (attempt_id, _, _) in zip(members, attempts):
+                self._launch_failed(job, attempt_id, exc)
+            return members
+        if launched.popen is not None:
+            self._group_popens.append(launched.popen)
+        for job, (attempt_id, _, _) in zip(members, attempts):
+            self.store.add_transition(job.run_id, job.id, "fused", f"in one process with {names} on {device.id}")
+            self._launched(job, attempt_id, launched)
+        return members
+
+    def _poll_groups(self) -> None:
+        """Reap the runners of our group launches: the last member's exit record is written before
+        the group's process ends, so a member's attempt cannot be the one that waits for it."""
+        self._group_popens[:] = [p for p in self._group_popens if p.poll() is None]
+
+    # ------------------------------------------------------------------ cancel, kill, settle
+    def _cancel_member(self, job: JobRow, attempt: AttemptRow) -> bool:
+        """Cancel a fused member through its marker (the group leaves it out before its next
+        micro-batch); False for an attempt of its own."""
+        if read_group_ref(Path(attempt.exit_path)) is None:
+            return False
+        marker = cancel_marker_path(Path(job.job_dir))
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{time.time()}\n")
+        return True
+
+    def _may_kill(self, attempt: AttemptRow) -> bool:
+        """Whether a cancelled attempt's process may be killed after the grace: always for a process
+        of its own; a fused group's only when every other open member of it is being cancelled too."""
+        if read_group_ref(Path(attempt.exit_path)) is None:
+            return True
+        others = [a for a in self.store.open_attempts(self.store.job(attempt.job_id).run_id)
+                  if a.pid == attempt.pid and a.id != attempt.id]
+        return all(a.cancel_at is not None for a in others)
+
+    def _settle_member(self, attempt: AttemptRow, backend) -> ExitRecord | None:
+        """A fused member without an exit record whose group process is gone: its exit record,
+        from the group's (the group's tree is stopped first where its runner vanished), with why."""
+        ref = read_group_ref(Path(attempt.exit_path))
+        if ref is None:
+            return None
+        group = read_exit(Path(ref.exit_path))
+        if group is None and backend.reaps_process_tree:
+            backend.stop_vanished(attempt.pid, attempt.pid_start, Path(ref.exit_path))
+            group = read_exit(Path(ref.exit_path))
+        rc = group.returncode if group is not None and group.returncode != 0 else None
+        code = "unknown" if group is None or group.returncode is None else group.returncode
+        why = (f"the fused group's process ended (exit {code}) "
+               "before this member left the group")
+        raw = read_exit_record(Path(ref.exit_path)) or {}  # its OOM-kill count and containment: for triage
+        write_exit_record(attempt.exit_path, {"returncode": rc, "signal": -rc if rc and rc < 0 else None,
+                                              "pid": attempt.pid, "ended": time.time(), "fused_group": True,
+                                              "why": why, **{k: raw[k] for k in ("oom_kills", "containment")
+                                                             if k in raw}})
+        return ExitRecord(rc, problem=why)
+
+    def _split_after_oom(self, attempt: AttemptRow) -> bool:
+        """A member of a group of several that failed out of memory: requeued once, from the start,
+        to run alone (its own process, whatever its mates do); True when requeued. Its own remedies
+        and the plan's ``on_oom`` retries apply to it alone from then on."""
+        job = self.store.job(attempt.job_id)
+        ref = read_group_ref(Path(attempt.exit_path))
+        klass = (job.diagnosis or {}).get("class")
+        if ref is None or len(ref.job_ids) < 2 or klass not in OOM_CLASSES or runs_alone(Path(job.job_dir)):
+            return False
+        why = f"its fused group of {len(ref.job_ids)} ran out of memory ({klass})"
+        set_runs_alone(Path(job.job_dir), why)
+        self.store.set_job_argv(job.id, restart_argv(job.argv, False, "fresh"))
+        self.store.set_job_state(job.id, JobState.QUEUED, f"requeued to run alone: {why}", ended=None,
+                                 returncode=None, error=None, not_before=0)
+        return True
+
+    def _busy_slots(self, on_host: list[JobRow], busy: dict[str, int]) -> dict[str, int]:
+        """``busy`` (one slot per running job) with each fused group counted once."""
+        running = {j.id: j for j in on_host}
+        seen: set[tuple[str, int]] = set()
+        for run_id in {j.run_id for j in on_host}:
+            for a in self.store.open_attempts(run_id):
+                job = running.get(a.job_id)
+                if job is None or not a.pid or read_group_ref(Path(a.exit_path)) is None:
+                    continue
+                if (job.device, a.pid) in seen:
+                    busy[job.device] -= 1
+                seen.add((job.device, a.pid))
+        return busy
+

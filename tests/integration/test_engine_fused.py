@@ -1,0 +1,154 @@
+"""The engine with ``fuse: auto``: same-base tiny GLA jobs (real trainer, CPU) run as one fused
+process on one slot; each member keeps its own attempt, losses, cancel, failure and exit reason."""
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from lat_core.engine.launch import launch
+from lat_core.engine.loop import Engine
+from lat_core.job_files import events_path
+from lat_core.store import Store
+from tests.conftest import fake_job
+from tests.helpers.fused import events_of, job_dir, saved_tiny_base
+
+CPU = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}
+MEMBERS = {"a": ({"r": 4, "alpha": 8}, {"batch_size": 8}, 3),
+           "b": ({"r": 8, "alpha": 16}, {"batch_size": 4, "grad_accum": 2, "lr": 5e-3}, 5),
+           "c": ({"r": 2, "alpha": 4, "target_modules": ["q_proj", "v_proj"]}, {"batch_size": 6, "max_steps": 4}, 7)}
+LONG = {"max_steps": 400, "eval_every": 1000, "save_every": 1000}
+
+pytestmark = pytest.mark.xdist_group("engine_fused")
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return saved_tiny_base(tmp_path_factory.mktemp("fused_engine") / "base")
+
+def jobs(root, base, **train_over):
+    out = []
+    for name, (peft, train, seed) in MEMBERS.items():
+        folder = job_dir(root, name, base, peft=dict(peft), train={**train, **train_over.get(name, {})}, seed=seed)
+        out.append({"key": name, "suite": "t", "round": 1, "stem": name, "seed": seed, "dataset": "tiny-sst2",
+                    "job_dir": str(folder), "env": {},
+                    "argv": [sys.executable, "-m", "lat_core.train", "--cfg", str(folder / "job.yaml")]})
+    return out
+
+def make_run(tmp_path, base, fuse: str, **train_over):
+    store = Store(tmp_path / "state" / "journal.sqlite")
+    run_id = store.create_run(f"fuse: {fuse}\nwarm_start: false\n", str(tmp_path / "out"), [CPU], 0.0)
+    store.add_jobs(run_id, jobs(tmp_path / "out", base, **train_over))
+    return store, run_id
+
+def drain(engine, timeout=600, until=None):
+    deadline = time.time() + timeout
+    while engine.tick():
+        assert time.time() < deadline, "engine did not drain in time"
+        if until is not None and until():
+            return
+        time.sleep(0.1)
+
+def by_key(store, run_id):
+    return {j.key: j for j in store.jobs(run_id)}
+
+def losses(job):
+    return {e["step"]: e["loss"] for e in events_of(Path(job.job_dir), "step")}
+
+def stepped(job, n=2) -> bool:
+    """The job has logged n steps: its group's process is training."""
+    return events_path(Path(job.job_dir)).is_file() and len(events_of(Path(job.job_dir), "step")) >= n
+
+def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base):
+    store, run_id = make_run(tmp_path / "fused", base, "auto")
+    drain(Engine(store))
+    fused = by_key(store, run_id)
+    assert {k: j.state for k, j in fused.items()} == {k: "succeeded" for k in MEMBERS}
+    attempts = {k: store.attempts(j.id) for k, j in fused.items()}
+    assert all(len(a) == 1 and a[0].returncode == 0 for a in attempts.values())
+    assert len({a[0].pid for a in attempts.values()}) == 1  # one process for the three
+    assert all(any(t.new_state == "fused" for t in store.transitions(run_id) if t.job_id == j.id)
+               for j in fused.values())
+    alone_store, alone_id = make_run(tmp_path / "alone", base, "false")
+    drain(Engine(alone_store))
+    alone = by_key(alone_store, alone_id)
+    assert {k: j.state for k, j in alone.items()} == {k: "succeeded" for k in MEMBERS}
+    assert len({alone_store.attempts(j.id)[0].pid for j in alone.values()}) == 3
+    for key in MEMBERS:
+        ours, theirs = losses(fused[key]), losses(alone[key])
+        assert sorted(ours) == sorted(theirs) and ours
+        assert all(ours[s] == pytest.approx(v, rel=1e-5) for s, v in theirs.items()), key
+        assert fused[key].last_step == alone[key].last_step
+
+def test_cancel_of_one_member_leaves_the_others_running(tmp_path, base):
+    store, run_id = make_run(tmp_path, base, "auto", b=LONG)
+    engine = Engine(store)
+    drain(engine, until=lambda: stepped(by_key(store, run_id)["b"]))
+    store.add_command(run_id, "cancel_job", job_id=by_key(store, run_id)["b"].id)
+    drain(engine)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "cancelled", "c": "succeeded"}
+    assert jobs_["b"].error == "cancelled by user" and jobs_["b"].last_step < 400
+    assert store.attempts(jobs_["b"].id)[0].returncode == -15
+
+def test_a_failing_member_fails_alone(tmp_path, base):
+    store, run_id = make_run(tmp_path, base, "auto", b={"lr": 1e30})  # b's loss turns non-finite
+    drain(Engine(store))
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "failed", "c": "succeeded"}
+    assert "exit code 1" in jobs_["b"].error, jobs_["b"].error
+
+def test_kill_9_of_the_group_settles_every_member_with_a_reason(tmp_path, base):
+    store, run_id = make_run(tmp_path, base, "auto", **{k: LONG for k in MEMBERS})
+    engine = Engine(store)
+    drain(engine, until=lambda: stepped(by_key(store, run_id)["a"]))
+    runner = psutil.Process(store.attempts(by_key(store, run_id)["a"].id)[0].pid)
+    trainer, = [p for p in runner.children() if "lat_core.train.fused" in " ".join(p.cmdline())]
+    os.kill(trainer.pid, signal.SIGKILL)
+    drain(engine)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "failed" for k in MEMBERS}
+    for job in jobs_.values():
+        assert "the fused group's process ended (exit -9)" in job.error, job.error
+        assert store.attempts(job.id)[0].returncode == -9
+    assert store.run(run_id).state == "finished"
+
+
+def test_a_group_out_of_memory_is_requeued_to_run_alone(tmp_path, base):
+    """The real engine and launch; the trainer replaced by tests/helpers/oom_group.py (a group runs
+    out of GPU memory, a job alone succeeds): no GPU needed to run a group out of memory."""
+    script = Path(__file__).resolve().parents[1] / "helpers" / "oom_group.py"
+
+    def launch_fn(argv, env, job_dir, exit_path, show_env=()):
+        return launch([sys.executable, str(script), *argv], env, job_dir, exit_path, show_env)
+
+    store, run_id = make_run(tmp_path, base, "auto")
+    drain(Engine(store, launch_fn=launch_fn))
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
+    first = {k: store.attempts(j.id)[0] for k, j in jobs_.items()}
+    second = {k: store.attempts(j.id)[1] for k, j in jobs_.items()}
+    assert len({a.pid for a in first.values()}) == 1 and all(a.returncode == 1 for a in first.values())
+    assert len({a.pid for a in second.values()}) == 3 and all(a.returncode == 0 for a in second.values())
+    for job in jobs_.values():
+        history = [t.detail for t in store.transitions(run_id, job_id=job.id)]
+        assert "requeued to run alone: its fused group of 3 ran out of memory (cuda_oom)" in history, history
+        assert job.argv[-1] == "--overwrite" and job.attempts == 2
+
+
+def test_a_group_takes_one_slot(tmp_path, base):
+    """Two slots: while the group of three runs, a job added later takes the second slot at once."""
+    cpu2 = {**CPU, "slots": 2}
+    store = Store(tmp_path / "state2" / "journal.sqlite")
+    run_id = store.create_run("fuse: auto\nwarm_start: false\n", str(tmp_path / "out2"), [cpu2], 0.0)
+    store.add_jobs(run_id, jobs(tmp_path / "out2", base))
+    engine = Engine(store)
+    engine.tick()
+    assert len(store.running_jobs(run_id)) == 3
+    store.add_jobs(run_id, [fake_job(tmp_path, "z", sleep=0.3)])
+    drain(engine)
+    jobs_ = by_key(store, run_id)
+    assert {j.state for j in jobs_.values()} == {"succeeded"}
+    assert jobs_["z"].ended < min(jobs_[k].ended for k in MEMBERS)
