@@ -38,7 +38,10 @@ def monitor_lines(app) -> list[str]:
     return [str(w.render()) for w in app.screen.query("#monitor Static") if w.display]
 
 
-async def test_one_line_per_gpu_with_bar_util_temperature_and_history(app_with, fake_nvml, journal, tmp_path):
+async def test_one_line_per_gpu_with_bar_util_temperature_and_history(app_with, fake_nvml, journal, tmp_path,
+                                                                     monkeypatch):
+    # every poll redraws the sparkline here: a loaded CI machine stretched three 5-s redraws past the wait
+    monkeypatch.setattr("lat_tui.widgets.monitor.HISTORY_REDRAW_S", 0.0)
     make_run(journal, tmp_path / "out")
     app = app_with(fake_nvml)
     async with app.run_test(size=SIZE) as pilot:
@@ -48,8 +51,8 @@ async def test_one_line_per_gpu_with_bar_util_temperature_and_history(app_with, 
         assert "█████░░░░░" in gpu0 and "1p" in gpu0
         assert gpu1.startswith("GPU1 A100-SXM4") and "39.0/40G" in gpu1 and "100%" in gpu1
         assert host.startswith("host RAM") and "load" in host and "slots cpu=2" in host
-        # the sparkline takes new data every HISTORY_REDRAW_S seconds
-        await wait_for(pilot, lambda: len(app.screen.query_one(GpuRow).query_one(Sparkline).data) >= 3, tries=200)
+        # the sparkline takes each poll's history
+        await wait_for(pilot, lambda: len(app.screen.query_one(GpuRow).query_one(Sparkline).data) >= 3, tries=300)
         assert app.screen.query_one(GpuRow).query_one(Sparkline).data[-1] == pytest.approx(50.0)
 
 
