@@ -13,7 +13,10 @@ bf16) except the number of steps, on the shipped SST-2 sample (short sentences) 
 - ``graphs``: graphs auto (opt-in: captured steps);
 - ``eager-again``: the eager side once more: its loss check is the run-to-run spread of the eager
   trainer itself (fla's backward kernels accumulate in a nondeterministic order), the floor the
-  other sides' checks are read against.
+  other sides' checks are read against;
+- ``eager-nudged``: eager with the learning rate 1e-3 larger (relative), a perturbation of the
+  size of bf16 rounding: its loss check says how far this run's curve carries a rounding-sized
+  difference, the bound a correct but differently rounded step (graphs, packing) can be held to.
 
 Per-step time comes from the job's own step events (logged every 10 steps) between step 20 and the
 last logged step, so start-up, the first captures and the final evaluation are left out.  The loss
@@ -38,8 +41,10 @@ from bench.suite_data import write_sst2  # noqa: E402
 
 CONFIG = ROOT / "configs/experiments/gla13b/rank/lora_qkvo_r8_a16.yaml"
 SIDES = {"eager": {"graphs": False, "pack": False}, "eager-again": {"graphs": False, "pack": False},
+         "eager-nudged": {"graphs": False, "pack": False},
          "pack": {"graphs": False, "pack": True},
          "graphs": {"graphs": "auto", "pack": "auto"}}
+LR_NUDGE = {"eager-nudged": 1 + 1e-3}
 LOG_EVERY, FROM_STEP = 10, 20
 
 
@@ -48,6 +53,7 @@ def job_file(out: Path, side: str, steps: int, data: str, dtype: str) -> Path:
     raw["model"].update(MODEL_1B3, dtype=dtype)
     raw["train"].update(max_steps=steps, eval_every=steps, save_every=steps, log_every=LOG_EVERY,
                         warmup_steps=0, **SIDES[side])
+    raw["train"]["lr"] *= LR_NUDGE.get(side, 1.0)
     raw.update(name=side, data=data, output_dir=str(out / side), resolved=True)
     (out / side).mkdir(parents=True, exist_ok=True)
     path = out / side / "job.yaml"
