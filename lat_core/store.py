@@ -292,6 +292,12 @@ class Store:
                                 (run_id, after_seq, -1 if limit is None else limit))
         return [job_row(r) for r in rows]
 
+    def queued_heads(self, run_id: int, limit: int) -> list[tuple[int, int]]:
+        """(id, attempts) of the first ``limit`` queued jobs in plan order, nothing decoded."""
+        rows = self._db.execute("SELECT id, attempts FROM jobs WHERE run_id=? AND state='queued' ORDER BY seq LIMIT ?",
+                                (run_id, limit))
+        return [(job_id, attempts) for job_id, attempts in rows]
+
     def iter_queued(self, run_id: int, first_page: int = 4, max_page: int = 64) -> Iterator[JobRow]:
         """Queued jobs in plan order, read a page at a time, each page twice the last: a caller that
         stops early (a slot or two free, the rest waiting) decodes a few rows, one that walks far

@@ -159,6 +159,7 @@ class WarmStarts:
         self._clock = clock
         self._starter: WarmStarter | None = None
         self._told: dict[int, str] = {}  # run id -> the status its history last got
+        self._cold: set[tuple[int, int]] = set()  # (job id, attempts) of queued jobs that cannot fork
 
     def close(self) -> None:
         if self._starter is not None:
@@ -166,19 +167,39 @@ class WarmStarts:
             self._starter = None
 
     def prepare(self, run) -> None:
+        """Start the preloaded process as soon as one of the jobs admission reaches next may fork
+        from it, and tell the run's history when it is ready or failed."""
+        if run.id in self._told and self._starter is not None:
+            # the run's warm-capable jobs were found before: only a change of status is news
+            self._tell(run.id, self._starter.status())
+            return
         # the jobs admission reaches next: a run whose first warm-capable job waits behind thousands
         # of others starts the process when that job comes near, and a tick stays cheap meanwhile
-        queued = self.store.queued_jobs(run.id, limit=PREPARE_LOOKAHEAD)
-        warm = next((w for j in queued if (w := self._for(j))), None)
+        warm = next((w for j in self._unjudged_queued(run.id) if (w := self._for(j))), None)
         if warm is None:
             return
         warm.ensure_started()
-        status = warm.status()
-        if status in ("ready", "failed") and self._told.get(run.id) != status:
-            self._told[run.id] = status
-            detail = (f"jobs fork from a process with torch, transformers and peft imported "
-                      f"(ready after {warm.waited_s():.1f}s)" if status == "ready" else f"not used: {warm.failure}")
-            self.store.add_transition(run.id, None, "warm start", detail)
+        self._tell(run.id, warm.status())
+
+    def _unjudged_queued(self, run_id: int):
+        """The next queued jobs not already known to start cold (decoded one at a time, so a queue
+        of jobs that never fork costs a cheap query per tick, not PREPARE_LOOKAHEAD decoded rows)."""
+        for job_id, attempts in self.store.queued_heads(run_id, PREPARE_LOOKAHEAD):
+            if (job_id, attempts) in self._cold:
+                continue
+            job = self.store.job(job_id)
+            if self._for(job) is None:
+                self._cold.add((job_id, attempts))
+            yield job
+
+    def _tell(self, run_id: int, status: str) -> None:
+        if status not in ("ready", "failed") or self._told.get(run_id) == status:
+            return
+        self._told[run_id] = status
+        warm = self._starter
+        detail = (f"jobs fork from a process with torch, transformers and peft imported "
+                  f"(ready after {warm.waited_s():.1f}s)" if status == "ready" else f"not used: {warm.failure}")
+        self.store.add_transition(run_id, None, "warm start", detail)
 
     def hold(self, job) -> str | None:
         """Why a job waits for the preloaded process: it is importing what the job would import."""

@@ -70,12 +70,27 @@ def _cgroup_sources(cgroup_file: Path, root: Path) -> list[str]:
     """Candidate counter files, most specific first. v1's memory controller wins over v2 on hybrid
     hosts, where the v2 tree carries no memory controller."""
     try:
-        lines = cgroup_file.read_text().splitlines()
+        text = cgroup_file.read_text()
     except OSError:
         return []
-    v1 = [_v1_file(path, root) for line in lines for path in _v1_memory_path(line)]
-    v2 = [_v2_file(line.split(":", 2)[2], root) for line in lines if line.startswith("0::")]
-    return [s for s in v1 + v2 if s]
+    key = (text, root)
+    if key not in _SOURCES:
+        lines = text.splitlines()
+        v1 = [_v1_file(path, root) for line in lines for path in _v1_memory_path(line)]
+        v2 = [_v2_file(line.split(":", 2)[2], root) for line in lines if line.startswith("0::")]
+        found = [s for s in v1 + v2 if s]
+        if not found:
+            return []  # not remembered: a memory controller enabled later is found then
+        if len(_SOURCES) >= _SOURCES_KEPT:
+            _SOURCES.clear()
+        _SOURCES[key] = found
+    return list(_SOURCES[key])
+
+
+# /proc/<pid>/cgroup's text -> its counter files. The engine reads the counter at every launch and
+# its jobs share its cgroup: looking for the files once per cgroup, not per job, saves the stats.
+_SOURCES: dict[tuple[str, Path], list[str]] = {}
+_SOURCES_KEPT = 256
 
 
 def _v1_memory_path(line: str) -> list[str]:

@@ -76,6 +76,13 @@ def test_iter_queued_pages_grow_from_a_few_rows(store, monkeypatch):
     assert limits == [4, 8, 16, 32, 64, 64, 64, 64]  # 188 rows, then the last 12, then an empty page
 
 
+def test_queued_heads_are_the_first_queued_ids_and_attempts(store):
+    run_id, ids = run_with(store, ["running", "queued", "failed", "queued", "queued"])
+    run_with(store, ["queued"])
+    assert store.queued_heads(run_id, 2) == [(ids[1], 0), (ids[3], 0)]
+    assert len(store.queued_heads(run_id, 16)) == 3
+
+
 def test_running_jobs_only_running_in_plan_order(store):
     run_id, _ = run_with(store, ["running", "queued", "failed", "running"])
     run_with(store, ["running"])

@@ -203,6 +203,20 @@ def test_host_oom_proven_by_cgroup_v2_counter(tmp_path):
     assert d.remedies[0].patch == {"train.num_workers": 4}
 
 
+def test_a_cgroup_counter_that_appears_later_is_found(tmp_path):
+    # the files found for a cgroup are remembered; finding none is not, so a memory controller
+    # enabled after the first launch is used from the next one on
+    fake_vmstat(tmp_path, 3)
+    (tmp_path / "proc" / "7").mkdir(parents=True)
+    (tmp_path / "proc" / "7" / "cgroup").write_text("0::/user.slice/lat-job.scope\n")
+    assert read_oom_kill_count(7, tmp_path).source == "vmstat"
+    events = fake_cgroup_v2(tmp_path, 7, 2)
+    assert (read_oom_kill_count(7, tmp_path).source, read_oom_kill_count(7, tmp_path).count) == \
+        ("cgroup2:/sys/fs/cgroup/user.slice/lat-job.scope/memory.events", 2)
+    events.write_text(events.read_text().replace("oom_kill 2", "oom_kill 5"))
+    assert read_oom_kill_count(7, tmp_path).count == 5  # the counter itself is read every time
+
+
 def test_cgroup_v1_counter(tmp_path):
     fake_cgroup_v1(tmp_path, 77, 2)
     counter = read_oom_kill_count(77, tmp_path)
