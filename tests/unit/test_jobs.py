@@ -59,6 +59,16 @@ def test_materialize_writes_config_command_and_masks_secrets(configs, tmp_path):
     assert command["env"]["WANDB_API_KEY"] == "***"
     for name in ("job.yaml", "command.json", "overrides.json"):
         assert "k-123" not in (job.job_dir / name).read_text()
+    # the records read back as written, one entry a line
+    provenance = json.loads((job.job_dir / "overrides.json").read_text())
+    assert provenance == json.loads(json.dumps(job.provenance, default=str))
+    assert len((job.job_dir / "overrides.json").read_text().splitlines()) == len(job.provenance) + 2
+
+
+def test_expanded_configs_do_not_share_mutable_parts(configs, tmp_path):
+    first, second = expand(make_plan(configs, tmp_path), SuiteRegistry(configs))[:2]
+    first.config["train"]["lr"] = 123.0
+    assert second.config["train"].get("lr") != 123.0
 
 
 @pytest.mark.parametrize("name", ["../../etc", "/abs/path", "a/../../b", "..", "x\x00y"])
