@@ -15,8 +15,8 @@ from lat_core.devices import Device
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.launch import read_exit_record
 from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuse_enabled, group_argv,
-                                    group_exit_path, job_fuse_key, read_group_ref, runs_alone, set_runs_alone,
-                                    write_group_ref)
+                                    group_exit_path, job_fuse_key, read_group_limit, read_group_ref, smaller_limit,
+                                    write_group_limit, write_group_ref)
 from lat_core.engine.requeue import restart_argv
 from lat_core.engine.retries import backoff_hold
 from lat_core.job_files import ExitRecord, cancel_marker_path, exit_record_path, read_exit
@@ -27,31 +27,37 @@ from lat_core.triage.classes import OOM_CLASSES
 
 
 class FusedGroups:
-    def _fuse_key(self, job: JobRow) -> tuple | None:
-        """The job's fuse key, read once per attempt (a remedy between attempts may change job.yaml)."""
+    def _fuse_info(self, job: JobRow) -> tuple[tuple | None, int]:
+        """(the job's fuse key, the most members its group may have), read once per attempt (a
+        remedy between attempts may change job.yaml; a group out of memory lowers the limit)."""
         if (job.id, job.attempts) not in self._fuse_keys:
-            self._fuse_keys[(job.id, job.attempts)] = job_fuse_key(job)
+            limit = read_group_limit(Path(job.job_dir))
+            size = GROUP_SIZE_LIMIT if limit is None else min(limit.size, GROUP_SIZE_LIMIT)
+            self._fuse_keys[(job.id, job.attempts)] = (job_fuse_key(job) if size > 1 else None, size)
         return self._fuse_keys[(job.id, job.attempts)]
 
     def _fuse_mates(self, run: RunRow, job: JobRow, device: Device, running: list[JobRow],
                     taken: set[int]) -> list[JobRow]:
         """Queued jobs after ``job`` that may join its group on ``device``: same fuse key, not held,
-        and the group's summed expected memory still admitted; at most GROUP_SIZE_LIMIT in all."""
+        and the group's summed expected memory still admitted; no more members than the smallest
+        group limit among them (GROUP_SIZE_LIMIT, or less for a job whose group ran out of memory)."""
         if not fuse_enabled(self.plan_of(run.id)) or not self.backend(run.id).reaps_process_tree:
             return []
-        key = self._fuse_key(job)
+        key, cap = self._fuse_info(job)
         if key is None:
             return []
         group = [job]
         for other in self.store.queued_jobs(run.id, limit=MATE_SCAN, after_seq=job.seq):
-            if len(group) >= GROUP_SIZE_LIMIT:
+            if len(group) >= cap:
                 break
-            if other.id in taken or device.id in other.avoid_devices or self._fuse_key(other) != key:
+            other_key, other_cap = self._fuse_info(other)
+            if other.id in taken or device.id in other.avoid_devices or other_key != key or other_cap <= len(group):
                 continue
             if self._warm.hold(other) or backoff_hold(other, self._clock()) is not None:
                 continue
             if self._admission.group_blocker([*group, other], device, running) is None:
                 group.append(other)
+                cap = min(cap, other_cap)
         return group[1:]
 
     def _start_group(self, jobs: list[JobRow], device: Device) -> list[JobRow]:
@@ -140,18 +146,19 @@ class FusedGroups:
         return ExitRecord(rc, problem=why)
 
     def _split_after_oom(self, attempt: AttemptRow) -> bool:
-        """A member of a group of several that failed out of memory: requeued once, from the start,
-        to run alone (its own process, whatever its mates do); True when requeued. Its own remedies
-        and the plan's ``on_oom`` retries apply to it alone from then on."""
+        """A member of a group of N (N >= 2) that failed out of memory: requeued from the start to
+        train in groups of at most N // 2 (1: alone, its own process); True when requeued. Each
+        member that failed out of memory is requeued by its own failure; the others are untouched.
+        The plan's ``on_oom`` retries and the remedies apply once the job ran alone."""
         job = self.store.job(attempt.job_id)
         ref = read_group_ref(Path(attempt.exit_path))
         klass = (job.diagnosis or {}).get("class")
-        if ref is None or len(ref.job_ids) < 2 or klass not in OOM_CLASSES or runs_alone(Path(job.job_dir)):
+        if ref is None or len(ref.job_ids) < 2 or klass not in OOM_CLASSES:
             return False
-        why = f"its fused group of {len(ref.job_ids)} ran out of memory ({klass})"
-        set_runs_alone(Path(job.job_dir), why)
+        limit = smaller_limit(Path(job.job_dir), len(ref.job_ids), klass)
+        write_group_limit(Path(job.job_dir), limit)
         self.store.set_job_argv(job.id, restart_argv(job.argv, False, "fresh"))
-        self.store.set_job_state(job.id, JobState.QUEUED, f"requeued to run alone: {why}", ended=None,
+        self.store.set_job_state(job.id, JobState.QUEUED, f"{limit.why}: {requeued_to(limit.size)}", ended=None,
                                  returncode=None, error=None, not_before=0)
         return True
 
@@ -169,3 +176,7 @@ class FusedGroups:
                 seen.add((job.device, a.pid))
         return busy
 
+
+
+def requeued_to(size: int) -> str:
+    return "requeued to run alone" if size == 1 else f"requeued to train in groups of at most {size}"

@@ -62,7 +62,7 @@ class Engine(Recovery, FusedGroups):
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
         self._pid_records: dict[int, object] = {}  # attempt id -> its runner's PidRecord, once written
         self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
-        self._fuse_keys: dict[tuple[int, int], tuple | None] = {}  # (job id, attempts) -> fuse key
+        self._fuse_keys: dict[tuple[int, int], tuple] = {}  # (job id, attempts) -> (fuse key, group limit)
         self._group_popens: list = []  # runners of fused groups, polled until they end
         self._errors = EngineErrors(store, clock)
         self._commands = Commands(self)

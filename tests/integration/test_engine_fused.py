@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lat_core.engine.fusion import read_group_limit, read_group_ref
 from lat_core.engine.launch import launch
 from lat_core.engine.loop import Engine
 from lat_core.job_files import events_path
@@ -28,19 +29,19 @@ pytestmark = pytest.mark.xdist_group("engine_fused")
 def base(tmp_path_factory):
     return saved_tiny_base(tmp_path_factory.mktemp("fused_engine") / "base")
 
-def jobs(root, base, **train_over):
+def jobs(root, base, members=MEMBERS, **train_over):
     out = []
-    for name, (peft, train, seed) in MEMBERS.items():
+    for name, (peft, train, seed) in members.items():
         folder = job_dir(root, name, base, peft=dict(peft), train={**train, **train_over.get(name, {})}, seed=seed)
         out.append({"key": name, "suite": "t", "round": 1, "stem": name, "seed": seed, "dataset": "tiny-sst2",
                     "job_dir": str(folder), "env": {},
                     "argv": [sys.executable, "-m", "lat_core.train", "--cfg", str(folder / "job.yaml")]})
     return out
 
-def make_run(tmp_path, base, fuse: str, **train_over):
+def make_run(tmp_path, base, fuse: str, members=MEMBERS, **train_over):
     store = Store(tmp_path / "state" / "journal.sqlite")
     run_id = store.create_run(f"fuse: {fuse}\nwarm_start: false\n", str(tmp_path / "out"), [CPU], 0.0)
-    store.add_jobs(run_id, jobs(tmp_path / "out", base, **train_over))
+    store.add_jobs(run_id, jobs(tmp_path / "out", base, members, **train_over))
     return store, run_id
 
 def drain(engine, timeout=600, until=None):
@@ -116,26 +117,51 @@ def test_kill_9_of_the_group_settles_every_member_with_a_reason(tmp_path, base):
     assert store.run(run_id).state == "finished"
 
 
-def test_a_group_out_of_memory_is_requeued_to_run_alone(tmp_path, base):
-    """The real engine and launch; the trainer replaced by tests/helpers/oom_group.py (a group runs
-    out of GPU memory, a job alone succeeds): no GPU needed to run a group out of memory."""
-    script = Path(__file__).resolve().parents[1] / "helpers" / "oom_group.py"
+OOM_GROUP = Path(__file__).resolve().parents[1] / "helpers" / "oom_group.py"
 
-    def launch_fn(argv, env, job_dir, exit_path, show_env=()):
-        return launch([sys.executable, str(script), *argv], env, job_dir, exit_path, show_env)
 
-    store, run_id = make_run(tmp_path, base, "auto")
-    drain(Engine(store, launch_fn=launch_fn))
+def oom_group_launch(argv, env, job_dir, exit_path, show_env=()):
+    """The real launch, the trainer replaced by tests/helpers/oom_group.py (a fused group runs out
+    of GPU memory, a job alone succeeds): no GPU needed to run a group out of memory."""
+    return launch([sys.executable, str(OOM_GROUP), *argv], env, job_dir, exit_path, show_env)
+
+
+def group_sizes(store, job) -> list[int]:
+    """Each attempt's group size, from its group ref file (1: it ran alone)."""
+    return [len(ref.job_ids) if (ref := read_group_ref(Path(a.exit_path))) else 1 for a in store.attempts(job.id)]
+
+
+def test_a_group_out_of_memory_is_retried_in_halves_down_to_jobs_alone(tmp_path, base):
+    """4 members out of memory: requeued in groups of at most 2, which run out of memory too, then
+    alone (the one slot runs one group at a time), where they succeed."""
+    store, run_id = make_run(tmp_path, base, "auto", {**MEMBERS, "d": ({"r": 4, "alpha": 8}, {"batch_size": 2}, 9)})
+    drain(Engine(store, launch_fn=oom_group_launch), timeout=300)
     jobs_ = by_key(store, run_id)
-    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
-    first = {k: store.attempts(j.id)[0] for k, j in jobs_.items()}
-    second = {k: store.attempts(j.id)[1] for k, j in jobs_.items()}
+    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in "abcd"}
+    assert {k: group_sizes(store, j) for k, j in jobs_.items()} == {k: [4, 2, 1] for k in "abcd"}
+    first, second = ({k: store.attempts(j.id)[n] for k, j in jobs_.items()} for n in (0, 1))
     assert len({a.pid for a in first.values()}) == 1 and all(a.returncode == 1 for a in first.values())
-    assert len({a.pid for a in second.values()}) == 3 and all(a.returncode == 0 for a in second.values())
+    assert len({a.pid for a in second.values()}) == 2 and all(a.returncode == 1 for a in second.values())
+    assert all(store.attempts(j.id)[2].returncode == 0 for j in jobs_.values())
     for job in jobs_.values():
         history = [t.detail for t in store.transitions(run_id, job_id=job.id)]
-        assert "requeued to run alone: its fused group of 3 ran out of memory (cuda_oom)" in history, history
-        assert job.argv[-1] == "--overwrite" and job.attempts == 2
+        assert ("its fused group of 4 ran out of memory (cuda_oom): requeued to train in groups of at most 2"
+                in history), history
+        assert "its fused group of 2 ran out of memory (cuda_oom): requeued to run alone" in history, history
+        assert read_group_limit(Path(job.job_dir)).size == 1
+        assert job.argv[-1] == "--overwrite" and job.attempts == 3
+    assert store.run(run_id).state == "finished"
+
+
+def test_a_member_that_did_not_run_out_of_memory_is_not_requeued(tmp_path, base):
+    store, run_id = make_run(tmp_path, base, "auto")
+    (Path(by_key(store, run_id)["a"].job_dir) / "survives").touch()
+    drain(Engine(store, launch_fn=oom_group_launch), timeout=300)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
+    assert {k: group_sizes(store, j) for k, j in jobs_.items()} == {"a": [3], "b": [3, 1], "c": [3, 1]}
+    assert read_group_limit(Path(jobs_["a"].job_dir)) is None and jobs_["a"].argv[-1] != "--overwrite"
+    assert read_group_limit(Path(jobs_["b"].job_dir)).size == 1
 
 
 def test_a_group_takes_one_slot(tmp_path, base):
