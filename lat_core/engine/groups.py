@@ -8,6 +8,7 @@ its cancel marker, never a signal, and nothing kills the process while another m
 """
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from lat_core.rows import AttemptRow, JobRow, RunRow
 from lat_core.runner import write_exit_record
 from lat_core.states import JobState
 from lat_core.triage.classes import OOM_CLASSES
+
+GROUP_END_GRACE_S = 30.0  # a group process's own end after its last member left (frees its memory)
 
 
 class FusedGroups:
@@ -60,9 +63,10 @@ class FusedGroups:
                 cap = min(cap, other_cap)
         return group[1:]
 
-    def _start_group(self, jobs: list[JobRow], device: Device) -> list[JobRow]:
-        """Attempt rows, group refs and running states first, then one launch; returns the jobs that
-        joined (a member whose lost attempt was found is taken over instead, as a job alone)."""
+    def _start_group(self, jobs: list[JobRow], device: Device) -> None:
+        """Attempt rows, group refs and running states first, then one launch (a member whose lost
+        attempt was found is taken over instead, as a job alone). Every one of ``jobs`` leaves the
+        queue: the caller's queued rows of them are stale."""
         members, attempts = [], []
         for job in jobs:
             if (lost := self._lost_attempt(job)) is not None:
@@ -74,7 +78,7 @@ class FusedGroups:
             members.append(job)
             attempts.append((attempt_id, n, exit_path))
         if not members:
-            return []
+            return
         leader, (_, leader_n, _) = members[0], attempts[0]
         ref = GroupRef(str(group_exit_path(leader, leader_n)), tuple(j.id for j in members))
         names = ", ".join(j.key for j in members)
@@ -91,13 +95,12 @@ class FusedGroups:
         except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails its members alone
             for job, (attempt_id, _, _) in zip(members, attempts):
                 self._launch_failed(job, attempt_id, exc)
-            return members
+            return
         if launched.popen is not None:
             self._group_popens.append(launched.popen)
         for job, (attempt_id, _, _) in zip(members, attempts):
             self.store.add_transition(job.run_id, job.id, "fused", f"in one process with {names} on {device.id}")
             self._launched(job, attempt_id, launched)
-        return members
 
     def _poll_groups(self) -> None:
         """Reap the runners of our group launches: the last member's exit record is written before
@@ -145,6 +148,26 @@ class FusedGroups:
                                                              if k in raw}})
         return ExitRecord(rc, problem=why)
 
+    def _group_ending(self, attempt: AttemptRow, backend) -> bool:
+        """A member that left its group, as the last of the group's open attempts, while the group's
+        process still runs (it ends after its last member leaves): True, the member stays open so
+        the slot frees once the group's whole tree is gone, never while it may still hold memory.
+        A group process still there GROUP_END_GRACE_S after its last member left is killed; a
+        runner gone without its exit record has what is left of its tree stopped."""
+        ref = read_group_ref(Path(attempt.exit_path))
+        if ref is None or not attempt.pid or read_exit(Path(ref.exit_path)) is not None:
+            return False
+        if any(a.pid == attempt.pid and a.id != attempt.id
+               for a in self.store.open_attempts(self.store.job(attempt.job_id).run_id)):
+            return False  # a member still in the group: the process goes on for it
+        if not backend.is_alive(attempt.pid, attempt.pid_start):
+            if backend.reaps_process_tree:
+                backend.stop_vanished(attempt.pid, attempt.pid_start, Path(ref.exit_path))
+            return False
+        if time.time() >= _written_at(Path(attempt.exit_path)) + GROUP_END_GRACE_S:
+            backend.signal(attempt.pid, signal.SIGKILL)
+        return True
+
     def _split_after_oom(self, attempt: AttemptRow) -> bool:
         """A member of a group of N (N >= 2) that failed out of memory: requeued from the start to
         train in groups of at most N // 2 (1: alone, its own process); True when requeued. Each
@@ -176,6 +199,14 @@ class FusedGroups:
                 seen.add((job.device, a.pid))
         return busy
 
+
+
+def _written_at(path: Path) -> float:
+    """When the file was written (wall clock), 0 where it cannot be read."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def requeued_to(size: int) -> str:

@@ -213,9 +213,9 @@ class Engine(Recovery, FusedGroups):
             mates = self._fuse_mates(run, job, chosen[0], running, taken) if len(chosen) == 1 else []
             if mates:  # one process, one slot, for the job and its mates (plan ``fuse: auto``)
                 with self._errors.job_guard(job.id, "engine error starting this fused group", self._job_fault):
-                    started = self._start_group([job, *mates], chosen[0])
-                    taken.update(j.id for j in started)
-                    running.extend(self.store.job(j.id) for j in started)
+                    self._start_group([job, *mates], chosen[0])
+                    taken.update(j.id for j in mates)  # started, taken over or failed: no longer queued
+                    running.extend(j for m in [job, *mates] if (j := self.store.job(m.id)).state is JobState.RUNNING)
                 continue
             with self._errors.job_guard(job.id, "engine error starting this job", self._job_fault):
                 self._start(job, merge(chosen), batch)

@@ -16,6 +16,7 @@ from lat_core.job_files import events_path
 from lat_core.store import Store
 from tests.conftest import fake_job
 from tests.helpers.fused import events_of, job_dir, saved_tiny_base
+from tests.helpers.journal import restore_journal, snapshot_journal
 
 CPU = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}
 MEMBERS = {"a": ({"r": 4, "alpha": 8}, {"batch_size": 8}, 3),
@@ -38,9 +39,9 @@ def jobs(root, base, members=MEMBERS, **train_over):
                     "argv": [sys.executable, "-m", "lat_core.train", "--cfg", str(folder / "job.yaml")]})
     return out
 
-def make_run(tmp_path, base, fuse: str, members=MEMBERS, **train_over):
+def make_run(tmp_path, base, fuse: str, members=MEMBERS, slots=1, **train_over):
     store = Store(tmp_path / "state" / "journal.sqlite")
-    run_id = store.create_run(f"fuse: {fuse}\nwarm_start: false\n", str(tmp_path / "out"), [CPU], 0.0)
+    run_id = store.create_run(f"fuse: {fuse}\nwarm_start: false\n", str(tmp_path / "out"), [{**CPU, "slots": slots}], 0.0)
     store.add_jobs(run_id, jobs(tmp_path / "out", base, members, **train_over))
     return store, run_id
 
@@ -178,3 +179,74 @@ def test_a_group_takes_one_slot(tmp_path, base):
     jobs_ = by_key(store, run_id)
     assert {j.state for j in jobs_.values()} == {"succeeded"}
     assert jobs_["z"].ended < min(jobs_[k].ended for k in MEMBERS)
+
+
+def processes_under(folder: Path) -> list[psutil.Process]:
+    """Live processes whose command line names ``folder`` (a group runner, its trainer)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        if proc.pid != os.getpid() and proc.info["status"] != psutil.STATUS_ZOMBIE \
+                and str(folder) in " ".join(proc.info["cmdline"] or ()):
+            found.append(proc)
+    return found
+
+
+def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_slot(tmp_path, base):
+    store, run_id = make_run(tmp_path, base, "auto", **{k: LONG for k in MEMBERS})
+    engine = Engine(store)
+    drain(engine, until=lambda: stepped(by_key(store, run_id)["a"]))
+    assert processes_under(tmp_path)
+    store.add_command(run_id, "cancel_run")  # lat-tui cancel --all
+    drain(engine, timeout=120)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "cancelled" for k in MEMBERS}
+    assert all(j.error == "cancelled by user" and j.last_step < 400 for j in jobs_.values())
+    assert store.run(run_id).state == "cancelled" and not store.open_attempts(run_id)
+    left = processes_under(tmp_path)  # the trainer is gone; its runner may still be exiting after its record
+    assert all(p.info["cmdline"][1:3] == ["-m", "lat_core.runner"] for p in left), [p.info["cmdline"] for p in left]
+    assert not psutil.wait_procs(left, timeout=10)[1]
+    store.add_command(run_id, "add_jobs", jobs=[fake_job(tmp_path, "z", sleep=0.1)])
+    drain(engine, timeout=60)
+    assert by_key(store, run_id)["z"].state == "succeeded"  # the group's slot is free again
+
+
+def told(store, run_id, job) -> list[str]:
+    return [t.detail for t in store.transitions(run_id, job_id=job.id)]
+
+
+def test_a_journal_that_lost_a_finished_groups_attempts_launches_no_member_again(tmp_path, base):
+    """Two slots: a member taken over leaves no slot for its mates to be launched in again."""
+    store, run_id = make_run(tmp_path, base, "auto", slots=2, b={"lr": 1e30})  # b fails, a and c succeed
+    journal = Path(store.path)
+    before = snapshot_journal(journal)
+    drain(Engine(store))
+    store.close()  # the engine dies; the journal loses its tail
+    restore_journal(journal, before)
+    store = Store(journal)
+    assert {j.state for j in store.jobs(run_id)} == {"queued"}
+    drain(Engine(store), timeout=120)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "failed", "c": "succeeded"}
+    assert "exit code 1" in jobs_["b"].error, jobs_["b"].error
+    for job in jobs_.values():
+        assert len(store.attempts(job.id)) == 1 and len(events_of(Path(job.job_dir), "started")) == 1
+        assert "settled from attempt-1's exit record (the journal had lost it): not launched again" \
+            in told(store, run_id, job)
+
+
+def test_a_journal_that_lost_a_running_groups_attempts_adopts_the_group(tmp_path, base):
+    store, run_id = make_run(tmp_path, base, "auto", slots=2, **{k: {"max_steps": 40} for k in MEMBERS})
+    journal = Path(store.path)
+    before = snapshot_journal(journal)
+    drain(Engine(store), until=lambda: stepped(by_key(store, run_id)["a"]))
+    store.close()
+    restore_journal(journal, before)
+    store = Store(journal)
+    drain(Engine(store), timeout=300)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
+    for job in jobs_.values():
+        assert len(store.attempts(job.id)) == 1 and len(events_of(Path(job.job_dir), "started")) == 1
+        assert any(d.startswith("adopted attempt-1, still running as pid ") for d in told(store, run_id, job)), \
+            told(store, run_id, job)
+    assert len({store.attempts(j.id)[0].pid for j in jobs_.values()}) == 1
