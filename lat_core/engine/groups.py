@@ -166,6 +166,11 @@ class FusedGroups:
             return False
         if time.time() >= _written_at(Path(attempt.exit_path)) + GROUP_END_GRACE_S:
             backend.signal(attempt.pid, signal.SIGKILL)
+            if attempt.id not in self._groups_killed:
+                self._groups_killed.add(attempt.id)
+                job = self.store.job(attempt.job_id)
+                self.store.add_transition(job.run_id, job.id, "fused", f"the group's process was still running "
+                                          f"{GROUP_END_GRACE_S:g} s after its last member left: killed")
         return True
 
     def _split_after_oom(self, attempt: AttemptRow) -> bool:

@@ -64,6 +64,7 @@ class Engine(Recovery, FusedGroups):
         self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
         self._fuse_keys: dict[tuple[int, int], tuple] = {}  # (job id, attempts) -> (fuse key, group limit)
         self._group_popens: list = []  # runners of fused groups, polled until they end
+        self._groups_killed: set[int] = set()  # last members' attempt ids whose group outlived them
         self._errors = EngineErrors(store, clock)
         self._commands = Commands(self)
         self._job_secrets = JobSecrets(Path(store.path).parent, self._secrets)

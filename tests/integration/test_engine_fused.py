@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lat_core.engine import groups
 from lat_core.engine.fusion import read_group_limit, read_group_ref
 from lat_core.engine.launch import launch
 from lat_core.engine.loop import Engine
@@ -181,6 +182,10 @@ def test_a_group_takes_one_slot(tmp_path, base):
     assert jobs_["z"].ended < min(jobs_[k].ended for k in MEMBERS)
 
 
+def told(store, run_id, job) -> list[str]:
+    return [t.detail for t in store.transitions(run_id, job_id=job.id)]
+
+
 def processes_under(folder: Path) -> list[psutil.Process]:
     """Live processes whose command line names ``folder`` (a group runner, its trainer)."""
     found = []
@@ -210,8 +215,28 @@ def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_sl
     assert by_key(store, run_id)["z"].state == "succeeded"  # the group's slot is free again
 
 
-def told(store, run_id, job) -> list[str]:
-    return [t.detail for t in store.transitions(run_id, job_id=job.id)]
+def test_a_group_process_that_outlives_its_last_member_is_killed_before_the_slot_frees(tmp_path, base, monkeypatch):
+    """Every member left (exit 0) but the group's process hangs on: the last member stays open
+    (the slot held) until the grace kills the group's tree; then the run drains with nothing left."""
+    monkeypatch.setattr(groups, "GROUP_END_GRACE_S", 2.0)
+    script = Path(__file__).resolve().parents[1] / "helpers" / "lingering_group.py"
+
+    def launch_fn(argv, env, job_dir, exit_path, show_env=()):
+        return launch([sys.executable, str(script), *argv], env, job_dir, exit_path, show_env)
+
+    store, run_id = make_run(tmp_path, base, "auto")
+    engine = Engine(store, launch_fn=launch_fn)
+    drain(engine, timeout=60, until=lambda: len(store.open_attempts(run_id)) == 1)
+    last = store.open_attempts(run_id)[0]
+    assert processes_under(tmp_path) and store.job(last.job_id).state == "running"
+    drain(engine, timeout=60)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
+    assert told(store, run_id, store.job(last.job_id)).count(
+        "the group's process was still running 2 s after its last member left: killed") == 1
+    left = processes_under(tmp_path)
+    assert all(p.info["cmdline"][1:3] == ["-m", "lat_core.runner"] for p in left), [p.info["cmdline"] for p in left]
+    assert not psutil.wait_procs(left, timeout=10)[1]
 
 
 def test_a_journal_that_lost_a_finished_groups_attempts_launches_no_member_again(tmp_path, base):
