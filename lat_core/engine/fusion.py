@@ -38,8 +38,6 @@ def job_fuse_key(job: JobRow) -> tuple | None:
     interpreter, mode flag (--resume/--overwrite) and env are part of the key, since the group
     runs with one of each."""
     argv = list(job.argv)
-    if runs_alone(Path(job.job_dir)):
-        return None
     if job.world != 1 or job.backend_options or argv[1:4] != TRAIN_MODULE or len(argv) < 5:
         return None
     if argv[4] != str(Path(job.job_dir) / "job.yaml") or argv[5:] not in MODE_FLAGS:
@@ -103,16 +101,72 @@ def read_group_ref(member_exit: Path) -> GroupRef | None:
         return None
 
 
-def runs_alone_path(job_dir: Path) -> Path:
+@dataclass(frozen=True)
+class GroupLimit:
+    """The most members a job's fused groups may have from now on, and why: a group it was in ran
+    out of memory (issue 17: retried as smaller groups). ``size`` 1: the job runs alone."""
+    size: int
+    why: str
+
+    def to_json(self) -> dict:
+        return {"size": self.size, "why": self.why}
+
+    @classmethod
+    def from_json(cls, raw) -> "GroupLimit | None":
+        if not isinstance(raw, dict) or not isinstance(raw.get("why"), str):
+            return None
+        size = raw.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            return None
+        return cls(size, raw["why"])
+
+
+def group_limit_path(job_dir: Path) -> Path:
+    return Path(job_dir) / RUNNER_DIR / "fuse-limit.json"
+
+
+def old_runs_alone_path(job_dir: Path) -> Path:
+    """An older engine's mark (one line, why): the job runs alone; read as a limit of 1."""
     return Path(job_dir) / RUNNER_DIR / "fuse-alone"
 
 
-def runs_alone(job_dir: Path) -> bool:
-    """The engine took this job out of fusion (its group ran out of memory): it runs alone from now on."""
-    return runs_alone_path(job_dir).is_file()
+def read_group_limit(job_dir: Path) -> GroupLimit | None:
+    """The job's limit; None: no limit (no file). A file that cannot be read or parsed (a crash
+    half-way, a hand edit) and an older engine's mark both read as running alone: the safe side
+    for a job whose group ran out of memory, and never an engine error."""
+    path = group_limit_path(job_dir)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        try:
+            why = old_runs_alone_path(job_dir).read_text().strip()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            why = f"unreadable ({type(exc).__name__})"
+        return GroupLimit(1, why or "an older engine's mark")
+    except (OSError, UnicodeDecodeError) as exc:
+        return GroupLimit(1, f"{path} could not be read ({type(exc).__name__}): runs alone")
+    try:
+        limit = GroupLimit.from_json(json.loads(text))
+    except ValueError:
+        limit = None
+    return limit or GroupLimit(1, f"{path} is not a group limit: runs alone")
 
 
-def set_runs_alone(job_dir: Path, why: str) -> None:
-    path = runs_alone_path(job_dir)
+def write_group_limit(job_dir: Path, limit: GroupLimit) -> None:
+    path = group_limit_path(job_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(why + "\n")
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(limit.to_json()))
+    tmp.replace(path)
+
+
+def smaller_limit(job_dir: Path, group_size: int, klass: str) -> GroupLimit:
+    """The limit after a group of ``group_size`` ran out of memory: half of it (at least 1), never
+    more than the job's limit so far."""
+    size = max(1, group_size // 2)
+    current = read_group_limit(job_dir)
+    if current is not None:
+        size = min(size, current.size)
+    return GroupLimit(size, f"its fused group of {group_size} ran out of memory ({klass})")

@@ -8,6 +8,7 @@ its cancel marker, never a signal, and nothing kills the process while another m
 """
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -15,8 +16,8 @@ from lat_core.devices import Device
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.launch import read_exit_record
 from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuse_enabled, group_argv,
-                                    group_exit_path, job_fuse_key, read_group_ref, runs_alone, set_runs_alone,
-                                    write_group_ref)
+                                    group_exit_path, job_fuse_key, read_group_limit, read_group_ref, smaller_limit,
+                                    write_group_limit, write_group_ref)
 from lat_core.engine.requeue import restart_argv
 from lat_core.engine.retries import backoff_hold
 from lat_core.job_files import ExitRecord, cancel_marker_path, exit_record_path, read_exit
@@ -25,38 +26,47 @@ from lat_core.runner import write_exit_record
 from lat_core.states import JobState
 from lat_core.triage.classes import OOM_CLASSES
 
+GROUP_END_GRACE_S = 30.0  # a group process's own end after its last member left (frees its memory)
+
 
 class FusedGroups:
-    def _fuse_key(self, job: JobRow) -> tuple | None:
-        """The job's fuse key, read once per attempt (a remedy between attempts may change job.yaml)."""
+    def _fuse_info(self, job: JobRow) -> tuple[tuple | None, int]:
+        """(the job's fuse key, the most members its group may have), read once per attempt (a
+        remedy between attempts may change job.yaml; a group out of memory lowers the limit)."""
         if (job.id, job.attempts) not in self._fuse_keys:
-            self._fuse_keys[(job.id, job.attempts)] = job_fuse_key(job)
+            limit = read_group_limit(Path(job.job_dir))
+            size = GROUP_SIZE_LIMIT if limit is None else min(limit.size, GROUP_SIZE_LIMIT)
+            self._fuse_keys[(job.id, job.attempts)] = (job_fuse_key(job) if size > 1 else None, size)
         return self._fuse_keys[(job.id, job.attempts)]
 
     def _fuse_mates(self, run: RunRow, job: JobRow, device: Device, running: list[JobRow],
                     taken: set[int]) -> list[JobRow]:
         """Queued jobs after ``job`` that may join its group on ``device``: same fuse key, not held,
-        and the group's summed expected memory still admitted; at most GROUP_SIZE_LIMIT in all."""
+        and the group's summed expected memory still admitted; no more members than the smallest
+        group limit among them (GROUP_SIZE_LIMIT, or less for a job whose group ran out of memory)."""
         if not fuse_enabled(self.plan_of(run.id)) or not self.backend(run.id).reaps_process_tree:
             return []
-        key = self._fuse_key(job)
+        key, cap = self._fuse_info(job)
         if key is None:
             return []
         group = [job]
         for other in self.store.queued_jobs(run.id, limit=MATE_SCAN, after_seq=job.seq):
-            if len(group) >= GROUP_SIZE_LIMIT:
+            if len(group) >= cap:
                 break
-            if other.id in taken or device.id in other.avoid_devices or self._fuse_key(other) != key:
+            other_key, other_cap = self._fuse_info(other)
+            if other.id in taken or device.id in other.avoid_devices or other_key != key or other_cap <= len(group):
                 continue
             if self._warm.hold(other) or backoff_hold(other, self._clock()) is not None:
                 continue
             if self._admission.group_blocker([*group, other], device, running) is None:
                 group.append(other)
+                cap = min(cap, other_cap)
         return group[1:]
 
-    def _start_group(self, jobs: list[JobRow], device: Device) -> list[JobRow]:
-        """Attempt rows, group refs and running states first, then one launch; returns the jobs that
-        joined (a member whose lost attempt was found is taken over instead, as a job alone)."""
+    def _start_group(self, jobs: list[JobRow], device: Device) -> None:
+        """Attempt rows, group refs and running states first, then one launch (a member whose lost
+        attempt was found is taken over instead, as a job alone). Every one of ``jobs`` leaves the
+        queue: the caller's queued rows of them are stale."""
         members, attempts = [], []
         for job in jobs:
             if (lost := self._lost_attempt(job)) is not None:
@@ -68,7 +78,7 @@ class FusedGroups:
             members.append(job)
             attempts.append((attempt_id, n, exit_path))
         if not members:
-            return []
+            return
         leader, (_, leader_n, _) = members[0], attempts[0]
         ref = GroupRef(str(group_exit_path(leader, leader_n)), tuple(j.id for j in members))
         names = ", ".join(j.key for j in members)
@@ -85,13 +95,12 @@ class FusedGroups:
         except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails its members alone
             for job, (attempt_id, _, _) in zip(members, attempts):
                 self._launch_failed(job, attempt_id, exc)
-            return members
+            return
         if launched.popen is not None:
             self._group_popens.append(launched.popen)
         for job, (attempt_id, _, _) in zip(members, attempts):
             self.store.add_transition(job.run_id, job.id, "fused", f"in one process with {names} on {device.id}")
             self._launched(job, attempt_id, launched)
-        return members
 
     def _poll_groups(self) -> None:
         """Reap the runners of our group launches: the last member's exit record is written before
@@ -139,19 +148,45 @@ class FusedGroups:
                                                              if k in raw}})
         return ExitRecord(rc, problem=why)
 
+    def _group_ending(self, attempt: AttemptRow, backend) -> bool:
+        """A member that left its group, as the last of the group's open attempts, while the group's
+        process still runs (it ends after its last member leaves): True, the member stays open so
+        the slot frees once the group's whole tree is gone, never while it may still hold memory.
+        A group process still there GROUP_END_GRACE_S after its last member left is killed; a
+        runner gone without its exit record has what is left of its tree stopped."""
+        ref = read_group_ref(Path(attempt.exit_path))
+        if ref is None or not attempt.pid or read_exit(Path(ref.exit_path)) is not None:
+            return False
+        if any(a.pid == attempt.pid and a.id != attempt.id
+               for a in self.store.open_attempts(self.store.job(attempt.job_id).run_id)):
+            return False  # a member still in the group: the process goes on for it
+        if not backend.is_alive(attempt.pid, attempt.pid_start):
+            if backend.reaps_process_tree:
+                backend.stop_vanished(attempt.pid, attempt.pid_start, Path(ref.exit_path))
+            return False
+        if time.time() >= _written_at(Path(attempt.exit_path)) + GROUP_END_GRACE_S:
+            backend.signal(attempt.pid, signal.SIGKILL)
+            if attempt.id not in self._groups_killed:
+                self._groups_killed.add(attempt.id)
+                job = self.store.job(attempt.job_id)
+                self.store.add_transition(job.run_id, job.id, "fused", f"the group's process was still running "
+                                          f"{GROUP_END_GRACE_S:g} s after its last member left: killed")
+        return True
+
     def _split_after_oom(self, attempt: AttemptRow) -> bool:
-        """A member of a group of several that failed out of memory: requeued once, from the start,
-        to run alone (its own process, whatever its mates do); True when requeued. Its own remedies
-        and the plan's ``on_oom`` retries apply to it alone from then on."""
+        """A member of a group of N (N >= 2) that failed out of memory: requeued from the start to
+        train in groups of at most N // 2 (1: alone, its own process); True when requeued. Each
+        member that failed out of memory is requeued by its own failure; the others are untouched.
+        The plan's ``on_oom`` retries and the remedies apply once the job ran alone."""
         job = self.store.job(attempt.job_id)
         ref = read_group_ref(Path(attempt.exit_path))
         klass = (job.diagnosis or {}).get("class")
-        if ref is None or len(ref.job_ids) < 2 or klass not in OOM_CLASSES or runs_alone(Path(job.job_dir)):
+        if ref is None or len(ref.job_ids) < 2 or klass not in OOM_CLASSES:
             return False
-        why = f"its fused group of {len(ref.job_ids)} ran out of memory ({klass})"
-        set_runs_alone(Path(job.job_dir), why)
+        limit = smaller_limit(Path(job.job_dir), len(ref.job_ids), klass)
+        write_group_limit(Path(job.job_dir), limit)
         self.store.set_job_argv(job.id, restart_argv(job.argv, False, "fresh"))
-        self.store.set_job_state(job.id, JobState.QUEUED, f"requeued to run alone: {why}", ended=None,
+        self.store.set_job_state(job.id, JobState.QUEUED, f"{limit.why}: {requeued_to(limit.size)}", ended=None,
                                  returncode=None, error=None, not_before=0)
         return True
 
@@ -169,3 +204,15 @@ class FusedGroups:
                 seen.add((job.device, a.pid))
         return busy
 
+
+
+def _written_at(path: Path) -> float:
+    """When the file was written (wall clock), 0 where it cannot be read."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def requeued_to(size: int) -> str:
+    return "requeued to run alone" if size == 1 else f"requeued to train in groups of at most {size}"

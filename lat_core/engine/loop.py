@@ -62,8 +62,9 @@ class Engine(Recovery, FusedGroups):
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
         self._pid_records: dict[int, object] = {}  # attempt id -> its runner's PidRecord, once written
         self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
-        self._fuse_keys: dict[tuple[int, int], tuple | None] = {}  # (job id, attempts) -> fuse key
+        self._fuse_keys: dict[tuple[int, int], tuple] = {}  # (job id, attempts) -> (fuse key, group limit)
         self._group_popens: list = []  # runners of fused groups, polled until they end
+        self._groups_killed: set[int] = set()  # last members' attempt ids whose group outlived them
         self._errors = EngineErrors(store, clock)
         self._commands = Commands(self)
         self._job_secrets = JobSecrets(Path(store.path).parent, self._secrets)
@@ -213,9 +214,9 @@ class Engine(Recovery, FusedGroups):
             mates = self._fuse_mates(run, job, chosen[0], running, taken) if len(chosen) == 1 else []
             if mates:  # one process, one slot, for the job and its mates (plan ``fuse: auto``)
                 with self._errors.job_guard(job.id, "engine error starting this fused group", self._job_fault):
-                    started = self._start_group([job, *mates], chosen[0])
-                    taken.update(j.id for j in started)
-                    running.extend(self.store.job(j.id) for j in started)
+                    self._start_group([job, *mates], chosen[0])
+                    taken.update(j.id for j in mates)  # started, taken over or failed: no longer queued
+                    running.extend(j for m in [job, *mates] if (j := self.store.job(m.id)).state is JobState.RUNNING)
                 continue
             with self._errors.job_guard(job.id, "engine error starting this job", self._job_fault):
                 self._start(job, merge(chosen), batch)

@@ -34,6 +34,8 @@ class Recovery:
             attempt = self._recover_pid(attempt, run.id)
         record = read_exit(Path(attempt.exit_path))
         backend = self.backend(run.id)
+        if record is not None and self._group_ending(attempt, backend):
+            return  # the last member of a fused group: settled once the group's process is gone
         if record is None and attempt.pid and not backend.is_alive(attempt.pid, attempt.pid_start):
             record = read_exit(Path(attempt.exit_path)) or self._settle_member(attempt, backend)  # just written?
             if record is None and backend.reaps_process_tree:  # the slot frees once the job's tree is gone

@@ -17,12 +17,15 @@ def main(argv: list[str]) -> int:
     attempts = argv[argv.index("--attempts") + 1].split(",")
     dirs = [Path(a) for a in argv[argv.index("--attempts") + 2:]]
     for folder, n in zip(dirs, attempts):
+        record = folder / ".lat" / f"attempt-{n}.exit.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        if (folder / "survives").is_file():
+            record.write_text(json.dumps({"returncode": 0, "signal": None, "pid": 1, "started": 0, "ended": 1}))
+            continue
         with open(folder / "events.jsonl", "a") as ev:
             ev.write(json.dumps({"event": "failed", "t": 1.0, "error_type": "OutOfMemoryError", "message": OOM}) + "\n")
         with open(folder / "train.log", "a") as log:
             log.write(f"error: {OOM}\n")
-        record = folder / ".lat" / f"attempt-{n}.exit.json"
-        record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps({"returncode": 1, "signal": None, "pid": 1, "started": 0, "ended": 1}))
     return 1
 

@@ -5,7 +5,6 @@ Real runner processes, journal and exit records. Each test checks one final stat
 per job (the trainers' own records), that the run drains, and what the user is told."""
 
 import json
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -26,6 +25,7 @@ from lat_core.store import Store
 from lat_tui.format import progress_line
 from lat_tui.status import main as status
 from tests.conftest import ROOT, fake_job
+from tests.helpers.journal import restore_journal, snapshot_journal
 
 FAULTY = ROOT / "tests" / "helpers" / "faulty_trainer.py"
 CPU = {"id": "cpu", "label": "cpu", "slots": 4, "env": {"CUDA_VISIBLE_DEVICES": ""}}
@@ -297,20 +297,6 @@ def test_a_job_stuck_running_without_an_attempt_is_cancellable(tmp_path):
 
 
 # ---------------------------------------------------------------------------- lost journal tail
-def snapshot_journal(path: Path) -> Path:
-    db = sqlite3.connect(path)
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    db.close()
-    return Path(shutil.copy(path, f"{path}.before"))
-
-
-def restore_journal(path: Path, copy: Path) -> None:
-    """The journal loses everything after the copy: its WAL deleted, the file rolled back."""
-    for suffix in ("-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    shutil.copy(copy, path)
-
-
 def test_a_journal_that_lost_its_tail_relaunches_nothing(tmp_path):
     jobs = [fake_job(tmp_path, "ok", sleep=0.2), faulty_job(tmp_path, "bad", exit=2),
             fake_job(tmp_path, "slow", sleep=6)]

@@ -9,12 +9,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lat_core.engine import groups
+from lat_core.engine.fusion import read_group_limit, read_group_ref
 from lat_core.engine.launch import launch
 from lat_core.engine.loop import Engine
 from lat_core.job_files import events_path
 from lat_core.store import Store
 from tests.conftest import fake_job
 from tests.helpers.fused import events_of, job_dir, saved_tiny_base
+from tests.helpers.journal import restore_journal, snapshot_journal
 
 CPU = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}
 MEMBERS = {"a": ({"r": 4, "alpha": 8}, {"batch_size": 8}, 3),
@@ -28,19 +31,19 @@ pytestmark = pytest.mark.xdist_group("engine_fused")
 def base(tmp_path_factory):
     return saved_tiny_base(tmp_path_factory.mktemp("fused_engine") / "base")
 
-def jobs(root, base, **train_over):
+def jobs(root, base, members=MEMBERS, **train_over):
     out = []
-    for name, (peft, train, seed) in MEMBERS.items():
+    for name, (peft, train, seed) in members.items():
         folder = job_dir(root, name, base, peft=dict(peft), train={**train, **train_over.get(name, {})}, seed=seed)
         out.append({"key": name, "suite": "t", "round": 1, "stem": name, "seed": seed, "dataset": "tiny-sst2",
                     "job_dir": str(folder), "env": {},
                     "argv": [sys.executable, "-m", "lat_core.train", "--cfg", str(folder / "job.yaml")]})
     return out
 
-def make_run(tmp_path, base, fuse: str, **train_over):
+def make_run(tmp_path, base, fuse: str, members=MEMBERS, slots=1, **train_over):
     store = Store(tmp_path / "state" / "journal.sqlite")
-    run_id = store.create_run(f"fuse: {fuse}\nwarm_start: false\n", str(tmp_path / "out"), [CPU], 0.0)
-    store.add_jobs(run_id, jobs(tmp_path / "out", base, **train_over))
+    run_id = store.create_run(f"fuse: {fuse}\nwarm_start: false\n", str(tmp_path / "out"), [{**CPU, "slots": slots}], 0.0)
+    store.add_jobs(run_id, jobs(tmp_path / "out", base, members, **train_over))
     return store, run_id
 
 def drain(engine, timeout=600, until=None):
@@ -116,26 +119,51 @@ def test_kill_9_of_the_group_settles_every_member_with_a_reason(tmp_path, base):
     assert store.run(run_id).state == "finished"
 
 
-def test_a_group_out_of_memory_is_requeued_to_run_alone(tmp_path, base):
-    """The real engine and launch; the trainer replaced by tests/helpers/oom_group.py (a group runs
-    out of GPU memory, a job alone succeeds): no GPU needed to run a group out of memory."""
-    script = Path(__file__).resolve().parents[1] / "helpers" / "oom_group.py"
+OOM_GROUP = Path(__file__).resolve().parents[1] / "helpers" / "oom_group.py"
 
-    def launch_fn(argv, env, job_dir, exit_path, show_env=()):
-        return launch([sys.executable, str(script), *argv], env, job_dir, exit_path, show_env)
 
-    store, run_id = make_run(tmp_path, base, "auto")
-    drain(Engine(store, launch_fn=launch_fn))
+def oom_group_launch(argv, env, job_dir, exit_path, show_env=()):
+    """The real launch, the trainer replaced by tests/helpers/oom_group.py (a fused group runs out
+    of GPU memory, a job alone succeeds): no GPU needed to run a group out of memory."""
+    return launch([sys.executable, str(OOM_GROUP), *argv], env, job_dir, exit_path, show_env)
+
+
+def group_sizes(store, job) -> list[int]:
+    """Each attempt's group size, from its group ref file (1: it ran alone)."""
+    return [len(ref.job_ids) if (ref := read_group_ref(Path(a.exit_path))) else 1 for a in store.attempts(job.id)]
+
+
+def test_a_group_out_of_memory_is_retried_in_halves_down_to_jobs_alone(tmp_path, base):
+    """4 members out of memory: requeued in groups of at most 2, which run out of memory too, then
+    alone (the one slot runs one group at a time), where they succeed."""
+    store, run_id = make_run(tmp_path, base, "auto", {**MEMBERS, "d": ({"r": 4, "alpha": 8}, {"batch_size": 2}, 9)})
+    drain(Engine(store, launch_fn=oom_group_launch), timeout=300)
     jobs_ = by_key(store, run_id)
-    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
-    first = {k: store.attempts(j.id)[0] for k, j in jobs_.items()}
-    second = {k: store.attempts(j.id)[1] for k, j in jobs_.items()}
+    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in "abcd"}
+    assert {k: group_sizes(store, j) for k, j in jobs_.items()} == {k: [4, 2, 1] for k in "abcd"}
+    first, second = ({k: store.attempts(j.id)[n] for k, j in jobs_.items()} for n in (0, 1))
     assert len({a.pid for a in first.values()}) == 1 and all(a.returncode == 1 for a in first.values())
-    assert len({a.pid for a in second.values()}) == 3 and all(a.returncode == 0 for a in second.values())
+    assert len({a.pid for a in second.values()}) == 2 and all(a.returncode == 1 for a in second.values())
+    assert all(store.attempts(j.id)[2].returncode == 0 for j in jobs_.values())
     for job in jobs_.values():
         history = [t.detail for t in store.transitions(run_id, job_id=job.id)]
-        assert "requeued to run alone: its fused group of 3 ran out of memory (cuda_oom)" in history, history
-        assert job.argv[-1] == "--overwrite" and job.attempts == 2
+        assert ("its fused group of 4 ran out of memory (cuda_oom): requeued to train in groups of at most 2"
+                in history), history
+        assert "its fused group of 2 ran out of memory (cuda_oom): requeued to run alone" in history, history
+        assert read_group_limit(Path(job.job_dir)).size == 1
+        assert job.argv[-1] == "--overwrite" and job.attempts == 3
+    assert store.run(run_id).state == "finished"
+
+
+def test_a_member_that_did_not_run_out_of_memory_is_not_requeued(tmp_path, base):
+    store, run_id = make_run(tmp_path, base, "auto")
+    (Path(by_key(store, run_id)["a"].job_dir) / "survives").touch()
+    drain(Engine(store, launch_fn=oom_group_launch), timeout=300)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
+    assert {k: group_sizes(store, j) for k, j in jobs_.items()} == {"a": [3], "b": [3, 1], "c": [3, 1]}
+    assert read_group_limit(Path(jobs_["a"].job_dir)) is None and jobs_["a"].argv[-1] != "--overwrite"
+    assert read_group_limit(Path(jobs_["b"].job_dir)).size == 1
 
 
 def test_a_group_takes_one_slot(tmp_path, base):
@@ -152,3 +180,98 @@ def test_a_group_takes_one_slot(tmp_path, base):
     jobs_ = by_key(store, run_id)
     assert {j.state for j in jobs_.values()} == {"succeeded"}
     assert jobs_["z"].ended < min(jobs_[k].ended for k in MEMBERS)
+
+
+def told(store, run_id, job) -> list[str]:
+    return [t.detail for t in store.transitions(run_id, job_id=job.id)]
+
+
+def processes_under(folder: Path) -> list[psutil.Process]:
+    """Live processes whose command line names ``folder`` (a group runner, its trainer)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        if proc.pid != os.getpid() and proc.info["status"] != psutil.STATUS_ZOMBIE \
+                and str(folder) in " ".join(proc.info["cmdline"] or ()):
+            found.append(proc)
+    return found
+
+
+def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_slot(tmp_path, base):
+    store, run_id = make_run(tmp_path, base, "auto", **{k: LONG for k in MEMBERS})
+    engine = Engine(store)
+    drain(engine, until=lambda: stepped(by_key(store, run_id)["a"]))
+    assert processes_under(tmp_path)
+    store.add_command(run_id, "cancel_run")  # lat-tui cancel --all
+    drain(engine, timeout=120)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "cancelled" for k in MEMBERS}
+    assert all(j.error == "cancelled by user" and j.last_step < 400 for j in jobs_.values())
+    assert store.run(run_id).state == "cancelled" and not store.open_attempts(run_id)
+    left = processes_under(tmp_path)  # the trainer is gone; its runner may still be exiting after its record
+    assert all(p.info["cmdline"][1:3] == ["-m", "lat_core.runner"] for p in left), [p.info["cmdline"] for p in left]
+    assert not psutil.wait_procs(left, timeout=10)[1]
+    store.add_command(run_id, "add_jobs", jobs=[fake_job(tmp_path, "z", sleep=0.1)])
+    drain(engine, timeout=60)
+    assert by_key(store, run_id)["z"].state == "succeeded"  # the group's slot is free again
+
+
+def test_a_group_process_that_outlives_its_last_member_is_killed_before_the_slot_frees(tmp_path, base, monkeypatch):
+    """Every member left (exit 0) but the group's process hangs on: the last member stays open
+    (the slot held) until the grace kills the group's tree; then the run drains with nothing left."""
+    monkeypatch.setattr(groups, "GROUP_END_GRACE_S", 2.0)
+    script = Path(__file__).resolve().parents[1] / "helpers" / "lingering_group.py"
+
+    def launch_fn(argv, env, job_dir, exit_path, show_env=()):
+        return launch([sys.executable, str(script), *argv], env, job_dir, exit_path, show_env)
+
+    store, run_id = make_run(tmp_path, base, "auto")
+    engine = Engine(store, launch_fn=launch_fn)
+    drain(engine, timeout=60, until=lambda: len(store.open_attempts(run_id)) == 1)
+    last = store.open_attempts(run_id)[0]
+    assert processes_under(tmp_path) and store.job(last.job_id).state == "running"
+    drain(engine, timeout=60)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
+    assert told(store, run_id, store.job(last.job_id)).count(
+        "the group's process was still running 2 s after its last member left: killed") == 1
+    left = processes_under(tmp_path)
+    assert all(p.info["cmdline"][1:3] == ["-m", "lat_core.runner"] for p in left), [p.info["cmdline"] for p in left]
+    assert not psutil.wait_procs(left, timeout=10)[1]
+
+
+def test_a_journal_that_lost_a_finished_groups_attempts_launches_no_member_again(tmp_path, base):
+    """Two slots: a member taken over leaves no slot for its mates to be launched in again."""
+    store, run_id = make_run(tmp_path, base, "auto", slots=2, b={"lr": 1e30})  # b fails, a and c succeed
+    journal = Path(store.path)
+    before = snapshot_journal(journal)
+    drain(Engine(store))
+    store.close()  # the engine dies; the journal loses its tail
+    restore_journal(journal, before)
+    store = Store(journal)
+    assert {j.state for j in store.jobs(run_id)} == {"queued"}
+    drain(Engine(store), timeout=120)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "failed", "c": "succeeded"}
+    assert "exit code 1" in jobs_["b"].error, jobs_["b"].error
+    for job in jobs_.values():
+        assert len(store.attempts(job.id)) == 1 and len(events_of(Path(job.job_dir), "started")) == 1
+        assert "settled from attempt-1's exit record (the journal had lost it): not launched again" \
+            in told(store, run_id, job)
+
+
+def test_a_journal_that_lost_a_running_groups_attempts_adopts_the_group(tmp_path, base):
+    store, run_id = make_run(tmp_path, base, "auto", slots=2, **{k: {"max_steps": 40} for k in MEMBERS})
+    journal = Path(store.path)
+    before = snapshot_journal(journal)
+    drain(Engine(store), until=lambda: stepped(by_key(store, run_id)["a"]))
+    store.close()
+    restore_journal(journal, before)
+    store = Store(journal)
+    drain(Engine(store), timeout=300)
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
+    for job in jobs_.values():
+        assert len(store.attempts(job.id)) == 1 and len(events_of(Path(job.job_dir), "started")) == 1
+        assert any(d.startswith("adopted attempt-1, still running as pid ") for d in told(store, run_id, job)), \
+            told(store, run_id, job)
+    assert len({store.attempts(j.id)[0].pid for j in jobs_.values()}) == 1
