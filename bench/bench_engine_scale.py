@@ -43,7 +43,8 @@ from lat_core.config.paths import config_trees  # noqa: E402
 from lat_core.config.suites import SuiteRegistry  # noqa: E402
 from lat_core.engine.loop import Engine  # noqa: E402
 from lat_core.plan import plan_from_mapping  # noqa: E402
-from lat_core.service import create_run, prepare_run  # noqa: E402
+from lat_core.states import RunState  # noqa: E402
+from lat_core.service import EngineLock, create_run, prepare_run  # noqa: E402
 from lat_core.store import Store  # noqa: E402
 
 FAKE_TRAINER = ROOT / "tests" / "helpers" / "fake_trainer.py"
@@ -116,6 +117,9 @@ def time_ticks(n: int, workdir: Path, slots: int, ticks: int) -> tuple[float, fl
                 except ProcessLookupError:
                     pass
         engine.close()
+        # an active run would make the ``lat-tui status`` timed next restart its engine (as the README
+        # promises), which then ran the N queued 120-s jobs detached, under every later measurement
+        store.set_run_state(run_id, RunState.CANCELLED, "bench: ticks measured")
     store.close()
     return statistics.median(times), max(times), statistics.median(cpu)
 
@@ -134,6 +138,8 @@ def time_status(state_dir: Path) -> tuple[float, float]:
         subprocess.run([*LAT_TUI, "status", "--state-dir", str(state_dir)], env=env, check=True,
                        stdout=subprocess.DEVNULL)
         best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, children_cpu() - c0)
+    if EngineLock(state_dir).is_held():
+        raise SystemExit(f"lat-tui status started an engine in {state_dir}: later numbers would include it")
     return best, best_cpu
 
 

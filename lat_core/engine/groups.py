@@ -191,17 +191,20 @@ class FusedGroups:
         return True
 
     def _busy_slots(self, on_host: list[JobRow], busy: dict[str, int]) -> dict[str, int]:
-        """``busy`` (one slot per running job) with each fused group counted once."""
+        """``busy`` (one slot per running job) with each fused group counted once: open attempts
+        that share a process on a device, and whose group refs say so (a pid shared by chance, a
+        stale attempt's reused pid, never frees a slot)."""
         running = {j.id: j for j in on_host}
-        seen: set[tuple[str, int]] = set()
+        by_process: dict[tuple[str, int], list[AttemptRow]] = {}
         for run_id in {j.run_id for j in on_host}:
             for a in self.store.open_attempts(run_id):
                 job = running.get(a.job_id)
-                if job is None or not a.pid or read_group_ref(Path(a.exit_path)) is None:
-                    continue
-                if (job.device, a.pid) in seen:
-                    busy[job.device] -= 1
-                seen.add((job.device, a.pid))
+                if job is not None and a.pid:
+                    by_process.setdefault((job.device, a.pid), []).append(a)
+        for (device, _), attempts in by_process.items():
+            members = [a for a in attempts if read_group_ref(Path(a.exit_path)) is not None] if len(attempts) > 1 else []
+            if members:
+                busy[device] -= len(members) - 1
         return busy
 
 

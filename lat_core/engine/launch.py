@@ -68,13 +68,13 @@ def is_same_process(pid: int | None, pid_start: float | None) -> bool:
     """True while the process we launched is alive (pid alive and started at the recorded time)."""
     if not pid:
         return False
-    started = process_start_time(pid)
-    if started is None:
-        return False
     try:
-        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            return False
-    except psutil.NoSuchProcess:
+        proc = psutil.Process(pid)
+        with proc.oneshot():  # start time and state from one read of /proc/<pid>/stat, every tick
+            started, status = proc.create_time(), proc.status()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    if status == psutil.STATUS_ZOMBIE:
         return False
     return pid_start is None or abs(started - pid_start) < 1.0
 

@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+from textual.css.query import NoMatches
 from textual.widgets import Log
 
 from lat_tui.screens.dashboard import DashboardScreen
@@ -35,8 +36,11 @@ def make_run(store, root: Path, keys=("tiny-sst2_seed1/a", "tiny-sst2_seed2/a"),
 
 async def wait_for(pilot, predicate, tries: int = 60) -> None:
     for _ in range(tries):
-        if predicate():
-            return
+        try:
+            if predicate():
+                return
+        except NoMatches:  # a screen pushed but not composed yet: its widgets come on a later frame
+            pass
         await pilot.pause(0.1)
     raise AssertionError("condition not met in time")
 
