@@ -302,12 +302,17 @@ class PeakUsage:
     gpu_bytes: int | None
 
 
-def write_peak_usage(job_dir: Path, usage: PeakUsage) -> None:
-    path = usage_path(job_dir)
+def write_json_file(path: Path, value) -> None:
+    """``value`` as JSON, replacing the file whole (written beside it, then renamed): a reader never
+    sees half a record, whatever the writer's fate."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"peak_rss_bytes": usage.rss_bytes, "peak_gpu_bytes": usage.gpu_bytes}))
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_text(json.dumps(value))
     os.replace(tmp, path)
+
+
+def write_peak_usage(job_dir: Path, usage: PeakUsage) -> None:
+    write_json_file(usage_path(job_dir), {"peak_rss_bytes": usage.rss_bytes, "peak_gpu_bytes": usage.gpu_bytes})
 
 
 def read_peak_usage(job_dir: Path) -> PeakUsage | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from lat_core.engine.fusion import read_group_ref
+from lat_core.engine.fusion import runner_exit_path
 from lat_core.errors import JournalError
 from lat_core.job_files import ExitRecord, PidRecord, RUNNER_DIR, finished_since, read_exit, read_pid_record
 from lat_core.rows import JobRow
@@ -133,7 +133,7 @@ def find_lost_attempt(job: JobRow, since: float,
     files_since = since - MTIME_SLACK_S
     for exit_path in sorted(unknown, key=_attempt_number, reverse=True):
         record = read_exit(exit_path) if _written_since(exit_path, files_since) else None
-        runner_exit = _runner_exit_path(exit_path)
+        runner_exit = runner_exit_path(exit_path)
         pid_written = alive is not None and _written_since(Path(f"{runner_exit}.pid"), files_since)
         pid = read_pid_record(runner_exit) if pid_written else None
         if record is not None:
@@ -155,12 +155,6 @@ def _attempt_paths(runner_dir: Path) -> set[Path]:
     for suffix in (".pid", ".group"):
         found |= {Path(str(p).removesuffix(suffix)) for p in runner_dir.glob(f"attempt-*.exit.json{suffix}")}
     return found
-
-
-def _runner_exit_path(exit_path: Path) -> Path:
-    """Where the attempt's runner keeps its records: the attempt's own, or a fused member's group's."""
-    ref = read_group_ref(exit_path)
-    return Path(ref.exit_path) if ref is not None else exit_path
 
 
 def _attempt_number(exit_path: Path) -> int:

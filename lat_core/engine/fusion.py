@@ -18,7 +18,7 @@ import yaml
 from lat_core.config.fuse import fuse_key
 from lat_core.config.job import parse_config
 from lat_core.errors import ConfigError
-from lat_core.job_files import RUNNER_DIR
+from lat_core.job_files import RUNNER_DIR, write_json_file
 from lat_core.rows import JobRow
 
 GROUP_SIZE_LIMIT = 8  # members of one group; more rarely pays (issue 17: 8 jobs of a suite)
@@ -86,11 +86,7 @@ def group_ref_path(member_exit: Path) -> Path:
 
 
 def write_group_ref(member_exit: Path, ref: GroupRef) -> None:
-    path = group_ref_path(member_exit)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(ref.to_json()))
-    tmp.replace(path)
+    write_json_file(group_ref_path(member_exit), ref.to_json())
 
 
 def read_group_ref(member_exit: Path) -> GroupRef | None:
@@ -99,6 +95,13 @@ def read_group_ref(member_exit: Path) -> GroupRef | None:
         return GroupRef.from_json(json.loads(group_ref_path(member_exit).read_text()))
     except (OSError, ValueError):
         return None
+
+
+def runner_exit_path(attempt_exit: Path) -> Path:
+    """Where the runner that runs an attempt keeps its pid and exit records: the attempt's own
+    exit path, or a fused member's group's (a member has no runner of its own)."""
+    ref = read_group_ref(attempt_exit)
+    return Path(ref.exit_path) if ref is not None else attempt_exit
 
 
 @dataclass(frozen=True)
@@ -155,11 +158,7 @@ def read_group_limit(job_dir: Path) -> GroupLimit | None:
 
 
 def write_group_limit(job_dir: Path, limit: GroupLimit) -> None:
-    path = group_limit_path(job_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(limit.to_json()))
-    tmp.replace(path)
+    write_json_file(group_limit_path(job_dir), limit.to_json())
 
 
 def smaller_limit(job_dir: Path, group_size: int, klass: str) -> GroupLimit:

@@ -34,7 +34,7 @@ from lat_core.engine.mps import start_mps
 from lat_core.engine.placement import (distributed_argv, distributed_env, find_free_port, free_slots, merge, placements,
                                        slots_used)
 from lat_core.engine.notices import RunNotices
-from lat_core.engine.fusion import read_group_ref
+from lat_core.engine.fusion import runner_exit_path
 from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, journal_locked
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.recovery import Recovery
@@ -358,7 +358,7 @@ class Engine(Recovery, FusedGroups):
         local = [r for r in self.store.active_runs() if self.backend(r.id).samples_local_processes]
         pids, inherited = {}, {}
         for attempt in (a for r in local for a in self.store.open_attempts(r.id) if a.pid):
-            record = self._pid_records.get(attempt.id) or _runner_pid_record(Path(attempt.exit_path))
+            record = self._pid_records.get(attempt.id) or read_pid_record(runner_exit_path(Path(attempt.exit_path)))
             if record is None:  # not yet written: a warm-started job's inherited memory is not known yet
                 continue
             self._pid_records[attempt.id] = record
@@ -421,11 +421,3 @@ class Engine(Recovery, FusedGroups):
             if not self._cancel_member(job, attempt) and attempt.pid:
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
 
-
-def _runner_pid_record(exit_path: Path):
-    """The pid record of the runner that runs this attempt: its own, or for a fused member (which
-    has none) its group's runner's."""
-    record = read_pid_record(exit_path)
-    if record is None and (group := read_group_ref(exit_path)) is not None:
-        record = read_pid_record(Path(group.exit_path))
-    return record

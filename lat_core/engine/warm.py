@@ -175,22 +175,24 @@ class WarmStarts:
             return
         # the jobs admission reaches next: a run whose first warm-capable job waits behind thousands
         # of others starts the process when that job comes near, and a tick stays cheap meanwhile
-        warm = next((w for j in self._unjudged_queued(run.id) if (w := self._for(j))), None)
+        warm = self._first_warm(run.id)
         if warm is None:
             return
         warm.ensure_started()
         self._tell(run.id, warm.status())
 
-    def _unjudged_queued(self, run_id: int):
-        """The next queued jobs not already known to start cold (decoded one at a time, so a queue
-        of jobs that never fork costs a cheap query per tick, not PREPARE_LOOKAHEAD decoded rows)."""
+    def _first_warm(self, run_id: int) -> WarmStarter | None:
+        """The preloaded process, if one of the next queued jobs may fork from it. Jobs found to
+        start cold are remembered (by attempt), so a queue of jobs that never fork costs a cheap
+        query per tick, not PREPARE_LOOKAHEAD decoded rows."""
         for job_id, attempts in self.store.queued_heads(run_id, PREPARE_LOOKAHEAD):
             if (job_id, attempts) in self._cold:
                 continue
-            job = self.store.job(job_id)
-            if self._for(job) is None:
-                self._cold.add((job_id, attempts))
-            yield job
+            warm = self._for(self.store.job(job_id))
+            if warm is not None:
+                return warm
+            self._cold.add((job_id, attempts))
+        return None
 
     def _tell(self, run_id: int, status: str) -> None:
         if status not in ("ready", "failed") or self._told.get(run_id) == status:

@@ -66,17 +66,10 @@ def test_a_forked_job_that_dies_at_once_is_not_charged_the_preloaded_process(tmp
     import psutil
 
     from lat_core.engine.loop import Engine
-    from lat_core.store import Store
-    from tests.integration.test_warm_start import MARK
+    from tests.integration.test_warm_start import MARK, missing_config_run
     from tests.integration.test_warm_start import drain as drain_warm
 
-    job_dir = tmp_path / "job"
-    job_dir.mkdir()
-    store = Store(tmp_path / "state" / "journal.sqlite")
-    run_id = store.create_run("suites: [t]", str(tmp_path), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}], 0.0)
-    argv = [sys.executable, "-m", "lat_core.train", "--cfg", str(job_dir / "missing.yaml")]
-    store.add_jobs(run_id, [{"key": "bad", "suite": "t", "round": 1, "stem": "bad", "seed": 1,
-                             "dataset": "tiny-sst2", "job_dir": str(job_dir), "argv": argv, "env": {}}])
+    store, run_id, job_dir = missing_config_run(tmp_path)
     engine = Engine(store, sample_every_s=0.05)
     preloaded = []
 

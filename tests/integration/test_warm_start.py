@@ -97,7 +97,9 @@ def test_a_forked_job_is_cancelled_like_a_cold_one(tmp_path):
     assert not trainer.is_running() or trainer.status() == psutil.STATUS_ZOMBIE
 
 
-def test_a_forked_trainer_keeps_its_exit_code_and_error_output(tmp_path):
+def missing_config_run(tmp_path: Path) -> tuple[Store, int, Path]:
+    """(journal, run id, job folder) of one CPU job whose trainer exits 2 at once (no job.yaml):
+    warm-capable, so it forks from the preloaded process."""
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     store = Store(tmp_path / "state" / "journal.sqlite")
@@ -105,6 +107,11 @@ def test_a_forked_trainer_keeps_its_exit_code_and_error_output(tmp_path):
     argv = [sys.executable, "-m", "lat_core.train", "--cfg", str(job_dir / "missing.yaml")]
     store.add_jobs(run_id, [{"key": "bad", "suite": "t", "round": 1, "stem": "bad", "seed": 1,
                              "dataset": "tiny-sst2", "job_dir": str(job_dir), "argv": argv, "env": {}}])
+    return store, run_id, job_dir
+
+
+def test_a_forked_trainer_keeps_its_exit_code_and_error_output(tmp_path):
+    store, run_id, job_dir = missing_config_run(tmp_path)
     drain(Engine(store), timeout=120)
     job = store.jobs(run_id)[0]
     log = (job_dir / "train.log").read_text()
