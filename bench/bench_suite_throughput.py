@@ -17,7 +17,9 @@ named by TRITON_CACHE_DIR:
 4. ``lat+fuse``: ``lat-eager`` with ``fuse: auto``: the engine groups the suite's same-base jobs
    into fused trainer processes (one frozen base, the jobs' adapters stacked, one forward and
    backward over all their rows; lat_core/train/fused);
-5. ``lat+mps`` (``--mps``): ``lat`` with ``mps: true`` (the engine's jobs are clients of a private
+5. ``lat+fuse+graphs``: ``lat+fuse`` with ``graphs: auto``: the fused group's step replayed from
+   CUDA graphs (lat_core/train/fused/graphed.py);
+6. ``lat+mps`` (``--mps``): ``lat`` with ``mps: true`` (the engine's jobs are clients of a private
    CUDA MPS daemon).
 
 Prints wall time, trained tokens/s over the whole wall time and in the steady state (the window in
@@ -74,7 +76,7 @@ def plan_mapping(args, side: str, out: Path, data: Path | None, extra_env: dict)
                                                        "save_every": steps, "log_every": 1}}}
     if side == "old":
         mapping["slots"] = 3
-    if side == "lat+fuse":
+    if side in ("lat+fuse", "lat+fuse+graphs"):
         mapping["fuse"] = "auto"
     if side in ("old", "lat-eager", "lat+fuse"):   # the trainer before issue 17 (a fused group runs eager)
         mapping["overrides"]["train"].update(graphs=False, pack=False)
@@ -242,12 +244,13 @@ def main() -> None:
                              "long: synthetic SST-2 files whose examples all fill max_seq_len")
     parser.add_argument("--out", default="/tmp/lat-suite-bench")
     parser.add_argument("--mps", action="store_true", help="also run LAT's side under a private CUDA MPS daemon")
-    parser.add_argument("--sides", default="", help="comma-separated subset of old,lat-eager,lat,lat+fuse,lat+mps")
+    parser.add_argument("--sides", default="", help="comma-separated subset of old,lat-eager,lat,lat+fuse,lat+fuse+graphs,lat+mps")
     parser.add_argument("--json")
     args = parser.parse_args()
     out = Path(args.out)
     data = write_sst2(out / "glue") if args.data == "long" else None
-    sides = args.sides.split(",") if args.sides else ["old", "lat-eager", "lat", "lat+fuse"] + (["lat+mps"] if args.mps else [])
+    sides = args.sides.split(",") if args.sides else (["old", "lat-eager", "lat", "lat+fuse", "lat+fuse+graphs"]
+                                                      + (["lat+mps"] if args.mps else []))
     results = []
     for side in sides:
         print(f"== {side}", flush=True)

@@ -220,22 +220,33 @@ class GraphedSteps:
         return loss.detach()
 
     def _on_side_stream(self, fn):
-        """Warm-up and capture run on a side stream, as torch.cuda.graphs asks."""
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self.stream):
-            out = fn()
-        torch.cuda.current_stream(self.device).wait_stream(self.stream)
-        return out
+        return on_side_stream(self.stream, self.device, fn)
 
     def _capture(self, width: int, batch: dict) -> torch.Tensor:
         inputs = {key: batch[key].clone() for key in STATIC_KEYS}
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            loss = self._forward_backward(inputs)
+        graph, loss = capture(lambda: self._forward_backward(inputs), self.pool, self.stream)
         self.captured[width] = _Captured(graph, inputs, loss)
         log(f"graphs: captured the training step at width {width} ({len(self.captured)} captured)")
-        graph.replay()   # capturing recorded the work without doing it
         return loss.clone()
+
+
+def on_side_stream(stream, device: torch.device, fn):
+    """Runs fn on a side stream, as torch.cuda.graphs asks of a warm-up before a capture."""
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        out = fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    return out
+
+
+def capture(fn, pool, stream):
+    """(graph, fn's output): fn captured as a CUDA graph in `pool` on `stream`, then replayed once
+    (capturing records the work without doing it)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
+        out = fn()
+    graph.replay()
+    return graph, out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,16 +272,16 @@ class GraphedAdamW(torch.optim.AdamW):
             self._graph.replay()
             return None
         if not self.state:
-            return super().step()
+            return self._update()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, stream=stream):
-            super().step()
+        self._graph, _ = capture(self._update, self._pool, stream)
         torch.cuda.current_stream().wait_stream(stream)
-        self._graph = graph
-        graph.replay()
         return None
+
+    def _update(self) -> None:
+        """What one step does, and the captured graph holds: AdamW's update (a subclass adds to it)."""
+        torch.optim.AdamW.step(self)
 
     def load_state_dict(self, state_dict) -> None:
         if self._graph is not None:   # a captured step points at the old state tensors

@@ -24,3 +24,44 @@ def test_fused_group_matches_single_jobs_on_cuda(tmp_path, dtype):
         assert sorted(alone) == sorted(curve)
         for step, loss in alone.items():
             assert curve[step] == pytest.approx(loss, rel=1e-2), (cfg.name, step)
+
+
+def _graphed_folders(root, base, **over):
+    from tests.integration.test_fused_runner import folders
+    return folders(root, base, **{n: {"graphs": "auto", **over.get(n, {})} for n in "abc"})
+
+
+def test_graphed_group_matches_the_eager_group_and_resumes(tmp_path):
+    """The group's step replayed from CUDA graphs (fused/graphed.py): each member's losses equal the
+    eager fused step's (fp32; fla's kernels in TF32 in both), graphs were captured and replayed (a
+    member leaving changes the key), checkpoints hold the graphed optimizer's state and a member
+    resumed from one continues the uninterrupted curve."""
+    from lat_core.train.fused.__main__ import main
+    from tests.helpers.fused import events_of
+    from tests.integration.test_fused_runner import folders
+    base = saved_tiny_base(tmp_path / "base")
+    constant = {"lr_scheduler": "constant"}   # a resumed run's schedule then does not depend on max_steps
+    eager = folders(tmp_path / "eager", base, a=constant)
+    graphed = _graphed_folders(tmp_path / "graphed", base, a=constant)
+    assert main([str(d) for d in eager]) == 0 and main([str(d) for d in graphed]) == 0
+    for e, g in zip(eager, graphed):
+        assert events_of(g, "started")[0]["graphs"]["on"] is True
+        mine = {x["step"]: x["loss"] for x in events_of(g, "step")}
+        theirs = {x["step"]: x["loss"] for x in events_of(e, "step")}
+        assert sorted(mine) == sorted(theirs)
+        for step, loss in theirs.items():
+            assert mine[step] == pytest.approx(loss, rel=1e-3), (g.name, step)
+    log = (graphed[0] / "train.log").read_text()
+    assert "graphs: on for the group" in log
+    part = _graphed_folders(tmp_path / "part", base, a={"max_steps": 3, **constant})
+    assert main([str(d) for d in part]) == 0
+    a = part[0]
+    (a / "job.yaml").write_text((a / "job.yaml").read_text().replace("max_steps: 3", "max_steps: 6"))
+    assert main(["--resume", str(a)]) == 0
+    started = events_of(a, "started")[-1]
+    assert started["resumed_from"] == 3 and started["optimizer_state"] == "restored"
+    resumed = {x["step"]: x["loss"] for x in events_of(a, "step") if x["t"] >= started["t"]}
+    whole = {x["step"]: x["loss"] for x in events_of(graphed[0], "step")}
+    assert sorted(resumed) == [4, 5, 6]
+    for step, loss in resumed.items():
+        assert loss == pytest.approx(whole[step], rel=1e-4), step

@@ -37,6 +37,8 @@ class Group:
     device: torch.device
     runs: list[MemberRun] = field(default_factory=list)
     data: list[MemberData] = field(default_factory=list)
+    graphs_why: str = ""             # why the step is graphed or not (graphed.graphs_decision)
+    graphs: object = None            # graphed.FusedGraphs when the step replays CUDA graphs
 
     @property
     def pad_id(self) -> int:
@@ -106,16 +108,22 @@ def build_group(cfgs, device: torch.device, resume: list[bool] | None = None) ->
         replayed.append(M.replay_peft(base, c))
     group.slot, members = M.install(base, replayed)
     base.train()
+    from ..graphs import set_optimizer_mode
     from ..hf_trainer import build_scheduler
+    from .graphed import FusedGraphs, graphs_decision
+    graphed, group.graphs_why = graphs_decision(cfgs, device)
     for c, m, d, again in zip(cfgs, members, group.data, resume):
-        opt = new_optimizer(c, m)
+        opt = new_optimizer(c, m, graphed)
         start = 0
         if again:
             d.resumed = restore(c, m, opt)
             start = d.resumed["step"]
         run = MemberRun(c, m, d.splits["train"], d.label_ids, opt, build_scheduler(opt, c, c.train.max_steps, start))
+        set_optimizer_mode(opt, graphed, device)   # after a restore, which may come from the other mode
         run.start(start)
         group.runs.append(run)
+    if graphed:
+        group.graphs = FusedGraphs(group)
     return group
 
 

@@ -116,8 +116,7 @@ def _member_params(m: Member) -> list[nn.Parameter]:
 def zero_member_grads(m: Member) -> None:
     """After the member's optimizer step: clear its slices of the stacks' gradients (in place, so
     the views stay linked)."""
-    for p in m.params:
-        p.grad.zero_()
+    torch._foreach_zero_([p.grad for p in m.params])
 
 
 def state_dict(m: Member) -> dict[str, torch.Tensor]:

@@ -64,6 +64,7 @@ def started(m: Member, group, resumed: bool) -> None:
                       batch_size=tr.batch_size, grad_accum=tr.grad_accum,
                       effective_batch_size=tr.batch_size * tr.grad_accum, dtype=cfg.model.dtype,
                       train_examples=len(run.train_ex), fused_group=len(group.runs),
+                      graphs={"setting": tr.graphs, "on": group.graphs is not None, "why": group.graphs_why},
                       optimizer_state=None if not resumed else
                       ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh"))
     m.out.log(f"started {cfg.name} in a fused group of {len(group.runs)}: {cfg.model.family} "
@@ -71,6 +72,7 @@ def started(m: Member, group, resumed: bool) -> None:
               f"{trainable:,} params, data {cfg.data} ({len(run.train_ex)} train), batch {tr.batch_size} x "
               f"accum {tr.grad_accum}, lr schedule {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps"
               + (f", resumed at step {run.step}" if resumed else ""))
+    m.out.log(f"graphs: {'on' if group.graphs is not None else 'off'} for the group ({group.graphs_why})")
 
 
 def after_step(m: Member) -> None:
@@ -147,7 +149,8 @@ def train_group(group, members: list[Member]) -> None:
             if all(m.left for m in members):
                 break
             try:
-                stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device)
+                stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device,
+                                             group.graphs)
             except Exception as exc:  # noqa: BLE001 - the shared pass failed: every member with it
                 for m in members:
                     if not m.left:

@@ -50,20 +50,24 @@ class BatchLayout:
     (rows x width) and the unpadded one (only attention-mask tokens), which fla's GLA attention uses.
 
     rows_per_job[j]: rows of job j, rows in job order; attention_mask [rows, width] (host or device).
+    unpadded=False: the padded form only, for a forward that gets no attention mask (the graphed
+    step, fused.graphed), where fla unpads nothing.
     """
 
-    def __init__(self, rows_per_job: list[int], attention_mask: torch.Tensor, device):
+    def __init__(self, rows_per_job: list[int], attention_mask: torch.Tensor, device, unpadded: bool = True):
         self.rows_per_job = list(rows_per_job)
         width = attention_mask.shape[1]
-        real = attention_mask.sum(1).tolist()
         self.by_tokens: dict[int, TokenLayout] = {}
         padded = [r * width for r in rows_per_job]
         self.by_tokens[sum(padded)] = TokenLayout(padded, device)
-        unpadded, start = [], 0
+        if not unpadded:
+            return
+        real = attention_mask.sum(1).tolist()
+        real_per_job, start = [], 0
         for r in rows_per_job:
-            unpadded.append(int(sum(real[start:start + r])))
+            real_per_job.append(int(sum(real[start:start + r])))
             start += r
-        self.by_tokens.setdefault(sum(unpadded), TokenLayout(unpadded, device))
+        self.by_tokens.setdefault(sum(real_per_job), TokenLayout(real_per_job, device))
 
     def for_tokens(self, n: int) -> TokenLayout:
         try:

@@ -58,7 +58,8 @@ class MemberRun:
         """The member's own AdamW step and schedule step; its gradient slices cleared in place."""
         self.optimizer.step()
         self.scheduler.step()
-        M.zero_member_grads(self.member)
+        if not getattr(self.optimizer, "clears_grads", False):
+            M.zero_member_grads(self.member)
         self.step += 1
         self.done = self.step >= self.cfg.train.max_steps
 
@@ -69,11 +70,13 @@ def _counts(examples: list[dict]) -> dict:
     return {"n_tokens": sum(len(e["input_ids"]) for e in examples), "n_scored": len(examples)}
 
 
-def new_optimizer(cfg, member: M.Member) -> torch.optim.Optimizer:
-    """AdamW as a single job makes it (loop.run): one group, the job's lr and weight decay."""
+def new_optimizer(cfg, member: M.Member, graphed: bool = False) -> torch.optim.Optimizer:
+    """AdamW as a single job makes it (loop.run): one group, the job's lr and weight decay;
+    graphed: its step (and the clearing of the member's gradients) a captured graph."""
+    from .graphed import MemberAdamW
     tr = cfg.train
-    return torch.optim.AdamW([{"params": member.params, "weight_decay": tr.weight_decay}], lr=tr.lr,
-                             weight_decay=tr.weight_decay)
+    return (MemberAdamW if graphed else torch.optim.AdamW)(
+        [{"params": member.params, "weight_decay": tr.weight_decay}], lr=tr.lr, weight_decay=tr.weight_decay)
 
 
 def fused_batch(parts: list[tuple[int, list[dict], list[int]]], pad_id: int, n_jobs: int, device) -> dict:
@@ -101,10 +104,10 @@ def row_losses(model, batch) -> torch.Tensor:
     return F.cross_entropy(logits[:, -2].float(), batch["target"], reduction="none")
 
 
-def micro_step(model, slot: LayoutSlot, runs: list[MemberRun], pad_id: int, device):
-    """Forward and backward of every unfinished member's next micro-batch; steps the members whose
-    accumulation completed.  Returns (stepped members, [(member, exception)] of members whose
-    micro-batch could not be made: those left this micro-step, the caller fails them)."""
+def take_micro_batches(runs: list[MemberRun]):
+    """Every unfinished member's next micro-batch: (parts, active, broken).  parts: (member index,
+    examples, label tokens) in member order; active: (index, run); broken: (run, exception) of the
+    members whose micro-batch could not be made (the caller fails them)."""
     parts, active, broken = [], [], []
     for j, r in enumerate(runs):
         if r.done:
@@ -118,20 +121,46 @@ def micro_step(model, slot: LayoutSlot, runs: list[MemberRun], pad_id: int, devi
         r.step_tokens += counts["n_tokens"]
         parts.append((j, examples, targets))
         active.append((j, r))
-    if not parts:
-        return [], broken
+    return parts, active, broken
+
+
+def eager_member_losses(model, slot: LayoutSlot, parts, runs: list[MemberRun], pad_id: int, device) -> torch.Tensor:
+    """Forward and backward of the parts' rows (fla unpads by the attention mask); returns each
+    member's share of its step loss, as compute_loss makes it (its rows' sum over its step's scored
+    tokens), detached."""
     batch = fused_batch(parts, pad_id, len(runs), device)
     slot.current = batch["layout"]
     per_row = row_losses(model, batch)
     sums = torch.zeros(len(runs), dtype=per_row.dtype, device=device).index_add(0, batch["row_job"], per_row)
     scored = torch.tensor([r.window_scored for r in runs], dtype=per_row.dtype, device=device)
-    member_loss = sums / scored              # each member's share of its step loss, as compute_loss
+    member_loss = sums / scored
     member_loss.sum().backward()
+    return member_loss.detach()
+
+
+def step_members(active, member_loss: torch.Tensor) -> list[MemberRun]:
+    """Adds each active member's micro-batch loss to its step loss and steps the members whose
+    accumulation completed; returns those."""
     stepped = []
     for j, r in active:
-        loss = member_loss[j].detach()
+        loss = member_loss[j]
         r.step_loss = loss if r.step_loss is None else r.step_loss + loss
         if r.closes_step():
             r.optimizer_step()
             stepped.append(r)
-    return stepped, broken
+    return stepped
+
+
+def micro_step(model, slot: LayoutSlot, runs: list[MemberRun], pad_id: int, device, graphs=None):
+    """Forward and backward of every unfinished member's next micro-batch; steps the members whose
+    accumulation completed.  graphs: a fused.graphed.FusedGraphs (the step replayed from CUDA
+    graphs) or None (eager).  Returns (stepped members, [(member, exception)] of members whose
+    micro-batch could not be made: those left this micro-step, the caller fails them)."""
+    parts, active, broken = take_micro_batches(runs)
+    if not parts:
+        return [], broken
+    if graphs is None:
+        member_loss = eager_member_losses(model, slot, parts, runs, pad_id, device)
+    else:
+        member_loss = graphs.member_losses(parts, runs)
+    return step_members(active, member_loss), broken

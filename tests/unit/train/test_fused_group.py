@@ -29,10 +29,11 @@ def _with_base(cfg, base):
     return cfg
 
 
-def train_fused(group) -> list[dict[int, float]]:
+def train_fused(group, graphs=None) -> list[dict[int, float]]:
+    """Each member's loss at each step; graphs: a fused.graphed.FusedGraphs (the static step)."""
     curves = [{} for _ in group.runs]
     while not all(r.done for r in group.runs):
-        stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device)
+        stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device, graphs)
         assert not broken
         for r in stepped:
             curves[group.runs.index(r)][r.step] = float(r.step_loss)
