@@ -88,14 +88,14 @@ def install(base: nn.Module, replayed: list[Replayed]) -> tuple[LayoutSlot, list
         parent_name, _, child = name.rpartition(".")
         setattr(modules[parent_name] if parent_name else base, child, layer)
         layer.lora_A.grad = torch.zeros_like(layer.lora_A)   # kept: members' grads are views of it
-        layer.lora_B.grad = torch.zeros_like(layer.lora_B)
+        layer.lora_Bt.grad = torch.zeros_like(layer.lora_Bt)
         with torch.no_grad():
             for j, x in enumerate(per_job):
                 if x is None:
                     continue
                 r = x["r"]
                 layer.lora_A[j, :r].copy_(x["A"])
-                layer.lora_B[j, :, :r].copy_(x["B"])
+                layer.lora_Bt[j, :r].copy_(x["B"].t())
                 members[j].modules.append((name, layer, r))
     for m in members:
         m.params = _member_params(m)
@@ -106,9 +106,9 @@ def _member_params(m: Member) -> list[nn.Parameter]:
     out = []
     for _, layer, r in m.modules:
         a = nn.Parameter(layer.lora_A.data[m.index, :r])
-        b = nn.Parameter(layer.lora_B.data[m.index, :, :r])
+        b = nn.Parameter(layer.lora_Bt.data[m.index, :r].t())   # [out, r], dense
         a.grad = layer.lora_A.grad[m.index, :r]
-        b.grad = layer.lora_B.grad[m.index, :, :r]
+        b.grad = layer.lora_Bt.grad[m.index, :r].t()
         out += [a, b]
     return out
 

@@ -87,7 +87,11 @@ class LayoutSlot:
 class StackedLoRALinear(nn.Module):
     """base(x) + scaling_j * B_j A_j dropout_j(x) for the tokens of each job j.
 
-    lora_A: [jobs, R, in], lora_B: [jobs, out, R] (R the largest rank; a job's unused entries zero);
+    lora_A: [jobs, R, in], lora_Bt: [jobs, R, out], each job's B transposed (R the largest rank; a
+    job's unused entries zero).  Why B is kept transposed: a job's true-rank slices, A[j, :r] and
+    Bt[j, :r], are then dense blocks, so its optimizer's foreach kernels take their fast path (a
+    few launches for all its tensors, not a dozen per tensor: members.py gives the optimizer B as
+    the transposed view, PEFT's [out, r] shape);
     `scaling`, `dropout`: per job.  Adapter math runs in lora_A's dtype, as PEFT casts the input
     to its adapter's dtype, and the sum is cast back to the base output's dtype.
     """
@@ -99,7 +103,7 @@ class StackedLoRALinear(nn.Module):
         self.ranks = list(ranks)
         width, dev = max(max(ranks), 1), base.weight.device
         self.lora_A = nn.Parameter(torch.zeros(len(ranks), width, base.in_features, dtype=dtype, device=dev))
-        self.lora_B = nn.Parameter(torch.zeros(len(ranks), base.out_features, width, dtype=dtype, device=dev))
+        self.lora_Bt = nn.Parameter(torch.zeros(len(ranks), width, base.out_features, dtype=dtype, device=dev))
         self.register_buffer("scaling", torch.tensor(scalings, dtype=dtype, device=dev), persistent=False)
         self.register_buffer("keep", torch.tensor([1.0 - p for p in dropouts], dtype=dtype, device=dev),
                              persistent=False)
@@ -117,9 +121,9 @@ class StackedLoRALinear(nn.Module):
         n_in, n_out = self.base_layer.in_features, self.base_layer.out_features
         tokens = x.reshape(-1, n_in).to(self.lora_A.dtype)
         layout = self.slot.current.for_tokens(tokens.shape[0])
-        a, b, scale, keep = self.lora_A, self.lora_B, self.scaling, self.keep
+        a, bt, scale, keep = self.lora_A, self.lora_Bt, self.scaling, self.keep
         if layout.jobs is not None:   # jobs without rows this micro-step: leave them out of the bmm
-            a, b, scale, keep = a[layout.jobs], b[layout.jobs], scale[layout.jobs], keep[layout.jobs]
+            a, bt, scale, keep = a[layout.jobs], bt[layout.jobs], scale[layout.jobs], keep[layout.jobs]
         k, w = layout.n_active, layout.width
         if layout.slots is None:
             grid = tokens.reshape(k, w, n_in)
@@ -128,7 +132,7 @@ class StackedLoRALinear(nn.Module):
         if self.any_dropout and self.training:
             keep = keep[:, None, None]
             grid = grid * torch.bernoulli(keep.expand_as(grid)) / keep
-        delta = torch.bmm(torch.bmm(grid, a.transpose(1, 2)), b.transpose(1, 2)) * scale[:, None, None]
+        delta = torch.bmm(torch.bmm(grid, a.transpose(1, 2)), bt) * scale[:, None, None]
         delta = delta.reshape(k * w, n_out)
         if layout.slots is not None:
             delta = delta.index_select(0, layout.slots)
