@@ -14,6 +14,8 @@ over the jobs, each job ``--rows`` rows of ``--seq`` tokens per optimizer step:
 
 - fused-graphs (CUDA only): the fused step replayed from CUDA graphs (fused/graphed.py), each job's
   optimizer step a captured graph too.
+- fused-graphs-fla-recurrent (``--fla-recurrent``): the same with fla's own kernel for short rows
+  (its recurrent decoding kernel; fla_gla.train_short_rows_in_chunks routes training to chunk_gla).
 
 Prints ms per optimizer step of all jobs, trained tokens/s and the ratios to separate.
 """
@@ -44,6 +46,9 @@ def parse_args(argv=None):
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--ranks", default="4,8,16,32")
+    p.add_argument("--sides", default="", help="comma-separated subset of the sides (default: all)")
+    p.add_argument("--fla-recurrent", action="store_true",
+                   help="also time fused-graphs with fla's own kernel for rows of 64 tokens or fewer (fused_recurrent_gla)")
     p.add_argument("--profile", action="store_true",
                    help="after timing: where the GPU's time goes in two eager fused steps (torch.profiler, "
                         "kernels by self device time; a graph replays the same kernels)")
@@ -71,6 +76,22 @@ def examples(a, seed):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(10, a.vocab, (4 * a.rows, a.seq), generator=g).tolist()
     return [{"input_ids": row, "label": i % 2} for i, row in enumerate(ids)]
+
+
+def with_fla_recurrent(step):
+    """step with fla's GLA layer back on its own kernel choice: rows of 64 tokens or fewer through
+    fused_recurrent_gla (fla_gla.train_short_rows_in_chunks routes training to chunk_gla).  A captured
+    graph keeps the kernels it was captured with, so the swap matters while a side warms up and captures."""
+    import fla.layers.gla as layer
+
+    def run():
+        router = layer.fused_recurrent_gla
+        layer.fused_recurrent_gla = getattr(router, "fla_recurrent", router)
+        try:
+            return step()
+        finally:
+            layer.fused_recurrent_gla = router
+    return run
 
 
 def timed(fn, a, sync) -> float:
@@ -117,7 +138,8 @@ def main(argv=None) -> int:
     data = [examples(a, k) for k in range(a.jobs)]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    separate = [wrap_peft(copy.deepcopy(base), c, environ={}) for c in cfgs]
+    wanted = a.sides.split(",") if a.sides else None
+    separate = [wrap_peft(copy.deepcopy(base), c, environ={}) for c in cfgs] if not wanted or "separate" in wanted else []
     opts = [torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=2e-4) for m in separate]
     batches = [{k: v.to(device) for k, v in D.collate(d[:a.rows], 0).items()} for d in data]
     targets = torch.tensor(label_ids, device=device)
@@ -131,6 +153,7 @@ def main(argv=None) -> int:
             opt.zero_grad(set_to_none=True)
 
     graphed_base = copy.deepcopy(base) if device.type == "cuda" else None
+    recurrent_base = copy.deepcopy(base) if device.type == "cuda" and a.fla_recurrent else None
 
     def fused_group(model, graphed: bool):
         slot, members = M.install(model, [M.replay_peft(model, c) for c in cfgs])
@@ -148,12 +171,19 @@ def main(argv=None) -> int:
     sides = {"separate": separate_step, "fused": fused_group(base, False)}
     if graphed_base is not None:   # CUDA graphs of the fused step (fused/graphed.py)
         sides["fused-graphs"] = fused_group(graphed_base, True)
+        if a.fla_recurrent:   # the same, with fla's own kernel choice for short rows (the baseline)
+            sides["fused-graphs-fla-recurrent"] = with_fla_recurrent(fused_group(recurrent_base, True))
+    if wanted:
+        sides = {name: step for name, step in sides.items() if name in wanted}
     # two rounds, sides alternating, best of each: the first calls of a side pay one-off costs
     # (TorchScript profiling runs of the CPU GLA path, the allocator, autotuning) the other then skips
     best = dict.fromkeys(sides, float("inf"))
-    for _ in range(2):
+    for round_ in range(2):
         for name, step in sides.items():
-            best[name] = min(best[name], timed(step, a, sync))
+            t = timed(step, a, sync)
+            best[name] = min(best[name], t)
+            # as measured, so a call cut short by its time limit still reports what it timed
+            print(f"round {round_ + 1}: {name} {t * 1e3:.1f} ms per step", file=sys.stderr, flush=True)
     tokens = a.jobs * a.rows * a.seq
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
           f"{a.jobs} jobs x {a.rows} rows x {a.seq} tokens, GLA hidden {a.hidden} x {a.layers} layers, "
@@ -161,8 +191,9 @@ def main(argv=None) -> int:
     print("| side | ms per step (all jobs) | trained tokens/s |\n| --- | --- | --- |")
     for name, t in best.items():
         print(f"| {name} | {t * 1e3:.1f} | {tokens / t:,.0f} |")
+    first = next(iter(best))
     for name in list(best)[1:]:
-        print(f"{name} / separate speed: {best['separate'] / best[name]:.2f}x")
+        print(f"{name} / {first} speed: {best[first] / best[name]:.2f}x")
     if a.profile and device.type == "cuda":
         print_profile(sides["fused"], sync)
     return 0

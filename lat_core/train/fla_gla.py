@@ -69,3 +69,39 @@ def _fla_version() -> str:
 def _forget_fla() -> None:
     for name in [n for n in sys.modules if n == "fla" or n.startswith("fla.")]:
         del sys.modules[name]
+
+
+def train_short_rows_in_chunks(layer_module=None) -> bool:
+    """Train GLA rows of 64 tokens or fewer with fla's chunk kernels, as longer rows are.
+
+    Why: fla's GLA layer picks ``fused_recurrent_gla`` whenever the (padded) row width is 64 tokens
+    or fewer, a choice made for decoding, and it decides before it unpads, so short GLUE sentences
+    train through it in every layout (eager, graphed, fused). In training that kernel is slow: its
+    backward walks the tokens one by one, 60% of a graphed fused group's GPU time at 8 jobs x 8 rows
+    x 32 tokens of GLA-1.3B on an H100, whose step then took 148 ms instead of 70 ms with chunk
+    kernels (bench/RESULTS.md). Both kernels compute the same recurrence; they round differently.
+
+    The layer's name ``fused_recurrent_gla`` is pointed at a router: a forward that records
+    gradients and keeps no final state (training) runs ``chunk_gla``, looked up when called (the
+    CPU stand-ins of gla_cpu replace it there); evaluation, generation and decoding with a cache
+    keep fla's own kernel. Returns whether the router was installed now (False: already there)."""
+    if layer_module is None:
+        layer_module = importlib.import_module("fla.layers.gla")
+    recurrent = layer_module.fused_recurrent_gla
+    if getattr(recurrent, "routes_training_to_chunks", False):
+        return False
+
+    def recurrent_or_chunk(q, k, v, gk=None, initial_state=None, output_final_state=False,
+                           state_v_first=False, cu_seqlens=None, **kwargs):
+        import torch
+
+        if torch.is_grad_enabled() and not output_final_state and not kwargs:
+            return layer_module.chunk_gla(q=q, k=k, v=v, g=gk, initial_state=initial_state, output_final_state=False,
+                                          state_v_first=state_v_first, cu_seqlens=cu_seqlens)
+        return recurrent(q=q, k=k, v=v, gk=gk, initial_state=initial_state, output_final_state=output_final_state,
+                         state_v_first=state_v_first, cu_seqlens=cu_seqlens, **kwargs)
+
+    recurrent_or_chunk.routes_training_to_chunks = True
+    recurrent_or_chunk.fla_recurrent = recurrent
+    layer_module.fused_recurrent_gla = recurrent_or_chunk
+    return True

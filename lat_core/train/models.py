@@ -22,7 +22,10 @@ def _gla_classes():
 
     GLAConfig, GLAForCausalLM = gla_classes()
     from .gla_cpu import enable_cpu_gla
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        from .fla_gla import train_short_rows_in_chunks
+        train_short_rows_in_chunks()
+    else:
         enable_cpu_gla()
     return GLAConfig, GLAForCausalLM
 
