@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS config_peaks (
 CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(run_id, state, seq);
 CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
+-- a job's attempts, and the open ones (what every tick reaps): without them each such query read
+-- every attempt the state directory ever had
+CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
+CREATE INDEX IF NOT EXISTS attempts_open ON attempts(job_id) WHERE ended IS NULL;
 """
 
 _SUMMARY_SELECT = ", ".join(SUMMARY_COLUMNS)
@@ -341,9 +345,14 @@ class Store:
             _set_job_state(db, job_id, JobState.RUNNING, detail or f"attempt {n} on {device}", fields)
         return cur.lastrowid, n
 
-    def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float) -> None:
+    def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float,
+                        oom_counter: tuple[str, int | None] | None = None) -> None:
+        """The launched runner's pid and start time; with ``oom_counter`` (source, count), the
+        kernel's OOM-kill count at launch in the same transaction (see set_attempt_oom_counter)."""
         with self._tx() as db:
             db.execute("UPDATE attempts SET pid=?, pid_start=? WHERE id=?", (pid, pid_start, attempt_id))
+            if oom_counter is not None:
+                db.execute("UPDATE attempts SET oom_source=?, oom_before=? WHERE id=?", (*oom_counter, attempt_id))
 
     def set_attempt_oom_counter(self, attempt_id: int, source: str, count: int | None) -> None:
         """The kernel's OOM-kill count at launch, so a later SIGKILL can be proven a host OOM."""
@@ -379,9 +388,11 @@ class Store:
             db.execute("UPDATE attempts SET cancel_at=COALESCE(cancel_at, ?) WHERE id=?", (when, attempt_id))
 
     def open_attempts(self, run_id: int) -> list[AttemptRow]:
+        # CROSS JOIN keeps the open attempts (index attempts_open) the outer loop: the planner would
+        # otherwise walk every job of the run, 10,000 index probes for a few running jobs
         rows = self._db.execute(
-            "SELECT a.* FROM attempts a JOIN jobs j ON a.job_id=j.id WHERE j.run_id=? AND a.ended IS NULL",
-            (run_id,),
+            "SELECT a.* FROM attempts a CROSS JOIN jobs j ON a.job_id=j.id WHERE a.ended IS NULL AND j.run_id=?"
+            " ORDER BY a.id", (run_id,),
         )
         return [AttemptRow(**dict(r)) for r in rows]
 

@@ -193,17 +193,17 @@ class Engine(Recovery, FusedGroups):
             if job.id in taken:
                 continue
             if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
-                self.store.set_waiting(job.id, hold)
+                self._set_waiting(job, hold)
                 continue
             candidates = placements(job, run.devices, busy)
             if not candidates:
                 if job.world > 1 or job.avoid_devices:  # a gang job waits for N free slots; others may fit
-                    self.store.set_waiting(job.id, no_slot)
+                    self._set_waiting(job, no_slot)
                     continue
                 self.store.set_waiting_after(run.id, job.seq - 1, no_slot)  # this one and every job behind it
                 break
             chosen, reason = self._first_fitting(job, candidates, running)
-            self.store.set_waiting(job.id, reason)
+            self._set_waiting(job, reason)
             if chosen is None:
                 continue
             for device in chosen:
@@ -222,6 +222,13 @@ class Engine(Recovery, FusedGroups):
                 self._start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
         self._launch_batch(run.id, batch or [])
+
+    def _set_waiting(self, job: JobRow, reason: str | None) -> None:
+        """Why a queued job waits, written only when it changes: most admitted jobs had no reason
+        and get none, and a write transaction each would cost more than the check. ``job`` is this
+        pass's row: nothing else writes a queued job's reason meanwhile."""
+        if (job.waiting or "") != (reason or ""):
+            self.store.set_waiting(job.id, reason)
 
     def _running_on_host(self, run: RunRow) -> list[JobRow]:
         """Every active run's running jobs on the same backend: one device ledger per state directory."""
@@ -304,12 +311,22 @@ class Engine(Recovery, FusedGroups):
                                   error=f"launch failed: {exc}")
 
     def _launched(self, job: JobRow, attempt_id: int, launched) -> None:
-        self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start)
-        counter = read_oom_kill_count(launched.pid) if self.backend(job.run_id).samples_local_processes else None
-        if counter and counter.known:
-            self.store.set_attempt_oom_counter(attempt_id, counter.source, counter.count)
+        counter = self._oom_counter_at_launch(job, launched.pid)
+        self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start,
+                                   (counter.source, counter.count) if counter and counter.known else None)
         if launched.popen is not None:
             self._popens[attempt_id] = launched.popen
+
+    def _oom_counter_at_launch(self, job: JobRow, pid: int):
+        """The kernel's OOM-kill counter for the runner's memory cgroup, recorded with its pid in one
+        transaction. Optional evidence for triage: a counter that cannot be read is unknown, never a
+        reason to lose the pid (the engine could no longer stop the job)."""
+        if not self.backend(job.run_id).samples_local_processes:
+            return None
+        try:
+            return read_oom_kill_count(pid)
+        except Exception:  # noqa: BLE001 - see above
+            return None
 
     # ------------------------------------------------------------------ reaping
     def _distributed(self, job: JobRow, *, argv: list[str], env: dict) -> tuple[list[str], dict]:
