@@ -395,7 +395,8 @@ class Engine(Recovery, FusedGroups):
             with self._errors.job_guard(job.id, "engine error reading this job's events", self._job_fault):
                 self._read_events(job)
 
-    def _read_events(self, job: JobRow) -> None:
+    def _read_events(self, job: JobRow) -> tuple[int, float | None] | None:
+        """Record the job's newest (step, loss) since the last read; returns it, None when none."""
         if job.id not in self._tails:
             self._tails[job.id] = EventTail.near_end(events_path(Path(job.job_dir)))
         tail = self._tails[job.id]
@@ -407,6 +408,7 @@ class Engine(Recovery, FusedGroups):
             detail = f"{tail.bad_lines} bad line(s) skipped; first: {tail.first_bad}"
             if bad_before == 0 or tail.bad_lines >= 10 * bad_before:
                 self.store.add_transition(job.run_id, job.id, "bad events", detail)
+        return last
 
     # ------------------------------------------------------------------ commands
     def _handle_commands(self, run: RunRow) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 from lat_core.engine.faults import JOURNAL_ERRORS, LostAttempt, find_lost_attempt
@@ -74,13 +75,14 @@ class Recovery:
         self._popens.pop(attempt.id, None)
         self._pid_records.pop(attempt.id, None)
         group = read_group_ref(Path(attempt.exit_path))  # a fused member's peaks are its group process's
-        if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
-            self.store.record_peak_rss(attempt.job_id, max_rss // (len(group.job_ids) if group else 1))
         job = self.store.job(attempt.job_id)
+        if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
+            job = self._record_peak_rss(job, max_rss // (len(group.job_ids) if group else 1))
         self._keep_peak_usage(job)
         if job.state is JobState.RUNNING:
-            self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
-            job = self.store.job(job.id)
+            progress = self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
+            if progress is not None:
+                job = replace(job, last_step=progress[0], last_loss=progress[1])
         state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
         if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
                                          error=error, diagnosis_json=diagnosis_json):
@@ -92,6 +94,16 @@ class Recovery:
             self._notices.job_failed(run, failed)
             if not self._split_after_oom(attempt):
                 maybe_retry(self.store, run, failed, now=self._clock())
+
+    def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
+        """The journal's peak RSS raised to ``rss`` (written only when that raises it: the sampled
+        peak of the trainer's tree is often higher already); the row as the journal now has it.
+        The engine is the only writer of peaks, so ``job`` (just read) is the journal's value."""
+        peak = max(job.peak_rss or 0, rss)
+        if peak == job.peak_rss:
+            return job
+        self.store.record_peak_rss(job.id, rss)
+        return replace(job, peak_rss=peak)
 
     def _keep_peak_usage(self, job: JobRow) -> None:
         """The journal's peak memory of the job, into its folder for the results tables."""
