@@ -42,8 +42,9 @@ class LaunchSpec:
 def launch(argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path,
            show_env: tuple[str, ...] = ()) -> Launched:
     """Start ``argv`` under the runner, detached, with ``env`` added to the current environment.
-    ``show_env`` names the overrides the runner echoes (masked) at the top of the attempt's log."""
-    exit_path.parent.mkdir(parents=True, exist_ok=True)
+    ``show_env`` names the overrides the runner echoes (masked) at the top of the attempt's log.
+    The runner creates the exit record's folder: a directory made here cost the engine, which
+    launches every job, as much as the fork of the runner."""
     exit_path.unlink(missing_ok=True)
     Path(f"{exit_path}.pid").unlink(missing_ok=True)
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
@@ -147,6 +148,7 @@ def stop_vanished_tree(pid: int, pid_start: float | None, exit_path: Path) -> di
               "containment": containment.kind if containment else None, "stopped": stopped,
               "oom_kills": job_oom_kills(containment), "vanished": note}
     release(containment)
+    exit_path.parent.mkdir(parents=True, exist_ok=True)  # a runner that died before making it
     write_exit_record(exit_path, record)
     _log_line(exit_path.parent.parent / "train.log", f"[lat] {note}")
     return record
