@@ -110,6 +110,12 @@ class Store:
     def _tx(self):
         return _Transaction(self._db)
 
+    def batch(self) -> _Transaction:
+        """One transaction for several writes (``with store.batch(): ...``): one commit where each
+        write would have committed on its own, and all of them or none. Keep what runs inside
+        short: the journal's write lock is held until the end."""
+        return self._tx()
+
     # ------------------------------------------------------------------ runs
     def create_run(self, plan_yaml: str, output_root: str, devices: list[Device], countdown_until: float) -> int:
         now = time.time()
@@ -476,17 +482,26 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, so concurrent writers serialise instead of failing mid-way."""
+    """BEGIN IMMEDIATE ... COMMIT, so concurrent writers serialise instead of failing mid-way. Inside
+    another (:meth:`Store.batch`) it is a savepoint: its writes stay all-or-nothing and reach the
+    journal with the enclosing transaction's one commit."""
 
     def __init__(self, db: sqlite3.Connection):
         self.db = db
+        self.nested = False
 
     def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.nested = self.db.in_transaction
+        self.db.execute("SAVEPOINT lat_tx" if self.nested else "BEGIN IMMEDIATE")
         return self.db
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if not self.nested:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+            return
+        if exc_type:
+            self.db.execute("ROLLBACK TO lat_tx")
+        self.db.execute("RELEASE lat_tx")
 
 
 _JOB_FIELDS = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json", "not_before"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -74,6 +75,24 @@ class Recovery:
                      problem: str | None = None) -> None:
         self._popens.pop(attempt.id, None)
         self._pid_records.pop(attempt.id, None)
+        # A success needs no triage: its whole end (peaks, last progress, state, its config's peak)
+        # is one commit. A failure's triage may ask a scheduler (sacct) and must not hold the
+        # journal's write lock meanwhile: its writes commit one by one.
+        with self.store.batch() if returncode == 0 else nullcontext():
+            ended = self._end_attempt(attempt, returncode, max_rss, problem)
+        if ended is None:
+            return  # the job had already been settled (cancelled before start, ...): never overwritten
+        job, state = ended
+        if state is JobState.FAILED:
+            run, failed = self.store.run(job.run_id), self.store.job(job.id)
+            self._notices.job_failed(run, failed)
+            if not self._split_after_oom(attempt):
+                maybe_retry(self.store, run, failed, now=self._clock())
+
+    def _end_attempt(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None,
+                     problem: str | None) -> tuple[JobRow, JobState] | None:
+        """Record how the attempt ended: (the job, its new state), None where the job had already
+        been settled."""
         group = read_group_ref(Path(attempt.exit_path))  # a fused member's peaks are its group process's
         job = self.store.job(attempt.job_id)
         if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
@@ -86,14 +105,10 @@ class Recovery:
         state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
         if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
                                          error=error, diagnosis_json=diagnosis_json):
-            return  # the job had already been settled (cancelled before start, ...): never overwritten
+            return None
         if state is JobState.SUCCEEDED and group is None:  # a group's peak says little about a job alone
             self._remember_peak(job)
-        elif state is JobState.FAILED:
-            run, failed = self.store.run(job.run_id), self.store.job(job.id)
-            self._notices.job_failed(run, failed)
-            if not self._split_after_oom(attempt):
-                maybe_retry(self.store, run, failed, now=self._clock())
+        return job, state
 
     def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
         """The journal's peak RSS raised to ``rss`` (written only when that raises it: the sampled
