@@ -65,6 +65,8 @@ CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
 -- every attempt the state directory ever had
 CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
 CREATE INDEX IF NOT EXISTS attempts_open ON attempts(job_id) WHERE ended IS NULL;
+-- the commands still to handle, which every tick asks for, among all ever sent
+CREATE INDEX IF NOT EXISTS commands_pending ON commands(run_id) WHERE status='pending';
 """
 
 _SUMMARY_SELECT = ", ".join(SUMMARY_COLUMNS)
@@ -148,6 +150,11 @@ class Store:
         marks = ",".join("?" * len(RUN_ACTIVE))
         rows = self._db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id", RUN_ACTIVE)
         return [run_row(r) for r in rows]
+
+    def active_run_ids(self) -> list[int]:
+        """As :meth:`active_runs`, ids only: nothing decoded (a run row carries its plan and devices)."""
+        marks = ",".join("?" * len(RUN_ACTIVE))
+        return [r[0] for r in self._db.execute(f"SELECT id FROM runs WHERE state IN ({marks}) ORDER BY id", RUN_ACTIVE)]
 
     def set_run_state(self, run_id: int, state: RunState, detail: str = "") -> None:
         with self._tx() as db:

@@ -111,7 +111,7 @@ class Engine(Recovery, FusedGroups):
             if self._errors.due(run.id):
                 with self._errors.guard(run.id):
                     self._tick_run(run)
-        active = bool(self.store.active_runs())
+        active = bool(self.store.active_run_ids())
         if not active:
             self.close()
         return active
@@ -233,8 +233,8 @@ class Engine(Recovery, FusedGroups):
     def _running_on_host(self, run: RunRow) -> list[JobRow]:
         """Every active run's running jobs on the same backend: one device ledger per state directory."""
         name = self.backend(run.id).name
-        return [j for other in self.store.active_runs() if self.backend(other.id).name == name
-                for j in self.store.running_jobs(other.id)]
+        return [j for other in self.store.active_run_ids() if self.backend(other).name == name
+                for j in self.store.running_jobs(other)]
 
     def _submits_arrays(self, run_id: int) -> bool:
         """``slurm.array: true``: the jobs of one admission pass go to the backend in one call."""

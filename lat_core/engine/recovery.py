@@ -30,15 +30,17 @@ class Recovery:
 
     def _reap_attempt(self, run: RunRow, attempt: AttemptRow) -> None:
         popen = self._popens.get(attempt.id)
-        if popen is not None:
-            popen.poll()  # reap our own child so it does not linger as a zombie
+        # reap our own child so it does not linger as a zombie; while it runs it is alive, and is
+        # the process launched (an unreaped pid is never reused): no /proc read needed to say so
+        our_child_runs = popen is not None and popen.poll() is None and popen.pid == attempt.pid
         if attempt.pid is None:
             attempt = self._recover_pid(attempt, run.id)
         record = read_exit(Path(attempt.exit_path))
         backend = self.backend(run.id)
         if record is not None and self._group_ending(attempt, backend):
             return  # the last member of a fused group: settled once the group's process is gone
-        if record is None and attempt.pid and not backend.is_alive(attempt.pid, attempt.pid_start):
+        if record is None and attempt.pid and not our_child_runs \
+                and not backend.is_alive(attempt.pid, attempt.pid_start):
             record = read_exit(Path(attempt.exit_path)) or self._settle_member(attempt, backend)  # just written?
             if record is None and backend.reaps_process_tree:  # the slot frees once the job's tree is gone
                 backend.stop_vanished(attempt.pid, attempt.pid_start, Path(attempt.exit_path))
