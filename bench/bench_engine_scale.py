@@ -30,9 +30,9 @@ code only as alternating runs in one call (``--compare``).
     python bench/bench_engine_scale.py --compare REF [--pairs 3] [--compare-jobs 200]
 
 measures only the engine CPU per job, alternately for the code at git ref REF (checked out into a
-temporary worktree) and for this checkout, each run in a fresh interpreter with its own tree's
-``lat_core`` (engine and runner), the same fake trainer for both; one line per run, then the
-medians.
+temporary worktree) and for this checkout (ref first in odd pairs, this first in even ones), each
+run in a fresh interpreter with its own tree's ``lat_core`` (engine and runner), the same fake
+trainer for both; one line per run, then the medians.
 
 Prints a markdown table.
 """
@@ -231,7 +231,8 @@ def compare(ref: str, pairs: int, n: int, slots: int, sleep: float) -> int:
         try:
             rows = []
             for i in range(pairs):
-                for side, tree in (("ref", ref_tree), ("this", ROOT)):
+                order = (("ref", ref_tree), ("this", ROOT))
+                for side, tree in order if i % 2 == 0 else order[::-1]:  # neither side always runs first
                     result = _child_run(tree, n, slots, sleep)
                     rows.append((i + 1, side, result))
                     print(f"pair {i + 1} {side}: {result['per_job_ms']:.2f} ms per job, calibration "
