@@ -19,6 +19,21 @@ For each size N, on a fresh state directory with a real SQLite journal:
    children excluded) of the engine divided by N, and a check that nothing launched twice (one
    "start" line per trainer, one attempt per job, every job succeeded).
 
+This machine's speed swings (a 2-core VM shared with other work: the same code measured 3.9-6.7 ms
+per job on one day), so each per-job figure comes with two calibrations timed in the same process
+just before and after the run, to read the figure against the machine's speed of the moment: the
+CPU time of a fixed pure-Python workload (:func:`calibration_ms`) and of a fixed piece of kernel
+work, files and processes (:func:`os_calibration_ms`). Neither follows every swing: the per-job
+figure also grows with the run's wall time (each tick costs a little per running job), so compare
+code only as alternating runs in one call (``--compare``).
+
+    python bench/bench_engine_scale.py --compare REF [--pairs 3] [--compare-jobs 200]
+
+measures only the engine CPU per job, alternately for the code at git ref REF (checked out into a
+temporary worktree) and for this checkout (ref first in odd pairs, this first in even ones), each
+run in a fresh interpreter with its own tree's ``lat_core`` (engine and runner), the same fake
+trainer for both; one line per run, then the medians.
+
 Prints a markdown table.
 """
 
@@ -26,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import json
 import os
 import resource
 import signal
@@ -37,7 +53,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# --compare runs this file with CODE_ENV naming another tree: its engine is measured, with this
+# checkout's fake trainer and bench code
+CODE_ENV = "LAT_BENCH_CODE"
+CODE_ROOT = Path(os.environ.get(CODE_ENV, ROOT))
+sys.path.insert(0, str(CODE_ROOT))
 
 from lat_core.config.paths import config_trees  # noqa: E402
 from lat_core.config.suites import SuiteRegistry  # noqa: E402
@@ -160,6 +180,94 @@ def run_to_completion(n: int, workdir: Path, slots: int, sleep: float) -> tuple[
     return cpu / n * 1000, wall, check
 
 
+def calibration_ms() -> float:
+    """CPU milliseconds of a fixed pure-Python workload (dict, string and integer work, like the
+    engine's own): a yardstick for this machine's speed of the moment, not a property of LAT."""
+    c0 = time.process_time()
+    table: dict[str, int] = {}
+    for i in range(200_000):
+        key = f"job-{i % 997}"
+        table[key] = table.get(key, 0) + (i * 7) % 13
+    sorted(table.items(), key=lambda kv: kv[1])
+    return (time.process_time() - c0) * 1000
+
+
+def os_calibration_ms() -> float:
+    """CPU milliseconds (this process's own, as the engine's figure) of a fixed piece of the kernel
+    work the engine does per job: small files created, renamed and removed, short processes started
+    and reaped. On this VM such work slows down with the host's load more than pure Python does."""
+    with tempfile.TemporaryDirectory(prefix="lat-bench-calibration-") as tmp:
+        c0 = time.process_time()
+        for i in range(100):
+            path = os.path.join(tmp, f"f{i}.json")
+            with open(f"{path}.tmp", "w") as fh:
+                fh.write("{}")
+            os.replace(f"{path}.tmp", path)
+            os.unlink(path)
+        for _ in range(10):
+            subprocess.run(["/bin/true"], check=True)
+        return (time.process_time() - c0) * 1000
+
+
+def measured_run(n: int, slots: int, sleep: float) -> dict:
+    """Engine CPU per job for n fake jobs, with the calibrations before and after (best of the two
+    readings each time: a reading only ever grows from other work)."""
+    before = min(calibration_ms(), calibration_ms()), min(os_calibration_ms(), os_calibration_ms())
+    with tempfile.TemporaryDirectory(prefix=f"lat-bench-run-{n}-") as tmp:
+        per_job, wall, check = run_to_completion(n, Path(tmp), slots, sleep)
+    after = min(calibration_ms(), calibration_ms()), min(os_calibration_ms(), os_calibration_ms())
+    return {"per_job_ms": per_job, "wall_s": wall, "check": check, "calibration_ms": (before[0] + after[0]) / 2,
+            "os_calibration_ms": (before[1] + after[1]) / 2,
+            "code": str(Path(sys.modules[Engine.__module__].__file__).resolve().parents[2])}
+
+
+def compare(ref: str, pairs: int, n: int, slots: int, sleep: float) -> int:
+    """Engine CPU per job at ``ref`` and here, alternately, ``pairs`` times each (see the module
+    docstring); the reference tree is a temporary git worktree, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="lat-bench-ref-") as tmp:
+        ref_tree = Path(tmp) / "ref"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(ref_tree), ref], check=True,
+                       stdout=subprocess.DEVNULL)
+        try:
+            rows = []
+            for i in range(pairs):
+                order = (("ref", ref_tree), ("this", ROOT))
+                for side, tree in order if i % 2 == 0 else order[::-1]:  # neither side always runs first
+                    result = _child_run(tree, n, slots, sleep)
+                    rows.append((i + 1, side, result))
+                    print(f"pair {i + 1} {side}: {result['per_job_ms']:.2f} ms per job, calibration "
+                          f"{result['calibration_ms']:.0f} / {result['os_calibration_ms']:.1f} ms, run wall "
+                          f"{result['wall_s']:.0f} s, {result['check']}", file=sys.stderr, flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(ref_tree)], check=False)
+    print(f"\nengine CPU per job, {n} fake jobs, {slots} CPU slots, --sleep {sleep}; ref = {ref}, this = working tree\n")
+    print("| pair | side | engine CPU per job | calibration: Python / OS | per job / Python calibration | run wall "
+          "| launched once |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for pair, side, r in rows:
+        print(f"| {pair} | {side} | {r['per_job_ms']:.2f} ms | {r['calibration_ms']:.0f} / {r['os_calibration_ms']:.1f} ms "
+              f"| {r['per_job_ms'] / r['calibration_ms'] * 1000:.1f} per mille | {r['wall_s']:.0f} s | {r['check']} |")
+    for side in ("ref", "this"):
+        values = [r["per_job_ms"] for _, s, r in rows if s == side]
+        ratios = [r["per_job_ms"] / r["calibration_ms"] * 1000 for _, s, r in rows if s == side]
+        print(f"\n{side}: median {statistics.median(values):.2f} ms per job, "
+              f"{statistics.median(ratios):.1f} per mille of the calibration", end="")
+    print()
+    return 0
+
+
+def _child_run(tree: Path, n: int, slots: int, sleep: float) -> dict:
+    """One measured run in a fresh interpreter whose ``lat_core`` (engine, and the runner it
+    starts) is ``tree``'s."""
+    env = {**os.environ, CODE_ENV: str(tree), "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, __file__, "--one-run", str(n), "--slots", str(slots), "--sleep", str(sleep)],
+                         env=env, check=True, capture_output=True, text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    if Path(result["code"]) != tree.resolve():
+        raise SystemExit(f"the run meant for {tree} measured the engine of {result['code']}")
+    return result
+
+
 def launch_check(store: Store, run_id: int, record: Path, n: int) -> str:
     """'ok' when every job ran exactly once and succeeded, else what was wrong."""
     jobs = store.jobs(run_id)
@@ -186,7 +294,16 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--sleep", type=float, default=0.05, help="fake trainer's duration, seconds")
     parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument("--compare", metavar="REF", help="only engine CPU per job, alternately at git ref REF and here")
+    parser.add_argument("--pairs", type=int, default=3, help="with --compare: runs of each side")
+    parser.add_argument("--compare-jobs", type=int, default=200, help="with --compare: jobs per run")
+    parser.add_argument("--one-run", type=int, metavar="N", help=argparse.SUPPRESS)  # a child of --compare
     args = parser.parse_args()
+    if args.one_run:
+        print(json.dumps(measured_run(args.one_run, args.slots, args.sleep)))
+        return 0
+    if args.compare:
+        return compare(args.compare, args.pairs, args.compare_jobs, args.slots, args.sleep)
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
     for n in sizes:
@@ -200,17 +317,18 @@ def main() -> int:
             status_s, status_cpu = time_status(work / "ticks" / "state")
             print(f"[{n}] lat-tui status: {status_s:.2f} s, CPU {status_cpu:.2f} s", file=sys.stderr, flush=True)
             if n <= args.run_max:
-                cpu_ms, wall, check = run_to_completion(n, work / "run", args.slots, args.sleep)
-                run_cells = f"{cpu_ms:.1f} ms | {wall:.0f} s | {check}"
+                run = measured_run(n, args.slots, args.sleep)
+                run_cells = (f"{run['per_job_ms']:.1f} ms | {run['calibration_ms']:.0f} / {run['os_calibration_ms']:.1f} ms "
+                             f"| {run['wall_s']:.0f} s | {run['check']}")
             else:
-                run_cells = "not run (too slow here) | - | -"
+                run_cells = "not run (too slow here) | - | - | -"
             print(f"[{n}] run to completion: {run_cells}", file=sys.stderr, flush=True)
         rows.append(f"| {n:,} | {plan_s:.2f} s (CPU {plan_cpu:.2f}) | {tick_med * 1000:.1f} ms (max {tick_max * 1000:.1f}) "
                     f"| {tick_cpu * 1000:.1f} ms | {status_s:.2f} s (CPU {status_cpu:.2f}) | {run_cells} |")
     print(f"\n{args.slots} CPU slots; fake trainer --sleep {args.sleep}; engine poll {POLL_S} s\n")
     print("| jobs | plan expansion + journal | tick with N queued, slots busy: wall | tick: CPU | `lat-tui status` "
-          "| engine CPU per job (run to completion) | run wall | launched once |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| engine CPU per job (run to completion) | calibration: Python / OS | run wall | launched once |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     return 0
 

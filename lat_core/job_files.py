@@ -305,9 +305,12 @@ class PeakUsage:
 def write_json_file(path: Path, value) -> None:
     """``value`` as JSON, replacing the file whole (written beside it, then renamed): a reader never
     sees half a record, whatever the writer's fate."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_text(json.dumps(value))
+    try:
+        tmp.write_text(json.dumps(value))
+    except FileNotFoundError:  # its folder is not there yet (tried second: the engine writes every job's usage)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(value))
     os.replace(tmp, path)
 
 

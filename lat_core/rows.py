@@ -133,19 +133,21 @@ def job_summary(row: tuple) -> JobSummary:
 
 def job_row(row) -> JobRow:
     """A ``jobs`` row (sqlite3.Row) with its JSON columns decoded."""
-    data = _known(row, _JOB_FIELDS)
-    data["argv"] = json.loads(row["argv_json"])
-    data["env"] = json.loads(row["env_json"])
-    data["avoid_devices"] = tuple(json.loads(row["avoid_devices_json"]))
-    data["backend_options"] = json.loads(row["backend_options_json"])
-    diagnosis = row["diagnosis_json"]
+    columns = dict(zip(row.keys(), row))  # by name once: a sqlite3.Row looks each name up among all its columns
+    data = _known(columns, _JOB_FIELDS)
+    data["argv"] = json.loads(columns["argv_json"])
+    data["env"] = json.loads(columns["env_json"])
+    data["avoid_devices"] = tuple(json.loads(columns["avoid_devices_json"]))
+    data["backend_options"] = json.loads(columns["backend_options_json"])
+    diagnosis = columns["diagnosis_json"]
     data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
     return JobRow(**data)
 
 
 def _known(row, names: frozenset[str]) -> dict:
-    """The row's columns that are fields of the row type: a journal that a newer LAT gave more
-    columns (its schema grows by ``ALTER TABLE ADD COLUMN``) still reads here."""
+    """The row's columns (a sqlite3.Row or a mapping) that are fields of the row type: a journal
+    that a newer LAT gave more columns (its schema grows by ``ALTER TABLE ADD COLUMN``) still reads
+    here."""
     return {key: row[key] for key in row.keys() if key in names}
 
 

@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         parser.error("no command given after --")
     started = time.time()
+    os.makedirs(os.path.dirname(os.path.abspath(args.exit_file)), exist_ok=True)  # not made by the engine
     containment = start_containment(args.exit_file, started)
     if containment is None:
         return 2

@@ -61,6 +61,12 @@ CREATE TABLE IF NOT EXISTS config_peaks (
 CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(run_id, state, seq);
 CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
+-- a job's attempts, and the open ones (what every tick reaps): without them each such query read
+-- every attempt the state directory ever had
+CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
+CREATE INDEX IF NOT EXISTS attempts_open ON attempts(job_id) WHERE ended IS NULL;
+-- the commands still to handle, which every tick asks for, among all ever sent
+CREATE INDEX IF NOT EXISTS commands_pending ON commands(run_id) WHERE status='pending';
 """
 
 _SUMMARY_SELECT = ", ".join(SUMMARY_COLUMNS)
@@ -106,6 +112,12 @@ class Store:
     def _tx(self):
         return _Transaction(self._db)
 
+    def batch(self) -> _Transaction:
+        """One transaction for several writes (``with store.batch(): ...``): one commit where each
+        write would have committed on its own, and all of them or none. Keep what runs inside
+        short: the journal's write lock is held until the end."""
+        return self._tx()
+
     # ------------------------------------------------------------------ runs
     def create_run(self, plan_yaml: str, output_root: str, devices: list[Device], countdown_until: float) -> int:
         now = time.time()
@@ -138,6 +150,11 @@ class Store:
         marks = ",".join("?" * len(RUN_ACTIVE))
         rows = self._db.execute(f"SELECT * FROM runs WHERE state IN ({marks}) ORDER BY id", RUN_ACTIVE)
         return [run_row(r) for r in rows]
+
+    def active_run_ids(self) -> list[int]:
+        """As :meth:`active_runs`, ids only: nothing decoded (a run row carries its plan and devices)."""
+        marks = ",".join("?" * len(RUN_ACTIVE))
+        return [r[0] for r in self._db.execute(f"SELECT id FROM runs WHERE state IN ({marks}) ORDER BY id", RUN_ACTIVE)]
 
     def set_run_state(self, run_id: int, state: RunState, detail: str = "") -> None:
         with self._tx() as db:
@@ -341,9 +358,14 @@ class Store:
             _set_job_state(db, job_id, JobState.RUNNING, detail or f"attempt {n} on {device}", fields)
         return cur.lastrowid, n
 
-    def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float) -> None:
+    def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float,
+                        oom_counter: tuple[str, int | None] | None = None) -> None:
+        """The launched runner's pid and start time; with ``oom_counter`` (source, count), the
+        kernel's OOM-kill count at launch in the same transaction (see set_attempt_oom_counter)."""
         with self._tx() as db:
             db.execute("UPDATE attempts SET pid=?, pid_start=? WHERE id=?", (pid, pid_start, attempt_id))
+            if oom_counter is not None:
+                db.execute("UPDATE attempts SET oom_source=?, oom_before=? WHERE id=?", (*oom_counter, attempt_id))
 
     def set_attempt_oom_counter(self, attempt_id: int, source: str, count: int | None) -> None:
         """The kernel's OOM-kill count at launch, so a later SIGKILL can be proven a host OOM."""
@@ -379,9 +401,11 @@ class Store:
             db.execute("UPDATE attempts SET cancel_at=COALESCE(cancel_at, ?) WHERE id=?", (when, attempt_id))
 
     def open_attempts(self, run_id: int) -> list[AttemptRow]:
+        # CROSS JOIN keeps the open attempts (index attempts_open) the outer loop: the planner would
+        # otherwise walk every job of the run, 10,000 index probes for a few running jobs
         rows = self._db.execute(
-            "SELECT a.* FROM attempts a JOIN jobs j ON a.job_id=j.id WHERE j.run_id=? AND a.ended IS NULL",
-            (run_id,),
+            "SELECT a.* FROM attempts a CROSS JOIN jobs j ON a.job_id=j.id WHERE a.ended IS NULL AND j.run_id=?"
+            " ORDER BY a.id", (run_id,),
         )
         return [AttemptRow(**dict(r)) for r in rows]
 
@@ -465,17 +489,26 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, so concurrent writers serialise instead of failing mid-way."""
+    """BEGIN IMMEDIATE ... COMMIT, so concurrent writers serialise instead of failing mid-way. Inside
+    another (:meth:`Store.batch`) it is a savepoint: its writes stay all-or-nothing and reach the
+    journal with the enclosing transaction's one commit."""
 
     def __init__(self, db: sqlite3.Connection):
         self.db = db
+        self.nested = False
 
     def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.nested = self.db.in_transaction
+        self.db.execute("SAVEPOINT lat_tx" if self.nested else "BEGIN IMMEDIATE")
         return self.db
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if not self.nested:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+            return
+        if exc_type:
+            self.db.execute("ROLLBACK TO lat_tx")
+        self.db.execute("RELEASE lat_tx")
 
 
 _JOB_FIELDS = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json", "not_before"}

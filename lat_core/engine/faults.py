@@ -8,6 +8,7 @@ journal busy) is recorded in that run's history as ``engine error`` and retried 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 import traceback
@@ -150,10 +151,20 @@ def find_lost_attempt(job: JobRow, since: float,
 
 def _attempt_paths(runner_dir: Path) -> set[Path]:
     """Attempts the folder knows: an exit record, a runner's pid file, or a fused member's group
-    ref (written before its group launched; the member's runner is the group's)."""
-    found = set(runner_dir.glob("attempt-*.exit.json"))
-    for suffix in (".pid", ".group"):
-        found |= {Path(str(p).removesuffix(suffix)) for p in runner_dir.glob(f"attempt-*.exit.json{suffix}")}
+    ref (written before its group launched; the member's runner is the group's). One listing of
+    the folder (every launch asks: three globs cost three)."""
+    try:
+        names = os.listdir(runner_dir)
+    except OSError:
+        return set()
+    found = set()
+    for name in names:
+        for suffix in (".pid", ".group"):
+            if name.endswith(f".exit.json{suffix}"):
+                name = name.removesuffix(suffix)
+        # "attempt-*.exit.json": both ends, not overlapping
+        if name.startswith("attempt-") and name.endswith(".exit.json") and len(name) >= len("attempt-.exit.json"):
+            found.add(runner_dir / name)
     return found
 
 

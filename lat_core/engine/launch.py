@@ -42,8 +42,9 @@ class LaunchSpec:
 def launch(argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path,
            show_env: tuple[str, ...] = ()) -> Launched:
     """Start ``argv`` under the runner, detached, with ``env`` added to the current environment.
-    ``show_env`` names the overrides the runner echoes (masked) at the top of the attempt's log."""
-    exit_path.parent.mkdir(parents=True, exist_ok=True)
+    ``show_env`` names the overrides the runner echoes (masked) at the top of the attempt's log.
+    The runner creates the exit record's folder: a directory made here cost the engine, which
+    launches every job, as much as the fork of the runner."""
     exit_path.unlink(missing_ok=True)
     Path(f"{exit_path}.pid").unlink(missing_ok=True)
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
@@ -58,25 +59,59 @@ def launch(argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path,
 
 
 def process_start_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
+    found = _state_and_start(pid)
+    return found[1] if found else None
 
 
 def is_same_process(pid: int | None, pid_start: float | None) -> bool:
     """True while the process we launched is alive (pid alive and started at the recorded time)."""
     if not pid:
         return False
+    found = _state_and_start(pid)
+    if found is None or found[0] == psutil.STATUS_ZOMBIE:
+        return False
+    return pid_start is None or abs(found[1] - pid_start) < 1.0
+
+
+def _state_and_start(pid: int) -> tuple[str, float] | None:
+    """(psutil's status name, start time as psutil's ``create_time``) of a process, None when it is
+    gone or not ours to see. Every launch and every running job's liveness check asks this: one
+    read of ``/proc/<pid>/stat`` where there is a /proc (psutil's Process costs several reads,
+    /proc/stat's whole boot-time table among them, each time), else psutil."""
+    if not _HAS_PROC:
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                return proc.status(), proc.create_time()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
     try:
-        proc = psutil.Process(pid)
-        with proc.oneshot():  # start time and state from one read of /proc/<pid>/stat, every tick
-            started, status = proc.create_time(), proc.status()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
-    if status == psutil.STATUS_ZOMBIE:
-        return False
-    return pid_start is None or abs(started - pid_start) < 1.0
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ... starttime(22nd) ...": comm may hold spaces and parentheses
+    fields = stat[stat.rfind(b")") + 2:].split()
+    state = fields[0].decode()
+    return _STATUS.get(state, state), int(fields[19]) / _CLOCK_TICKS + _boot_time()
+
+
+_HAS_PROC = os.path.exists("/proc/self/stat")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if _HAS_PROC else 100
+_STATUS = {"Z": psutil.STATUS_ZOMBIE, "R": psutil.STATUS_RUNNING, "S": psutil.STATUS_SLEEPING}
+_BOOT_TIME_TTL_S = 1.0
+_boot_time_read: list[float] = [0.0, -_BOOT_TIME_TTL_S]  # [value, monotonic time read]
+
+
+def _boot_time() -> float:
+    """psutil's boot time (``btime`` of /proc/stat, which moves when the wall clock is stepped), read
+    again after a second: start times computed here match psutil's, which the runner records."""
+    value, read_at = _boot_time_read
+    now = time.monotonic()
+    if now - read_at >= _BOOT_TIME_TTL_S:
+        value = _boot_time_read[0] = psutil.boot_time()
+        _boot_time_read[1] = now
+    return value
 
 
 def read_exit_record(exit_path: Path) -> dict | None:
@@ -113,6 +148,7 @@ def stop_vanished_tree(pid: int, pid_start: float | None, exit_path: Path) -> di
               "containment": containment.kind if containment else None, "stopped": stopped,
               "oom_kills": job_oom_kills(containment), "vanished": note}
     release(containment)
+    exit_path.parent.mkdir(parents=True, exist_ok=True)  # a runner that died before making it
     write_exit_record(exit_path, record)
     _log_line(exit_path.parent.parent / "train.log", f"[lat] {note}")
     return record

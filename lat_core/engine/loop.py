@@ -111,7 +111,7 @@ class Engine(Recovery, FusedGroups):
             if self._errors.due(run.id):
                 with self._errors.guard(run.id):
                     self._tick_run(run)
-        active = bool(self.store.active_runs())
+        active = bool(self.store.active_run_ids())
         if not active:
             self.close()
         return active
@@ -193,17 +193,17 @@ class Engine(Recovery, FusedGroups):
             if job.id in taken:
                 continue
             if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
-                self.store.set_waiting(job.id, hold)
+                self._set_waiting(job, hold)
                 continue
             candidates = placements(job, run.devices, busy)
             if not candidates:
                 if job.world > 1 or job.avoid_devices:  # a gang job waits for N free slots; others may fit
-                    self.store.set_waiting(job.id, no_slot)
+                    self._set_waiting(job, no_slot)
                     continue
                 self.store.set_waiting_after(run.id, job.seq - 1, no_slot)  # this one and every job behind it
                 break
             chosen, reason = self._first_fitting(job, candidates, running)
-            self.store.set_waiting(job.id, reason)
+            self._set_waiting(job, reason)
             if chosen is None:
                 continue
             for device in chosen:
@@ -223,11 +223,18 @@ class Engine(Recovery, FusedGroups):
             running.append(self.store.job(job.id))
         self._launch_batch(run.id, batch or [])
 
+    def _set_waiting(self, job: JobRow, reason: str | None) -> None:
+        """Why a queued job waits, written only when it changes: most admitted jobs had no reason
+        and get none, and a write transaction each would cost more than the check. ``job`` is this
+        pass's row: nothing else writes a queued job's reason meanwhile."""
+        if (job.waiting or "") != (reason or ""):
+            self.store.set_waiting(job.id, reason)
+
     def _running_on_host(self, run: RunRow) -> list[JobRow]:
         """Every active run's running jobs on the same backend: one device ledger per state directory."""
         name = self.backend(run.id).name
-        return [j for other in self.store.active_runs() if self.backend(other.id).name == name
-                for j in self.store.running_jobs(other.id)]
+        return [j for other in self.store.active_run_ids() if self.backend(other).name == name
+                for j in self.store.running_jobs(other)]
 
     def _submits_arrays(self, run_id: int) -> bool:
         """``slurm.array: true``: the jobs of one admission pass go to the backend in one call."""
@@ -304,12 +311,22 @@ class Engine(Recovery, FusedGroups):
                                   error=f"launch failed: {exc}")
 
     def _launched(self, job: JobRow, attempt_id: int, launched) -> None:
-        self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start)
-        counter = read_oom_kill_count(launched.pid) if self.backend(job.run_id).samples_local_processes else None
-        if counter and counter.known:
-            self.store.set_attempt_oom_counter(attempt_id, counter.source, counter.count)
+        counter = self._oom_counter_at_launch(job, launched.pid)
+        self.store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start,
+                                   (counter.source, counter.count) if counter and counter.known else None)
         if launched.popen is not None:
             self._popens[attempt_id] = launched.popen
+
+    def _oom_counter_at_launch(self, job: JobRow, pid: int):
+        """The kernel's OOM-kill counter for the runner's memory cgroup, recorded with its pid in one
+        transaction. Optional evidence for triage: a counter that cannot be read is unknown, never a
+        reason to lose the pid (the engine could no longer stop the job)."""
+        if not self.backend(job.run_id).samples_local_processes:
+            return None
+        try:
+            return read_oom_kill_count(pid)
+        except Exception:  # noqa: BLE001 - see above
+            return None
 
     # ------------------------------------------------------------------ reaping
     def _distributed(self, job: JobRow, *, argv: list[str], env: dict) -> tuple[list[str], dict]:
@@ -378,7 +395,8 @@ class Engine(Recovery, FusedGroups):
             with self._errors.job_guard(job.id, "engine error reading this job's events", self._job_fault):
                 self._read_events(job)
 
-    def _read_events(self, job: JobRow) -> None:
+    def _read_events(self, job: JobRow) -> tuple[int, float | None] | None:
+        """Record the job's newest (step, loss) since the last read; returns it, None when none."""
         if job.id not in self._tails:
             self._tails[job.id] = EventTail.near_end(events_path(Path(job.job_dir)))
         tail = self._tails[job.id]
@@ -390,6 +408,7 @@ class Engine(Recovery, FusedGroups):
             detail = f"{tail.bad_lines} bad line(s) skipped; first: {tail.first_bad}"
             if bad_before == 0 or tail.bad_lines >= 10 * bad_before:
                 self.store.add_transition(job.run_id, job.id, "bad events", detail)
+        return last
 
     # ------------------------------------------------------------------ commands
     def _handle_commands(self, run: RunRow) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import signal
+from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from lat_core.engine.faults import JOURNAL_ERRORS, LostAttempt, find_lost_attempt
@@ -28,15 +30,17 @@ class Recovery:
 
     def _reap_attempt(self, run: RunRow, attempt: AttemptRow) -> None:
         popen = self._popens.get(attempt.id)
-        if popen is not None:
-            popen.poll()  # reap our own child so it does not linger as a zombie
+        # reap our own child so it does not linger as a zombie; while it runs it is alive, and is
+        # the process launched (an unreaped pid is never reused): no /proc read needed to say so
+        our_child_runs = popen is not None and popen.poll() is None and popen.pid == attempt.pid
         if attempt.pid is None:
             attempt = self._recover_pid(attempt, run.id)
         record = read_exit(Path(attempt.exit_path))
         backend = self.backend(run.id)
         if record is not None and self._group_ending(attempt, backend):
             return  # the last member of a fused group: settled once the group's process is gone
-        if record is None and attempt.pid and not backend.is_alive(attempt.pid, attempt.pid_start):
+        if record is None and attempt.pid and not our_child_runs \
+                and not backend.is_alive(attempt.pid, attempt.pid_start):
             record = read_exit(Path(attempt.exit_path)) or self._settle_member(attempt, backend)  # just written?
             if record is None and backend.reaps_process_tree:  # the slot frees once the job's tree is gone
                 backend.stop_vanished(attempt.pid, attempt.pid_start, Path(attempt.exit_path))
@@ -73,25 +77,50 @@ class Recovery:
                      problem: str | None = None) -> None:
         self._popens.pop(attempt.id, None)
         self._pid_records.pop(attempt.id, None)
-        group = read_group_ref(Path(attempt.exit_path))  # a fused member's peaks are its group process's
-        if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
-            self.store.record_peak_rss(attempt.job_id, max_rss // (len(group.job_ids) if group else 1))
-        job = self.store.job(attempt.job_id)
-        self._keep_peak_usage(job)
-        if job.state is JobState.RUNNING:
-            self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
-            job = self.store.job(job.id)
-        state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
-        if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
-                                         error=error, diagnosis_json=diagnosis_json):
+        # A success needs no triage: its whole end (peaks, last progress, state, its config's peak)
+        # is one commit. A failure's triage may ask a scheduler (sacct) and must not hold the
+        # journal's write lock meanwhile: its writes commit one by one.
+        with self.store.batch() if returncode == 0 else nullcontext():
+            ended = self._end_attempt(attempt, returncode, max_rss, problem)
+        if ended is None:
             return  # the job had already been settled (cancelled before start, ...): never overwritten
-        if state is JobState.SUCCEEDED and group is None:  # a group's peak says little about a job alone
-            self._remember_peak(job)
-        elif state is JobState.FAILED:
+        job, state = ended
+        if state is JobState.FAILED:
             run, failed = self.store.run(job.run_id), self.store.job(job.id)
             self._notices.job_failed(run, failed)
             if not self._split_after_oom(attempt):
                 maybe_retry(self.store, run, failed, now=self._clock())
+
+    def _end_attempt(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None,
+                     problem: str | None) -> tuple[JobRow, JobState] | None:
+        """Record how the attempt ended: (the job, its new state), None where the job had already
+        been settled."""
+        group = read_group_ref(Path(attempt.exit_path))  # a fused member's peaks are its group process's
+        job = self.store.job(attempt.job_id)
+        if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
+            job = self._record_peak_rss(job, max_rss // (len(group.job_ids) if group else 1))
+        self._keep_peak_usage(job)
+        if job.state is JobState.RUNNING:
+            progress = self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
+            if progress is not None:
+                job = replace(job, last_step=progress[0], last_loss=progress[1])
+        state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
+        if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
+                                         error=error, diagnosis_json=diagnosis_json):
+            return None
+        if state is JobState.SUCCEEDED and group is None:  # a group's peak says little about a job alone
+            self._remember_peak(job)
+        return job, state
+
+    def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
+        """The journal's peak RSS raised to ``rss`` (written only when that raises it: the sampled
+        peak of the trainer's tree is often higher already); the row as the journal now has it.
+        The engine is the only writer of peaks, so ``job`` (just read) is the journal's value."""
+        peak = max(job.peak_rss or 0, rss)
+        if peak == job.peak_rss:
+            return job
+        self.store.record_peak_rss(job.id, rss)
+        return replace(job, peak_rss=peak)
 
     def _keep_peak_usage(self, job: JobRow) -> None:
         """The journal's peak memory of the job, into its folder for the results tables."""

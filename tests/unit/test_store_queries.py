@@ -105,3 +105,34 @@ def test_has_unfinished_jobs_until_every_job_is_final(store):
     store.set_job_state(ids[2], "succeeded")
     assert not store.has_unfinished_jobs(run_id)
     assert not store.has_unfinished_jobs(store.create_run("plan: t", "/out", [], 0.0))  # no job at all
+
+
+def test_open_attempts_of_one_run_in_attempt_order(store):
+    run_id, ids = run_with(store, ["queued", "queued", "queued"])
+    other, other_ids = run_with(store, ["queued"])
+    second, _ = store.start_attempt(ids[1], "cpu", "/x/j1/.lat/attempt-1.exit.json")
+    first, _ = store.start_attempt(ids[0], "cpu", "/x/j0/.lat/attempt-1.exit.json")
+    ended, _ = store.start_attempt(ids[2], "cpu", "/x/j2/.lat/attempt-1.exit.json")
+    store.start_attempt(other_ids[0], "cpu", "/x/j0/.lat/attempt-1.exit.json")
+    store.finish_attempt(ended, 0, "succeeded", "exit 0")
+    assert [a.id for a in store.open_attempts(run_id)] == [second, first]
+    assert [a.job_id for a in store.open_attempts(other)] == [other_ids[0]]
+
+
+def test_a_batch_commits_once_and_a_write_inside_it_fails_alone(store, tmp_path):
+    run_id, ids = run_with(store, ["queued", "queued"])
+    reader = Store(tmp_path / "journal.sqlite")
+    with store.batch():
+        store.set_progress(ids[0], 3, 0.5)
+        with pytest.raises(ZeroDivisionError):
+            with store._tx() as db:  # a write that fails inside the batch: undone, the rest stays
+                db.execute("UPDATE jobs SET last_step=99 WHERE id=?", (ids[1],))
+                1 / 0
+        assert reader.job(ids[0]).last_step is None  # nothing committed before the batch ends
+    assert (reader.job(ids[0]).last_step, reader.job(ids[1]).last_step) == (3, None)
+    with pytest.raises(ValueError):
+        with store.batch():
+            store.set_progress(ids[1], 5, 0.1)
+            raise ValueError("the whole batch is undone")
+    assert reader.job(ids[1]).last_step is None
+    reader.close()
