@@ -12,6 +12,7 @@ and the log holds nothing more.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,9 @@ def _positive(text: str) -> float:
 
 def main(argv: list[str], probe: GpuProbe | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Ctrl-C ends the monitor even where it was started with SIGINT ignored (a script's background
+    # job, some test harnesses): Python then keeps the inherited SIG_IGN and the loop never ends
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return follow(args.log, args.interval, args.lines, args.poll, probe or GpuProbe())
     except KeyboardInterrupt:
