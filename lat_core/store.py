@@ -361,16 +361,11 @@ class Store:
     def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float,
                         oom_counter: tuple[str, int | None] | None = None) -> None:
         """The launched runner's pid and start time; with ``oom_counter`` (source, count), the
-        kernel's OOM-kill count at launch in the same transaction (see set_attempt_oom_counter)."""
+        kernel's OOM-kill count at launch in the same transaction, so a later SIGKILL can be proven a host OOM."""
         with self._tx() as db:
             db.execute("UPDATE attempts SET pid=?, pid_start=? WHERE id=?", (pid, pid_start, attempt_id))
             if oom_counter is not None:
                 db.execute("UPDATE attempts SET oom_source=?, oom_before=? WHERE id=?", (*oom_counter, attempt_id))
-
-    def set_attempt_oom_counter(self, attempt_id: int, source: str, count: int | None) -> None:
-        """The kernel's OOM-kill count at launch, so a later SIGKILL can be proven a host OOM."""
-        with self._tx() as db:
-            db.execute("UPDATE attempts SET oom_source=?, oom_before=? WHERE id=?", (source, count, attempt_id))
 
     def finish_attempt(self, attempt_id: int, returncode: int | None, state: JobState, detail: str,
                        **fields) -> bool:

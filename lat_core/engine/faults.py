@@ -14,6 +14,7 @@ import sys
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable
 
@@ -157,15 +158,12 @@ def _attempt_paths(runner_dir: Path) -> set[Path]:
         names = os.listdir(runner_dir)
     except OSError:
         return set()
-    found = set()
-    for name in names:
-        for suffix in (".pid", ".group"):
-            if name.endswith(f".exit.json{suffix}"):
-                name = name.removesuffix(suffix)
-        # "attempt-*.exit.json": both ends, not overlapping
-        if name.startswith("attempt-") and name.endswith(".exit.json") and len(name) >= len("attempt-.exit.json"):
-            found.add(runner_dir / name)
-    return found
+    return {runner_dir / (name[:name.rindex(EXIT_SUFFIX)] + EXIT_SUFFIX) for name in names
+            if any(fnmatchcase(name, pattern) for pattern in ATTEMPT_FILES)}
+
+
+EXIT_SUFFIX = ".exit.json"
+ATTEMPT_FILES = ("attempt-*.exit.json", "attempt-*.exit.json.pid", "attempt-*.exit.json.group")
 
 
 def _attempt_number(exit_path: Path) -> int:

@@ -71,6 +71,16 @@ def _forget_fla() -> None:
         del sys.modules[name]
 
 
+def use_gla_kernels_for(on_gpu: bool) -> None:
+    """The kernels GLA runs with: on a GPU fla's Triton kernels, short training rows in chunks
+    (train_short_rows_in_chunks); on the CPU gla_cpu's pure-PyTorch stand-ins."""
+    if on_gpu:
+        train_short_rows_in_chunks()
+    else:
+        from .gla_cpu import enable_cpu_gla
+        enable_cpu_gla()
+
+
 def train_short_rows_in_chunks(layer_module=None) -> bool:
     """Train GLA rows of 64 tokens or fewer with fla's chunk kernels, as longer rows are.
 
@@ -91,10 +101,10 @@ def train_short_rows_in_chunks(layer_module=None) -> bool:
     if getattr(recurrent, "routes_training_to_chunks", False):
         return False
 
+    import torch
+
     def recurrent_or_chunk(q, k, v, gk=None, initial_state=None, output_final_state=False,
                            state_v_first=False, cu_seqlens=None, **kwargs):
-        import torch
-
         if torch.is_grad_enabled() and not output_final_state and not kwargs:
             return layer_module.chunk_gla(q=q, k=k, v=v, g=gk, initial_state=initial_state, output_final_state=False,
                                           state_v_first=state_v_first, cu_seqlens=cu_seqlens)

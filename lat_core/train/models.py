@@ -17,16 +17,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def _gla_classes():
-    """Import fla lazily, only its GLA part (fla_gla), and install the CPU path where no GPU exists."""
-    from .fla_gla import gla_classes
+    """Import fla lazily, only its GLA part (fla_gla), and choose its kernels (the CPU stand-ins where no GPU exists)."""
+    from .fla_gla import gla_classes, use_gla_kernels_for
 
     GLAConfig, GLAForCausalLM = gla_classes()
-    from .gla_cpu import enable_cpu_gla
-    if torch.cuda.is_available():
-        from .fla_gla import train_short_rows_in_chunks
-        train_short_rows_in_chunks()
-    else:
-        enable_cpu_gla()
+    use_gla_kernels_for(torch.cuda.is_available())
     return GLAConfig, GLAForCausalLM
 
 

@@ -41,17 +41,10 @@ def load_tokens(cfg: PretrainConfig) -> torch.Tensor:
 
 
 def build_model(cfg: PretrainConfig, device: torch.device):
-    from .fla_gla import gla_classes
+    from .fla_gla import gla_classes, use_gla_kernels_for
 
     GLAConfig, GLAForCausalLM = gla_classes()
-
-    if device.type == "cpu":
-        from lat_core.train.gla_cpu import enable_cpu_gla
-
-        enable_cpu_gla()
-    else:
-        from .fla_gla import train_short_rows_in_chunks
-        train_short_rows_in_chunks()
+    use_gla_kernels_for(device.type != "cpu")
     config = GLAConfig(hidden_size=cfg.hidden_size, num_hidden_layers=cfg.depth, num_heads=cfg.num_heads,
                        vocab_size=VOCAB, fuse_cross_entropy=False, use_cache=False)
     dtype = getattr(torch, cfg.dtype) if device.type == "cuda" else torch.float32
