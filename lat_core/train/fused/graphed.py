@@ -4,8 +4,8 @@ H200, bench/RESULTS.md); replayed from a captured graph it costs what the GPU ne
 
 How it differs from the eager fused step (step.eager_member_losses), and why:
 
-- static shapes: each member's rows are its micro-batch size (a short micro-batch gets all-pad rows
-  that score nothing), every row one width from data.bucket_widths (the smallest holding the micro-
+- static shapes: each member's rows are its micro-batch size times the micro-batches it brings to
+  the pass (a short micro-batch gets all-pad rows that score nothing), every row one width from data.bucket_widths (the smallest holding the micro-
   step's longest example).  One graph per (width, rows of each member): a member that leaves the
   group changes the key and the group captures again, a handful of graphs in a run;
 - no attention mask reaches fla (its unpadding waits for the host): graphs.PadKeyMask zeroes the
@@ -102,9 +102,12 @@ class FusedGraphs:
             self.pool = torch.cuda.graph_pool_handle()
             self.stream = torch.cuda.Stream(self.device)
 
-    def member_losses(self, parts, runs) -> torch.Tensor:
-        """Forward and backward of the parts' rows; each member's share of its step loss (detached)."""
-        host = static_fused_batch(parts, self.rows, self.widths, self.pad_id)
+    def member_losses(self, p, runs) -> torch.Tensor:
+        """Forward and backward of a pass's rows (step.Pass); each member's share of its step loss
+        (detached).  A member's static rows are its micro-batch size times the micro-batches it
+        brings (more than one when the pass folds its accumulation)."""
+        rows = [batch * micro for batch, micro in zip(self.rows, p.micro)]
+        host = static_fused_batch(p.parts, rows, self.widths, self.pad_id)
         self.scored.copy_(torch.tensor([float(r.window_scored) for r in runs]))
         key = host["key"]
         cap = self.captured.get(key)

@@ -1,9 +1,11 @@
-"""One fused micro-step: every training member adds its next micro-batch, one forward and backward
-run over all rows, and each member whose gradient accumulation completes steps its own optimizer.
+"""One fused pass: every training member adds its next micro-batch (or, when the rows are short, every
+micro-batch left in its optimizer step: folds), one forward and backward run over all rows, and
+each member whose gradient accumulation completes steps its own optimizer.
 
 What makes a member's step equal its step alone: its micro-batches come from the same seeded
-sampler (data.MicroBatchSampler) from its own resume step; its loss is its label-token cross entropy summed over its rows and divided by the scored tokens of its whole step, as
-LatTrainer.compute_loss does; gradients of its A/B depend only on its own rows; its optimizer is
+sampler (data.MicroBatchSampler) from its own resume step; its loss is its label-token cross
+entropy summed over its rows and divided by the scored tokens of its whole step, as
+LatTrainer.compute_loss does (so a folded step sums the same terms in one pass); gradients of its A/B depend only on its own rows; its optimizer is
 its own AdamW over its own parameters, its schedule a LambdaLR built as a single job builds it
 (hf_trainer.build_scheduler), with no gradient clipping (max_grad_norm 0 there too).
 """
@@ -43,13 +45,23 @@ class MemberRun:
                                                start_step, tr.max_steps))
         self.done = start_step >= tr.max_steps
 
-    def next_micro(self) -> tuple[list[dict], dict]:
-        """(examples, host counts) of the member's next micro-batch; opens a new step's window first."""
+    def open_window(self) -> list[tuple]:
+        """The micro-batches left in this optimizer step; opens the next step's window when empty."""
         if not self.window:
             micro = [[self.train_ex[i] for i in next(self._micro)] for _ in range(self.cfg.train.grad_accum)]
             self.window = [(ex, _counts(ex)) for ex in micro]
             self.window_scored = max(1, sum(c["n_scored"] for _, c in self.window))
-        return self.window.pop(0)
+        return self.window
+
+    def take(self, whole: bool) -> tuple[list[dict], dict, int]:
+        """(examples, host counts, micro-batches taken): the next micro-batch, or with ``whole`` every
+        micro-batch left in the window (the step's accumulation folded into one pass)."""
+        window = self.open_window()
+        taken = window[:] if whole else window[:1]
+        del window[:len(taken)]
+        examples = [e for ex, _ in taken for e in ex]
+        counts = {k: sum(c[k] for _, c in taken) for k in ("n_tokens", "n_scored")}
+        return examples, counts, len(taken)
 
     def closes_step(self) -> bool:
         return not self.window
@@ -104,24 +116,69 @@ def row_losses(model, batch) -> torch.Tensor:
     return F.cross_entropy(logits[:, -2].float(), batch["target"], reduction="none")
 
 
-def take_micro_batches(runs: list[MemberRun]):
-    """Every unfinished member's next micro-batch: (parts, active, broken).  parts: (member index,
-    examples, label tokens) in member order; active: (index, run); broken: (run, exception) of the
-    members whose micro-batch could not be made (the caller fails them)."""
-    parts, active, broken = [], [], []
-    for j, r in enumerate(runs):
+@dataclass
+class Pass:
+    """What one forward and backward trains: each member's rows, in member order."""
+    parts: list[tuple[int, list[dict], list[int]]]   # (member index, examples, label tokens)
+    active: list[tuple[int, MemberRun]]              # (member index, run) of the members in it
+    broken: list[tuple[MemberRun, BaseException]]    # members whose micro-batch could not be made
+    micro: list[int]                                 # micro-batches of each member in it (0: none)
+
+
+def pass_widths(runs: list[MemberRun]) -> list[int]:
+    """The row widths a pass is padded to (data.bucket_widths of the group's longest max_seq_len)."""
+    return D.bucket_widths(max(r.cfg.train.max_seq_len for r in runs))
+
+
+def fold_cap(runs: list[MemberRun]) -> int:
+    """Token slots (rows x width) of the group's largest unfolded pass: every member's micro-batch
+    at the longest max_seq_len, what memory admission sizes each member for (memory_prior)."""
+    return sum(r.cfg.train.batch_size for r in runs) * max(r.cfg.train.max_seq_len for r in runs)
+
+
+def folds(runs: list[MemberRun], windows: list[list[tuple]]) -> bool:
+    """Whether this pass takes every open member's whole remaining window (its accumulation folded:
+    one forward and backward for its optimizer step) rather than one micro-batch each.
+
+    Why: a pass of short rows leaves the GPU mostly idle, and rows cost less in a larger pass (GLA-
+    1.3B, 8 members x 16-token rows, graphed, H100: 53.7 ms for 8 rows a member, 79.7 ms for 16;
+    bench/RESULTS.md).  The gradient is the same sum (a member's rows over its step's scored tokens)
+    in another order.  Bounded: the folded pass has at most the token slots of the group's largest
+    unfolded pass (fold_cap), so short data folds and data near max_seq_len does not."""
+    if not any(len(w) > 1 for w in windows):
+        return False
+    examples = [e for w in windows for ex, _ in w for e in ex]
+    longest = max(len(e["input_ids"]) for e in examples)
+    width = next((w for w in pass_widths(runs) if w >= longest), longest)
+    return len(examples) * width <= fold_cap(runs)
+
+
+def take_pass(runs: list[MemberRun]) -> Pass:
+    """Every unfinished member's rows for the next pass: its next micro-batch, or its window's
+    remaining micro-batches when the pass folds (folds)."""
+    p = Pass([], [], [], [0] * len(runs))
+    open_runs = []
+    for r in runs:
         if r.done:
             continue
         try:
-            examples, counts = r.next_micro()
+            r.open_window()
+            open_runs.append(r)
+        except Exception as exc:  # noqa: BLE001 - a bad batch fails its member, not the group
+            p.broken.append((r, exc))
+    whole = folds(runs, [r.window for r in open_runs])
+    for r in open_runs:
+        j = runs.index(r)
+        try:
+            examples, counts, p.micro[j] = r.take(whole)
             targets = [r.label_ids[e["label"]] for e in examples]
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its member, not the group
-            broken.append((r, exc))
+            p.broken.append((r, exc))
             continue
         r.step_tokens += counts["n_tokens"]
-        parts.append((j, examples, targets))
-        active.append((j, r))
-    return parts, active, broken
+        p.parts.append((j, examples, targets))
+        p.active.append((j, r))
+    return p
 
 
 def eager_member_losses(model, slot: LayoutSlot, parts, runs: list[MemberRun], pad_id: int, device) -> torch.Tensor:
@@ -152,15 +209,15 @@ def step_members(active, member_loss: torch.Tensor) -> list[MemberRun]:
 
 
 def micro_step(model, slot: LayoutSlot, runs: list[MemberRun], pad_id: int, device, graphs=None):
-    """Forward and backward of every unfinished member's next micro-batch; steps the members whose
-    accumulation completed.  graphs: a fused.graphed.FusedGraphs (the step replayed from CUDA
+    """Forward and backward of every unfinished member's next micro-batch (or folded window, take_pass);
+    steps the members whose accumulation completed.  graphs: a fused.graphed.FusedGraphs (the step replayed from CUDA
     graphs) or None (eager).  Returns (stepped members, [(member, exception)] of members whose
     micro-batch could not be made: those left this micro-step, the caller fails them)."""
-    parts, active, broken = take_micro_batches(runs)
-    if not parts:
-        return [], broken
+    p = take_pass(runs)
+    if not p.parts:
+        return [], p.broken
     if graphs is None:
-        member_loss = eager_member_losses(model, slot, parts, runs, pad_id, device)
+        member_loss = eager_member_losses(model, slot, p.parts, runs, pad_id, device)
     else:
-        member_loss = graphs.member_losses(parts, runs)
-    return step_members(active, member_loss), broken
+        member_loss = graphs.member_losses(p, runs)
+    return step_members(p.active, member_loss), p.broken

@@ -6,7 +6,7 @@ import torch
 
 from lat_core.config.job import TrainConfigError
 from lat_core.train.fused.group import build_group
-from lat_core.train.fused.step import micro_step
+from lat_core.train.fused.step import folds, micro_step, take_pass
 from tests.helpers.fused import job_cfg, run_alone, saved_tiny_base
 
 MEMBERS = [
@@ -19,8 +19,8 @@ MEMBERS = [
 ]
 
 
-def member_cfgs(root, base):
-    return [_with_base(job_cfg(root, name, peft=dict(p), train=dict(t), seed=seed), base)
+def member_cfgs(root, base, **train):
+    return [_with_base(job_cfg(root, name, peft=dict(p), train={**t, **train}, seed=seed), base)
             for name, p, t, seed in MEMBERS]
 
 
@@ -41,16 +41,29 @@ def train_fused(group, graphs=None) -> list[dict[int, float]]:
     return curves
 
 
-def test_each_member_trains_as_it_does_alone(tmp_path):
+# tiny-sst2's rows are 12-14 tokens: at max_seq_len 48 b's two micro-batches fold into one pass, at
+# 16 they do not (the folded pass would exceed the group's largest unfolded one)
+@pytest.mark.parametrize("max_seq_len,b_micro", [(48, 2), (16, 1)])
+def test_each_member_trains_as_it_does_alone(tmp_path, max_seq_len, b_micro):
     base = saved_tiny_base(tmp_path / "base")
-    fused = train_fused(build_group(member_cfgs(tmp_path / "fused", base), torch.device("cpu")))
+    group = build_group(member_cfgs(tmp_path / "fused", base, max_seq_len=max_seq_len), torch.device("cpu"))
+    windows = [r.open_window() for r in group.runs]   # what the first pass takes from (nothing taken yet)
+    assert [len(w) for w in windows] == [1, 2, 1] and folds(group.runs, windows) == (b_micro == 2)
+    fused = train_fused(group)
     assert [len(c) for c in fused] == [6, 6, 4]
     assert len({round(c[1], 6) for c in fused}) == 3 and all(c[1] != c[4] for c in fused)
-    for cfg, curve in zip(member_cfgs(tmp_path / "alone", base), fused):
+    for cfg, curve in zip(member_cfgs(tmp_path / "alone", base, max_seq_len=max_seq_len), fused):
         alone = run_alone(cfg)
         assert sorted(alone) == sorted(curve)
         for step, loss in alone.items():
             assert curve[step] == pytest.approx(loss, rel=1e-5), (cfg.name, step)
+
+
+def test_a_folded_pass_brings_each_members_whole_step(tmp_path):
+    group = build_group(member_cfgs(tmp_path / "f", saved_tiny_base(tmp_path / "base")), torch.device("cpu"))
+    p = take_pass(group.runs)
+    assert p.micro == [1, 2, 1] and [len(ex) for _, ex, _ in p.parts] == [8, 8, 6]
+    assert all(r.closes_step() for r in group.runs)   # b's accumulation window is empty: it steps now
 
 
 def test_members_on_different_bases_are_refused(tmp_path):
