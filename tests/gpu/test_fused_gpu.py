@@ -11,13 +11,26 @@ from tests.unit.train.test_fused_group import member_cfgs, train_fused
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
+@pytest.fixture(autouse=True)
+def fp32_matmul_precision():
+    """A bf16 group sets TF32 for the process's fp32 matmuls (its own process in real runs): undone
+    after each test, so the single-job runs of the next one see the default."""
+    before = torch.backends.cuda.matmul.fp32_precision
+    yield
+    torch.backends.cuda.matmul.fp32_precision = before
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fused_group_matches_single_jobs_on_cuda(tmp_path, dtype):
     base = saved_tiny_base(tmp_path / "base")
     cfgs = member_cfgs(tmp_path / "fused", base)
     for c in cfgs:
         c.model.dtype = dtype
-    fused = train_fused(build_group(cfgs, torch.device("cuda")))
+    before = torch.backends.cuda.matmul.fp32_precision
+    group = build_group(cfgs, torch.device("cuda"))
+    assert torch.backends.cuda.matmul.fp32_precision == ("tf32" if dtype == "bfloat16" else before)
+    fused = train_fused(group)
+    torch.backends.cuda.matmul.fp32_precision = before   # the single jobs as they run: full fp32
     for cfg, curve in zip(member_cfgs(tmp_path / "alone", base), fused):
         cfg.model.dtype = dtype
         alone = run_alone(cfg)

@@ -16,7 +16,7 @@ from lat_core.config.job import TrainConfigError, resolve_max_steps
 from .. import data as D
 from . import members as M
 from .step import MemberRun, new_optimizer
-from .stacked import LayoutSlot
+from .stacked import LayoutSlot, adapters_in_tf32
 
 
 @dataclass
@@ -97,6 +97,8 @@ def build_group(cfgs, device: torch.device, resume: list[bool] | None = None) ->
     tok.padding_side = "left"
     base, position = _rng_positioner(cfgs, tok, build_base_model)
     base = base.to(device)
+    if adapters_in_tf32(next(base.parameters()).dtype, device):
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
     group = Group(base, LayoutSlot(), tok, device)
     replayed = []
     for j, (c, ds) in enumerate(zip(cfgs, datasets)):

@@ -137,3 +137,15 @@ class StackedLoRALinear(nn.Module):
         if layout.slots is not None:
             delta = delta.index_select(0, layout.slots)
         return (result + delta.reshape(*x.shape[:-1], n_out)).to(result.dtype)
+
+
+def adapters_in_tf32(base_dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether a group's fp32 matmuls may run in TF32: on a GPU, under a 16-bit base.
+
+    Why that is safe: under a bf16/fp16 base they are only the stacked adapters' (the base runs in
+    its dtype, fla's kernels in Triton); their inputs are the base's 16-bit activations, exact in
+    TF32's 10-bit mantissa, and each adapter's output is added to a 16-bit base output, which rounds
+    no finer than TF32 does.  Why it matters: in fp32 the adapters' bmm took about a quarter of a
+    graphed GLA-1.3B group step (H100 profile, bench/RESULTS.md).  An fp32 base keeps full fp32."""
+    return device.type == "cuda" and base_dtype in (torch.bfloat16, torch.float16)
+

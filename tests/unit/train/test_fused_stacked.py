@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from lat_core.train import data as D
 from lat_core.train.fused import members as M
-from lat_core.train.fused.stacked import BatchLayout, StackedLoRALinear, TokenLayout
+from lat_core.train.fused.stacked import BatchLayout, StackedLoRALinear, TokenLayout, adapters_in_tf32
 from tests.helpers.fused import base_model, job_cfg, peft_model, randomise_b, tokenizer_and_rows
 
 # ranks, alphas, rsLoRA, target sets and layers all differ; seeds give each its own init
@@ -136,3 +136,9 @@ def test_token_layout_slots():
     assert layout.slots.tolist() == [0, 1, 3, 4, 5, 6]
     same = TokenLayout([2, 2], "cpu")
     assert same.jobs is None and same.slots is None
+
+
+def test_adapters_run_in_tf32_only_on_a_gpu_under_a_16_bit_base():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert adapters_in_tf32(torch.bfloat16, cuda) and adapters_in_tf32(torch.float16, cuda)
+    assert not adapters_in_tf32(torch.float32, cuda) and not adapters_in_tf32(torch.bfloat16, cpu)
