@@ -6,21 +6,22 @@ The suite is ``gla_rank_sweep`` (8 GLA LoRA jobs, ranks 4-32) on the GLA-1.3B ar
 random weights, its hyperparameters unchanged (batch 8 x accumulation 2, lr 2e-4, seq 256, bf16)
 except a fixed number of optimizer steps, on the shipped SST-2 sample (short GLUE sentences;
 ``--data long``: synthetic SST-2 files whose examples all fill the sequence). Sides, each from an empty output tree and its own copy of the (warm) Triton cache
-named by TRITON_CACHE_DIR:
+named by TRITON_CACHE_DIR (SPEED lists each side's settings):
 
 1. ``old``: the seeds' scripts: 3 jobs per GPU in rounds with a barrier, gradient checkpointing on;
-2. ``lat-eager``: ``lat-tui --plan`` with LAT's defaults before issue 17 (``slots: auto``,
-   memory-aware admission, no barrier, checkpointing off) and ``train: {graphs: false, pack:
-   false}``: the eager trainer;
-3. ``lat``: the same plan with the new speed modes (``graphs: auto``, opt-in: CUDA graphs where
-   the step can be captured, packing where it cannot);
-4. ``lat+fuse``: ``lat-eager`` with ``fuse: auto``: the engine groups the suite's same-base jobs
-   into fused trainer processes (one frozen base, the jobs' adapters stacked, one forward and
-   backward over all their rows; lat_core/train/fused);
-5. ``lat+fuse+graphs``: ``lat+fuse`` with ``graphs: auto``: the fused group's step replayed from
-   CUDA graphs (lat_core/train/fused/graphed.py);
-6. ``lat+mps`` (``--mps``): ``lat`` with ``mps: true`` (the engine's jobs are clients of a private
-   CUDA MPS daemon).
+2. ``lat-eager``: ``lat-tui --plan`` as LAT ran before issue 17 (``slots: auto``, memory-aware
+   admission, no barrier, checkpointing off; ``fuse: false``, ``train: {graphs: false, pack:
+   false}``): a process per job, each the eager trainer;
+3. ``lat``: the same plan with LAT's defaults (``fuse: auto``, ``graphs: auto``): on a GPU the
+   suite's same-base jobs train in fused groups (one frozen base, the jobs' adapters stacked, one
+   forward and backward over all their rows; lat_core/train/fused) whose step replays CUDA graphs;
+4. ``lat+graphs``: a process per job, each graphed where its step can be captured;
+5. ``lat+fuse``: fused groups, eager; ``lat+fuse+graphs``: fused groups, graphed (``lat``, said
+   outright);
+6. ``lat+mps`` (``--mps``): ``lat+graphs`` with ``mps: true`` (the engine's jobs are clients of a
+   private CUDA MPS daemon);
+7. ``lat-eager-pack``: ``lat-eager`` on packed rows (``pack: true``): the old trainer's math in
+   another layout, whose loss check against ``old`` shows how far bf16 rounding alone moves a curve.
 
 Prints wall time, trained tokens/s over the whole wall time and in the steady state (the window in
 which every job of the side is training: from the last job's first step event to the first job's
@@ -65,6 +66,12 @@ MODEL_TINY = {"name_or_path": "tiny-random", "dtype": "float32",
               "tiny": {"hidden_size": 32, "num_hidden_layers": 1, "num_heads": 2}}
 
 
+# each side's plan ``fuse`` and trainer ``graphs`` / ``pack``; None: left to LAT's defaults
+SPEED = {"old": (False, False, False), "lat-eager": (False, False, False), "lat-eager-pack": (False, False, True),
+         "lat": (None, None, None), "lat+graphs": (False, "auto", None), "lat+mps": (False, "auto", None),
+         "lat+fuse": ("auto", False, False), "lat+fuse+graphs": ("auto", "auto", None)}
+
+
 def plan_mapping(args, side: str, out: Path, data: Path | None, extra_env: dict) -> dict:
     steps = args.steps
     env = {**({"GLUE_LOCAL_DIR": str(data)} if data else {}), **extra_env}
@@ -76,12 +83,12 @@ def plan_mapping(args, side: str, out: Path, data: Path | None, extra_env: dict)
                                                        "save_every": steps, "log_every": 1}}}
     if side == "old":
         mapping["slots"] = 3
-    if side in ("lat+fuse", "lat+fuse+graphs"):
-        mapping["fuse"] = "auto"
-    if side in ("old", "lat-eager", "lat+fuse"):   # the trainer before issue 17 (a fused group runs eager)
-        mapping["overrides"]["train"].update(graphs=False, pack=False)
-    else:   # graphs are opt-in (job.py says why)
-        mapping["overrides"]["train"].update(graphs="auto")
+    fuse, graphs, pack = SPEED[side]
+    if fuse is not None:
+        mapping["fuse"] = fuse
+    for key, value in (("graphs", graphs), ("pack", pack)):
+        if value is not None:
+            mapping["overrides"]["train"][key] = value
     if args.gpu < 0:
         mapping["overrides"]["train"]["max_seq_len"] = 32
         mapping["overrides"]["model"]["dtype"] = "float32"
@@ -220,18 +227,30 @@ def steady_state(job_dirs: list[Path]) -> dict:
     return {"steady_tokens_per_s": round(tokens / (end - start)), "steady_window_s": round(end - start, 1)}
 
 
+EARLY_STEPS = 10   # the loss check's window: before rounding differences compound (see compare_losses)
+
+
 def compare_losses(reference: dict, other: dict) -> dict:
-    """Largest relative difference between matching jobs' per-step losses."""
-    worst, worst_job = 0.0, None
+    """How far matching jobs' per-step losses are apart, relative to the reference's.
+
+    ``ok`` asks the issue's 1e-2 of the first EARLY_STEPS steps.  Why not of the whole curve: on
+    this random-weight base the loss falls from 11 to ~0.02 in 100 steps (the jobs memorise the
+    sample), and a bf16 run's rounding, changed by any other layout of the same math, moves that
+    curve by a few steps; the old trainer itself, eager on packed rows instead of padded ones
+    (side ``lat-eager-pack``), is 5-10% off by step 20 (bench/RESULTS.md).  Relative differences of
+    losses near 0 are then large for every layout.  The whole curve's worst is still reported."""
+    step1 = early = worst = 0.0
+    worst_job = None
     for name, ref in reference["losses"].items():
         got = other["losses"].get(name)
         if got is None or len(got) != len(ref):
             return {"ok": False, "why": f"{name}: {len(ref)} losses vs {None if got is None else len(got)}"}
-        for a, b in zip(ref, got):
-            rel = abs(a - b) / max(abs(a), 1e-6)
-            if rel > worst:
-                worst, worst_job = rel, name
-    return {"ok": worst <= 2e-2, "max_rel_diff": round(worst, 5), "worst_job": worst_job}
+        rel = [abs(a - b) / max(abs(a), 1e-6) for a, b in zip(ref, got)]
+        step1, early = max(step1, rel[0]), max(early, *rel[:EARLY_STEPS])
+        if max(rel) > worst:
+            worst, worst_job = max(rel), name
+    return {"ok": early <= 1e-2, "step1_rel_diff": round(step1, 6), f"first{EARLY_STEPS}_max_rel_diff": round(early, 5),
+            "max_rel_diff": round(worst, 5), "worst_job": worst_job}
 
 
 def main() -> None:
@@ -243,20 +262,24 @@ def main() -> None:
                         help="tiny: the shipped SST-2 sample (short GLUE sentences, as researchers run); "
                              "long: synthetic SST-2 files whose examples all fill max_seq_len")
     parser.add_argument("--out", default="/tmp/lat-suite-bench")
-    parser.add_argument("--mps", action="store_true", help="also run LAT's side under a private CUDA MPS daemon")
-    parser.add_argument("--sides", default="", help="comma-separated subset of old,lat-eager,lat,lat+fuse,lat+fuse+graphs,lat+mps")
+    parser.add_argument("--mps", action="store_true", help="also run lat+mps (a private CUDA MPS daemon)")
+    parser.add_argument("--sides", default="", help="comma-separated, from " + ",".join(SPEED))
+    parser.add_argument("--reference", help="--json of an earlier call on the same machine: its sides join this "
+                                            "call's ratios and loss checks (not run again)")
     parser.add_argument("--json")
     args = parser.parse_args()
     out = Path(args.out)
     data = write_sst2(out / "glue") if args.data == "long" else None
-    sides = args.sides.split(",") if args.sides else (["old", "lat-eager", "lat", "lat+fuse", "lat+fuse+graphs"]
-                                                      + (["lat+mps"] if args.mps else []))
+    sides = args.sides.split(",") if args.sides else (["old", "lat-eager", "lat"] + (["lat+mps"] if args.mps else []))
     results = []
     for side in sides:
         print(f"== {side}", flush=True)
         results.append(run_side(args, side, out, data))
         row = {k: v for k, v in results[-1].items() if k not in ("losses", "job_dirs")}
         print(json.dumps(row), flush=True)
+    if args.reference:
+        earlier = [r for r in json.loads(Path(args.reference).read_text()) if r["side"] not in sides]
+        results = [{**r, "from": args.reference} for r in earlier] + results
     old = next((r for r in results if r["side"] == "old"), None)
     ref = old or next((r for r in results if r["side"] == "lat-eager"), None)
     for r in results:

@@ -1,0 +1,43 @@
+"""The suite benchmark's sides and loss check (bench/bench_suite_throughput.py), without a GPU."""
+from argparse import Namespace
+from pathlib import Path
+
+from bench.bench_suite_throughput import EARLY_STEPS, compare_losses, plan_mapping
+
+
+def _side(losses: dict) -> dict:
+    return {"losses": losses}
+
+
+def test_the_loss_check_asks_1e_2_of_the_early_steps_and_reports_the_whole_curve():
+    ref = [11.0 - 0.1 * s for s in range(EARLY_STEPS)] + [0.02, 0.01]
+    close = [x * (1 + 5e-3) for x in ref[:EARLY_STEPS]] + [0.05, 0.01]   # near 0 late: 150% apart
+    check = compare_losses(_side({"a": ref}), _side({"a": close}))
+    assert check["ok"] and check["step1_rel_diff"] == 5e-3 and check["max_rel_diff"] == 1.5
+    assert check["worst_job"] == "a"
+    off = list(close)
+    off[EARLY_STEPS - 1] = ref[EARLY_STEPS - 1] * 1.02
+    assert not compare_losses(_side({"a": ref}), _side({"a": off}))["ok"]
+    short = compare_losses(_side({"a": ref}), _side({"a": ref[:-1]}))
+    assert not short["ok"] and "12 losses vs 11" in short["why"]
+
+
+def test_each_side_sets_its_speed_modes_and_lat_leaves_them_to_the_defaults():
+    from lat_core.config.paths import config_trees
+    from lat_core.config.suites import SuiteRegistry
+    from lat_core.plan import plan_from_mapping
+    args = Namespace(steps=3, suite="gla_rank_sweep", gpu=-1)
+
+    def plan(side):
+        mapping = plan_mapping(args, side, Path("/tmp/unused"), None, {})
+        return mapping, plan_from_mapping(mapping, SuiteRegistry(config_trees()), where=side)
+
+    mapping, lat = plan("lat")
+    assert lat.fuse == "auto" and not {"graphs", "pack"} & set(mapping["overrides"]["train"])
+    mapping, eager = plan("lat-eager")
+    assert eager.fuse is False and {k: mapping["overrides"]["train"][k] for k in ("graphs", "pack")} == \
+        {"graphs": False, "pack": False}
+    mapping, fused = plan("lat+fuse+graphs")
+    assert fused.fuse == "auto" and mapping["overrides"]["train"]["graphs"] == "auto"
+    assert plan("lat-eager-pack")[0]["overrides"]["train"]["pack"] is True
+    assert plan("old")[0]["slots"] == 3
