@@ -1,4 +1,4 @@
-"""The engine on K tiny GLA jobs (real trainer, CPU, one device slot): ``fuse: auto`` (one fused
+"""The engine on K tiny GLA jobs (real trainer, CPU, one device slot): ``fuse: true`` (one fused
 process for the group) against ``fuse: false`` (one process per job, one after another), both in
 one call, sides alternated.
 
@@ -54,16 +54,16 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         base = saved_tiny_base(Path(tmp) / "base")
-        walls = {"false": [], "auto": []}
+        walls = {"false": [], "true": []}
         losses = {}
         for r in range(args.repeats):
-            for fuse in (("false", "auto") if r % 2 == 0 else ("auto", "false")):
+            for fuse in (("false", "true") if r % 2 == 0 else ("true", "false")):
                 wall, losses[fuse] = run_side(Path(tmp) / f"{fuse}{r}", base, fuse, args.jobs, args.steps)
                 walls[fuse].append(wall)
-        same = all(abs(losses["auto"][k][s] - v) <= 1e-5 * abs(v) for k, c in losses["false"].items()
+        same = all(abs(losses["true"][k][s] - v) <= 1e-5 * abs(v) for k, c in losses["false"].items()
                    for s, v in c.items())
-    alone, fused = min(walls["false"]), min(walls["auto"])
-    print(f"{args.jobs} jobs x {args.steps} steps, CPU, 1 slot: fuse false {alone:.1f}s, fuse auto {fused:.1f}s, "
+    alone, fused = min(walls["false"]), min(walls["true"])
+    print(f"{args.jobs} jobs x {args.steps} steps, CPU, 1 slot: fuse false {alone:.1f}s, fuse true {fused:.1f}s, "
           f"ratio {alone / fused:.2f}x; losses equal (1e-5 rel): {same}")
     return 0 if same else 1
 

@@ -126,13 +126,13 @@ class TrainSection(_Section):
     # newest checkpoints kept besides the best one; null keeps all
     save_total_limit: Annotated[Optional[int], _kind(V.POSITIVE_INT, optional=True)] = 1
     report_to: Annotated[list[str], _kind(V.TRACKER_LIST)] = Field(default_factory=list)  # [] = none
-    # CUDA graphs for the training step (lat_core/train/graphs.py): auto captures where it can and
-    # says why not elsewhere; false (the default) runs the eager step. Opt-in until a graphed job's
-    # loss curve is shown to follow the eager one: on GLA-1.3B with short sentences it drifted 22%
-    # by step 40 from an eager trainer that repeats itself exactly (bench/RESULTS.md). pack: padding-free packing of a micro-batch
+    # CUDA graphs for the training step (lat_core/train/graphs.py, a fused group's too): auto (the
+    # default) captures where it can and says why not elsewhere; false runs the eager step. A graphed
+    # curve follows the eager one as closely as another layout of the same math does (bf16 rounding:
+    # within 5e-3 over the first 10 steps of GLA-1.3B, bench/RESULTS.md). pack: padding-free packing of a micro-batch
     # into one row through fla's varlen path (eager steps of GLA only; auto: on the CPU, where it
     # wins; true: also on a GPU, where it measured slower). README "Trainer speed modes".
-    graphs: Annotated[AutoOrFalse, _kind(V.AUTO_OR_FALSE)] = False
+    graphs: Annotated[AutoOrFalse, _kind(V.AUTO_OR_FALSE)] = "auto"
     pack: Annotated[Union[Literal["auto"], bool], _kind(V.AUTO_OR_BOOL)] = "auto"
 
 

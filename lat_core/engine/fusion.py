@@ -1,4 +1,4 @@
-"""Fused groups on the engine's side (plan ``fuse: auto``): which queued jobs may share one trainer
+"""Fused groups on the engine's side (plan ``fuse``, ``auto`` by default): which queued jobs may share one trainer
 process (lat_core/train/fused), the group's command, and the file that ties a member's attempt to
 the group's process.
 
@@ -27,9 +27,12 @@ TRAIN_MODULE = ["-m", "lat_core.train", "--cfg"]
 MODE_FLAGS = ([], ["--resume"], ["--overwrite"])
 
 
-def fuse_enabled(plan: dict) -> bool:
-    """The saved plan's ``fuse`` (lat_core.plan.Plan.fuse): ``auto`` groups jobs, anything else not."""
-    return plan.get("fuse") == "auto"
+def fuses_on(plan: dict, device_is_cpu: bool) -> bool:
+    """Whether the saved plan's ``fuse`` (lat_core.plan.Plan.fuse) groups jobs on such a device:
+    ``auto`` on GPUs, ``true`` everywhere, ``false`` nowhere.  A plan saved without the key comes
+    from before fusion was the default (Plan.to_yaml now always writes it): no groups, as then."""
+    fuse = plan.get("fuse", False)
+    return fuse is True or (fuse == "auto" and not device_is_cpu)
 
 
 def job_fuse_key(job: JobRow) -> tuple | None:

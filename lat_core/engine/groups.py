@@ -1,4 +1,4 @@
-"""Admission, launch, cancel and settling of fused groups (plan ``fuse: auto``; see
+"""Admission, launch, cancel and settling of fused groups (plan ``fuse``; see
 :mod:`lat_core.engine.fusion`). Part of :class:`lat_core.engine.loop.Engine` (a mixin: it uses the
 engine's store, backends, admission and clock).
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from lat_core.devices import Device
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.launch import read_exit_record
-from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuse_enabled, group_argv,
+from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuses_on, group_argv,
                                     group_exit_path, job_fuse_key, read_group_limit, read_group_ref, smaller_limit,
                                     write_group_limit, write_group_ref)
 from lat_core.engine.requeue import restart_argv
@@ -44,7 +44,7 @@ class FusedGroups:
         """Queued jobs after ``job`` that may join its group on ``device``: same fuse key, not held,
         and the group's summed expected memory still admitted; no more members than the smallest
         group limit among them (GROUP_SIZE_LIMIT, or less for a job whose group ran out of memory)."""
-        if not fuse_enabled(self.plan_of(run.id)) or not self.backend(run.id).reaps_process_tree:
+        if not fuses_on(self.plan_of(run.id), device.is_cpu) or not self.backend(run.id).reaps_process_tree:
             return []
         key, cap = self._fuse_info(job)
         if key is None:

@@ -1,5 +1,5 @@
-"""The engine with ``fuse: auto``: same-base tiny GLA jobs (real trainer, CPU) run as one fused
-process on one slot; each member keeps its own attempt, losses, cancel, failure and exit reason."""
+"""The engine with ``fuse: true`` (``auto``, the default, fuses on GPUs only): same-base tiny GLA
+jobs (real trainer, CPU) run as one fused process on one slot; each member keeps its own attempt, losses, cancel, failure and exit reason."""
 import os
 import signal
 import sys
@@ -65,7 +65,7 @@ def stepped(job, n=2) -> bool:
     return events_path(Path(job.job_dir)).is_file() and len(events_of(Path(job.job_dir), "step")) >= n
 
 def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base):
-    store, run_id = make_run(tmp_path / "fused", base, "auto")
+    store, run_id = make_run(tmp_path / "fused", base, "true")
     drain(Engine(store))
     fused = by_key(store, run_id)
     assert {k: j.state for k, j in fused.items()} == {k: "succeeded" for k in MEMBERS}
@@ -74,7 +74,7 @@ def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base)
     assert len({a[0].pid for a in attempts.values()}) == 1  # one process for the three
     assert all(any(t.new_state == "fused" for t in store.transitions(run_id) if t.job_id == j.id)
                for j in fused.values())
-    alone_store, alone_id = make_run(tmp_path / "alone", base, "false")
+    alone_store, alone_id = make_run(tmp_path / "alone", base, "auto")   # the default: on the CPU, alone
     drain(Engine(alone_store))
     alone = by_key(alone_store, alone_id)
     assert {k: j.state for k, j in alone.items()} == {k: "succeeded" for k in MEMBERS}
@@ -86,7 +86,7 @@ def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base)
         assert fused[key].last_step == alone[key].last_step
 
 def test_cancel_of_one_member_leaves_the_others_running(tmp_path, base):
-    store, run_id = make_run(tmp_path, base, "auto", b=LONG)
+    store, run_id = make_run(tmp_path, base, "true", b=LONG)
     engine = Engine(store)
     drain(engine, until=lambda: stepped(by_key(store, run_id)["b"]))
     store.add_command(run_id, "cancel_job", job_id=by_key(store, run_id)["b"].id)
@@ -97,14 +97,14 @@ def test_cancel_of_one_member_leaves_the_others_running(tmp_path, base):
     assert store.attempts(jobs_["b"].id)[0].returncode == -15
 
 def test_a_failing_member_fails_alone(tmp_path, base):
-    store, run_id = make_run(tmp_path, base, "auto", b={"lr": 1e30})  # b's loss turns non-finite
+    store, run_id = make_run(tmp_path, base, "true", b={"lr": 1e30})  # b's loss turns non-finite
     drain(Engine(store))
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "failed", "c": "succeeded"}
     assert "exit code 1" in jobs_["b"].error, jobs_["b"].error
 
 def test_kill_9_of_the_group_settles_every_member_with_a_reason(tmp_path, base):
-    store, run_id = make_run(tmp_path, base, "auto", **{k: LONG for k in MEMBERS})
+    store, run_id = make_run(tmp_path, base, "true", **{k: LONG for k in MEMBERS})
     engine = Engine(store)
     drain(engine, until=lambda: stepped(by_key(store, run_id)["a"]))
     runner = psutil.Process(store.attempts(by_key(store, run_id)["a"].id)[0].pid)
@@ -136,7 +136,7 @@ def group_sizes(store, job) -> list[int]:
 def test_a_group_out_of_memory_is_retried_in_halves_down_to_jobs_alone(tmp_path, base):
     """4 members out of memory: requeued in groups of at most 2, which run out of memory too, then
     alone (the one slot runs one group at a time), where they succeed."""
-    store, run_id = make_run(tmp_path, base, "auto", {**MEMBERS, "d": ({"r": 4, "alpha": 8}, {"batch_size": 2}, 9)})
+    store, run_id = make_run(tmp_path, base, "true", {**MEMBERS, "d": ({"r": 4, "alpha": 8}, {"batch_size": 2}, 9)})
     drain(Engine(store, launch_fn=oom_group_launch), timeout=300)
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in "abcd"}
@@ -156,7 +156,7 @@ def test_a_group_out_of_memory_is_retried_in_halves_down_to_jobs_alone(tmp_path,
 
 
 def test_a_member_that_did_not_run_out_of_memory_is_not_requeued(tmp_path, base):
-    store, run_id = make_run(tmp_path, base, "auto")
+    store, run_id = make_run(tmp_path, base, "true")
     (Path(by_key(store, run_id)["a"].job_dir) / "survives").touch()
     drain(Engine(store, launch_fn=oom_group_launch), timeout=300)
     jobs_ = by_key(store, run_id)
@@ -170,7 +170,7 @@ def test_a_group_takes_one_slot(tmp_path, base):
     """Two slots: while the group of three runs, a job added later takes the second slot at once."""
     cpu2 = {**CPU, "slots": 2}
     store = Store(tmp_path / "state2" / "journal.sqlite")
-    run_id = store.create_run("fuse: auto\nwarm_start: false\n", str(tmp_path / "out2"), [cpu2], 0.0)
+    run_id = store.create_run("fuse: true\nwarm_start: false\n", str(tmp_path / "out2"), [cpu2], 0.0)
     store.add_jobs(run_id, jobs(tmp_path / "out2", base))
     engine = Engine(store)
     engine.tick()
@@ -197,7 +197,7 @@ def processes_under(folder: Path) -> list[psutil.Process]:
 
 
 def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_slot(tmp_path, base):
-    store, run_id = make_run(tmp_path, base, "auto", **{k: LONG for k in MEMBERS})
+    store, run_id = make_run(tmp_path, base, "true", **{k: LONG for k in MEMBERS})
     engine = Engine(store)
     drain(engine, until=lambda: stepped(by_key(store, run_id)["a"]))
     assert processes_under(tmp_path)
@@ -224,7 +224,7 @@ def test_a_group_process_that_outlives_its_last_member_is_killed_before_the_slot
     def launch_fn(argv, env, job_dir, exit_path, show_env=()):
         return launch([sys.executable, str(script), *argv], env, job_dir, exit_path, show_env)
 
-    store, run_id = make_run(tmp_path, base, "auto")
+    store, run_id = make_run(tmp_path, base, "true")
     engine = Engine(store, launch_fn=launch_fn)
     drain(engine, timeout=60, until=lambda: len(store.open_attempts(run_id)) == 1)
     last = store.open_attempts(run_id)[0]
@@ -241,7 +241,7 @@ def test_a_group_process_that_outlives_its_last_member_is_killed_before_the_slot
 
 def test_a_journal_that_lost_a_finished_groups_attempts_launches_no_member_again(tmp_path, base):
     """Two slots: a member taken over leaves no slot for its mates to be launched in again."""
-    store, run_id = make_run(tmp_path, base, "auto", slots=2, b={"lr": 1e30})  # b fails, a and c succeed
+    store, run_id = make_run(tmp_path, base, "true", slots=2, b={"lr": 1e30})  # b fails, a and c succeed
     journal = Path(store.path)
     before = snapshot_journal(journal)
     drain(Engine(store))
@@ -260,7 +260,7 @@ def test_a_journal_that_lost_a_finished_groups_attempts_launches_no_member_again
 
 
 def test_a_journal_that_lost_a_running_groups_attempts_adopts_the_group(tmp_path, base):
-    store, run_id = make_run(tmp_path, base, "auto", slots=2, **{k: {"max_steps": 40} for k in MEMBERS})
+    store, run_id = make_run(tmp_path, base, "true", slots=2, **{k: {"max_steps": 40} for k in MEMBERS})
     journal = Path(store.path)
     before = snapshot_journal(journal)
     drain(Engine(store), until=lambda: stepped(by_key(store, run_id)["a"]))

@@ -17,7 +17,8 @@ def test_packed_training_equals_padded(tmp_path, monkeypatch):
     assert len(calls) == 6 * 2   # every micro-batch of the packed run
     started = packed[0]
     assert started["pack"] == {"setting": "auto", "on": True, "why": started["pack"]["why"]}
-    assert started["graphs"] == {"setting": False, "on": False, "why": "train.graphs: false"}   # opt-in
+    assert started["graphs"]["setting"] == "auto" and started["graphs"]["on"] is False   # the default; the CPU
+    assert started["graphs"]["why"].startswith("CUDA graphs need a GPU")
     assert padded[0]["pack"]["why"] == "train.pack: false"
     a, b = losses(padded), losses(packed)
     assert a.keys() == b.keys() and len(a) == 6

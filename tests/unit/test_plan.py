@@ -178,18 +178,22 @@ def test_warm_start_is_on_by_default_and_only_its_opt_out_is_saved(tmp_path, con
         load_plan(path, registry)
 
 
-def test_fuse_is_off_by_default_auto_round_trips_and_anything_else_is_refused(tmp_path, configs):
-    from lat_core.engine.fusion import fuse_enabled
+def test_fuse_is_auto_by_default_round_trips_and_anything_else_is_refused(tmp_path, configs):
+    from lat_core.engine.fusion import fuses_on
     registry = SuiteRegistry(configs)
     base = {"suites": ["E4"], "pairs": ["1:glue-tvt_cola"], "gpus": "cpu"}
-    for fuse, saved in ((None, None), (False, None), ("auto", "auto")):
+    # (as written, as loaded, groups on a GPU, groups on the CPU)
+    for fuse, loaded, gpu, cpu in ((None, "auto", True, False), ("auto", "auto", True, False),
+                                   (True, True, True, True), (False, False, False, False)):
         path = tmp_path / "plan.yaml"
         path.write_text(yaml.safe_dump({**base, **({} if fuse is None else {"fuse": fuse})}))
         plan = load_plan(path, registry)
-        assert plan.fuse == (fuse or False)
+        assert plan.fuse == loaded
         again = yaml.safe_load(plan.to_yaml())
-        assert again.get("fuse") == saved and fuse_enabled(again) is (fuse == "auto")
-    for bad in (True, "yes"):
+        assert again["fuse"] == loaded   # written even when false: a plan without it predates fusion
+        assert (fuses_on(again, device_is_cpu=False), fuses_on(again, device_is_cpu=True)) == (gpu, cpu)
+    assert not fuses_on({}, device_is_cpu=False)   # saved before fuse was recorded: no groups, as then
+    for bad in ("sometimes", 2, "gpu"):
         path.write_text(yaml.safe_dump({**base, "fuse": bad}))
         with pytest.raises(PlanError, match="fuse"):
             load_plan(path, registry)

@@ -20,7 +20,7 @@ def _job_yaml(configs, tmp_path, **changes):
 
 def test_defaults_are_auto(tmp_path):
     cfg = parse_config({"data": "tiny-sst2", "output_dir": str(tmp_path)}, environ={})
-    assert (cfg.train.graphs, cfg.train.pack) == (False, "auto")  # graphs are opt-in (README)
+    assert (cfg.train.graphs, cfg.train.pack) == ("auto", "auto")
 
 
 def test_plan_overrides_reach_the_trainer(configs, tmp_path):

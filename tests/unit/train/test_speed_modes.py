@@ -143,11 +143,11 @@ def test_modes_and_why_not(tmp_path):
     from lat_core.train.graphs import resolve_modes
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
 
-    def auto(**sections):   # graphs are opt-in: these cases ask for them
+    def auto(**sections):   # graphs: auto (the default), said outright
         return _cfg(tmp_path, **{**sections, "train": {"graphs": "auto", **sections.get("train", {})}})
 
     default = resolve_modes(_cfg(tmp_path), gpu, 1)
-    assert not default.graphs and default.graphs_why == "train.graphs: false"   # the default
+    assert default.graphs and default.graphs_why.startswith("static widths")   # the default on a GPU
     modes = resolve_modes(auto(), cpu, 1)
     assert not modes.graphs and "GPU" in modes.graphs_why and modes.pack
     assert resolve_modes(auto(), gpu, 1).graphs   # decided without touching a GPU
