@@ -88,8 +88,10 @@ class FusedGroups:
             env = {**self._job_secrets.unmask(leader.run_id, leader.env), **device.env,
                    "LAT_JOB_ID": str(leader.id), "LAT_ATTEMPT": str(leader_n), "LAT_SUITE": leader.suite}
             argv = group_argv(members, [n for _, n, _ in attempts])
-            launched = self._job_backend(leader).launch(argv, env, Path(leader.job_dir), Path(ref.exit_path),
-                                                       tuple(leader.env))
+            # forked from the preloaded process as a job alone would be (its imports are the group's)
+            launched = (self._warm.launch(leader, argv, env, Path(leader.job_dir), Path(ref.exit_path))
+                        or self._job_backend(leader).launch(argv, env, Path(leader.job_dir), Path(ref.exit_path),
+                                                           tuple(leader.env)))
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails its members alone

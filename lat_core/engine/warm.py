@@ -23,7 +23,7 @@ from pathlib import Path
 from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
 from lat_core.engine.launch import Launched, process_start_time
 
-WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain")
+WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain", "lat_core.train.fused")  # fused: a group
 # Variables read after the imports (the trainer's own overrides when it loads its config, CUDA's at
 # its initialisation, a tracker's when it starts): a job may add these and still fork from the
 # preloaded process. Anything else (HF_*, TORCH_*, OMP_*, ...) may already have been read while

@@ -40,9 +40,10 @@ def jobs(root, base, members=MEMBERS, **train_over):
                     "argv": [sys.executable, "-m", "lat_core.train", "--cfg", str(folder / "job.yaml")]})
     return out
 
-def make_run(tmp_path, base, fuse: str, members=MEMBERS, slots=1, **train_over):
+def make_run(tmp_path, base, fuse: str, members=MEMBERS, slots=1, warm=False, **train_over):
     store = Store(tmp_path / "state" / "journal.sqlite")
-    run_id = store.create_run(f"fuse: {fuse}\nwarm_start: false\n", str(tmp_path / "out"), [{**CPU, "slots": slots}], 0.0)
+    plan = f"fuse: {fuse}\nwarm_start: {str(warm).lower()}\n"
+    run_id = store.create_run(plan, str(tmp_path / "out"), [{**CPU, "slots": slots}], 0.0)
     store.add_jobs(run_id, jobs(tmp_path / "out", base, members, **train_over))
     return store, run_id
 
@@ -84,6 +85,22 @@ def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base)
         assert sorted(ours) == sorted(theirs) and ours
         assert all(ours[s] == pytest.approx(v, rel=1e-5) for s, v in theirs.items()), key
         assert fused[key].last_step == alone[key].last_step
+
+def test_a_group_forks_from_the_preloaded_process_as_a_job_alone_does(tmp_path, base):
+    store, run_id = make_run(tmp_path, base, "true", warm=True)
+    engine = Engine(store)
+    try:
+        drain(engine)
+    finally:
+        engine.close()
+    fused = by_key(store, run_id)
+    assert {k: j.state for k, j in fused.items()} == {k: "succeeded" for k in MEMBERS}
+    assert len({store.attempts(j.id)[0].pid for j in fused.values()}) == 1
+    leader = min(fused.values(), key=lambda j: j.seq)
+    assert "warm start: forked from the preloaded process" in Path(leader.job_dir, "train.log").read_text()
+    assert any(t.new_state == "warm start" and t.detail == "forked from the preloaded process"
+               for t in store.transitions(run_id) if t.job_id == leader.id)
+
 
 def test_cancel_of_one_member_leaves_the_others_running(tmp_path, base):
     store, run_id = make_run(tmp_path, base, "true", b=LONG)
