@@ -19,6 +19,7 @@ class FailureClass(StrEnum):
     NO_GPU = "no_gpu"
     DEVICE_FAULT = "device_fault"
     TRITON = "triton"
+    CUDA_GRAPHS = "cuda_graphs"
     NCCL = "nccl"
     RENDEZVOUS = "rendezvous"
     LIBUV = "libuv"
@@ -76,6 +77,8 @@ CLASS_INFO: dict[FailureClass, ClassInfo] = {
                               "ECC, Xid)"),
     F.TRITON: ClassInfo("a Triton kernel failed to compile or needs more shared memory than the GPU has",
                         names_cause=True),
+    F.CUDA_GRAPHS: ClassInfo("capturing the training step as CUDA graphs failed (train.graphs: auto, the "
+                             "default)", names_cause=True),
     F.NCCL: ClassInfo("NCCL failed or timed out between GPUs"),
     F.RENDEZVOUS: ClassInfo("the ranks of a distributed job never met"),
     F.LIBUV: ClassInfo("the libuv TCPStore failed"),

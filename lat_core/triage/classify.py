@@ -273,6 +273,6 @@ def _exit_code(facts: Facts) -> Diagnosis:
 
 RULES = (_ok, _cancelled_flag, _timeout_flag, _host_oom_proven, _cuda_oom, known.cuda_library_oom,
          _device_fault, _nccl, _libuv, _rendezvous, _scheduler_stop, known.shm_exhausted, _host_oom_likely,
-         known.no_gpu, known.triton, known.disk_full, known.hub_unreachable, known.tracker_login,
+         known.no_gpu, known.triton, known.cuda_graphs, known.disk_full, known.hub_unreachable, known.tracker_login,
          known.generate_kwargs, known.reentrant_ckpt, known.nonfinite_loss, known.config_error,
          _interrupted, _crashed, _python_exception, _killed)

@@ -79,6 +79,19 @@ def no_gpu(facts: Facts):
                           line.rank)
 
 
+def cuda_graphs(facts: Facts):
+    found = _first(facts, "cuda_graphs")
+    if found is None:
+        return None
+    _, line = found
+    text = ("Capturing the training step as CUDA graphs failed: something in the step waits for the host "
+            "or uses the default stream, which a graph cannot hold (a model or adapter LAT's checks "
+            "(lat_core/train/graphs.py) did not know). The job trains the same way eagerly with "
+            "train.graphs: false (or LAT_JOB_GRAPHS=false), slower on small batches.")
+    return make_diagnosis(facts, F.CUDA_GRAPHS, "CUDA graph capture failed", text,
+                          fix.graphs_remedies(facts.files.env), {}, [line.raw], line.rank)
+
+
 _RESOURCE = re.compile(r"Required: (\d+), Hardware limit: (\d+)")
 
 

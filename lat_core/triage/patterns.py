@@ -70,6 +70,11 @@ SIGNATURES = (
     _sig("no_gpu", "cpu_build", r"Torch not compiled with CUDA enabled"),
     _sig("triton", "out_of_resources", r"\bOutOfResources: out of resource:|^out of resource: shared memory"),
     _sig("triton", "compile_error", r"triton\.compiler\.errors\.\w+Error:|\bPassManager::run failed"),
+    # CUDA's and PyTorch's words for work a captured graph cannot hold (a host sync, the default stream)
+    _sig("cuda_graphs", "capture", r"operation not permitted when stream is capturing"
+                                   r"|operation failed due to a previous error during capture"
+                                   r"|depend on a capturing blocking stream|during CUDA graph capture"
+                                   r"|captured on a non-default stream|\bcudaErrorStreamCapture\w+"),
     _sig("disk_full", "enospc", r"No space left on device|\[Errno 28\]|PytorchStreamWriter failed writing file"),
     _sig("hub", "offline", r"We couldn't connect to '[^']*' to load|\bLocalEntryNotFoundError:"
                            r"|\bOfflineModeIsEnabled:|Couldn't reach '[^']+' on the Hub"

@@ -229,6 +229,14 @@ def triton_remedies(config: dict, env: dict) -> list[Remedy]:
                    "Triton and driver stacks)", "slightly slower MLP", {"GLA_USE_FUSED_SWIGLU": "0"})]
 
 
+def graphs_remedies(env: dict) -> list[Remedy]:
+    """Through the job's env, which the trainer applies over its job.yaml, so no plan env can undo it."""
+    if str(env.get("LAT_JOB_GRAPHS", "")).strip().lower() in ("false", "off", "no", "0"):
+        return []
+    return [Remedy("no_cuda_graphs", "train eagerly: no CUDA graphs", "the step is bound by the CPU launching "
+                   "kernels again (several times slower on small batches)", {"LAT_JOB_GRAPHS": "false"})]
+
+
 def crash_remedies(env: dict, has_native_trace: bool) -> list[Remedy]:
     if has_native_trace or str(env.get("PYTHONFAULTHANDLER", "")).strip():
         return []

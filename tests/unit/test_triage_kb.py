@@ -41,6 +41,7 @@ KNOWN = [
     ("nonfinite_loss.log", 1, "nonfinite_loss", "warmup"),
     ("triton_shared_memory.log", 1, "triton", None),
     ("triton_compile.log", 1, "triton", None),
+    ("cuda_graph_capture.log", 1, "cuda_graphs", "no_cuda_graphs"),
     ("disk_full.log", 1, "disk_full", "no_optimizer_state"),
     ("segfault.log", -11, "crashed", "faulthandler"),
     ("segfault.log", -6, "crashed", "faulthandler"),
@@ -115,6 +116,14 @@ def test_triton_shared_memory_is_never_an_oom(tmp_path):
     fused = classify(make_job(tmp_path, "triton_compile.log", 1, gla={"GLA_USE_FUSED_SWIGLU": True},
                               name="fused"), 1)
     assert keys(fused) == ["no_fused_swiglu"] and fused.remedies[0].patch == {"GLA_USE_FUSED_SWIGLU": "0"}
+
+
+def test_a_failed_graph_capture_is_explained_and_retried_eagerly_through_the_env(tmp_path):
+    d = classify(make_job(tmp_path, "cuda_graph_capture.log", 1), 1)
+    assert d.cls == "cuda_graphs" and d.cls not in OOM_CLASSES and "train.graphs: false" in d.diagnosis
+    assert keys(d) == ["no_cuda_graphs"] and d.remedies[0].patch == {"LAT_JOB_GRAPHS": "false"}
+    already = classify(make_job(tmp_path, "cuda_graph_capture.log", 1, env={"LAT_JOB_GRAPHS": "false"}, name="e"), 1)
+    assert already.cls == "cuda_graphs" and not already.remedies
 
 
 def test_hub_failure_names_the_datasets_local_dir_variable(tmp_path):
