@@ -190,7 +190,7 @@ class Plan(BaseModel):
             del data["gpus_per_job"]
         if not data["min_free_gb"]:
             del data["min_free_gb"]
-        # fuse stays, false included: a saved plan without it is one from before fusion (fusion.fuse_mode)
+        # fuse stays, false included: a saved plan without it is one from before fusion (fusion.fuses_on)
         for optional in ("overrides", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps"):
             if not data[optional]:
                 del data[optional]

@@ -5,9 +5,10 @@ H200, bench/RESULTS.md); replayed from a captured graph it costs what the GPU ne
 How it differs from the eager fused step (step.eager_member_losses), and why:
 
 - static shapes: each member's rows are its micro-batch size times the micro-batches it brings to
-  the pass (a short micro-batch gets all-pad rows that score nothing), every row one width from data.bucket_widths (the smallest holding the micro-
-  step's longest example).  One graph per (width, rows of each member): a member that leaves the
-  group changes the key and the group captures again, a handful of graphs in a run;
+  the pass (a short micro-batch gets all-pad rows that score nothing), every row one width from
+  data.bucket_widths (the smallest holding the pass's longest example).  One graph per (width, rows
+  of each member): a member that leaves the group changes the key and the group captures again, a
+  handful of graphs in a run;
 - no attention mask reaches fla (its unpadding waits for the host): graphs.PadKeyMask zeroes the
   keys of pad positions as in a single job's graphed step, so the stacked layers see only the
   padded token layout (BatchLayout unpadded=False);

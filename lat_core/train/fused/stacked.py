@@ -148,4 +148,3 @@ def adapters_in_tf32(base_dtype: torch.dtype, device: torch.device) -> bool:
     no finer than TF32 does.  Why it matters: in fp32 the adapters' bmm took about a quarter of a
     graphed GLA-1.3B group step (H100 profile, bench/RESULTS.md).  An fp32 base keeps full fp32."""
     return device.type == "cuda" and base_dtype in (torch.bfloat16, torch.float16)
-

@@ -5,9 +5,10 @@ each member whose gradient accumulation completes steps its own optimizer.
 What makes a member's step equal its step alone: its micro-batches come from the same seeded
 sampler (data.MicroBatchSampler) from its own resume step; its loss is its label-token cross
 entropy summed over its rows and divided by the scored tokens of its whole step, as
-LatTrainer.compute_loss does (so a folded step sums the same terms in one pass); gradients of its A/B depend only on its own rows; its optimizer is
-its own AdamW over its own parameters, its schedule a LambdaLR built as a single job builds it
-(hf_trainer.build_scheduler), with no gradient clipping (max_grad_norm 0 there too).
+LatTrainer.compute_loss does (so a folded step sums the same terms in one pass); gradients of
+its A/B depend only on its own rows; its optimizer is its own AdamW over its own parameters, its
+schedule a LambdaLR built as a single job builds it (hf_trainer.build_scheduler), with no gradient
+clipping (max_grad_norm 0 there too).
 """
 from __future__ import annotations
 
@@ -158,17 +159,16 @@ def take_pass(runs: list[MemberRun]) -> Pass:
     remaining micro-batches when the pass folds (folds)."""
     p = Pass([], [], [], [0] * len(runs))
     open_runs = []
-    for r in runs:
+    for j, r in enumerate(runs):
         if r.done:
             continue
         try:
             r.open_window()
-            open_runs.append(r)
+            open_runs.append((j, r))
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its member, not the group
             p.broken.append((r, exc))
-    whole = folds(runs, [r.window for r in open_runs])
-    for r in open_runs:
-        j = runs.index(r)
+    whole = folds(runs, [r.window for _, r in open_runs])
+    for j, r in open_runs:
         try:
             examples, counts, p.micro[j] = r.take(whole)
             targets = [r.label_ids[e["label"]] for e in examples]
@@ -209,9 +209,9 @@ def step_members(active, member_loss: torch.Tensor) -> list[MemberRun]:
 
 
 def micro_step(model, slot: LayoutSlot, runs: list[MemberRun], pad_id: int, device, graphs=None):
-    """Forward and backward of every unfinished member's next micro-batch (or folded window, take_pass);
-    steps the members whose accumulation completed.  graphs: a fused.graphed.FusedGraphs (the step replayed from CUDA
-    graphs) or None (eager).  Returns (stepped members, [(member, exception)] of members whose
+    """Forward and backward of every unfinished member's next micro-batch (or folded window,
+    take_pass); steps the members whose accumulation completed.  graphs: a fused.graphed.FusedGraphs
+    (the step replayed from CUDA graphs) or None (eager).  Returns (stepped members, [(member, exception)] of members whose
     micro-batch could not be made: those left this micro-step, the caller fails them)."""
     p = take_pass(runs)
     if not p.parts:
