@@ -1,6 +1,8 @@
 """Per-member training state in a fused group (lat_core/train/fused/step.py, group.py): members with
 different seeds, ranks, learning rates, schedules, batch sizes, accumulation and lengths train
 together and each gets the loss curve it gets trained alone by the single-job trainer."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -64,6 +66,35 @@ def test_a_folded_pass_brings_each_members_whole_step(tmp_path):
     p = take_pass(group.runs)
     assert p.micro == [1, 2, 1] and [len(ex) for _, ex, _ in p.parts] == [8, 8, 6]
     assert all(r.closes_step() for r in group.runs)   # b's accumulation window is empty: it steps now
+
+
+def mamba_cfgs(root):
+    """Two tiny Mamba jobs (transformers' slow path; LoRA on in_proj/x_proj), ranks, batch sizes and
+    accumulation different: b's two micro-batches fold into one pass."""
+    import yaml
+
+    from lat_core.config.job import parse_config
+    src = Path(__file__).resolve().parents[3] / "configs/experiments/mamba/tiny_lora.yaml"
+    out = []
+    for name, r, batch, accum in (("a", 4, 8, 1), ("b", 8, 4, 2)):
+        raw = yaml.safe_load(src.read_text())
+        raw.update(name=name, seed=1, output_dir=str(root / name))
+        raw["peft"].update(r=r, alpha=2 * r)
+        raw["train"].update(max_steps=4, batch_size=batch, grad_accum=accum, eval_every=100, save_every=100,
+                            log_every=1)
+        out.append(parse_config(raw, environ={}))
+    return out
+
+
+def test_mamba_members_train_as_they_do_alone(tmp_path):
+    group = build_group(mamba_cfgs(tmp_path / "fused"), torch.device("cpu"))
+    assert folds(group.runs, [r.open_window() for r in group.runs])
+    fused = train_fused(group)
+    for cfg, curve in zip(mamba_cfgs(tmp_path / "alone"), fused):
+        alone = run_alone(cfg)
+        assert sorted(alone) == sorted(curve) == [1, 2, 3, 4]
+        for step, loss in alone.items():
+            assert curve[step] == pytest.approx(loss, rel=1e-5), (cfg.name, step)
 
 
 def test_members_on_different_bases_are_refused(tmp_path):
