@@ -50,22 +50,30 @@ class LatRun:
     def evaluate(self, model, step: int) -> list[tuple[str, dict]]:
         """Validation (and test) metrics, predictions files and the best main metric."""
         out = []
-        for split in ("validation", "test"):
-            if split not in self.splits:
-                continue
+        for split in self.eval_splits():
             metrics, rows = evaluate_split(model, self.tokenizer, self.splits[split], self.ds, self.cfg,
-                                           self.label_ids, split,
-                                           self.extra_tests.get("mm") if split == "test" else None)
-            if self.is_main:
-                write_predictions(self.cfg.output_dir, step, split, rows)
-            value = metrics.get(self.main_metric)
-            if split == "validation" and value is not None:
-                self.scores[step] = value
-            if split == "validation" and value is not None and (self.best is None or value > self.best["value"]):
-                self.best = {"step": step, "metric": self.main_metric, "value": value, self.main_metric: value}
-            out.append((split, metrics))
+                                           self.label_ids, split, self.mm_examples(split))
+            out.append(self.record(step, split, metrics, rows))
         self.last_eval = out
         return out
+
+    def eval_splits(self) -> list[str]:
+        return [split for split in ("validation", "test") if split in self.splits]
+
+    def mm_examples(self, split: str):
+        """MNLI's mismatched examples, scored beside its test split."""
+        return self.extra_tests.get("mm") if split == "test" else None
+
+    def record(self, step: int, split: str, metrics: dict, rows: list) -> tuple[str, dict]:
+        """A split's evaluation at ``step``: its predictions file, its validation score and the best."""
+        if self.is_main:
+            write_predictions(self.cfg.output_dir, step, split, rows)
+        value = metrics.get(self.main_metric)
+        if split == "validation" and value is not None:
+            self.scores[step] = value
+        if split == "validation" and value is not None and (self.best is None or value > self.best["value"]):
+            self.best = {"step": step, "metric": self.main_metric, "value": value, self.main_metric: value}
+        return split, metrics
 
     def save(self, model, hf_state, save_optimizer: bool):
         """checkpoint-N; the best checkpoint's adapter as best/; older checkpoints beyond

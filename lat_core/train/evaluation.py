@@ -95,60 +95,56 @@ def mean_loss_fn(label_ids, device):
 def _cls_eval(model, examples, ds, label_ids, pad_id, batch_size, device, accum: int = 0):
     """Predictions, STS-B scores and mean loss; results stay on the device for `accum` batches
     (EVAL_ACCUMULATION_STEPS; 0: moved to the host after every batch)."""
-    preds, scores, loss_sum = [], [], 0.0
-    pending: list[tuple] = []
+    return cls_eval_copies(model, examples, ds, label_ids, pad_id, batch_size, device, accum)[0]
+
+
+def cls_eval_copies(model, examples, ds, label_ids, pad_id, batch_size, device, accum: int = 0,
+                    copies: int = 1) -> list[tuple[list, list, float]]:
+    """_cls_eval for a model whose forward answers each batch ``copies`` times, in blocks of the
+    batch's rows (a fused group's members evaluated in one pass: fused.evaluation); one
+    (predictions, scores, mean loss) per copy, each computed as a single model's would be."""
+    out = [([], [], 0.0) for _ in range(copies)]
+    pending: list[list[tuple]] = [[] for _ in range(copies)]
 
     def flush():
-        nonlocal loss_sum
-        if pending:
-            preds.extend(torch.cat([p for p, _, _ in pending]).tolist())
-            if ds.task == "stsb":
-                scores.extend(torch.cat([s for _, s, _ in pending]).tolist())
-            loss_sum += float(torch.stack([lo for _, _, lo in pending]).sum().item())
-            pending.clear()
+        for c, waiting in enumerate(pending):
+            if waiting:
+                preds, scores, loss_sum = out[c]
+                preds.extend(torch.cat([p for p, _, _ in waiting]).tolist())
+                if ds.task == "stsb":
+                    scores.extend(torch.cat([s for _, s, _ in waiting]).tolist())
+                out[c] = (preds, scores, loss_sum + float(torch.stack([lo for _, _, lo in waiting]).sum().item()))
+                waiting.clear()
 
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             batch = {k: v.to(device) for k, v in D.collate(examples[i:i + batch_size], pad_id).items()}
-            logits = label_logits(model, batch)
+            every = label_logits(model, batch)
             target = torch.tensor(label_ids, device=device)[batch["labels"]]
-            loss = F.cross_entropy(logits, target, reduction="sum")
-            sub = logits[:, label_ids]
-            score = None
-            if ds.task == "stsb":
-                score = (sub.softmax(-1) * torch.arange(len(label_ids), device=device)).sum(-1)
-            pending.append((sub.argmax(-1), score, loss))
-            if len(pending) >= max(1, accum):
+            rows = len(target)
+            for c in range(copies):
+                logits = every[c * rows:(c + 1) * rows]
+                loss = F.cross_entropy(logits, target, reduction="sum")
+                sub = logits[:, label_ids]
+                score = None
+                if ds.task == "stsb":
+                    score = (sub.softmax(-1) * torch.arange(len(label_ids), device=device)).sum(-1)
+                pending[c].append((sub.argmax(-1), score, loss))
+            if len(pending[0]) >= max(1, accum):
                 flush()
         flush()
-    return preds, scores, loss_sum / len(examples)
+    return [(preds, scores, loss_sum / len(examples)) for preds, scores, loss_sum in out]
 
 
 def evaluate_split(model, tokenizer, examples, ds, cfg, label_ids, split, extra=None) -> tuple[dict, list]:
     """Metrics (names as lat_core/results expects) and per-example predictions for one split."""
     from . import metrics as M
-    device = next(model.parameters()).device
-    bs = cfg.eval.batch_size or cfg.train.batch_size
-    pad_id = tokenizer.pad_token_id
+    if ds.kind == "cls":
+        return evaluate_cls_copies(model, tokenizer, examples, ds, cfg, label_ids, extra)[0]
     model.eval()
     try:
-        if ds.kind == "cls":
-            preds, scores, loss = _cls_eval(model, examples, ds, label_ids, pad_id, bs, device,
-                                            cfg.train.eval_accumulation_steps)
-            golds = [e["label"] for e in examples]
-            if ds.task == "stsb":
-                gold_scores = [e["score"] for e in examples]
-                metrics = {**M.regression(scores, gold_scores), "loss": loss}
-                rows = [{"pred": p, "gold": g} for p, g in zip(scores, gold_scores)]
-            else:
-                metrics = {**M.classification(ds.task, preds, golds), "loss": loss}
-                rows = [{"pred": p, "gold": g} for p, g in zip(preds, golds)]
-            if extra:  # MNLI mismatched
-                mm_preds, _, _ = _cls_eval(model, extra, ds, label_ids, pad_id, bs, device)
-                metrics["accuracy_mm"] = M.classification(
-                    ds.task, mm_preds, [e["label"] for e in extra])["accuracy"]
-            return metrics, rows
         from .generate import generate
+        bs = cfg.eval.batch_size or cfg.train.batch_size
         texts = generate(model, tokenizer, [e["prompt_ids"] for e in examples], cfg, bs)
         rows_in = [e["row"] for e in examples]
         if ds.task == "samsum":
@@ -167,14 +163,34 @@ def evaluate_split(model, tokenizer, examples, ds, cfg, label_ids, split, extra=
         model.train()
 
 
-def evaluate(model, examples, label_ids, pad_id, batch_size) -> dict:
-    """Accuracy and mean label-token loss on a binary classification split (kept for callers)."""
-    ds = D.Dataset("x", [], [], kind="cls", task="accuracy")
-    preds, _, loss = _cls_eval(model, examples, ds, label_ids, pad_id, batch_size,
-                               next(model.parameters()).device)
-    model.train()
-    acc = sum(int(p == e["label"]) for p, e in zip(preds, examples)) / len(examples)
-    return {"accuracy": acc, "loss": loss}
+def evaluate_cls_copies(model, tokenizer, examples, ds, cfg, label_ids, extra=None,
+                        copies: int = 1) -> list[tuple[dict, list]]:
+    """A classification split's (metrics, predictions) for each of ``copies`` (cls_eval_copies)."""
+    from . import metrics as M
+    device = next(model.parameters()).device
+    bs = cfg.eval.batch_size or cfg.train.batch_size
+    pad_id = tokenizer.pad_token_id
+    model.eval()
+    try:
+        per_copy = cls_eval_copies(model, examples, ds, label_ids, pad_id, bs, device,
+                                   cfg.train.eval_accumulation_steps, copies)
+        mm = cls_eval_copies(model, extra, ds, label_ids, pad_id, bs, device, copies=copies) if extra else None
+    finally:
+        model.train()
+    golds = [e["label"] for e in examples]
+    out = []
+    for c, (preds, scores, loss) in enumerate(per_copy):
+        if ds.task == "stsb":
+            gold_scores = [e["score"] for e in examples]
+            metrics = {**M.regression(scores, gold_scores), "loss": loss}
+            rows = [{"pred": p, "gold": g} for p, g in zip(scores, gold_scores)]
+        else:
+            metrics = {**M.classification(ds.task, preds, golds), "loss": loss}
+            rows = [{"pred": p, "gold": g} for p, g in zip(preds, golds)]
+        if mm:  # MNLI mismatched
+            metrics["accuracy_mm"] = M.classification(ds.task, mm[c][0], [e["label"] for e in extra])["accuracy"]
+        out.append((metrics, rows))
+    return out
 
 
 def write_predictions(out: Path, step: int, split: str, rows: list[dict]) -> Path:

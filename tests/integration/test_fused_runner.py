@@ -71,6 +71,50 @@ def test_group_writes_each_members_files_and_matches_single_jobs(tmp_path, base)
             torch.testing.assert_close(st["exp_avg"], theirs_opt["state"][k]["exp_avg"], rtol=1e-4, atol=1e-8)
 
 
+def _evals(d):
+    return [(e["step"], e["split"], e["metrics"]) for e in events_of(d, "eval")]
+
+
+def test_members_due_together_evaluate_in_one_pass_with_their_own_results(tmp_path, base, monkeypatch):
+    """Same batch size: a and b evaluate at step 2, 4 and 6 in shared passes, c (4 steps) with
+    them at 2 and 4 and alone at its end; every member's metrics, predictions and best equal its
+    single-job run's."""
+    from lat_core.train.fused import evaluation
+    copies = []
+    real = evaluation.evaluate_cls_copies
+    monkeypatch.setattr(evaluation, "evaluate_cls_copies", lambda *a, **k: copies.append(k["copies"]) or real(*a, **k))
+    same = {"batch_size": 8, "eval_every": 2}
+    dirs = folders(tmp_path / "fused", base, a=same, b=same, c=same)
+    assert main([str(d) for d in dirs]) == 0
+    assert copies == [3, 3, 2]   # step 2 and 4: a, b, c; step 6: a and b; c's last (4) shared too
+    for d in dirs:
+        p, t, seed = MEMBERS[d.name]
+        alone = load_config(str(job_dir(tmp_path / "alone", d.name, base, peft=dict(p), train={**t, **same},
+                                        seed=seed) / "job.yaml"))
+        run_alone(alone)
+        ours, theirs = _evals(d), _evals(alone.output_dir)
+        assert [(s, sp) for s, sp, _ in ours] == [(s, sp) for s, sp, _ in theirs] and ours
+        for (_, _, mine), (_, _, want) in zip(ours, theirs):
+            assert mine["accuracy"] == want["accuracy"] and mine["loss"] == pytest.approx(want["loss"], rel=1e-5)
+        step = ours[-1][0]
+        assert (d / f"predictions/step-{step}-validation.jsonl").read_text() == \
+            (alone.output_dir / f"predictions/step-{step}-validation.jsonl").read_text()
+
+
+def test_a_shared_evaluation_that_fails_falls_back_to_each_member_alone(tmp_path, base, monkeypatch, capfd):
+    from lat_core.train.fused import evaluation
+
+    def broken(*_a, **_k):
+        raise RuntimeError("shared pass broke")
+    monkeypatch.setattr(evaluation, "_evaluate_together", broken)
+    same = {"batch_size": 8}
+    dirs = folders(tmp_path, base, a=same, b=same, c=same)
+    assert main(["--attempt", "1", *map(str, dirs)]) == 0
+    assert all(read_exit(exit_record_path(d, 1)).returncode == 0 and _evals(d) for d in dirs)
+    assert "evaluation of 3 members in one pass failed (RuntimeError: shared pass broke); each evaluates alone" \
+        in capfd.readouterr().out   # the group's own lines: its first member's train.log when launched
+
+
 def test_member_resumes_from_its_checkpoint(tmp_path, base):
     whole = folders(tmp_path / "whole", base, a={"lr_scheduler": "constant"})
     assert main([str(d) for d in whole]) == 0

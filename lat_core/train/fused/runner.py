@@ -75,8 +75,15 @@ def started(m: Member, group, resumed: bool) -> None:
     m.out.log(f"graphs: {'on' if group.graphs is not None else 'off'} for the group ({group.graphs_why})")
 
 
-def after_step(m: Member) -> None:
-    """Log, evaluate and save as the Trainer's DefaultFlowCallback would at this step."""
+def eval_due(m: Member) -> bool:
+    """The Trainer's evaluation cadence: every eval_every steps and at the last."""
+    return m.run.step % m.run.cfg.train.eval_every == 0 or m.run.step >= m.run.cfg.train.max_steps
+
+
+def after_step(m: Member, evaluated=None) -> None:
+    """Log, evaluate and save as the Trainer's DefaultFlowCallback would at this step.  evaluated:
+    the member's evaluation at this step when the group ran it (fused.evaluation.evaluate_due: its
+    results, or the exception it raised), else None."""
     run, tr = m.run, m.run.cfg.train
     step, last = run.step, run.step >= tr.max_steps
     loss = run.step_loss
@@ -94,8 +101,10 @@ def after_step(m: Member) -> None:
         m.out.log(f"step {step}/{tr.max_steps} loss {value:.4f} lr {lr:.1e} {tps:,.0f} tok/s")
         m.t_log, m.pause, run.step_tokens = now, 0.0, 0
     t0 = time.perf_counter()
-    if step % tr.eval_every == 0 or last:
-        for split, metrics in m.lat.evaluate(m.view, step):
+    if eval_due(m):
+        if isinstance(evaluated, BaseException):
+            raise evaluated
+        for split, metrics in (m.lat.evaluate(m.view, step) if evaluated is None else evaluated):
             m.out.events.emit("eval", step=step, split=split, metrics=metrics)
             m.out.log(f"eval step {step} {split}: " + " ".join(
                 f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
@@ -133,6 +142,20 @@ def leave(m: Member, returncode: int, why: str) -> None:
     log(f"{m.run.cfg.name}: {why}")
 
 
+def evaluate_together(group, stepped: list[Member]) -> dict[int, object]:
+    """The evaluations due after this pass, members sharing their batches in one pass
+    (fused.evaluation); the time they took is a pause in each one's tokens/s, as its own is."""
+    from .evaluation import evaluate_due
+    due = [m for m in stepped if eval_due(m)]
+    if not due:
+        return {}
+    t0 = time.perf_counter()
+    evaluated = evaluate_due(group, due)
+    for m in due:
+        m.pause += time.perf_counter() - t0
+    return evaluated
+
+
 def train_group(group, members: list[Member]) -> None:
     """Micro-steps until every member has left the group."""
     stop = {"signal": None}
@@ -159,10 +182,11 @@ def train_group(group, members: list[Member]) -> None:
             by_run = {id(m.run): m for m in members}
             for run, exc in broken:
                 fail(by_run[id(run)], exc)
+            evaluated = evaluate_together(group, [by_run[id(run)] for run in stepped])
             for run in stepped:
                 m = by_run[id(run)]
                 try:
-                    after_step(m)
+                    after_step(m, evaluated.get(id(m)))
                 except Exception as exc:  # noqa: BLE001 - its loss, evaluation or save: its own failure
                     fail(m, exc)
                     continue
