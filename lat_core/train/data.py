@@ -298,6 +298,11 @@ def bucket_widths(max_seq_len: int, smallest: int = 16) -> list[int]:
     return out + [max_seq_len]
 
 
+def bucket_width(widths: list[int], longest: int) -> int:
+    """The smallest of ``widths`` that holds ``longest`` tokens (``longest`` itself past the last)."""
+    return next((w for w in widths if w >= longest), longest)
+
+
 def scored_targets(batch: dict, keep: int) -> torch.Tensor:
     """[rows, keep - 1]: the token each of the last keep - 1 positions' predecessors must predict
     (the logits of positions width-keep .. width-2), -100 where nothing is scored.  Classification
@@ -380,7 +385,7 @@ class TrainCollate:
             return {**packed_batch(examples), "n_tokens": n_tokens}
         if kind == "static":
             longest = max(len(e["input_ids"]) for e in examples)
-            width = next(w for w in self.layout.widths if w >= longest)
+            width = bucket_width(self.layout.widths, longest)
             keep = self.layout.keep(width, "label" in examples[0])
             rows = max(self.layout.rows, len(examples))
             return {**static_batch(examples, self.pad_id, rows, width, keep), "n_tokens": n_tokens}

@@ -92,17 +92,13 @@ def mean_loss_fn(label_ids, device):
     return fn
 
 
-def _cls_eval(model, examples, ds, label_ids, pad_id, batch_size, device, accum: int = 0):
-    """Predictions, STS-B scores and mean loss; results stay on the device for `accum` batches
-    (EVAL_ACCUMULATION_STEPS; 0: moved to the host after every batch)."""
-    return cls_eval_copies(model, examples, ds, label_ids, pad_id, batch_size, device, accum)[0]
-
-
 def cls_eval_copies(model, examples, ds, label_ids, pad_id, batch_size, device, accum: int = 0,
                     copies: int = 1) -> list[tuple[list, list, float]]:
-    """_cls_eval for a model whose forward answers each batch ``copies`` times, in blocks of the
-    batch's rows (a fused group's members evaluated in one pass: fused.evaluation); one
-    (predictions, scores, mean loss) per copy, each computed as a single model's would be."""
+    """Predictions, STS-B scores and mean loss, one triple per copy: the model's forward answers each
+    batch ``copies`` times, in blocks of the batch's rows (1 for a job alone; a fused group's members
+    evaluated in one pass: fused.evaluation), each copy computed as a single model's would be.
+    Results stay on the device for `accum` batches (EVAL_ACCUMULATION_STEPS; 0: moved to the host
+    after every batch)."""
     out = [([], [], 0.0) for _ in range(copies)]
     pending: list[list[tuple]] = [[] for _ in range(copies)]
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from .. import data as D
 from ..graphs import GraphedAdamW, PadKeyMask, capture, graphs_blocker, on_side_stream
 from .stacked import BatchLayout
+from .step import pass_widths
 
 STATIC_KEYS = ("input_ids", "attention_mask", "target", "row_job")
 
@@ -63,7 +64,7 @@ def static_fused_batch(parts, rows: list[int], widths: list[int], pad_id: int) -
     pad rows), `row_job` each row's member, `rows` the rows of every member (0: not in this step)
     and `key` what a captured graph is specific to."""
     longest = max(len(e["input_ids"]) for _, examples, _ in parts for e in examples)
-    width = next((w for w in widths if w >= longest), longest)
+    width = D.bucket_width(widths, longest)
     per_job = [0] * len(rows)
     ids, mask, target, row_job = [], [], [], []
     for j, examples, labels in parts:
@@ -92,7 +93,7 @@ class FusedGraphs:
         runs = group.runs
         self.model, self.slot, self.device, self.pad_id = group.base, group.slot, group.device, group.pad_id
         self.rows = [r.cfg.train.batch_size for r in runs]
-        self.widths = D.bucket_widths(max(r.cfg.train.max_seq_len for r in runs))
+        self.widths = pass_widths(runs)
         self.pad_mask = PadKeyMask(group.base)
         self.dtype = next(group.base.parameters()).dtype
         self.scored = torch.ones(len(runs), dtype=torch.float32, device=self.device)

@@ -150,7 +150,7 @@ def folds(runs: list[MemberRun], windows: list[list[tuple]]) -> bool:
         return False
     examples = [e for w in windows for ex, _ in w for e in ex]
     longest = max(len(e["input_ids"]) for e in examples)
-    width = next((w for w in pass_widths(runs) if w >= longest), longest)
+    width = D.bucket_width(pass_widths(runs), longest)
     return len(examples) * width <= fold_cap(runs)
 
 
