@@ -115,6 +115,36 @@ def test_a_shared_evaluation_that_fails_falls_back_to_each_member_alone(tmp_path
         in capfd.readouterr().out   # the group's own lines: its first member's train.log when launched
 
 
+def test_a_plain_logging_steps_event_is_written_after_the_next_pass_is_queued(tmp_path, base, monkeypatch):
+    """Reading a step's loss waits for the GPU: a step that only logs writes its event once the next
+    pass is queued; a step that evaluates, saves or ends writes it at once, before its other events."""
+    from lat_core.train.fused import runner
+    order = []
+    real_step, real_write = runner.micro_step, runner.write_step_log
+
+    def micro_step(*a, **k):
+        order.append("pass")
+        return real_step(*a, **k)
+
+    def write_step_log(m):
+        if m.pending is not None:
+            order.append((m.run.cfg.name, m.pending.step))
+        real_write(m)
+    monkeypatch.setattr(runner, "micro_step", micro_step)
+    monkeypatch.setattr(runner, "write_step_log", write_step_log)
+    dirs = folders(tmp_path, base, a={"batch_size": 8}, b={"batch_size": 8, "grad_accum": 1},
+                   c={"batch_size": 8, "max_steps": 6})
+    group, members = start_group(*open_members(parse_args([str(d) for d in dirs]), []), False)
+    train_group(group, members)
+    passes_before = {entry: order[:i].count("pass") for i, entry in enumerate(order) if entry != "pass"}
+    for name in "abc":   # one step a pass; evaluation and checkpoints at 3 and 6 (the last)
+        assert [passes_before[(name, s)] for s in range(1, 7)] == [2, 3, 3, 5, 6, 6]
+    for d in dirs:   # each step event before its step's evaluation and checkpoint; failed/finished last
+        names = [(e["event"], e.get("step")) for e in events_of(d) if e["event"] in ("step", "eval", "checkpoint")]
+        assert names[:4] == [("step", 1), ("step", 2), ("step", 3), ("eval", 3)]
+        assert [e["event"] for e in events_of(d)][-1] == "finished"
+
+
 def test_member_resumes_from_its_checkpoint(tmp_path, base):
     whole = folders(tmp_path / "whole", base, a={"lr_scheduler": "constant"})
     assert main([str(d) for d in whole]) == 0

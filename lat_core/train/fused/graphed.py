@@ -110,7 +110,10 @@ class FusedGraphs:
         brings (more than one when the pass folds its accumulation)."""
         rows = [batch * micro for batch, micro in zip(self.rows, p.micro)]
         host = static_fused_batch(p.parts, rows, self.widths, self.pad_id)
-        self.scored.copy_(torch.tensor([float(r.window_scored) for r in runs]))
+        host["scored"] = torch.tensor([float(r.window_scored) for r in runs])
+        if self.device.type == "cuda":   # copies from pinned memory queue without waiting for the GPU
+            host.update({name: host[name].pin_memory() for name in (*STATIC_KEYS, "scored")})
+        self.scored.copy_(host["scored"], non_blocking=True)
         key = host["key"]
         cap = self.captured.get(key)
         if cap is not None:

@@ -6,6 +6,10 @@ cancel marker; SIGTERM to the group cancels every member).  The others go on.
 
 An error inside the shared forward or backward cannot be put on one member: every member still in
 the group fails with it.
+
+A step event is written one pass late where nothing else happens at that step (StepLog): reading a
+loss waits for the GPU, and reading it after the next pass is queued lets the host build that pass
+while the GPU runs the last one, instead of the two taking turns at every logged step.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import math
 import os
 import signal
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -23,6 +28,16 @@ from .member_io import CANCELLED_RC, MemberOut, MemberView, trainer_state
 from .step import MemberRun, micro_step
 
 
+@dataclass
+class StepLog:
+    """A logged step whose event waits for the next pass to be queued: its loss (on the device),
+    learning rate and the tokens trained since the member's previous step event."""
+    step: int
+    loss: torch.Tensor
+    tokens: int
+    lr: float
+
+
 class Member:
     """A member's run state, its files and the single job's bookkeeping (LatRun)."""
 
@@ -31,6 +46,7 @@ class Member:
         self.t_log, self.pause = time.perf_counter(), 0.0
         self.left = False
         self.returncode: int | None = None   # how it left the group, as a process of its own would exit
+        self.pending: StepLog | None = None  # a step event not yet written (write_step_log)
 
 
 def make_member(group, j: int, out: MemberOut) -> Member:
@@ -83,23 +99,18 @@ def eval_due(m: Member) -> bool:
 def after_step(m: Member, evaluated=None) -> None:
     """Log, evaluate and save as the Trainer's DefaultFlowCallback would at this step.  evaluated:
     the member's evaluation at this step when the group ran it (fused.evaluation.evaluate_due: its
-    results, or the exception it raised), else None."""
+    results, or the exception it raised), else None.  A step that only logs leaves its event
+    pending (m.pending, written by write_step_log after the next pass is queued)."""
+    write_step_log(m)
     run, tr = m.run, m.run.cfg.train
     step, last = run.step, run.step >= tr.max_steps
-    loss = run.step_loss
-    run.step_loss = None
+    saves = step % tr.save_every == 0 or last
     if step == 1 or step % tr.log_every == 0:
-        value = float(loss)
-        if not math.isfinite(value):
-            raise FloatingPointError(f"loss is {value} at step {step}")
-        now = time.perf_counter()
-        tps = run.step_tokens / max(now - m.t_log - m.pause, 1e-9)
-        lr = m.lat.lr_of(step)
-        gpu = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
-        m.out.events.emit("step", step=step, loss=value, lr=lr, tokens_per_s=round(tps, 1),
-                          tokens=run.step_tokens, peak_gpu_bytes=gpu)
-        m.out.log(f"step {step}/{tr.max_steps} loss {value:.4f} lr {lr:.1e} {tps:,.0f} tok/s")
-        m.t_log, m.pause, run.step_tokens = now, 0.0, 0
+        m.pending = StepLog(step, run.step_loss, run.step_tokens, m.lat.lr_of(step))
+        run.step_tokens = 0
+        if eval_due(m) or saves:   # its events follow the step event, as the Trainer orders them
+            write_step_log(m)
+    run.step_loss = None
     t0 = time.perf_counter()
     if eval_due(m):
         if isinstance(evaluated, BaseException):
@@ -108,15 +119,45 @@ def after_step(m: Member, evaluated=None) -> None:
             m.out.events.emit("eval", step=step, split=split, metrics=metrics)
             m.out.log(f"eval step {step} {split}: " + " ".join(
                 f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
-    if step % tr.save_every == 0 or last:
+    if saves:
         path = m.lat.save(m.view, trainer_state(step, tr.max_steps, run.cfg), tr.save_optimizer_state)
         m.out.events.emit("checkpoint", step=step, path=path.name, optimizer_saved=tr.save_optimizer_state)
         m.out.log(f"saved {path.name}" + ("" if tr.save_optimizer_state else " (without optimizer state)"))
     m.pause += time.perf_counter() - t0
 
 
+def write_step_log(m: Member) -> None:
+    """The member's pending step event, if any; a non-finite loss raises (the member fails, as at a
+    logging step alone).  Tokens/s is over the time since its previous step event, less pauses."""
+    entry, m.pending = m.pending, None
+    if entry is None:
+        return
+    value = float(entry.loss)
+    if not math.isfinite(value):
+        raise FloatingPointError(f"loss is {value} at step {entry.step}")
+    now = time.perf_counter()
+    tps = entry.tokens / max(now - m.t_log - m.pause, 1e-9)
+    gpu = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+    m.out.events.emit("step", step=entry.step, loss=value, lr=entry.lr, tokens_per_s=round(tps, 1),
+                      tokens=entry.tokens, peak_gpu_bytes=gpu)
+    m.out.log(f"step {entry.step}/{m.run.cfg.train.max_steps} loss {value:.4f} lr {entry.lr:.1e} {tps:,.0f} tok/s")
+    m.t_log, m.pause = now, 0.0
+
+
+def write_step_logs(members: list[Member]) -> None:
+    """Every member's pending step event (after the next pass is queued); a member whose loss is
+    not finite fails."""
+    for m in members:
+        if m.pending is not None and not m.left:
+            try:
+                write_step_log(m)
+            except Exception as exc:  # noqa: BLE001 - its loss: its own failure
+                fail(m, exc)
+
+
 def finish(m: Member) -> None:
     from ..checkpoints import save_adapter
+    write_step_log(m)
     save_adapter(m.view, m.run.cfg.output_dir / "final")
     m.out.events.emit("memory", **peak_memory())
     elapsed = time.time() - m.out.t0
@@ -126,14 +167,24 @@ def finish(m: Member) -> None:
 
 
 def fail(m: Member, exc: BaseException) -> None:
+    _write_pending_quietly(m)
     m.out.events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000])
     m.out.log(f"error: {type(exc).__name__}: {exc}")
     leave(m, 1, f"failed: {type(exc).__name__}")
 
 
 def cancel(m: Member, why: str) -> None:
+    _write_pending_quietly(m)
     m.out.log(f"cancelled: {why}")
     leave(m, CANCELLED_RC, "cancelled")
+
+
+def _write_pending_quietly(m: Member) -> None:
+    """Before a member fails or is cancelled: its last step event, if its loss can still be read."""
+    try:
+        write_step_log(m)
+    except Exception:  # noqa: BLE001 - a non-finite loss or a broken device: the failure says why
+        pass
 
 
 def leave(m: Member, returncode: int, why: str) -> None:
@@ -179,9 +230,11 @@ def train_group(group, members: list[Member]) -> None:
                     if not m.left:
                         fail(m, exc)
                 raise
+            write_step_logs(members)   # the last pass's: this one is queued behind it
             by_run = {id(m.run): m for m in members}
             for run, exc in broken:
                 fail(by_run[id(run)], exc)
+            stepped = [run for run in stepped if not by_run[id(run)].left]
             evaluated = evaluate_together(group, [by_run[id(run)] for run in stepped])
             for run in stepped:
                 m = by_run[id(run)]
