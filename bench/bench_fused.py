@@ -50,8 +50,9 @@ def parse_args(argv=None):
     p.add_argument("--fla-recurrent", action="store_true",
                    help="also time fused-graphs with fla's own kernel for rows of 64 tokens or fewer (fused_recurrent_gla)")
     p.add_argument("--profile", action="store_true",
-                   help="after timing: where the GPU's time goes in two eager fused steps (torch.profiler, "
-                        "kernels by self device time; a graph replays the same kernels)")
+                   help="after timing: where the GPU's time goes in two steps of the graphed fused side (the "
+                        "eager one without a GPU graph side; torch.profiler, kernels by self device time) and "
+                        "the GPU's busy time per step against the step's wall time")
     return p.parse_args(argv)
 
 
@@ -105,13 +106,18 @@ def timed(fn, a, sync) -> float:
     return (time.perf_counter() - t0) / a.steps
 
 
-def print_profile(step, sync) -> None:
+def print_profile(name, step, sync, steps: int = 2) -> None:
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(2):
+        t0 = time.perf_counter()
+        for _ in range(steps):
             step()
         sync()
-    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=70))
+        wall = (time.perf_counter() - t0) / steps
+    table = prof.key_averages()
+    busy = sum(e.self_device_time_total for e in table) / 1e3 / steps   # us -> ms
+    print(f"profile of {name}: GPU kernels {busy:.1f} ms per step, wall {wall * 1e3:.1f} ms per step (profiled)")
+    print(table.table(sort_by="self_device_time_total", row_limit=30, max_name_column_width=70))
 
 
 def main(argv=None) -> int:
@@ -128,6 +134,9 @@ def main(argv=None) -> int:
     from lat_core.train import data as D
 
     device = torch.device(a.device)
+    from lat_core.train.fused.stacked import adapters_in_tf32
+    if adapters_in_tf32(getattr(torch, a.dtype), device):   # as build_group sets it for a group
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
     if device.type == "cpu":
         torch.set_num_threads(1)   # as a CPU job runs (train.num_threads defaults to 1)
     cfgs = job_cfgs(a)
@@ -195,7 +204,8 @@ def main(argv=None) -> int:
     for name in list(best)[1:]:
         print(f"{name} / {first} speed: {best[first] / best[name]:.2f}x")
     if a.profile and device.type == "cuda":
-        print_profile(sides["fused"], sync)
+        name = "fused-graphs" if "fused-graphs" in sides else "fused"
+        print_profile(name, sides[name], sync)
     return 0
 
 
