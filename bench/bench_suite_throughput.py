@@ -1,12 +1,13 @@
 """Suite throughput on one GPU: the old launch scripts' way against LAT's defaults, in one call.
 
-    python bench/bench_suite_throughput.py --gpu 0 [--steps 20] [--mps] [--json OUT]
+    python bench/bench_suite_throughput.py --gpu 0 [--steps 20] [--data tiny,long] [--mps] [--json OUT]
 
 The suite is ``gla_rank_sweep`` (8 GLA LoRA jobs, ranks 4-32) on the GLA-1.3B architecture with
 random weights, its hyperparameters unchanged (batch 8 x accumulation 2, lr 2e-4, seq 256, bf16)
 except a fixed number of optimizer steps, on the shipped SST-2 sample (short GLUE sentences;
-``--data long``: synthetic SST-2 files whose examples all fill the sequence). Sides, each from an empty output tree and its own copy of the (warm) Triton cache
-named by TRITON_CACHE_DIR (SPEED lists each side's settings):
+``--data long``: synthetic SST-2 files whose examples all fill the sequence; ``--data tiny,long``:
+both in turn, each in its own folder under ``--out``). Sides, each from an empty output tree and
+its own copy of the (warm) Triton cache named by TRITON_CACHE_DIR (SPEED lists each side's settings):
 
 1. ``old``: the seeds' scripts: 3 jobs per GPU in rounds with a barrier, gradient checkpointing on;
 2. ``lat-eager``: ``lat-tui --plan`` as LAT ran before issue 17 (``slots: auto``, memory-aware
@@ -253,33 +254,45 @@ def compare_losses(reference: dict, other: dict) -> dict:
             "max_rel_diff": round(worst, 5), "worst_job": worst_job}
 
 
-def main() -> None:
+DATA = ("tiny", "long")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpu", type=int, default=0)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--suite", default="gla_rank_sweep")
-    parser.add_argument("--data", choices=["tiny", "long"], default="tiny",
-                        help="tiny: the shipped SST-2 sample (short GLUE sentences, as researchers run); "
-                             "long: synthetic SST-2 files whose examples all fill max_seq_len")
+    parser.add_argument("--data", default="tiny",
+                        help="comma-separated, run in turn: tiny: the shipped SST-2 sample (short GLUE sentences, "
+                             "as researchers run); long: synthetic SST-2 files whose examples all fill max_seq_len")
     parser.add_argument("--out", default="/tmp/lat-suite-bench")
     parser.add_argument("--mps", action="store_true", help="also run lat+mps (a private CUDA MPS daemon)")
     parser.add_argument("--sides", default="", help="comma-separated, from " + ",".join(SPEED))
     parser.add_argument("--reference", help="--json of an earlier call on the same machine: its sides join this "
                                             "call's ratios and loss checks (not run again)")
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    out = Path(args.out)
-    data = write_sst2(out / "glue") if args.data == "long" else None
-    sides = args.sides.split(",") if args.sides else (["old", "lat-eager", "lat"] + (["lat+mps"] if args.mps else []))
-    results = []
-    for side in sides:
-        print(f"== {side}", flush=True)
-        results.append(run_side(args, side, out, data))
-        row = {k: v for k, v in results[-1].items() if k not in ("losses", "job_dirs")}
-        print(json.dumps(row), flush=True)
-    if args.reference:
-        earlier = [r for r in json.loads(Path(args.reference).read_text()) if r["side"] not in sides]
-        results = [{**r, "from": args.reference} for r in earlier] + results
+    parser.add_argument("--json", help="every side's results (with its losses), rewritten after each side, so a "
+                                       "call cut short keeps the sides it finished")
+    args = parser.parse_args(argv)
+    args.data = args.data.split(",")
+    args.sides = args.sides.split(",") if args.sides else (["old", "lat-eager", "lat"] + (["lat+mps"] if args.mps else []))
+    unknown = [d for d in args.data if d not in DATA] + [s for s in args.sides if s not in SPEED]
+    if unknown:
+        parser.error(f"unknown data or side: {', '.join(unknown)} (data: {', '.join(DATA)}; sides: {', '.join(SPEED)})")
+    return args
+
+
+def joined(results: list[dict], reference: str | None, data: str, sides: list[str]) -> list[dict]:
+    """This data's results, after the reference's sides on the same data that this call did not run
+    (a result without ``data``, from before --data took a list, counts as the data it is joined to)."""
+    if not reference:
+        return results
+    earlier = [r for r in json.loads(Path(reference).read_text())
+               if r.get("data", data) == data and r["side"] not in sides]
+    return [{**r, "from": reference} for r in earlier] + results
+
+
+def compare_sides(results: list[dict]) -> None:
+    """Wall-time ratios to ``old`` and every side's loss check against ``old`` (else ``lat-eager``)."""
     old = next((r for r in results if r["side"] == "old"), None)
     ref = old or next((r for r in results if r["side"] == "lat-eager"), None)
     for r in results:
@@ -287,10 +300,32 @@ def main() -> None:
             r["speedup_vs_old"] = round(old["wall_s"] / r["wall_s"], 2)
         if ref is not None and r is not ref and "wall_s" in r:
             r[f"loss_check_vs_{ref['side']}"] = compare_losses(ref, r)
-    summary = [{k: v for k, v in r.items() if k not in ("losses", "job_dirs")} for r in results]
-    print(json.dumps(summary, indent=1))
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    root = Path(args.out)
+    done: list[dict] = []
+    for data in args.data:
+        out = root / data if len(args.data) > 1 else root
+        files = write_sst2(out / "glue") if data == "long" else None
+        results = []
+        for side in args.sides:
+            print(f"== {data}: {side}", flush=True)
+            results.append({"data": data, **run_side(args, side, out, files)})
+            print(json.dumps(summary_row(results[-1])), flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(done + results, indent=1))
+        results = joined(results, args.reference, data, args.sides)
+        compare_sides(results)
+        print(json.dumps([summary_row(r) for r in results], indent=1))
+        done += results
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps(done, indent=1))
+
+
+def summary_row(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k not in ("losses", "job_dirs")}
 
 
 if __name__ == "__main__":

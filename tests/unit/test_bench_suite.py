@@ -41,3 +41,28 @@ def test_each_side_sets_its_speed_modes_and_lat_leaves_them_to_the_defaults():
     assert fused.fuse == "auto" and mapping["overrides"]["train"]["graphs"] == "auto"
     assert plan("lat-eager-pack")[0]["overrides"]["train"]["pack"] is True
     assert plan("old")[0]["slots"] == 3
+
+
+def test_data_and_sides_are_lists_and_unknown_names_are_refused(capsys):
+    import pytest
+
+    from bench.bench_suite_throughput import parse_args
+    args = parse_args(["--data", "tiny,long"])
+    assert args.data == ["tiny", "long"] and args.sides == ["old", "lat-eager", "lat"]
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--data", "tiny,lnog", "--sides", "lat,fast"])
+    assert exc.value.code == 2 and "unknown data or side: lnog, fast" in capsys.readouterr().err
+
+
+def test_a_reference_joins_only_the_sides_of_the_same_data_this_call_did_not_run(tmp_path):
+    import json
+
+    from bench.bench_suite_throughput import joined
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps([{"data": "long", "side": "old"}, {"data": "tiny", "side": "old"},
+                               {"data": "long", "side": "lat"}, {"side": "lat-eager"}]))
+    mine = [{"data": "long", "side": "lat"}]
+    got = joined(mine, str(ref), "long", ["lat"])
+    assert [(r.get("data"), r["side"]) for r in got] == [("long", "old"), (None, "lat-eager"), ("long", "lat")]
+    assert got[0]["from"] == str(ref) and "from" not in got[-1]
+    assert joined(mine, None, "long", ["lat"]) == mine
