@@ -12,12 +12,17 @@ over the jobs, each job ``--rows`` rows of ``--seq`` tokens per optimizer step:
 - fused: one base with stacked adapters (lat_core/train/fused), one forward/backward per step over
   all jobs' rows, each job's own AdamW (step.micro_step, the group runner's code).
 
+- fused-packed: the fused step with every job's rows packed into one row without padding
+  (fused/packed.py, fla's varlen path; a group's default on the CPU);
 - fused-graphs (CUDA only): the fused step replayed from CUDA graphs (fused/graphed.py), each job's
   optimizer step a captured graph too.
 - fused-graphs-fla-recurrent (``--fla-recurrent``): the same with fla's own kernel for short rows
   (its recurrent decoding kernel; fla_gla.train_short_rows_in_chunks routes training to chunk_gla).
 
-Prints ms per optimizer step of all jobs, trained tokens/s and the ratios to separate.
+``--ragged``: each example between half of ``--seq`` and ``--seq`` tokens (short sentences vary;
+padding is what packing saves), else every example fills ``--seq``.
+
+Prints ms per optimizer step of all jobs, trained tokens/s and the ratios to the first side.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=8)
     p.add_argument("--rows", type=int, default=8)
     p.add_argument("--seq", type=int, default=16)
+    p.add_argument("--ragged", action="store_true", help="example lengths from seq/2 to seq, not all seq")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--hidden", type=int, default=64)
@@ -76,7 +82,8 @@ def examples(a, seed):
     import torch
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(10, a.vocab, (4 * a.rows, a.seq), generator=g).tolist()
-    return [{"input_ids": row, "label": i % 2} for i, row in enumerate(ids)]
+    lengths = torch.randint(a.seq // 2, a.seq + 1, (len(ids),), generator=g).tolist() if a.ragged else [a.seq] * len(ids)
+    return [{"input_ids": row[:n], "label": i % 2} for i, (row, n) in enumerate(zip(ids, lengths))]
 
 
 def with_fla_recurrent(step):
@@ -127,6 +134,7 @@ def main(argv=None) -> int:
 
     from lat_core.train.fused import members as M
     from lat_core.train.fused.graphed import FusedGraphs
+    from lat_core.train.fused.packed import PackedPass
     from lat_core.train.fused.step import MemberRun, micro_step, new_optimizer
     from lat_core.train.graphs import set_optimizer_mode
     from lat_core.train.hf_trainer import build_scheduler
@@ -150,7 +158,7 @@ def main(argv=None) -> int:
     wanted = a.sides.split(",") if a.sides else None
     separate = [wrap_peft(copy.deepcopy(base), c, environ={}) for c in cfgs] if not wanted or "separate" in wanted else []
     opts = [torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=2e-4) for m in separate]
-    batches = [{k: v.to(device) for k, v in D.collate(d[:a.rows], 0).items()} for d in data]
+    batches = [{k: v.to(device) for k, v in D.collate(d[:a.rows], 0).items()} for d in data]   # left-padded
     targets = torch.tensor(label_ids, device=device)
 
     def separate_step():
@@ -161,10 +169,11 @@ def main(argv=None) -> int:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-    graphed_base = copy.deepcopy(base) if device.type == "cuda" else None
+    graphed_base = copy.deepcopy(base) if device.type == "cuda" else None   # copies before fused's install
+    packed_base = copy.deepcopy(base) if not wanted or "fused-packed" in wanted else None
     recurrent_base = copy.deepcopy(base) if device.type == "cuda" and a.fla_recurrent else None
 
-    def fused_group(model, graphed: bool):
+    def fused_group(model, graphed: bool, packed: bool = False):
         slot, members = M.install(model, [M.replay_peft(model, c) for c in cfgs])
         runs = []
         for c, m, d in zip(cfgs, members, data):
@@ -174,10 +183,12 @@ def main(argv=None) -> int:
             run.start(0)
             runs.append(run)
         group = SimpleNamespace(base=model, slot=slot, runs=runs, device=device, pad_id=0)
-        graphs = FusedGraphs(group) if graphed else None
-        return lambda: micro_step(model, slot, runs, 0, device, graphs)
+        layout = FusedGraphs(group) if graphed else PackedPass(model, slot, device) if packed else None
+        return lambda: micro_step(model, slot, runs, 0, device, layout)
 
     sides = {"separate": separate_step, "fused": fused_group(base, False)}
+    if packed_base is not None:
+        sides["fused-packed"] = fused_group(packed_base, False, packed=True)
     if graphed_base is not None:   # CUDA graphs of the fused step (fused/graphed.py)
         sides["fused-graphs"] = fused_group(graphed_base, True)
         if a.fla_recurrent:   # the same, with fla's own kernel choice for short rows (the baseline)
@@ -193,10 +204,11 @@ def main(argv=None) -> int:
             best[name] = min(best[name], t)
             # as measured, so a call cut short by its time limit still reports what it timed
             print(f"round {round_ + 1}: {name} {t * 1e3:.1f} ms per step", file=sys.stderr, flush=True)
-    tokens = a.jobs * a.rows * a.seq
+    tokens = a.jobs * a.rows * sum(len(e["input_ids"]) for d in data for e in d) / sum(map(len, data))
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
           f"{a.jobs} jobs x {a.rows} rows x {a.seq} tokens, GLA hidden {a.hidden} x {a.layers} layers, "
-          f"{a.dtype}, ranks {a.ranks}, best of 2 rounds of {a.steps} steps after {a.warmup}")
+          f"{a.dtype}, ranks {a.ranks}{', ragged lengths' if a.ragged else ''}, best of 2 rounds of {a.steps} steps "
+          f"after {a.warmup}")
     print("| side | ms per step (all jobs) | trained tokens/s |\n| --- | --- | --- |")
     for name, t in best.items():
         print(f"| {name} | {t * 1e3:.1f} | {tokens / t:,.0f} |")

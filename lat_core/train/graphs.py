@@ -93,18 +93,23 @@ def resolve_modes(cfg: JobConfig, device: torch.device, world: int) -> SpeedMode
         graphs, graphs_why = False, blocker
     else:
         graphs, graphs_why = True, "static widths " + ",".join(map(str, _widths(cfg)))
-    if t.pack is False:
-        pack, pack_why = False, "train.pack: false"
-    elif graphs:
-        pack, pack_why = False, "graphs on: a graph replays fixed shapes, a packed row changes every step"
-    elif cfg.model.family != "gla":
-        pack, pack_why = False, f"{cfg.model.family} has no varlen path here"
-    elif t.pack == "auto" and device.type == "cuda":
-        pack, pack_why = False, (f"auto: on {device.type} a packed step measured slower than the padded one "
-                                 "(bench/RESULTS.md, 2026-11-23); train.pack: true packs anyway")
-    else:
-        pack, pack_why = True, "one row per micro-batch, fla varlen (cu_seqlens)"
+    pack, pack_why = pack_decision(cfg, device, graphs)
     return SpeedModes(graphs, graphs_why, pack, pack_why)
+
+
+def pack_decision(cfg: JobConfig, device: torch.device, graphs: bool) -> tuple[bool, str]:
+    """(on, why) for train.pack, given whether the step is graphed (a job's, or a fused group's)."""
+    t = cfg.train
+    if t.pack is False:
+        return False, "train.pack: false"
+    if graphs:
+        return False, "graphs on: a graph replays fixed shapes, a packed row changes every step"
+    if cfg.model.family != "gla":
+        return False, f"{cfg.model.family} has no varlen path here"
+    if t.pack == "auto" and device.type == "cuda":
+        return False, (f"auto: on {device.type} a packed step measured slower than the padded one "
+                       "(bench/RESULTS.md, 2026-11-23); train.pack: true packs anyway")
+    return True, "one row per micro-batch, fla varlen (cu_seqlens)"
 
 
 def _widths(cfg: JobConfig) -> list[int]:

@@ -48,6 +48,7 @@ def test_group_writes_each_members_files_and_matches_single_jobs(tmp_path, base)
             assert e["metrics"]["accuracy"] == f["metrics"]["accuracy"]
             assert e["metrics"]["loss"] == pytest.approx(f["metrics"]["loss"], rel=1e-5)
         ours_started, theirs_started = events_of(d, "started")[0], events_of(alone_cfg.output_dir, "started")[0]
+        assert ours_started["pack"] == {"setting": "auto", "on": True, "why": "one row a pass, fla varlen (cu_seqlens)"}
         for key in ("trainable_params", "total_params", "max_steps", "batch_size", "grad_accum", "seed",
                     "lr_scheduler", "warmup_steps", "train_examples", "logits_to_keep", "effective_batch_size"):
             assert ours_started[key] == theirs_started[key], key

@@ -39,6 +39,13 @@ class Group:
     data: list[MemberData] = field(default_factory=list)
     graphs_why: str = ""             # why the step is graphed or not (graphed.graphs_decision)
     graphs: object = None            # graphed.FusedGraphs when the step replays CUDA graphs
+    pack_why: str = ""               # why the pass is packed or not (packed.packing_decision)
+    packed: object = None            # packed.PackedPass when the pass is one row without padding
+
+    @property
+    def layout(self):
+        """How a pass's rows run (step.micro_step): graphed, packed, or None (eager, padded)."""
+        return self.graphs or self.packed
 
     @property
     def pad_id(self) -> int:
@@ -126,6 +133,10 @@ def build_group(cfgs, device: torch.device, resume: list[bool] | None = None) ->
         group.runs.append(run)
     if graphed:
         group.graphs = FusedGraphs(group)
+    from .packed import PackedPass, packing_decision
+    packs, group.pack_why = packing_decision(cfgs, device, graphed)
+    if packs:
+        group.packed = PackedPass(base, group.slot, device)
     return group
 
 

@@ -81,6 +81,7 @@ def started(m: Member, group, resumed: bool) -> None:
                       effective_batch_size=tr.batch_size * tr.grad_accum, dtype=cfg.model.dtype,
                       train_examples=len(run.train_ex), fused_group=len(group.runs),
                       graphs={"setting": tr.graphs, "on": group.graphs is not None, "why": group.graphs_why},
+                      pack={"setting": tr.pack, "on": group.packed is not None, "why": group.pack_why},
                       optimizer_state=None if not resumed else
                       ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh"))
     m.out.log(f"started {cfg.name} in a fused group of {len(group.runs)}: {cfg.model.family} "
@@ -88,7 +89,8 @@ def started(m: Member, group, resumed: bool) -> None:
               f"{trainable:,} params, data {cfg.data} ({len(run.train_ex)} train), batch {tr.batch_size} x "
               f"accum {tr.grad_accum}, lr schedule {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps"
               + (f", resumed at step {run.step}" if resumed else ""))
-    m.out.log(f"graphs: {'on' if group.graphs is not None else 'off'} for the group ({group.graphs_why})")
+    m.out.log(f"graphs: {'on' if group.graphs is not None else 'off'} for the group ({group.graphs_why}); "
+              f"pack: {'on' if group.packed is not None else 'off'} ({group.pack_why})")
 
 
 def eval_due(m: Member) -> bool:
@@ -224,7 +226,7 @@ def train_group(group, members: list[Member]) -> None:
                 break
             try:
                 stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device,
-                                             group.graphs)
+                                             group.layout)
             except Exception as exc:  # noqa: BLE001 - the shared pass failed: every member with it
                 for m in members:
                     if not m.left:

@@ -69,6 +69,15 @@ class BatchLayout:
             start += r
         self.by_tokens.setdefault(sum(real_per_job), TokenLayout(real_per_job, device))
 
+    @classmethod
+    def packed(cls, tokens_per_job: list[int], device) -> "BatchLayout":
+        """One packed row (fla's varlen path, fused.packed): every layer sees the same tokens, each
+        job's contiguous."""
+        layout = cls.__new__(cls)
+        layout.rows_per_job = None
+        layout.by_tokens = {sum(tokens_per_job): TokenLayout(tokens_per_job, device)}
+        return layout
+
     def for_tokens(self, n: int) -> TokenLayout:
         try:
             return self.by_tokens[n]

@@ -187,8 +187,14 @@ def eager_member_losses(model, slot: LayoutSlot, parts, runs: list[MemberRun], p
     tokens), detached."""
     batch = fused_batch(parts, pad_id, len(runs), device)
     slot.current = batch["layout"]
-    per_row = row_losses(model, batch)
-    sums = torch.zeros(len(runs), dtype=per_row.dtype, device=device).index_add(0, batch["row_job"], per_row)
+    return backward_member_shares(row_losses(model, batch), batch["row_job"], runs)
+
+
+def backward_member_shares(per_row: torch.Tensor, row_job: torch.Tensor, runs: list[MemberRun]) -> torch.Tensor:
+    """Each member's rows summed over its step's scored tokens (as compute_loss divides), the sum of
+    the shares backpropagated; returns the shares, detached."""
+    device = per_row.device
+    sums = torch.zeros(len(runs), dtype=per_row.dtype, device=device).index_add(0, row_job, per_row)
     scored = torch.tensor([r.window_scored for r in runs], dtype=per_row.dtype, device=device)
     member_loss = sums / scored
     member_loss.sum().backward()
@@ -208,16 +214,18 @@ def step_members(active, member_loss: torch.Tensor) -> list[MemberRun]:
     return stepped
 
 
-def micro_step(model, slot: LayoutSlot, runs: list[MemberRun], pad_id: int, device, graphs=None):
+def micro_step(model, slot: LayoutSlot, runs: list[MemberRun], pad_id: int, device, layout=None):
     """Forward and backward of every unfinished member's next micro-batch (or folded window,
-    take_pass); steps the members whose accumulation completed.  graphs: a fused.graphed.FusedGraphs
-    (the step replayed from CUDA graphs) or None (eager).  Returns (stepped members, [(member, exception)] of members whose
-    micro-batch could not be made: those left this micro-step, the caller fails them)."""
+    take_pass); steps the members whose accumulation completed.  layout: how the pass's rows run,
+    a fused.graphed.FusedGraphs (static rows, replayed from CUDA graphs) or a fused.packed.PackedPass
+    (one row without padding), or None (eager, left-padded rows).  Returns (stepped members,
+    [(member, exception)] of members whose micro-batch could not be made: those left this
+    micro-step, the caller fails them)."""
     p = take_pass(runs)
     if not p.parts:
         return [], p.broken
-    if graphs is None:
+    if layout is None:
         member_loss = eager_member_losses(model, slot, p.parts, runs, pad_id, device)
     else:
-        member_loss = graphs.member_losses(p, runs)
+        member_loss = layout.member_losses(p, runs)
     return step_members(p.active, member_loss), p.broken

@@ -31,11 +31,12 @@ def _with_base(cfg, base):
     return cfg
 
 
-def train_fused(group, graphs=None) -> list[dict[int, float]]:
-    """Each member's loss at each step; graphs: a fused.graphed.FusedGraphs (the static step)."""
+def train_fused(group, layout=None) -> list[dict[int, float]]:
+    """Each member's loss at each step; layout: a fused.graphed.FusedGraphs (the static step) or the
+    group's packed.PackedPass; None: eager, left-padded rows."""
     curves = [{} for _ in group.runs]
     while not all(r.done for r in group.runs):
-        stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device, graphs)
+        stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device, layout)
         assert not broken
         for r in stepped:
             curves[group.runs.index(r)][r.step] = float(r.step_loss)
@@ -45,13 +46,15 @@ def train_fused(group, graphs=None) -> list[dict[int, float]]:
 
 # tiny-sst2's rows are 12-14 tokens: at max_seq_len 48 b's two micro-batches fold into one pass, at
 # 16 they do not (the folded pass would exceed the group's largest unfolded one)
-@pytest.mark.parametrize("max_seq_len,b_micro", [(48, 2), (16, 1)])
-def test_each_member_trains_as_it_does_alone(tmp_path, max_seq_len, b_micro):
+# packed: the pass as one row without padding (fused.packed, on by default on the CPU)
+@pytest.mark.parametrize("max_seq_len,b_micro,packed", [(48, 2, False), (16, 1, False), (48, 2, True), (16, 1, True)])
+def test_each_member_trains_as_it_does_alone(tmp_path, max_seq_len, b_micro, packed):
     base = saved_tiny_base(tmp_path / "base")
     group = build_group(member_cfgs(tmp_path / "fused", base, max_seq_len=max_seq_len), torch.device("cpu"))
+    assert group.packed is not None and group.layout is group.packed
     windows = [r.open_window() for r in group.runs]   # what the first pass takes from (nothing taken yet)
     assert [len(w) for w in windows] == [1, 2, 1] and folds(group.runs, windows) == (b_micro == 2)
-    fused = train_fused(group)
+    fused = train_fused(group, group.packed if packed else None)
     assert [len(c) for c in fused] == [6, 6, 4]
     assert len({round(c[1], 6) for c in fused}) == 3 and all(c[1] != c[4] for c in fused)
     for cfg, curve in zip(member_cfgs(tmp_path / "alone", base, max_seq_len=max_seq_len), fused):
@@ -88,6 +91,7 @@ def mamba_cfgs(root):
 
 def test_mamba_members_train_as_they_do_alone(tmp_path):
     group = build_group(mamba_cfgs(tmp_path / "fused"), torch.device("cpu"))
+    assert group.layout is None and group.pack_why == "a: mamba has no varlen path here"   # eager, padded
     assert folds(group.runs, [r.open_window() for r in group.runs])
     fused = train_fused(group)
     for cfg, curve in zip(mamba_cfgs(tmp_path / "alone"), fused):
