@@ -20,20 +20,25 @@ def fp32_matmul_precision():
     torch.backends.cuda.matmul.fp32_precision = before
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_fused_group_matches_single_jobs_on_cuda(tmp_path, dtype):
+def _on_cuda(cfg, dtype: str, packed: bool):
+    cfg.model.dtype = dtype
+    if packed:   # fla's varlen kernels: a packed pass (fused/packed.py) needs graphs off on a GPU
+        cfg.train.pack, cfg.train.graphs = True, False
+    return cfg
+
+
+@pytest.mark.parametrize("dtype,packed", [("float32", False), ("bfloat16", False), ("bfloat16", True)])
+def test_fused_group_matches_single_jobs_on_cuda(tmp_path, dtype, packed):
     base = saved_tiny_base(tmp_path / "base")
-    cfgs = member_cfgs(tmp_path / "fused", base)
-    for c in cfgs:
-        c.model.dtype = dtype
+    cfgs = [_on_cuda(c, dtype, packed) for c in member_cfgs(tmp_path / "fused", base)]
     before = torch.backends.cuda.matmul.fp32_precision
     group = build_group(cfgs, torch.device("cuda"))
     assert torch.backends.cuda.matmul.fp32_precision == ("tf32" if dtype == "bfloat16" else before)
-    fused = train_fused(group)
+    assert (group.packed is not None) == packed, group.pack_why
+    fused = train_fused(group, group.packed)
     torch.backends.cuda.matmul.fp32_precision = before   # the single jobs as they run: full fp32
     for cfg, curve in zip(member_cfgs(tmp_path / "alone", base), fused):
-        cfg.model.dtype = dtype
-        alone = run_alone(cfg)
+        alone = run_alone(_on_cuda(cfg, dtype, packed))
         assert sorted(alone) == sorted(curve)
         for step, loss in alone.items():
             assert curve[step] == pytest.approx(loss, rel=1e-2), (cfg.name, step)
