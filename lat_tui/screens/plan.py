@@ -87,7 +87,7 @@ class PlanScreen(Screen[int | None]):
                          "minutes before start")
             yield _field("Output", Input(last.output_root, id="output", placeholder="runs", compact=True))
             yield _field("Env", Input(last.env, id="env", placeholder="KEY=VALUE ...", compact=True))
-            yield Static(id="problems")
+            yield ProblemsBox(id="problems")
             yield Button("Start run", id="start", variant="primary", compact=True)
         yield Footer()
 
@@ -190,6 +190,16 @@ class PlanScreen(Screen[int | None]):
         box.display = bool(lines)
         if not busy:  # after the new text is laid out, or only its first line would be scrolled to
             self.call_after_refresh(box.scroll_visible)
+
+
+class ProblemsBox(Static):
+    """The plan's problems under the form, scrolled into view once laid out at their height: a
+    scroll asked for right after the update can run before that layout on a busy machine and
+    show only the first line (the new text's height changes the box)."""
+
+    def on_resize(self) -> None:
+        if self.display and self.has_class("-error"):
+            self.scroll_visible(animate=False)
 
 
 def _device_list(snapshot: GpuSnapshot, picked: list) -> SelectionList:

@@ -138,3 +138,17 @@ async def test_escape_returns_to_dashboard_without_a_new_run(make_app, state_dir
         await pilot.press("escape")
         await _wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
     assert len(_runs(state_dir)) == 1
+
+
+async def test_problems_scroll_into_view_once_laid_out_at_their_height(make_app, monkeypatch):
+    """On a busy machine the scroll asked for after the update can run before the new text's layout
+    (CI saw only the box's first line on screen): the box scrolls itself when its height settles."""
+    monkeypatch.setattr(PlanScreen, "call_after_refresh", lambda self, *a, **k: True)   # that scroll lost
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await _fill(pilot, pairs="x:tiny-sst2 1:no-such-data", slots="two")
+        await pilot.press("ctrl+s")
+        await _wait_for(pilot, lambda: "Invalid plan" in _problems(app))
+        box = app.screen.query_one("#problems")
+        await _wait_for(pilot, lambda: box.region.height > 3 and 0 <= box.region.y and box.region.bottom <= SIZE[1])
