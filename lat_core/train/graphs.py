@@ -45,7 +45,8 @@ GRAPH_PEFT_METHODS = ("lora", "rslora", "pissa", "loraga")
 
 @dataclass(frozen=True)
 class SpeedModes:
-    """What the job runs with and, for a mode that is off, why (logged and in the started event)."""
+    """What the job (or a fused group) runs with and, for a mode that is off, why (logged and in the
+    started event)."""
     graphs: bool
     graphs_why: str
     pack: bool
@@ -56,8 +57,9 @@ class SpeedModes:
         return {"graphs": {"setting": t.graphs, "on": self.graphs, "why": self.graphs_why},
                 "pack": {"setting": t.pack, "on": self.pack, "why": self.pack_why}}
 
-    def line(self) -> str:
-        return (f"graphs: {'on' if self.graphs else 'off'} ({self.graphs_why}); "
+    def line(self, scope: str = "") -> str:
+        """``graphs: on (why); pack: off (why)``; scope follows graphs' on/off (" for the group")."""
+        return (f"graphs: {'on' if self.graphs else 'off'}{scope} ({self.graphs_why}); "
                 f"pack: {'on' if self.pack else 'off'} ({self.pack_why})")
 
 

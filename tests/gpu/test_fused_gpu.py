@@ -34,7 +34,7 @@ def test_fused_group_matches_single_jobs_on_cuda(tmp_path, dtype, packed):
     before = torch.backends.cuda.matmul.fp32_precision
     group = build_group(cfgs, torch.device("cuda"))
     assert torch.backends.cuda.matmul.fp32_precision == ("tf32" if dtype == "bfloat16" else before)
-    assert (group.packed is not None) == packed, group.pack_why
+    assert (group.packed is not None) == packed, group.modes.pack_why
     fused = train_fused(group, group.packed)
     torch.backends.cuda.matmul.fp32_precision = before   # the single jobs as they run: full fp32
     for cfg, curve in zip(member_cfgs(tmp_path / "alone", base), fused):

@@ -37,6 +37,15 @@ async def _wait_for(pilot, predicate, tries: int = 50) -> None:
     raise AssertionError("condition not met in time")
 
 
+async def _submit_a_bad_plan(pilot) -> None:
+    """No suite, a pair without a seed, a dataset that does not exist, slots not a number: ctrl+s,
+    until the form shows its problems."""
+    await pilot.pause()
+    await _fill(pilot, pairs="x:tiny-sst2 1:no-such-data", slots="two")
+    await pilot.press("ctrl+s")
+    await _wait_for(pilot, lambda: "Invalid plan" in _problems(pilot.app))
+
+
 async def test_no_run_opens_plan_screen_with_suites_and_cpu(make_app):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -63,10 +72,7 @@ async def test_gpus_listed_with_memory(make_app):
 async def test_bad_input_shows_every_problem_and_creates_no_run(make_app, state_dir, engine_spy):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        await _fill(pilot, pairs="x:tiny-sst2 1:no-such-data", slots="two")
-        await pilot.press("ctrl+s")
-        await _wait_for(pilot, lambda: "Invalid plan" in _problems(app))
+        await _submit_a_bad_plan(pilot)
         text = _problems(app)
         assert "Suites: pick at least one suite" in text
         assert "seed:dataset" in text
@@ -146,9 +152,6 @@ async def test_problems_scroll_into_view_once_laid_out_at_their_height(make_app,
     monkeypatch.setattr(PlanScreen, "call_after_refresh", lambda self, *a, **k: True)   # that scroll lost
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        await _fill(pilot, pairs="x:tiny-sst2 1:no-such-data", slots="two")
-        await pilot.press("ctrl+s")
-        await _wait_for(pilot, lambda: "Invalid plan" in _problems(app))
+        await _submit_a_bad_plan(pilot)
         box = app.screen.query_one("#problems")
         await _wait_for(pilot, lambda: box.region.height > 3 and 0 <= box.region.y and box.region.bottom <= SIZE[1])

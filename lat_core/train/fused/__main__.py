@@ -112,8 +112,7 @@ def main(argv=None) -> int:
         return 2
     group, members = built
     log(f"fused group of {len(members)}: {', '.join(c.name for c in cfgs)} on {group.device.type}; "
-        f"graphs: {'on' if group.graphs else 'off'} ({group.graphs_why}); "
-        f"pack: {'on' if group.packed else 'off'} ({group.pack_why})")
+        + group.modes.line())
     train_group(group, members)
     log(f"group wall time {time.time() - t0:.1f}s")
     ok = all(m.returncode == 0 for m in members) and len(cfgs) == len(args.job_dirs)

@@ -14,6 +14,7 @@ import torch
 from lat_core.config.fuse import base_key
 from lat_core.config.job import TrainConfigError, resolve_max_steps
 from .. import data as D
+from ..graphs import SpeedModes
 from . import members as M
 from .step import MemberRun, new_optimizer
 from .stacked import LayoutSlot, adapters_in_tf32
@@ -37,9 +38,8 @@ class Group:
     device: torch.device
     runs: list[MemberRun] = field(default_factory=list)
     data: list[MemberData] = field(default_factory=list)
-    graphs_why: str = ""             # why the step is graphed or not (graphed.graphs_decision)
+    modes: SpeedModes | None = None  # graphs and packing on or off, and why (graphs_decision, packing_decision)
     graphs: object = None            # graphed.FusedGraphs when the step replays CUDA graphs
-    pack_why: str = ""               # why the pass is packed or not (packed.packing_decision)
     packed: object = None            # packed.PackedPass when the pass is one row without padding
 
     @property
@@ -120,7 +120,7 @@ def build_group(cfgs, device: torch.device, resume: list[bool] | None = None) ->
     from ..graphs import set_optimizer_mode
     from ..hf_trainer import build_scheduler
     from .graphed import FusedGraphs, graphs_decision
-    graphed, group.graphs_why = graphs_decision(cfgs, device)
+    graphed, graphs_why = graphs_decision(cfgs, device)
     for c, m, d, again in zip(cfgs, members, group.data, resume):
         opt = new_optimizer(c, m, graphed)
         start = 0
@@ -134,7 +134,8 @@ def build_group(cfgs, device: torch.device, resume: list[bool] | None = None) ->
     if graphed:
         group.graphs = FusedGraphs(group)
     from .packed import PackedPass, packing_decision
-    packs, group.pack_why = packing_decision(cfgs, device, graphed)
+    packs, pack_why = packing_decision(cfgs, device, graphed)
+    group.modes = SpeedModes(graphed, graphs_why, packs, pack_why)
     if packs:
         group.packed = PackedPass(base, group.slot, device)
     return group

@@ -80,8 +80,7 @@ def started(m: Member, group, resumed: bool) -> None:
                       batch_size=tr.batch_size, grad_accum=tr.grad_accum,
                       effective_batch_size=tr.batch_size * tr.grad_accum, dtype=cfg.model.dtype,
                       train_examples=len(run.train_ex), fused_group=len(group.runs),
-                      graphs={"setting": tr.graphs, "on": group.graphs is not None, "why": group.graphs_why},
-                      pack={"setting": tr.pack, "on": group.packed is not None, "why": group.pack_why},
+                      **group.modes.event(cfg),
                       optimizer_state=None if not resumed else
                       ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh"))
     m.out.log(f"started {cfg.name} in a fused group of {len(group.runs)}: {cfg.model.family} "
@@ -89,8 +88,7 @@ def started(m: Member, group, resumed: bool) -> None:
               f"{trainable:,} params, data {cfg.data} ({len(run.train_ex)} train), batch {tr.batch_size} x "
               f"accum {tr.grad_accum}, lr schedule {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps"
               + (f", resumed at step {run.step}" if resumed else ""))
-    m.out.log(f"graphs: {'on' if group.graphs is not None else 'off'} for the group ({group.graphs_why}); "
-              f"pack: {'on' if group.packed is not None else 'off'} ({group.pack_why})")
+    m.out.log(group.modes.line(" for the group"))
 
 
 def eval_due(m: Member) -> bool:
@@ -102,8 +100,7 @@ def after_step(m: Member, evaluated=None) -> None:
     """Log, evaluate and save as the Trainer's DefaultFlowCallback would at this step.  evaluated:
     the member's evaluation at this step when the group ran it (fused.evaluation.evaluate_due: its
     results, or the exception it raised), else None.  A step that only logs leaves its event
-    pending (m.pending, written by write_step_log after the next pass is queued)."""
-    write_step_log(m)
+    pending (m.pending, written by write_step_logs after the next pass is queued)."""
     run, tr = m.run, m.run.cfg.train
     step, last = run.step, run.step >= tr.max_steps
     saves = step % tr.save_every == 0 or last

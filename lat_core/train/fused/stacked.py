@@ -55,7 +55,6 @@ class BatchLayout:
     """
 
     def __init__(self, rows_per_job: list[int], attention_mask: torch.Tensor, device, unpadded: bool = True):
-        self.rows_per_job = list(rows_per_job)
         width = attention_mask.shape[1]
         self.by_tokens: dict[int, TokenLayout] = {}
         padded = [r * width for r in rows_per_job]
@@ -74,7 +73,6 @@ class BatchLayout:
         """One packed row (fla's varlen path, fused.packed): every layer sees the same tokens, each
         job's contiguous."""
         layout = cls.__new__(cls)
-        layout.rows_per_job = None
         layout.by_tokens = {sum(tokens_per_job): TokenLayout(tokens_per_job, device)}
         return layout
 

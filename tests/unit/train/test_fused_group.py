@@ -91,7 +91,7 @@ def mamba_cfgs(root):
 
 def test_mamba_members_train_as_they_do_alone(tmp_path):
     group = build_group(mamba_cfgs(tmp_path / "fused"), torch.device("cpu"))
-    assert group.layout is None and group.pack_why == "a: mamba has no varlen path here"   # eager, padded
+    assert group.layout is None and group.modes.pack_why == "a: mamba has no varlen path here"   # eager, padded
     assert folds(group.runs, [r.open_window() for r in group.runs])
     fused = train_fused(group)
     for cfg, curve in zip(mamba_cfgs(tmp_path / "alone"), fused):
