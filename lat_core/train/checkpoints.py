@@ -9,27 +9,19 @@ loadable with ``PeftModel.from_pretrained``.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
 import torch
 
 from lat_core.config.job import TrainConfigError
+from lat_core.contract.jobdir import JobDir
 from .events import read_events
-
-CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
 def checkpoints(out: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint dir, ascending."""
-    found = []
-    if out.is_dir():
-        for p in out.iterdir():
-            m = CKPT_RE.match(p.name)
-            if m and (p / "trainer_state.json").is_file():
-                found.append((int(m.group(1)), p))
-    return sorted(found)
+    """(step, path) of every complete checkpoint dir, ascending (the contract's rule)."""
+    return JobDir(out).resumable_checkpoints()
 
 
 def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
@@ -45,11 +37,17 @@ def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
         return
     if resume:
         if not checkpoints(out):
-            raise TrainConfigError(f"--resume: no checkpoint-* directory in {out}")
+            raise TrainConfigError(f"--resume: no checkpoint-* directory in {out} holds a complete save"
+                                   f"{_incomplete_note(out)}")
         return
     if any(e.get("event") == "finished" for e in read_events(events)):
         raise TrainConfigError(f"{events} already holds a finished run; "
                                "pass --overwrite to start again or --resume to continue")
+
+
+def _incomplete_note(out: Path) -> str:
+    half = [p.name for p in JobDir(out).incomplete_checkpoints()]
+    return f" ({', '.join(half)}: save interrupted, no trainer_state.json or weights)" if half else ""
 
 
 def _extra_params(model) -> dict:
