@@ -9,13 +9,14 @@ loadable with ``PeftModel.from_pretrained``.
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 
 import torch
 
 from lat_core.config.job import TrainConfigError
-from lat_core.contract.jobdir import JobDir
+from lat_core.contract.jobdir import OPTIMIZER_STATE, RNG_STATE, JobDir
 from .events import read_events
 
 
@@ -120,6 +121,26 @@ def copy_adapter(checkpoint: Path, dest: Path) -> Path:
     return dest
 
 
+def load_tensors(path: Path):
+    """A checkpoint's torch file (optimizer or RNG state) read as data only: a checkpoint folder may
+    come from anyone who can write to the output root, and a full unpickle would run its code."""
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise TrainConfigError(f"{path}: refused to load: it holds more than tensors and plain values "
+                               f"({_unpickler_reason(exc)}); a checkpoint's files are never run as code. "
+                               "Start fresh (--overwrite) or remove this checkpoint") from None
+
+
+def _unpickler_reason(exc: Exception) -> str:
+    """torch's one line naming the refused object (``Unsupported global: GLOBAL exec ...``), without
+    its advice to load the file unsafely."""
+    for line in str(exc).splitlines():
+        if "WeightsUnpickler error:" in line:
+            return line.split("WeightsUnpickler error:", 1)[1].split(". Please", 1)[0].strip()
+    return type(exc).__name__
+
+
 def load_checkpoint(model, optimizer, path: Path) -> dict:
     """Restore adapter weights, extra trainables, optimizer and RNG state; returns the trainer state
     with `optimizer_restored` telling whether optimizer.pt was there."""
@@ -135,9 +156,9 @@ def load_checkpoint(model, optimizer, path: Path) -> dict:
                 params[n].copy_(t)
     restored = (path / "optimizer.pt").is_file()
     if restored:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-    if (path / "rng_state.pt").is_file():
-        rng = torch.load(path / "rng_state.pt", weights_only=False)
+        optimizer.load_state_dict(load_tensors(path / OPTIMIZER_STATE))
+    if (path / RNG_STATE).is_file():
+        rng = load_tensors(path / RNG_STATE)
         torch.set_rng_state(rng["torch"])
         if rng.get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
