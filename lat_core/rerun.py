@@ -38,11 +38,18 @@ class RerunEnv:
     dropped: list[str] = field(default_factory=list)   # saved names that are not seeds' variables
 
 
-def _read_json(path: Path):
+def _read_json(path: Path, expected: type, default):
+    """The file's JSON value; ``default`` when there is no such file, ConfigError naming the file
+    when it is unreadable or not of the ``expected`` type."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"not readable JSON ({type(exc).__name__})", where=str(path)) from None
+    if not isinstance(value, expected):
+        raise ConfigError(f"expected a JSON {expected.__name__}, got {type(value).__name__}", where=str(path))
+    return value
 
 
 def _read_job_yaml(path: Path):
@@ -80,7 +87,10 @@ def resolved_config(job_dir: Path) -> dict:
 def job_env(job_dir: Path, environ: dict[str, str], keep: tuple[str, ...] = ()) -> RerunEnv:
     """command.json's env: the seeds' variables (and the ``keep`` names) as saved, masked values taken
     from ``environ``; every other saved name dropped."""
-    saved = (_read_json(job_dir / "command.json") or {}).get("env") or {}
+    saved = _read_json(job_dir / "command.json", dict, {}).get("env") or {}
+    if not isinstance(saved, dict):
+        raise ConfigError(f"field 'env': expected a mapping, got {type(saved).__name__}",
+                          where=str(job_dir / "command.json"))
     unknown = [name for name in keep if name not in saved]
     if unknown:
         raise ConfigError(f"--keep-env {','.join(unknown)}: not in the job's saved env "
@@ -118,7 +128,7 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus=None,
     job_dir = Path(job_dir).expanduser().resolve()
     environ = environ or {}
     config = resolved_config(job_dir)
-    record = _read_json(job_dir / "env.json") or {}
+    record = _read_json(job_dir / "env.json", dict, {})
     root = Path(output_root).expanduser().resolve() if output_root else default_output_root(job_dir)
     data, seed, stem = config["data"], config["seed"], job_dir.name
     new_dir = root / f"{safe_component(data, 'dataset')}_seed{seed}" / stem
@@ -133,9 +143,11 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus=None,
     env = rerun_env.env
     world = _world_size(record, job_dir / "env.json")
     if gpus is None:
-        gpus = "cpu" if not (record.get("accelerator") or {}).get("gpus") else list(range(world))
+        accelerator = record.get("accelerator")
+        ran_on_gpus = isinstance(accelerator, dict) and bool(accelerator.get("gpus"))
+        gpus = list(range(world)) if ran_on_gpus else "cpu"
     plan = _plan(seed, data, gpus, env, root, world)
-    provenance = (_read_json(job_dir / "overrides.json") or []) + [
+    provenance = _read_json(job_dir / "overrides.json", list, []) + [
         {"field": "*", "value": str(job_dir), "source": "rerun of"}]
     job = JobSpec(f"{new_dir.parent.name}/{stem}", SUITE, 1, str(job_dir / "job.yaml"), stem, seed, data,
                   new_dir, config, provenance, env, "fresh", world, True, typed)
