@@ -10,7 +10,6 @@ worker threads, so the client keeps one connection per thread.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from contextlib import contextmanager
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lat_core.contract.jobdir import JobDir
 from lat_core.errors import JournalError
 from lat_core.journal_faults import journal_faults
 from lat_core.rows import AttemptRow, JobRow, JobSummary, RunRow, Transition
@@ -273,19 +273,6 @@ def _read_model_family(path: Path) -> str | None:
     return str(family) if family else ""
 
 
-CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
-
-
 def resumable_checkpoints(job_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, folder) of the job's complete checkpoints, oldest first: the ones ``--resume`` takes
-    (the trainer's rule in lat_core/train/checkpoints.py, which front ends cannot import: torch)."""
-    found = []
-    try:
-        entries = list(Path(job_dir).iterdir())
-    except OSError:
-        return []
-    for path in entries:
-        match = CHECKPOINT_DIR.match(path.name)
-        if match and (path / "trainer_state.json").is_file():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+    """(step, folder) of the job's complete checkpoints, oldest first: the ones ``--resume`` takes."""
+    return JobDir(job_dir).resumable_checkpoints()

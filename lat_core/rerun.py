@@ -1,23 +1,26 @@
 """Run a finished (or failed) job again from its folder, into a new folder: ``lat-tui rerun``.
 
-What makes it the same job: the resolved config of its job.yaml (seed and dataset included; a job
-started by hand without ``resolved: true`` is taken from env.json's resolved config), the env of its
-command.json (values masked there, i.e. secrets, come from the caller's environment) and its
-process count. Nothing is written until every check passed.
+What makes it the same job: the resolved config of its job.yaml (seed and dataset included), the
+seeds' variables of its command.json env (values masked there, i.e. secrets, come from the caller's
+environment) and its process count. A job folder is input from anyone who can write to the output
+root, so nothing from it runs as code: other saved variables (PYTHONPATH, LD_PRELOAD, PATH, ...)
+are dropped unless named in ``keep_env``. Nothing is written until every check passed.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
-from lat_core.config.env import MASK
+from lat_core.config.env import MASK, shell_overrides
 from lat_core.config.job import TrainConfigError, parse_config
 from lat_core.devices import resolve_devices
-from lat_core.errors import ConfigError, OutputPathError
+from lat_core.errors import ConfigError, OutputPathError, PlanError
 from lat_core.jobs import JobSpec, safe_component
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.plan import Pair, Plan, SuiteRef
@@ -26,41 +29,89 @@ from lat_core.service import PreparedRun
 SUITE = "rerun"   # the suite name the new run files the job under
 
 
-def _read_json(path: Path):
+@dataclass
+class RerunEnv:
+    """The rerun's env, and what the caller should hear about the folder's saved one."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)   # masked (secret) names not in the caller's env
+    dropped: list[str] = field(default_factory=list)   # saved names that are not seeds' variables
+
+
+def _read_json(path: Path, expected: type, default):
+    """The file's JSON value; ``default`` when there is no such file, ConfigError naming the file
+    when it is unreadable or not of the ``expected`` type."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"not readable JSON ({type(exc).__name__})", where=str(path)) from None
+    if not isinstance(value, expected):
+        raise ConfigError(f"expected a JSON {expected.__name__}, got {type(value).__name__}", where=str(path))
+    return value
+
+
+def _read_job_yaml(path: Path):
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"no readable job.yaml ({exc.strerror}); is this a job folder?", where=str(path.parent)) from None
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text (a binary file?); expected the job's resolved YAML config",
+                          where=str(path)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML ({str(exc).splitlines()[0]})", where=str(path)) from None
 
 
 def resolved_config(job_dir: Path) -> dict:
-    """The job's resolved config: job.yaml when the engine wrote it, else env.json's record."""
+    """The job's resolved config, as the engine wrote it into job.yaml."""
     path = job_dir / "job.yaml"
-    try:
-        config = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"no readable job.yaml ({exc}); is this a job folder?", where=str(job_dir)) from None
-    if isinstance(config, dict) and config.get("resolved") is True:
-        return config
-    record = _read_json(job_dir / "env.json")
-    if isinstance(record, dict) and isinstance(record.get("config"), dict):
-        return dict(record["config"])
-    raise ConfigError("job.yaml is not resolved (started by hand) and env.json holds no resolved config: "
-                      "run the job once with this version of LAT first", where=str(job_dir))
+    config = _read_job_yaml(path)
+    if not isinstance(config, dict):
+        raise ConfigError(f"expected a mapping of config fields, got {type(config).__name__}", where=str(path))
+    if config.get("resolved") is not True:
+        raise ConfigError("field 'resolved': expected true (LAT writes it when it plans a job); this job.yaml was "
+                          "not written by LAT's planner, so it is not the config the job ran with: rerun a job "
+                          "that LAT started", where=str(path))
+    seed, data = config.get("seed"), config.get("data")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ConfigError(f"field 'seed': expected an integer, got {seed!r}", where=str(path))
+    if not isinstance(data, str) or not data.strip():
+        raise ConfigError(f"field 'data': expected a dataset name, got {data!r}", where=str(path))
+    return config
 
 
-def job_env(job_dir: Path, environ: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """command.json's env with masked values taken from ``environ``; also the masked names missing there."""
-    record = _read_json(job_dir / "command.json") or {}
-    env, missing = {}, []
-    for name, value in (record.get("env") or {}).items():
-        if value != MASK:
-            env[name] = str(value)
-        elif environ.get(name):
-            env[name] = environ[name]
+def job_env(job_dir: Path, environ: dict[str, str], keep: tuple[str, ...] = ()) -> RerunEnv:
+    """command.json's env: the seeds' variables (and the ``keep`` names) as saved, masked values taken
+    from ``environ``; every other saved name dropped."""
+    saved = _read_json(job_dir / "command.json", dict, {}).get("env") or {}
+    if not isinstance(saved, dict):
+        raise ConfigError(f"field 'env': expected a mapping, got {type(saved).__name__}",
+                          where=str(job_dir / "command.json"))
+    unknown = [name for name in keep if name not in saved]
+    if unknown:
+        raise ConfigError(f"--keep-env {','.join(unknown)}: not in the job's saved env "
+                          f"(it holds {', '.join(sorted(saved)) or 'nothing'})", where=str(job_dir / "command.json"))
+    seeds = shell_overrides(saved)
+    out = RerunEnv()
+    for name, value in saved.items():
+        if value == MASK:       # a secret: the caller's own value, never the folder's
+            _take_secret(out, name, environ)
+        elif name in seeds or name in keep:
+            out.env[name] = str(value)
         else:
-            missing.append(name)
-    return env, missing
+            out.dropped.append(name)
+    return out
+
+
+def _take_secret(out: RerunEnv, name: str, environ: dict[str, str]) -> None:
+    if environ.get(name):
+        out.env[name] = environ[name]
+    else:
+        out.missing.append(name)
 
 
 def default_output_root(job_dir: Path) -> Path:
@@ -70,15 +121,16 @@ def default_output_root(job_dir: Path) -> Path:
 
 
 def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus=None,
-                  environ: dict[str, str] | None = None, probe: GpuProbe | None = None) -> tuple[PreparedRun, list[str]]:
-    """(a one-job run to create, the secrets that were not in ``environ``); ConfigError when the folder
-    is not a job, OutputPathError when the new folder exists already."""
+                  environ: dict[str, str] | None = None, probe: GpuProbe | None = None,
+                  keep_env: tuple[str, ...] = ()) -> tuple[PreparedRun, RerunEnv]:
+    """(a one-job run to create, its env with what was dropped or missing); ConfigError when the
+    folder is not a job, PlanError for bad ``gpus``, OutputPathError when the new folder exists."""
     job_dir = Path(job_dir).expanduser().resolve()
     environ = environ or {}
     config = resolved_config(job_dir)
-    record = _read_json(job_dir / "env.json") or {}
+    record = _read_json(job_dir / "env.json", dict, {})
     root = Path(output_root).expanduser().resolve() if output_root else default_output_root(job_dir)
-    data, seed, stem = str(config.get("data", "")), int(config.get("seed", 1)), job_dir.name
+    data, seed, stem = config["data"], config["seed"], job_dir.name
     new_dir = root / f"{safe_component(data, 'dataset')}_seed{seed}" / stem
     if new_dir.exists():
         raise OutputPathError("the rerun's folder exists already; pick another --output-root", where=str(new_dir))
@@ -87,15 +139,38 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus=None,
         typed = parse_config(config, new_dir / "job.yaml", environ={})
     except TrainConfigError as exc:
         raise ConfigError(str(exc), where=str(job_dir / "job.yaml")) from None
-    env, missing = job_env(job_dir, environ)
-    world = int(record.get("world_size") or 1)
+    rerun_env = job_env(job_dir, environ, keep_env)
+    env = rerun_env.env
+    world = _world_size(record, job_dir / "env.json")
     if gpus is None:
-        gpus = "cpu" if not (record.get("accelerator") or {}).get("gpus") else list(range(world))
-    plan = Plan(suites=[SuiteRef(name=SUITE)], pairs=[Pair(seed=seed, dataset=data)], gpus=gpus,
-                slots=1, env=env, output_root=str(root), gpus_per_job=world)
-    provenance = (_read_json(job_dir / "overrides.json") or []) + [
+        accelerator = record.get("accelerator")
+        ran_on_gpus = isinstance(accelerator, dict) and bool(accelerator.get("gpus"))
+        gpus = list(range(world)) if ran_on_gpus else "cpu"
+    plan = _plan(seed, data, gpus, env, root, world)
+    provenance = _read_json(job_dir / "overrides.json", list, []) + [
         {"field": "*", "value": str(job_dir), "source": "rerun of"}]
     job = JobSpec(f"{new_dir.parent.name}/{stem}", SUITE, 1, str(job_dir / "job.yaml"), stem, seed, data,
                   new_dir, config, provenance, env, "fresh", world, True, typed)
     devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
-    return PreparedRun(plan, [job], devices), missing
+    return PreparedRun(plan, [job], devices), rerun_env
+
+
+def _world_size(record: dict, path: Path) -> int:
+    world = record.get("world_size") or 1
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise ConfigError(f"field 'world_size': expected a process count, got {world!r}", where=str(path))
+    return world
+
+
+def _plan(seed: int, data: str, gpus, env: dict[str, str], root: Path, world: int) -> Plan:
+    try:
+        return Plan(suites=[SuiteRef(name=SUITE)], pairs=[Pair(seed=seed, dataset=data)], gpus=gpus,
+                    slots=1, env=env, output_root=str(root), gpus_per_job=world)
+    except ValidationError as exc:
+        raise PlanError([_problem(err) for err in exc.errors()]) from None
+
+
+def _problem(err) -> str:
+    """One pydantic error as the option or saved field it is about."""
+    name = "--gpus" if err["loc"][:1] == ("gpus",) else f"field '{'.'.join(map(str, err['loc']))}'"
+    return f"{name}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})"

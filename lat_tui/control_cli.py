@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
     client = client_for(args)
     run = client.resolve_run(args.run_id)
-    if args.verb == "requeue":
+    if args.verb == "requeue" and args.remedy is None:   # a remedy decides how the job starts, as in the TUI
         offer = resume_offer(client.job(args.job), args.start)
         if offer:
             print(offer)

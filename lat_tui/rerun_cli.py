@@ -1,8 +1,12 @@
-"""``lat-tui rerun JOB_DIR [--output-root DIR] [--gpus ...] [--state-dir DIR]``: the same job again.
+"""``lat-tui rerun JOB_DIR [--output-root DIR] [--gpus ...] [--keep-env NAMES] [--state-dir DIR]``: the
+same job again.
 
-A new run in the journal with one job: the job folder's resolved config (seed and dataset too), its
-env (secrets from your environment) and process count, into a new folder; followed like a headless
-run (exit 0 when it succeeded, 1 when not, 2 when the folder cannot be rerun).
+A new run in the journal with one job: the job folder's resolved config (seed and dataset too), the
+seeds' variables of its env (HP_*, DATALOADER_*, GLA_*, EVAL_GEN_*, LR_*, ...; secrets from your
+environment) and process count, into a new folder; followed like a headless run (exit 0 when it
+succeeded, 1 when not, 2 when the folder cannot be rerun). Other saved variables (PYTHONPATH,
+LD_LIBRARY_PATH, PATH, ...) could run code from wherever the folder came from: they are dropped
+unless --keep-env names them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "output root, named <root>-rerun-<time>)")
     p.add_argument("--gpus", help="GPU indices or 'cpu' (default: the CPU when the job ran there, else "
                                   "as many GPUs from 0 as the job had processes)")
+    p.add_argument("--keep-env", default="", metavar="NAMES",
+                   help="comma-separated saved variables beyond the seeds' ones to keep, e.g. PYTHONPATH,LD_LIBRARY_PATH")
     p.add_argument("--state-dir", help="journal and engine state (default $LAT_STATE_DIR or ~/.local/state/lat)")
     return p
 
@@ -38,27 +44,20 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
 
 
-def _gpus(text: str | None):
-    if text is None or text.strip() == "cpu":
-        return None if text is None else "cpu"
-    return [int(g) for g in text.replace(",", " ").split()]
-
-
 def _rerun(args) -> int:
     from lat_core.client import Client
     from lat_core.rerun import prepare_rerun
     from lat_tui.headless import follow_detachable
 
     client = Client(args.state_dir)
-    try:
-        gpus = _gpus(args.gpus)
-    except ValueError:
-        print(f"lat-tui rerun: --gpus {args.gpus!r}: expected GPU indices ('0 1') or 'cpu'", file=sys.stderr)
-        return EXIT_USAGE
-    prepared, missing = prepare_rerun(Path(args.job_dir), args.output_root, gpus, dict(os.environ))
-    for name in missing:
+    keep = tuple(n.strip() for n in args.keep_env.split(",") if n.strip())
+    prepared, env = prepare_rerun(Path(args.job_dir), args.output_root, args.gpus, dict(os.environ), keep_env=keep)
+    for name in env.missing:
         print(f"note: {name} was set (masked) for the original job but is not in your environment; "
               "the rerun runs without it", file=sys.stderr)
+    if env.dropped:
+        print(f"note: not taken from the folder's saved env: {', '.join(env.dropped)} "
+              "(pass --keep-env NAMES to keep them)", file=sys.stderr)
     run = client.create_prepared(prepared)
     job = prepared.jobs[0]
     print(f"run {run.id}: rerun of {Path(args.job_dir).resolve()} -> {job.job_dir}", flush=True)

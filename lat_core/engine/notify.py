@@ -50,11 +50,19 @@ def scrub(text: str, secrets) -> str:
     return text
 
 
+class PlaintextRefused(smtplib.SMTPException):
+    """The server offers no STARTTLS and plain text was not allowed: nothing was sent."""
+
+
 class SmtpNotifier:
-    """SMTP through smtplib: plain, STARTTLS or implicit TLS (``ssl``, port 465), optionally AUTH."""
+    """SMTP through smtplib: STARTTLS (the default), implicit TLS (``ssl``, port 465) or, only when
+    ``starttls`` is False, plain text; optionally AUTH.
+
+    Why STARTTLS is required by default: a login over plain text hands the password to anyone on the
+    path, and a server (or a man in the middle) that does not offer STARTTLS must not get it."""
 
     def __init__(self, host: str, port: int, sender: str, to, username: str | None = None,
-                 password: str | None = None, starttls: bool = False,
+                 password: str | None = None, starttls: bool = True,
                  timeout: float = DEFAULT_TIMEOUT_S, ssl: bool = False):
         self.host, self.port, self.sender = host, int(port), sender
         self.to = [to] if isinstance(to, str) else list(to)
@@ -83,6 +91,10 @@ class SmtpNotifier:
     def _deliver(self, msg: EmailMessage) -> None:
         with self._connect() as smtp:
             if self.starttls and not self.ssl:
+                smtp.ehlo()
+                if not smtp.has_extn("starttls"):
+                    raise PlaintextRefused("the server offers no STARTTLS; nothing was sent (set starttls: false "
+                                           "to mail over plain text, e.g. through a local relay)")
                 smtp.starttls(context=ssl.create_default_context())
             if self.username and self._password:
                 smtp.login(self.username, self._password)
@@ -113,6 +125,24 @@ def _is_secret_header(name: str) -> bool:
     return any(word in name.lower() for word in SECRET_HEADER_WORDS)
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+class _CredentialSafeRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect as urllib does, but sends the credential headers (Authorization, API keys,
+    cookies) only to the webhook's own origin: a 302 to another host must not collect them."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            for name in [k for k in new.headers if _is_secret_header(k)]:
+                del new.headers[name]
+        return new
+
+
 class WebhookNotifier:
     """POSTs ``{"kind", "subject", "body", "time", "host"}`` as JSON with urllib."""
 
@@ -141,7 +171,7 @@ class WebhookNotifier:
             self._url, data=self.payload(kind, subject, body), method="POST",
             headers={"Content-Type": "application/json", **self._headers})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.build_opener(_CredentialSafeRedirect).open(request, timeout=self.timeout) as response:
                 status = response.status
         except (OSError, ValueError) as exc:
             detail = scrub(f"{type(exc).__name__}: {exc}", [s for s in self._secrets() if len(s) > 1])
@@ -230,7 +260,8 @@ def _recipients(value) -> list[str]:
 
 
 def smtp_from_mapping(cfg: Mapping, environ: Mapping[str, str]) -> SmtpNotifier:
-    """``{host, port, sender|from, to, username, password | password_env, starttls, ssl}``."""
+    """``{host, port, sender|from, to, username, password | password_env, starttls, ssl}``; STARTTLS
+    unless ``ssl`` or an explicit ``starttls: false``."""
     if not cfg.get("host"):
         raise NoticeError("missing host (or LAT_SMTP_HOST)", where="notify.email.host")
     try:
@@ -242,9 +273,9 @@ def smtp_from_mapping(cfg: Mapping, environ: Mapping[str, str]) -> SmtpNotifier:
     to = _recipients(cfg.get("to"))
     if not to:
         raise NoticeError("missing recipients (or LAT_NOTIFY_TO)", where="notify.email.to")
+    use_ssl = _truthy(cfg.get("ssl", False))
     return SmtpNotifier(str(cfg["host"]), port, str(sender), to, username=cfg.get("username") or cfg.get("user"),
-                        password=password, starttls=_truthy(cfg.get("starttls", False)),
-                        ssl=_truthy(cfg.get("ssl", False)))
+                        password=password, starttls=_truthy(cfg.get("starttls", not use_ssl)), ssl=use_ssl)
 
 
 def webhook_from_mapping(cfg: Mapping) -> WebhookNotifier:

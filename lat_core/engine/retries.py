@@ -19,10 +19,10 @@ one. Every retry is recorded in the job's history.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import yaml
 
+from lat_core.contract.jobdir import JobDir
 from lat_core.engine.remedy import Target, apply_change, apply_remedy
 from lat_core.rows import JobRow, RunRow
 from lat_core.states import JobState
@@ -95,7 +95,7 @@ def _retry_failure_class(store: Store, run: RunRow, job: JobRow, now: float) -> 
 
 
 def _has_checkpoint(job: JobRow) -> bool:
-    return any(p.is_dir() for p in Path(job.job_dir).glob("checkpoint-*"))
+    return JobDir(job.job_dir).latest_checkpoint() is not None
 
 
 def _failure_retries(store: Store, job: JobRow) -> int:

@@ -9,27 +9,20 @@ loadable with ``PeftModel.from_pretrained``.
 from __future__ import annotations
 
 import json
-import re
+import pickle
 import shutil
 from pathlib import Path
 
 import torch
 
 from lat_core.config.job import TrainConfigError
+from lat_core.contract.jobdir import OPTIMIZER_STATE, RNG_STATE, JobDir
 from .events import read_events
-
-CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
 def checkpoints(out: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint dir, ascending."""
-    found = []
-    if out.is_dir():
-        for p in out.iterdir():
-            m = CKPT_RE.match(p.name)
-            if m and (p / "trainer_state.json").is_file():
-                found.append((int(m.group(1)), p))
-    return sorted(found)
+    """(step, path) of every complete checkpoint dir, ascending (the contract's rule)."""
+    return JobDir(out).resumable_checkpoints()
 
 
 def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
@@ -45,11 +38,17 @@ def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
         return
     if resume:
         if not checkpoints(out):
-            raise TrainConfigError(f"--resume: no checkpoint-* directory in {out}")
+            raise TrainConfigError(f"--resume: no checkpoint-* directory in {out} holds a complete save"
+                                   f"{_incomplete_note(out)}")
         return
     if any(e.get("event") == "finished" for e in read_events(events)):
         raise TrainConfigError(f"{events} already holds a finished run; "
                                "pass --overwrite to start again or --resume to continue")
+
+
+def _incomplete_note(out: Path) -> str:
+    half = [p.name for p in JobDir(out).incomplete_checkpoints()]
+    return f" ({', '.join(half)}: save interrupted, no trainer_state.json or weights)" if half else ""
 
 
 def _extra_params(model) -> dict:
@@ -122,6 +121,26 @@ def copy_adapter(checkpoint: Path, dest: Path) -> Path:
     return dest
 
 
+def load_tensors(path: Path):
+    """A checkpoint's torch file (optimizer or RNG state) read as data only: a checkpoint folder may
+    come from anyone who can write to the output root, and a full unpickle would run its code."""
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise TrainConfigError(f"{path}: refused to load: it holds more than tensors and plain values "
+                               f"({_unpickler_reason(exc)}); a checkpoint's files are never run as code. "
+                               "Start fresh (--overwrite) or remove this checkpoint") from None
+
+
+def _unpickler_reason(exc: Exception) -> str:
+    """torch's one line naming the refused object (``Unsupported global: GLOBAL exec ...``), without
+    its advice to load the file unsafely."""
+    for line in str(exc).splitlines():
+        if "WeightsUnpickler error:" in line:
+            return line.split("WeightsUnpickler error:", 1)[1].split(". Please", 1)[0].strip()
+    return type(exc).__name__
+
+
 def load_checkpoint(model, optimizer, path: Path) -> dict:
     """Restore adapter weights, extra trainables, optimizer and RNG state; returns the trainer state
     with `optimizer_restored` telling whether optimizer.pt was there."""
@@ -137,9 +156,9 @@ def load_checkpoint(model, optimizer, path: Path) -> dict:
                 params[n].copy_(t)
     restored = (path / "optimizer.pt").is_file()
     if restored:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-    if (path / "rng_state.pt").is_file():
-        rng = torch.load(path / "rng_state.pt", weights_only=False)
+        optimizer.load_state_dict(load_tensors(path / OPTIMIZER_STATE))
+    if (path / RNG_STATE).is_file():
+        rng = load_tensors(path / RNG_STATE)
         torch.set_rng_state(rng["torch"])
         if rng.get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])

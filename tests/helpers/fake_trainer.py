@@ -51,13 +51,38 @@ def _echo(names: list[str], resumed: bool) -> dict:
             "resumed": resumed}
 
 
-def _fail(kind: str, checkpoint: bool) -> int:
-    if checkpoint:
-        os.makedirs("checkpoint-2", exist_ok=True)
+def _save_checkpoint(step: int, finished: bool) -> None:
+    """checkpoint-<step> as the trainer writes it: weights first, trainer_state.json last (a save
+    that crashed in between leaves the folder without it)."""
+    os.makedirs(f"checkpoint-{step}", exist_ok=True)
+    with open(f"checkpoint-{step}/adapter_model.safetensors", "wb") as fh:
+        fh.write(b"fake weights")
+    if finished:
+        with open(f"checkpoint-{step}/trainer_state.json", "w") as fh:
+            json.dump({"global_step": step}, fh)
         with open("events.jsonl", "a") as ev:
-            ev.write(json.dumps({"t": time.time(), "event": "checkpoint", "step": 2, "path": "checkpoint-2"}) + "\n")
+            ev.write(json.dumps({"t": time.time(), "event": "checkpoint", "step": step,
+                                 "path": f"checkpoint-{step}"}) + "\n")
+
+
+def _fail(kind: str, checkpoint: bool, half_checkpoint: bool) -> int:
+    if checkpoint:
+        _save_checkpoint(2, finished=True)
+    if half_checkpoint:
+        _save_checkpoint(4, finished=False)
     print(FAILURE_LOGS[kind], file=sys.stderr, flush=True)
     return 1
+
+
+def _refuse_resume() -> int | None:
+    """As the trainer does: --resume needs a complete checkpoint (the contract's rule)."""
+    from lat_core.contract.jobdir import JobDir
+
+    if JobDir(".").latest_checkpoint() is None:
+        print(f"config error: --resume: no checkpoint-* directory in {os.getcwd()} holds a complete save",
+              file=sys.stderr, flush=True)
+        return 2
+    return None
 
 
 def _batch_size() -> int:
@@ -79,8 +104,11 @@ def main() -> int:
     p.add_argument("--fail-log", choices=sorted(FAILURE_LOGS), help="die with this failure's log")
     p.add_argument("--fail-before-attempt", type=int, default=10**6, help="... while LAT_ATTEMPT is below this")
     p.add_argument("--checkpoint", action="store_true", help="save a checkpoint-2 folder before failing")
+    p.add_argument("--half-checkpoint", action="store_true",
+                   help="crash while saving checkpoint-4 before failing (its trainer_state.json never written)")
     p.add_argument("--like-trainer", action="store_true",
-                   help="as lat_core.train does: log a finished event, refuse a finished folder without a flag")
+                   help="as lat_core.train does: log a finished event, refuse a finished folder without a "
+                        "flag and --resume without a complete checkpoint")
     p.add_argument("--say-steps", action="store_true", help="print a line per step (a log to follow)")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--overwrite", action="store_true")
@@ -88,13 +116,16 @@ def main() -> int:
     if a.like_trainer and not (a.resume or a.overwrite) and _finished_before():
         print("events.jsonl already holds a finished run; pass --overwrite to start again", file=sys.stderr)
         return 2
+    refused = _refuse_resume() if a.like_trainer and a.resume else None
+    if refused is not None:
+        return refused
     if a.overwrite and os.path.exists("events.jsonl"):
         os.remove("events.jsonl")
     if a.echo is not None:
         with open("events.jsonl", "a") as ev:
             ev.write(json.dumps(_echo(a.echo, a.resume)) + "\n")
     if a.fail_log and int(os.environ.get("LAT_ATTEMPT", "1")) < a.fail_before_attempt:
-        return _fail(a.fail_log, a.checkpoint)
+        return _fail(a.fail_log, a.checkpoint, a.half_checkpoint)
     if a.oom_above_batch is not None and _batch_size() > a.oom_above_batch:
         print(CUDA_OOM, file=sys.stderr, flush=True)
         return 1

@@ -3,6 +3,7 @@ filled by running fake trainers."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,6 +97,7 @@ def test_requeue_offers_resume_when_a_failed_job_has_checkpoints(finished):
     checkpoint = Path(jobs["bad"].job_dir) / "checkpoint-300"
     checkpoint.mkdir()
     (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "adapter_model.safetensors").write_bytes(b"weights")
     try:
         out = lat(state, "requeue", str(jobs["bad"].id))
         assert out.returncode == 1 and "checkpoint-300 (step 300)" in out.stdout
@@ -103,8 +105,7 @@ def test_requeue_offers_resume_when_a_failed_job_has_checkpoints(finished):
         assert "nothing was requeued" in out.stdout
         assert lat(state, "requeue", str(jobs["bad"].id), "--resume", "--fresh").returncode == 2
     finally:
-        checkpoint.joinpath("trainer_state.json").unlink()
-        checkpoint.rmdir()
+        shutil.rmtree(checkpoint)
     assert lat(state, "status", "--json").stdout.count('"command:requeue"') == 0
 
 

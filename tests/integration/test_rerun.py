@@ -105,16 +105,16 @@ def test_rerun_refuses_a_folder_that_is_not_a_job_and_an_existing_target(tmp_pat
     (tmp_path / "taken" / "tiny-sst2_seed1" / "j").mkdir(parents=True)
     with pytest.raises(OutputPathError, match="exists already"):
         prepare_rerun(job, tmp_path / "taken", "cpu")
-    prepared, missing = prepare_rerun(job, tmp_path / "new", "cpu")
-    assert missing == [] and prepared.jobs[0].config["seed"] == 1 and prepared.plan.gpus == "cpu"
+    prepared, env = prepare_rerun(job, tmp_path / "new", "cpu")
+    assert env.missing == [] and prepared.jobs[0].config["seed"] == 1 and prepared.plan.gpus == "cpu"
     assert not (tmp_path / "new").exists()   # nothing written before the run is created
 
 
 def test_masked_env_values_come_from_the_callers_environment(tmp_path):
     (tmp_path / "command.json").write_text(json.dumps({"env": {"HP_LR": "0.1", "WANDB_API_KEY": "***",
                                                                "HF_TOKEN": "***"}}))
-    env, missing = job_env(tmp_path, {"WANDB_API_KEY": "k"})
-    assert env == {"HP_LR": "0.1", "WANDB_API_KEY": "k"} and missing == ["HF_TOKEN"]
+    env = job_env(tmp_path, {"WANDB_API_KEY": "k"})
+    assert env.env == {"HP_LR": "0.1", "WANDB_API_KEY": "k"} and env.missing == ["HF_TOKEN"]
 
 
 def test_config_tree_outside_git_and_large_diffs(tmp_path):
@@ -133,3 +133,79 @@ def test_config_tree_outside_git_and_large_diffs(tmp_path):
     big = config_tree(repo / "exp.yaml")
     assert big["dirty"] and big["diff_truncated"] and len(big["diff"]) == DIFF_LIMIT
     assert mask_secrets("SMTP_PASSWORD=hunter2 HP_LR=0.1") == "SMTP_PASSWORD=*** HP_LR=0.1"
+
+
+def _job_folder(tmp_path: Path, env: dict[str, str], **over) -> Path:
+    """A job folder as the engine leaves it: resolved job.yaml (tiny GLA, 2 steps) and command.json."""
+    job = tmp_path / "runs" / "tiny-sst2_seed1" / "j"
+    job.mkdir(parents=True)
+    cfg = yaml.safe_load((ROOT / "configs" / "experiments" / "gla" / "tiny_lora_qkvo.yaml").read_text())
+    cfg["train"].update(max_steps=2, eval_every=2, save_every=2)
+    cfg = {**cfg, "seed": 1, "data": "tiny-sst2", "output_dir": str(job), "resolved": True, **over}
+    (job / "job.yaml").write_text(yaml.safe_dump(cfg))
+    (job / "command.json").write_text(json.dumps({"env": env}))
+    return job
+
+
+def test_rerun_takes_the_seeds_variables_and_only_the_kept_others(tmp_path):
+    saved = {"HP_LR": "0.1", "DATALOADER_NUM_WORKERS": "0", "NUM_DATA_WORKERS": "0", "WANDB_API_KEY": "***",
+             "PYTHONPATH": "/elsewhere", "LD_LIBRARY_PATH": "/libs", "PATH": "/bin"}
+    job = _job_folder(tmp_path, saved)
+    _, env = prepare_rerun(job, tmp_path / "new", "cpu", {"WANDB_API_KEY": "k", "PYTHONPATH": "/mine"})
+    assert env.env == {"HP_LR": "0.1", "DATALOADER_NUM_WORKERS": "0", "NUM_DATA_WORKERS": "0", "WANDB_API_KEY": "k"}
+    assert env.dropped == ["PYTHONPATH", "LD_LIBRARY_PATH", "PATH"]
+    prepared, env = prepare_rerun(job, tmp_path / "new", "cpu", {}, keep_env=("PYTHONPATH", "LD_LIBRARY_PATH"))
+    assert prepared.plan.env["PYTHONPATH"] == "/elsewhere" and prepared.jobs[0].env["LD_LIBRARY_PATH"] == "/libs"
+    assert env.dropped == ["PATH"] and env.missing == ["WANDB_API_KEY"]
+
+
+@pytest.mark.slow
+def test_a_sitecustomize_on_the_saved_pythonpath_never_runs(tmp_path, state, capsys):
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    marker = tmp_path / "sitecustomize-ran"
+    (planted / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    job = _job_folder(tmp_path, {"PYTHONPATH": f"{planted}:{ROOT}", "NUM_DATA_WORKERS": "0"})
+    code = main(["rerun", str(job), "--output-root", str(tmp_path / "again"), "--state-dir", str(state)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+    assert not marker.exists()   # neither in the engine nor in the job
+    assert "not taken from the folder's saved env: PYTHONPATH" in captured.err
+    assert (tmp_path / "again" / "tiny-sst2_seed1" / "j" / "checkpoint-2" / "trainer_state.json").is_file()
+
+
+def _binary(job: Path) -> None:
+    (job / "job.yaml").write_bytes(bytes(range(256)))
+
+
+def _seed_abc(job: Path) -> None:
+    (job / "job.yaml").write_text((job / "job.yaml").read_text().replace("seed: 1", "seed: abc"))
+
+
+def _unresolved(job: Path) -> None:
+    """A hand-written job.yaml, with env.json's config that rerun used to fall back to silently."""
+    (job / "job.yaml").write_text((job / "job.yaml").read_text().replace("resolved: true", "resolved: false"))
+    (job / "env.json").write_text(json.dumps({"config": yaml.safe_load((job / "job.yaml").read_text())}))
+
+
+def _env_a_list(job: Path) -> None:
+    (job / "command.json").write_text(json.dumps({"env": ["PYTHONPATH=/elsewhere"]}))
+
+
+@pytest.mark.parametrize("spoil, flags, needle", [
+    (_binary, [], "job.yaml: not UTF-8 text"),
+    (_seed_abc, [], "job.yaml: field 'seed': expected an integer, got 'abc'"),
+    (_unresolved, [], "job.yaml: field 'resolved': expected true"),
+    (_env_a_list, [], "command.json: field 'env': expected a mapping"),
+    (None, ["--gpus=-1"], "--gpus: GPU indices must be >= 0"),
+    (None, ["--gpus", "0 0"], "--gpus: a GPU is listed twice"),
+], ids=["binary", "seed-abc", "unresolved", "env-a-list", "gpus-negative", "gpus-twice"])
+def test_bad_rerun_inputs_exit_2_naming_the_field_and_start_nothing(tmp_path, capsys, spoil, flags, needle):
+    job = _job_folder(tmp_path, {})
+    if spoil:
+        spoil(job)
+    state = tmp_path / "state"
+    code = main(["rerun", str(job), "--output-root", str(tmp_path / "again"), "--state-dir", str(state), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and "Traceback" not in err, err
+    assert not state.exists() and not (tmp_path / "again").exists()

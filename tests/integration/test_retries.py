@@ -38,6 +38,19 @@ def test_a_port_clash_is_retried_after_the_backoff_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_crash_mid_save_is_retried_from_the_start_not_resumed(tmp_path):
+    """checkpoint-4 without trainer_state.json (the save crashed): the retry starts fresh and succeeds
+    where --resume would be refused by the trainer."""
+    job = fake_job(tmp_path, "midsave", sleep=0.1, extra=("--fail-log", "port_in_use", "--fail-before-attempt", "2",
+                                                          "--half-checkpoint", "--like-trainer", "--echo"))
+    store, run_id, final = run_with_plan(tmp_path, job, ON_FAILURE.replace("backoff_s: 2", "backoff_s: 0"))
+    assert final.state == "succeeded" and final.attempts == 2, final.error
+    retries = [d for s, d in history(store, run_id, final.id) if s == "queued" and d.startswith("auto-retry")]
+    assert retries == ["auto-retry after rendezvous (1/2): in 0s, from the start"]
+    assert "--resume" not in final.argv
+
+
+@pytest.mark.slow
 def test_retries_stop_at_max_retries(tmp_path):
     job = fake_job(tmp_path, "clash", sleep=0.1, extra=("--fail-log", "port_in_use"))
     plan = ON_FAILURE.replace("max_retries: 2", "max_retries: 1").replace("backoff_s: 2", "backoff_s: 0")

@@ -101,6 +101,33 @@ def test_mamba_tiny_job(tmp_path):
     check_run(tmp_path, train(cfg))
 
 
+class _WritesMarker:
+    """Unpickled, it would create ``path``: a crafted checkpoint file that runs code."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return exec, (f"open({str(self.path)!r}, 'w').write('ran')",)
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_checkpoint_file_that_would_run_code(tmp_path):
+    import torch
+
+    cfg = job(tmp_path, "gla", train={"max_steps": 2, "eval_every": 2, "save_every": 2})
+    assert train(cfg).returncode == 0
+    marker = tmp_path / "ran-code"
+    torch.save({"torch": torch.get_rng_state(), "cuda": _WritesMarker(marker)}, tmp_path / "checkpoint-2" / "rng_state.pt")
+    job(tmp_path, "gla", train={"max_steps": 4, "eval_every": 2, "save_every": 2})
+    proc = train(cfg, "--resume")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {tmp_path / 'checkpoint-2' / 'rng_state.pt'}: refused to load"), last
+    assert "GLOBAL" in last and "exec" in last
+    assert not marker.exists()
+
+
 def test_resume_without_checkpoint_exits_2(tmp_path):
     proc = train(job(tmp_path, "mamba"), "--resume")
     assert proc.returncode == 2

@@ -110,6 +110,7 @@ async def test_requeue_of_a_failed_job_with_checkpoints_offers_resume(make_app, 
     checkpoint = tmp_path / "out" / "tiny-sst2_seed1/a" / "checkpoint-40"
     checkpoint.mkdir()
     (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "adapter_model.safetensors").write_bytes(b"weights")
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await on_dashboard(pilot, app)

@@ -5,8 +5,12 @@ from __future__ import annotations
 import email
 import json
 import logging
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
+from contextlib import contextmanager
 from email import policy
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -33,6 +37,7 @@ class Inbox:
     def __init__(self):
         self.messages: list[email.message.EmailMessage] = []
         self.envelopes = []
+        self.logins: list[bool] = []   # one per AUTH the server saw: whether it came over TLS
 
     async def handle_DATA(self, server, session, envelope):
         self.envelopes.append(envelope)
@@ -41,6 +46,7 @@ class Inbox:
 
 
 def check_login(server, session, envelope, mechanism, auth_data):
+    server.event_handler.logins.append(server.transport.get_extra_info("ssl_object") is not None)
     ok = isinstance(auth_data, LoginPassword) and auth_data.login == USER.encode() \
         and auth_data.password == PASSWORD.encode()
     return AuthResult(success=ok, handled=False)
@@ -59,11 +65,43 @@ def smtp_server():
         controller.stop()
 
 
+@pytest.fixture
+def starttls_server(tmp_path, monkeypatch):
+    """An SMTP server that offers STARTTLS and AUTH only after it, with a self-signed certificate for
+    127.0.0.1 that this process trusts through SSL_CERT_FILE."""
+    assert shutil.which("openssl"), "the test server's certificate is made with openssl"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "key.pem"),
+                    "-out", str(tmp_path / "cert.pem")], check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), authenticator=check_login,
+                            tls_context=context, require_starttls=True, auth_exclude_mechanism=["LOGIN"])
+    controller.start()
+    try:
+        yield controller, inbox
+    finally:
+        controller.stop()
+
+
 class Receiver(BaseHTTPRequestHandler):
     received: list = []
     status = 200
+    location = ""   # set: answer a POST with a 302 to here
+
+    def do_GET(self):   # urllib follows a 302 to a POST with a GET
+        self.received.append((self.path, dict(self.headers), None))
+        self.send_response(200)
+        self.end_headers()
 
     def do_POST(self):
+        if self.location:
+            self.send_response(302)
+            self.send_header("Location", self.location)
+            self.end_headers()
+            return
         length = int(self.headers.get("Content-Length", 0))
         self.received.append((self.path, dict(self.headers), json.loads(self.rfile.read(length))))
         self.send_response(self.status)
@@ -74,9 +112,9 @@ class Receiver(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def webhook_server():
-    handler = type("TestReceiver", (Receiver,), {"received": [], "status": 200})
+@contextmanager
+def http_receiver():
+    handler = type("TestReceiver", (Receiver,), {"received": [], "status": 200, "location": ""})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -88,11 +126,17 @@ def webhook_server():
         thread.join(5)
 
 
+@pytest.fixture
+def webhook_server():
+    with http_receiver() as served:
+        yield served
+
+
 def test_smtp_delivers_with_login_and_never_logs_password(smtp_server, caplog):
     controller, inbox = smtp_server
     caplog.set_level(logging.DEBUG)
     notifier = SmtpNotifier("127.0.0.1", controller.port, "lat@example.org", ["a@example.org", "b@example.org"],
-                            username=USER, password=PASSWORD)
+                            username=USER, password=PASSWORD, starttls=False)
     assert notifier.send("finish", "run 7 finished", "12 jobs ok, 0 failed") is True
     (message,) = inbox.messages
     assert message["Subject"] == "run 7 finished" and message["From"] == "lat@example.org"
@@ -107,10 +151,30 @@ def test_smtp_wrong_password_returns_false_and_masks(smtp_server, caplog):
     caplog.set_level(logging.DEBUG)
     wrong = PASSWORD + "-wrong"
     notifier = SmtpNotifier("127.0.0.1", controller.port, "lat@example.org", "a@example.org",
-                            username=USER, password=wrong)
+                            username=USER, password=wrong, starttls=False)
     assert notifier.send("failure", "job failed", "body") is False
     assert not inbox.messages
     assert "SMTPAuthenticationError" in caplog.text and wrong not in caplog.text
+
+
+def test_smtp_never_logs_in_over_plain_text_unless_told(smtp_server, caplog):
+    controller, inbox = smtp_server   # offers no STARTTLS
+    caplog.set_level(logging.WARNING)
+    notices = Notices.from_config({"email": {"host": "127.0.0.1", "port": controller.port, "to": "a@x",
+                                             "username": USER, "password": PASSWORD}}, environ={})
+    assert notices.emit("failure", "job failed", "body") == [False]
+    assert inbox.logins == [] and inbox.messages == []   # the password never went over the wire
+    assert "PlaintextRefused" in caplog.text and "offers no STARTTLS" in caplog.text and PASSWORD not in caplog.text
+    plain = SmtpNotifier("127.0.0.1", controller.port, "lat@x", "a@x", username=USER, password=PASSWORD,
+                         starttls=False)
+    assert plain.send("failure", "job failed", "body") is True and inbox.logins == [False]
+
+
+def test_smtp_logs_in_over_starttls_by_default(starttls_server):
+    controller, inbox = starttls_server
+    notifier = SmtpNotifier("127.0.0.1", controller.port, "lat@x", "a@x", username=USER, password=PASSWORD)
+    assert notifier.send("finish", "run finished", "ok") is True
+    assert inbox.logins == [True] and inbox.messages[0]["Subject"] == "run finished"
 
 
 def test_smtp_closed_port_returns_false_and_logs(caplog):
@@ -136,6 +200,21 @@ def test_webhook_posts_json(webhook_server, caplog):
     assert "T0K3N" not in caplog.text and "abc123" not in caplog.text
 
 
+def test_a_redirect_to_another_origin_gets_no_credentials(webhook_server):
+    elsewhere, landed = webhook_server
+    secret = {"Authorization": "Bearer abc123", "X-Api-Key": "k-456", "X-Run": "7"}
+    with http_receiver() as (hook, hook_handler):
+        hook_handler.location = f"{elsewhere}/landed"
+        assert WebhookNotifier(f"{hook}/hooks/T0K3N", headers=secret).send("start", "s", "b") is True
+        hook_handler.location = f"{hook}/moved"   # the same origin: the credentials go along
+        assert WebhookNotifier(f"{hook}/hooks/T0K3N", headers=secret).send("start", "s", "b") is True
+    ((path, headers, _),) = landed.received
+    assert path == "/landed" and headers["X-Run"] == "7"
+    assert "Authorization" not in headers and "X-Api-Key" not in headers
+    ((path, headers, _),) = hook_handler.received
+    assert path == "/moved" and headers["Authorization"] == "Bearer abc123" and headers["X-Api-Key"] == "k-456"
+
+
 def test_webhook_http_error_and_closed_port_return_false(webhook_server, caplog):
     url, handler = webhook_server
     handler.status = 500
@@ -149,7 +228,7 @@ def test_webhook_http_error_and_closed_port_return_false(webhook_server, caplog)
 def test_notices_emit_filters_kinds_and_never_raises(smtp_server, webhook_server):
     controller, inbox = smtp_server
     url, handler = webhook_server
-    plan = {"email": {"host": "127.0.0.1", "port": controller.port, "from": "lat@x", "to": ["a@x"]},
+    plan = {"email": {"host": "127.0.0.1", "port": controller.port, "from": "lat@x", "to": ["a@x"], "starttls": False},
             "webhook": {"url": url + "/h"}, "on": ["failure", "oom"]}
     notices = Notices.from_config(plan, environ={})
     assert notices.emit("start", "s", "b") == []
@@ -164,7 +243,7 @@ def test_notices_emit_filters_kinds_and_never_raises(smtp_server, webhook_server
 def test_from_env_and_masking(smtp_server):
     controller, inbox = smtp_server
     env = {"LAT_SMTP_HOST": "127.0.0.1", "LAT_SMTP_PORT": str(controller.port), "LAT_SMTP_USER": USER,
-           "LAT_SMTP_PASSWORD": PASSWORD, "LAT_NOTIFY_TO": "a@x, b@x",
+           "LAT_SMTP_PASSWORD": PASSWORD, "LAT_NOTIFY_TO": "a@x, b@x", "LAT_SMTP_STARTTLS": "0",
            "LAT_WEBHOOK_URL": "https://hooks.example.org/services/T0K3N"}
     notices = Notices.from_env(env)
     assert set(notices.on) == set(KINDS) and len(notices.notifiers) == 2

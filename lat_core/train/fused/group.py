@@ -147,10 +147,10 @@ def restore(cfg, member: M.Member, optimizer) -> dict:
     group shares it, and fused members train without dropout's draws mattering (dropout 0)."""
     import json
 
-    from ..checkpoints import checkpoints
+    from ..checkpoints import checkpoints, load_tensors
     step, path = checkpoints(cfg.output_dir)[-1]
     M.load_adapter(member, path)
     restored = (path / "optimizer.pt").is_file()
     if restored:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        optimizer.load_state_dict(load_tensors(path / "optimizer.pt"))
     return {**json.loads((path / "lat_state.json").read_text()), "step": step, "optimizer_restored": restored}
