@@ -16,13 +16,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from lat_core.config.datasets import canonical
 from lat_core.config.env import EnvValueError, apply_env, dataset_overrides, mask_env
 from lat_core.config.job import JobConfig, TrainConfigError, parse_config
 from lat_core.config import yaml_text
 from lat_core.config.suites import SuiteRegistry
+from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import ConfigError, OutputPathError
 from lat_core.job_files import events_path, has_finished
 from lat_core.plan import Plan
@@ -136,12 +136,9 @@ def job_mode(job_dir: Path, resume: bool, overwrite: bool, strict: bool) -> str:
 
 def _load_experiment(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read experiment config: {exc}", where=str(path)) from exc
-    if not isinstance(data, dict):
-        raise ConfigError("expected a mapping (model, peft, train, ...)", where=str(path))
-    return data
+        return read_yaml_mapping(path, "a mapping (model, peft, train, ...)")
+    except YamlFileError as exc:
+        raise ConfigError(exc.message, where=exc.where) from None
 
 
 # Where a value can come from, earliest first: a later layer overrides an earlier one.

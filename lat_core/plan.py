@@ -20,6 +20,7 @@ from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
 from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, mask_env, parse_env_value
 from lat_core.engine.notify import mask_url
 from lat_core.config.suites import SuiteRegistry
+from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import LatError, PlanError
 from lat_core.plan_retries import OnFailure
 
@@ -268,19 +269,12 @@ def load_plan(path: str | Path, registry: SuiteRegistry) -> Plan:
 
 
 def load_plan_mapping(path: Path) -> dict:
-    """The raw mapping of a plan file; PlanError for unreadable files, bad YAML or a non-mapping."""
-    where = str(path)
+    """The raw mapping of a plan file; PlanError for unreadable, binary, huge or non-YAML files and
+    a non-mapping."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PlanError([f"cannot read plan: {exc.strerror}"], where=where) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PlanError([f"not valid YAML: {_yaml_problem(exc)}"], where=where) from exc
-    if not isinstance(data, dict):
-        raise PlanError([f"expected a mapping of plan fields, got {type(data).__name__}"], where=where)
-    return data
+        return read_yaml_mapping(path, "a mapping of plan fields")
+    except YamlFileError as exc:
+        raise PlanError([exc.message], where=exc.where) from None
 
 
 def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path | None = None) -> Plan:
@@ -400,8 +394,3 @@ def _format_loc(loc) -> str:
 def _dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
