@@ -22,6 +22,7 @@ from lat_core.engine.notify import mask_url
 from lat_core.config.suites import SuiteRegistry
 from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import LatError, PlanError
+from lat_core.plan_problems import Found, bounded, clip, problem_lines
 from lat_core.plan_retries import OnFailure
 
 AUTO_REMEDIES = ("expandable_segments", "smaller_micro_batch", "gradient_checkpointing", "fewer_workers",
@@ -283,7 +284,7 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
     try:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
-        raise PlanError(_pydantic_problems(exc), where=where) from None
+        raise PlanError(bounded(_pydantic_problems(exc)), where=where) from None
     base = base or Path.cwd()
     problems = check_plan(plan, registry, base)
     if plan.resume and plan.overwrite:
@@ -293,7 +294,7 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
 
         problems += option_problems(plan.slurm)
     if problems:
-        raise PlanError(problems, where=where)
+        raise PlanError(bounded(problems), where=where)
     # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.
     plan.pairs = [_absolute_dataset(p, base) for p in plan.pairs]
     return plan
@@ -329,12 +330,12 @@ def _check_suites(plan: Plan, registry: SuiteRegistry) -> list[str]:
 
 
 def _check_datasets(plan: Plan, base: Path) -> list[str]:
-    problems = []
+    found = []
     for i, pair in enumerate(plan.pairs):
         problem = check_dataset(pair.dataset, base)
         if problem:
-            problems.append(f"field 'pairs[{i}]' ({pair}): {problem}")
-    return problems
+            found.append(Found(f"pairs[{i}]", problem, f"field 'pairs[{i}]' ({pair}): {problem}", clip(str(pair))))
+    return problem_lines(found)
 
 
 def _check_slots(plan: Plan) -> list[str]:
@@ -366,17 +367,18 @@ def _check_env(plan: Plan) -> list[str]:
 
 
 def _pydantic_problems(exc: ValidationError) -> list[str]:
-    problems = []
-    for err in exc.errors():
-        loc = _format_loc(err["loc"])
-        if err["type"] == "extra_forbidden":
-            problems.append(f"unknown field {loc!r}")
-        elif err["type"] == "missing":
-            problems.append(f"field {loc!r} is required")
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            problems.append(f"field {loc!r}: {msg} (got {err.get('input')!r})")
-    return _dedupe(problems)
+    return problem_lines([_found(err) for err in exc.errors()])
+
+
+def _found(err) -> Found:
+    loc = _format_loc(err["loc"])
+    if err["type"] == "extra_forbidden":
+        return Found(loc, "unknown field", f"unknown field {loc!r}", loc)
+    if err["type"] == "missing":
+        return Found(loc, "is required", f"field {loc!r} is required", loc)
+    msg = err["msg"].removeprefix("Value error, ")
+    got = clip(repr(err.get("input")))
+    return Found(loc, msg, f"field {loc!r}: {msg} (got {got})", f"{loc}={got}")
 
 
 def _format_loc(loc) -> str:
@@ -389,8 +391,4 @@ def _format_loc(loc) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out
-
-
-def _dedupe(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
 

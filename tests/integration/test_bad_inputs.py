@@ -74,3 +74,28 @@ def test_random_bytes_in_a_file_the_plan_reaches_are_refused_naming_it(tmp_path,
         args = ["--suite", "s", "--pairs", "1:tiny-sst2", "--gpus", "cpu", "--output-root", str(out_root)]
     out = lat(*args, "--configs", str(tmp_path / "configs"), "--state-dir", str(state))
     assert_refused(out, names=[str(target), "binary file"], created=[state, out_root])
+
+
+def test_ten_thousand_bad_pairs_give_one_short_grouped_message(tmp_path):
+    state = tmp_path / "state"
+    pairs = " ".join(f"{seed}:x" for seed in range(1, 10_001))  # one argument: at most 128 KiB
+    out = lat("--suite", "demo", "--pairs", pairs, "--gpus", "cpu", "--state-dir", str(state))
+    assert_refused(out, names=["unknown dataset 'x'", "in 10,000 pairs: 1:x, 2:x, 3:x ... (9,997 more)"],
+                   created=[state])
+    assert len(out.stderr) < 1000
+
+
+def test_ten_thousand_different_bad_pairs_are_capped(tmp_path):
+    state = tmp_path / "state"
+    pairs = " ".join(f"{seed}:x{seed}" for seed in range(1, 10_001))
+    out = lat("--suite", "demo", "--pairs", pairs, "--gpus", "cpu", "--state-dir", str(state))
+    assert out.returncode == 2 and "unknown dataset 'x1'" in out.stderr, out.stderr
+    assert out.stderr.rstrip().endswith("... and 9,980 more problems") and len(out.stderr) < 10_000
+    assert not state.exists()
+
+
+def test_ten_thousand_malformed_pairs_give_a_short_message(tmp_path):
+    out = lat("--suite", "demo", "--pairs", " ".join(f"bad{i}" for i in range(10_000)), "--gpus", "cpu",
+              "--state-dir", str(tmp_path / "state"))
+    assert_refused(out, names=["pair 'bad0': expected 'seed:dataset'"], created=[tmp_path / "state"])
+    assert len(out.stderr) < 1000

@@ -197,3 +197,16 @@ def test_fuse_is_auto_by_default_round_trips_and_anything_else_is_refused(tmp_pa
         path.write_text(yaml.safe_dump({**base, "fuse": bad}))
         with pytest.raises(PlanError, match="fuse"):
             load_plan(path, registry)
+
+
+def test_a_problem_many_entries_share_is_one_line_naming_a_few(tmp_path, configs):
+    pairs = [f"-{seed}:glue-tvt_cola" for seed in range(1, 10_001)] + ["5:tiny-sst2", "6:nosuch", "7:nosuch"]
+    with pytest.raises(PlanError) as info:
+        load_plan(write_plan(tmp_path, with_(pairs=pairs)), SuiteRegistry(configs))
+    assert info.value.problems == [
+        "field 'pairs.seed': Input should be greater than or equal to 0 in 10,000 pairs: pairs[0].seed=-1, "
+        "pairs[1].seed=-2, pairs[2].seed=-3 ... (9,997 more)"]
+    with pytest.raises(PlanError) as info:
+        load_plan(write_plan(tmp_path, with_(pairs=pairs[-3:])), SuiteRegistry(configs))
+    assert len(info.value.problems) == 1 and info.value.problems[0].startswith("field 'pairs': unknown dataset 'nosuch'")
+    assert info.value.problems[0].endswith(" in 2 pairs: 6:nosuch, 7:nosuch")
