@@ -99,3 +99,22 @@ def test_ten_thousand_malformed_pairs_give_a_short_message(tmp_path):
               "--state-dir", str(tmp_path / "state"))
     assert_refused(out, names=["pair 'bad0': expected 'seed:dataset'"], created=[tmp_path / "state"])
     assert len(out.stderr) < 1000
+
+
+@pytest.mark.parametrize("verb", [["status"], ["status", "--json"], ["runs"], ["runs", "--json"], ["show", "1"],
+                                  ["logs", "1"], ["wait"], ["cancel", "1"]])
+@pytest.mark.parametrize("given_by", ["flag", "env"])
+def test_reading_a_state_directory_that_does_not_exist_creates_nothing(tmp_path, verb, given_by):
+    state = tmp_path / "typo" / "state"
+    flags = ["--state-dir", str(state)] if given_by == "flag" else []
+    out = lat(*verb, *flags, env={"LAT_STATE_DIR": str(state if given_by == "env" else tmp_path / "unused")})
+    assert_refused(out, names=["No state", str(state), "no such directory"], created=[tmp_path / "typo"])
+    assert out.stdout == ""
+
+
+def test_a_state_directory_without_a_journal_is_no_state_and_stays_empty(tmp_path):
+    state = tmp_path / "empty"
+    state.mkdir()
+    out = lat("runs", "--json", "--state-dir", str(state))
+    assert_refused(out, names=["No state", str(state), "no journal (journal.sqlite)"], created=[])
+    assert list(state.iterdir()) == []
