@@ -22,7 +22,8 @@ from lat_core.engine.notify import mask_url
 from lat_core.config.suites import SuiteRegistry
 from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import LatError, PlanError
-from lat_core.plan_problems import Found, bounded, clip, problem_lines
+from lat_core.plan_problems import Found, bounded, problem_lines
+from lat_core.text import shorten
 from lat_core.plan_retries import OnFailure
 
 AUTO_REMEDIES = ("expandable_segments", "smaller_micro_batch", "gradient_checkpointing", "fewer_workers",
@@ -334,7 +335,7 @@ def _check_datasets(plan: Plan, base: Path) -> list[str]:
     for i, pair in enumerate(plan.pairs):
         problem = check_dataset(pair.dataset, base)
         if problem:
-            found.append(Found(f"pairs[{i}]", problem, f"field 'pairs[{i}]' ({pair}): {problem}", clip(str(pair))))
+            found.append(Found(f"pairs[{i}]", problem, f"field 'pairs[{i}]' ({pair}): {problem}", shorten(str(pair), 80)))
     return problem_lines(found)
 
 
@@ -377,7 +378,7 @@ def _found(err) -> Found:
     if err["type"] == "missing":
         return Found(loc, "is required", f"field {loc!r} is required", loc)
     msg = err["msg"].removeprefix("Value error, ")
-    got = clip(repr(err.get("input")))
+    got = shorten(repr(err.get("input")), 80)
     return Found(loc, msg, f"field {loc!r}: {msg} (got {got})", f"{loc}={got}")
 
 

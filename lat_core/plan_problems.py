@@ -46,7 +46,3 @@ def bounded(lines: list[str]) -> list[str]:
     if len(lines) <= MAX_LINES:
         return lines
     return lines[:MAX_LINES] + [f"... and {len(lines) - MAX_LINES:,} more problems"]
-
-
-def clip(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."

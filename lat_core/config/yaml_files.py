@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from lat_core.errors import LatError
+from lat_core.text import shorten
 
 # Far above any real file (the shipped ones are under 2 KB, a 10,000-pair plan about 200 KB); PyYAML
 # parses about 1 MB a second, so a bigger file is a mistake that would stall the command.
@@ -72,9 +73,4 @@ def yaml_problem(exc: Exception) -> str:
 
 
 def _type_word(data) -> str:
-    return "an empty file" if data is None else f"{type(data).__name__} ({_short(data)})"
-
-
-def _short(data, limit: int = 60) -> str:
-    text = repr(data)
-    return text if len(text) <= limit else text[:limit] + "..."
+    return "an empty file" if data is None else f"{type(data).__name__} ({shorten(repr(data), 60)})"
