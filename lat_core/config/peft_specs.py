@@ -77,7 +77,8 @@ def resolve_peft(raw_peft: dict, sources: dict) -> dict:
     merged.update(raw_peft)
     if "target_modules" in merged:
         merged["target_modules"] = expand_targets(merged["target_modules"])
-    shorthand = _SHORTHANDS.get(merged.get("method", "lora"))
+    method = merged.get("method", "lora")
+    shorthand = _SHORTHANDS.get(method) if isinstance(method, str) else None  # the schema names a bad one
     if shorthand:
         merged.setdefault(*shorthand)
     return merged
