@@ -102,7 +102,8 @@ def test_ten_thousand_malformed_pairs_give_a_short_message(tmp_path):
 
 
 @pytest.mark.parametrize("verb", [["status"], ["status", "--json"], ["runs"], ["runs", "--json"], ["show", "1"],
-                                  ["logs", "1"], ["wait"], ["cancel", "1"]])
+                                  ["logs", "1"], ["wait"], ["cancel", "1"], ["results"]],
+                         ids=" ".join)
 @pytest.mark.parametrize("given_by", ["flag", "env"])
 def test_reading_a_state_directory_that_does_not_exist_creates_nothing(tmp_path, verb, given_by):
     state = tmp_path / "typo" / "state"
