@@ -210,3 +210,20 @@ def test_a_problem_many_entries_share_is_one_line_naming_a_few(tmp_path, configs
         load_plan(write_plan(tmp_path, with_(pairs=pairs[-3:])), SuiteRegistry(configs))
     assert len(info.value.problems) == 1 and info.value.problems[0].startswith("field 'pairs': unknown dataset 'nosuch'")
     assert info.value.problems[0].endswith(" in 2 pairs: 6:nosuch, 7:nosuch")
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (b"pairs: [" + b"x, " * (1024 * 1024) + b"]\n", "too large for a YAML file LAT reads (over 2 MiB)"),
+    (b"[" * 5000, "not valid YAML: nested too deeply"),
+    (b"countdown_minutes: 2026-13-45\n", "not valid YAML: month must be in 1..12"),
+    (b"suites: !!timestamp x\n", "not valid YAML:"),
+    (b"suites: [E4]\xff\n", "not UTF-8 text (byte 0xff at offset 12)"),
+    (b"", "expected a mapping of plan fields, got an empty file"),
+], ids=["huge", "deep", "bad-date", "bad-tag", "latin1", "empty"])
+def test_an_unreadable_plan_file_is_one_plan_error_naming_it(tmp_path, configs, raw, expected):
+    path = tmp_path / "plan.yaml"
+    path.write_bytes(raw)
+    with pytest.raises(PlanError) as info:
+        load_plan(path, SuiteRegistry(configs))
+    assert info.value.problems == [expected] or info.value.problems[0].startswith(expected), info.value.problems
+    assert info.value.where == str(path)
