@@ -28,8 +28,8 @@ from lat_core.store import JOB_FINAL, RUN_ACTIVE, Store
 if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
     from lat_core.plan import Plan
 
-__all__ = ["Client", "CommandRow", "JOB_FINAL", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine", "plan_env_of",
-           "resumable_checkpoints", "resolve_state_dir"]
+__all__ = ["Client", "CommandRow", "JOB_FINAL", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine",
+           "plan_env_of", "resumable_checkpoints", "resolve_state_dir"]
 
 
 class NoRunError(JournalError):

@@ -16,7 +16,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from lat_core.config.datasets import canonical
 from lat_core.config.env import EnvValueError, apply_env, dataset_overrides, mask_env
 from lat_core.config.job import JobConfig, TrainConfigError, parse_config
@@ -271,8 +270,8 @@ def _set(config: dict, dotted: str, value, cfg_path: Path) -> None:
         node = node[part]
         if not isinstance(node, dict):
             section = ".".join(parents[:i + 1])
-            raise ConfigError(f"plan overrides set {dotted!r}, but field {section!r} is {shorten(repr(node), 80)}, not a mapping",
-                              where=str(cfg_path))
+            raise ConfigError(f"plan overrides set {dotted!r}, but field {section!r} is {shorten(repr(node), 80)}, "
+                              "not a mapping", where=str(cfg_path))
     node[leaf] = value
 
 

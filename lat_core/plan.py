@@ -335,7 +335,8 @@ def _check_datasets(plan: Plan, base: Path) -> list[str]:
     for i, pair in enumerate(plan.pairs):
         problem = check_dataset(pair.dataset, base)
         if problem:
-            found.append(Found(f"pairs[{i}]", problem, f"field 'pairs[{i}]' ({pair}): {problem}", shorten(str(pair), 80)))
+            alone = f"field 'pairs[{i}]' ({pair}): {problem}"
+            found.append(Found(f"pairs[{i}]", problem, alone, shorten(str(pair), 80)))
     return problem_lines(found)
 
 

@@ -26,7 +26,7 @@ class Found:
 def problem_lines(found: list[Found]) -> list[str]:
     """One line per (field without its index, problem), in first-seen order."""
     groups: dict[tuple[str, str], list[Found]] = {}
-    for item in found:
+    for item in dict.fromkeys(found):  # the same problem twice (two branches of a union) is one
         groups.setdefault((_INDEX.sub("", item.field), item.problem), []).append(item)
     return [_line(field, problem, hits) for (field, problem), hits in groups.items()]
 
