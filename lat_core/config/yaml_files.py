@@ -17,6 +17,12 @@ MAX_BYTES = 2 * 1024 * 1024
 # PyYAML's safe constructors raise plain Python errors for some malformed scalars and tags
 # (``2001-13-45`` a ValueError, ``!!timestamp x`` an AttributeError) and its composer recurses once
 # per nesting level (``[[[[...`` a RecursionError): all mean "not YAML we can read".
+# Values once every alias (``*name``) is expanded: a few hundred bytes of aliases to aliases can
+# stand for billions of values, which expanding the jobs' configs would walk, copy and write.
+MAX_VALUES = 1_000_000
+# Lists and mappings inside each other; aliases can nest deeper than the text does, and the code that
+# walks a config recurses once a level. Real files nest five or six deep.
+MAX_DEPTH = 64
 _PARSER_FAULTS = (yaml.YAMLError, ValueError, TypeError, AttributeError, RecursionError)
 
 
@@ -31,11 +37,19 @@ def read_yaml(path: str | Path):
     path = Path(path)
     text = _read_text(path)
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
     except RecursionError:
         raise YamlFileError("not valid YAML: nested too deeply", where=str(path)) from None
     except _PARSER_FAULTS as exc:
         raise YamlFileError(f"not valid YAML: {yaml_problem(exc)}", where=str(path)) from None
+    shape = expanded_shape(data)
+    if shape is None:
+        raise YamlFileError("a value holds itself through an alias (*name), without end", where=str(path))
+    if shape[0] > MAX_VALUES:
+        raise YamlFileError(f"its aliases (*name) expand it to more than {MAX_VALUES:,} values", where=str(path))
+    if shape[1] > MAX_DEPTH:
+        raise YamlFileError(f"not valid YAML: nested too deeply (over {MAX_DEPTH} levels)", where=str(path))
+    return data
 
 
 def read_yaml_mapping(path: str | Path, expected: str) -> dict:
@@ -63,6 +77,31 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         raise YamlFileError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
                             "a binary file or another encoding?", where=str(path)) from None
+
+
+def expanded_shape(data) -> tuple[int, int] | None:
+    """(values, depth) of ``data`` with every shared list or mapping counted each time it is
+    referred to; None when one contains itself. Each is walked once (iteratively: alias chains
+    can be deeper than Python's recursion)."""
+    shapes: dict[int, tuple[int, int]] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[object, bool]] = [(data, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if not isinstance(node, (dict, list)) or (not children_done and id(node) in shapes):
+            continue
+        children = list(node.values()) if isinstance(node, dict) else node
+        if children_done:
+            on_path.discard(id(node))
+            inner = [shapes.get(id(child), (1, 0)) for child in children]
+            shapes[id(node)] = (1 + sum(size for size, _ in inner), 1 + max((depth for _, depth in inner), default=0))
+            continue
+        if id(node) in on_path:
+            return None
+        on_path.add(id(node))
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if isinstance(child, (dict, list)))
+    return shapes.get(id(data), (1, 0))
 
 
 def yaml_problem(exc: Exception) -> str:

@@ -219,10 +219,15 @@ def test_a_problem_many_entries_share_is_one_line_naming_a_few(tmp_path, configs
     (b"suites: !!timestamp x\n", "not valid YAML:"),
     (b"suites: [E4]\xff\n", "not UTF-8 text (byte 0xff at offset 12)"),
     (b"", "expected a mapping of plan fields, got an empty file"),
-], ids=["huge", "deep", "bad-date", "bad-tag", "latin1", "empty"])
+    (b"overrides: &o {a: *o}\n", "a value holds itself through an alias (*name), without end"),
+    ("overrides:\n" + "".join(f"  a{i}: &a{i} [{f'*a{i - 1}, ' * 10 if i else 'x'}]\n" for i in range(8)),
+     "its aliases (*name) expand it to more than 1,000,000 values"),
+    ("overrides:\n" + "".join(f"  a{i}: &a{i} [{f'*a{i - 1}' if i else 'x'}]\n" for i in range(100)),
+     "not valid YAML: nested too deeply (over 64 levels)"),
+], ids=["huge", "deep", "bad-date", "bad-tag", "latin1", "empty", "alias-cycle", "alias-bomb", "alias-deep"])
 def test_an_unreadable_plan_file_is_one_plan_error_naming_it(tmp_path, configs, raw, expected):
     path = tmp_path / "plan.yaml"
-    path.write_bytes(raw)
+    path.write_bytes(raw if isinstance(raw, bytes) else raw.encode())
     with pytest.raises(PlanError) as info:
         load_plan(path, SuiteRegistry(configs))
     assert info.value.problems == [expected] or info.value.problems[0].startswith(expected), info.value.problems
