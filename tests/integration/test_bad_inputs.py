@@ -119,3 +119,12 @@ def test_a_state_directory_without_a_journal_is_no_state_and_stays_empty(tmp_pat
     out = lat("runs", "--json", "--state-dir", str(state))
     assert_refused(out, names=["No state", str(state), "no journal (journal.sqlite)"], created=[])
     assert list(state.iterdir()) == []
+
+
+def test_the_trainer_refuses_a_job_file_of_random_bytes_naming_it(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_bytes(RANDOM_BYTES)
+    out = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(job)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"error: --cfg: {job}: not UTF-8 text" in out.stderr
