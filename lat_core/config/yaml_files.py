@@ -14,15 +14,15 @@ from lat_core.text import shorten
 # Far above any real file (the shipped ones are under 2 KB, a 10,000-pair plan about 200 KB); PyYAML
 # parses about 1 MB a second, so a bigger file is a mistake that would stall the command.
 MAX_BYTES = 2 * 1024 * 1024
-# PyYAML's safe constructors raise plain Python errors for some malformed scalars and tags
-# (``2001-13-45`` a ValueError, ``!!timestamp x`` an AttributeError) and its composer recurses once
-# per nesting level (``[[[[...`` a RecursionError): all mean "not YAML we can read".
 # Values once every alias (``*name``) is expanded: a few hundred bytes of aliases to aliases can
 # stand for billions of values, which expanding the jobs' configs would walk, copy and write.
 MAX_VALUES = 1_000_000
 # Lists and mappings inside each other; aliases can nest deeper than the text does, and the code that
 # walks a config recurses once a level. Real files nest five or six deep.
 MAX_DEPTH = 64
+# PyYAML's safe constructors raise plain Python errors for some malformed scalars and tags
+# (``2001-13-45`` a ValueError, ``!!timestamp x`` an AttributeError) and its composer recurses once
+# per nesting level (``[[[[...`` a RecursionError): all mean "not YAML we can read".
 _PARSER_FAULTS = (yaml.YAMLError, ValueError, TypeError, AttributeError, RecursionError)
 
 
@@ -33,7 +33,7 @@ class YamlFileError(LatError):
 
 
 def read_yaml(path: str | Path):
-    """The file's data (any YAML type), or YamlFileError naming the file."""
+    """The file's data (any YAML type), or YamlFileError naming the file and what is wrong."""
     path = Path(path)
     text = _read_text(path)
     try:
