@@ -3,6 +3,7 @@ suite, experiment-config and PEFT-spec loading. The outcome is always a valid ob
 project's typed error (a LatError naming where), never another exception. A fixed seed: the cases
 are the same on every run."""
 
+import datetime
 import math
 import random
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lat_core.config import yaml_text
 from lat_core.config.paths import USER, ConfigTree
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
@@ -28,14 +30,16 @@ CASES = 120  # per kind; the whole file takes a few seconds
 
 def junk(rng: random.Random, depth: int = 0):
     """A random YAML-representable value: every type, edge numbers, odd strings, nested junk."""
-    kinds = ["none", "bool", "int", "big", "neg", "float", "nan", "inf", "str", "empty", "long", "unicode"]
+    kinds = ["none", "bool", "int", "big", "neg", "float", "nan", "inf", "str", "empty", "long", "unicode", "date",
+             "bytes"]
     kinds += ["list", "dict"] if depth < 3 else []
     kind = rng.choice(kinds)
     simple = {"none": None, "bool": rng.random() < 0.5, "int": rng.randint(0, 10), "big": 10 ** rng.randint(19, 400),
               "neg": -rng.randint(1, 10 ** 6), "float": rng.uniform(-1e6, 1e6), "nan": math.nan,
               "inf": rng.choice([math.inf, -math.inf, 1e308]), "empty": "", "long": "x" * rng.randint(300, 5000),
               "str": "".join(rng.choice(YAML_CHARS) for _ in range(rng.randint(1, 12))),
-              "unicode": "".join(chr(rng.randint(0x80, 0x2FFF)) for _ in range(rng.randint(1, 8)))}
+              "unicode": "".join(chr(rng.randint(0x80, 0x2FFF)) for _ in range(rng.randint(1, 8))),
+              "date": datetime.date(2000 + rng.randint(0, 30), 1, 1), "bytes": rng.randbytes(4)}  # !!timestamp, !!binary
     if kind in simple:
         return simple[kind]
     if kind == "list":
@@ -107,7 +111,11 @@ def prepare(plan: Plan, tree: Path, tmp_path: Path):
     """Expand the plan's jobs as a run would (suites, experiment configs, PEFT specs, typed configs);
     the output root stays inside tmp_path whatever the case says."""
     plan = plan.model_copy(update={"output_root": str(tmp_path / "runs")})
-    return prepare_run(plan, registry=registry(tree), probe=GpuProbe(FakeNvml.with_gpus(2)), environ={})
+    prepared = prepare_run(plan, registry=registry(tree), probe=GpuProbe(FakeNvml.with_gpus(2)), environ={})
+    plan.to_yaml()  # what creating the run writes: the journal's plan and each job's job.yaml
+    for job in prepared.jobs:
+        yaml_text.dump(job.config)
+    return prepared
 
 
 def outcomes(rng, write, load) -> dict[str, int]:
