@@ -28,12 +28,18 @@ from lat_core.store import JOB_FINAL, RUN_ACTIVE, Store
 if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
     from lat_core.plan import Plan
 
-__all__ = ["Client", "CommandRow", "JOB_FINAL", "RUN_ACTIVE", "NoRunError", "ensure_engine", "plan_env_of",
-           "resumable_checkpoints", "resolve_state_dir"]
+__all__ = ["Client", "CommandRow", "JOB_FINAL", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine",
+           "plan_env_of", "resumable_checkpoints", "resolve_state_dir"]
 
 
 class NoRunError(JournalError):
     title = "No run"
+
+
+class NoStateError(JournalError):
+    """A state directory without a journal: a mistyped --state-dir or $LAT_STATE_DIR, or no run ever."""
+
+    title = "No state"
 
 
 @dataclass(frozen=True)
@@ -60,11 +66,23 @@ def resolve_state_dir(state_dir: str | Path | None) -> Path:
     return Path(state_dir).expanduser() if state_dir else default_state_dir()
 
 
+def _check_state_exists(state_dir: Path) -> None:
+    where = "no such directory" if not state_dir.is_dir() else f"no journal ({JOURNAL_NAME}) in it"
+    if not (state_dir / JOURNAL_NAME).is_file():
+        raise NoStateError(f"no LAT state here: {where}; check --state-dir or $LAT_STATE_DIR (a first run, "
+                           "`lat-tui --plan PLAN`, creates it)", where=str(state_dir))
+
+
 class Client:
     """Reads and commands for one state directory; cheap to build, safe to share between threads."""
 
-    def __init__(self, state_dir: str | Path | None = None):
+    def __init__(self, state_dir: str | Path | None = None, *, existing: bool = False):
+        """``existing``: only a state directory that holds a journal (NoStateError otherwise, with
+        nothing created), for commands that read or steer runs; a front end that starts runs
+        creates the directory on first use."""
         self.state_dir = resolve_state_dir(state_dir)
+        if existing:
+            _check_state_exists(self.state_dir)
         self._local = threading.local()
         self._families: dict[int, str] = {}  # job id -> model family ("" once known to name none)
 

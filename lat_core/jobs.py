@@ -16,16 +16,16 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from lat_core.config.datasets import canonical
 from lat_core.config.env import EnvValueError, apply_env, dataset_overrides, mask_env
 from lat_core.config.job import JobConfig, TrainConfigError, parse_config
 from lat_core.config import yaml_text
 from lat_core.config.suites import SuiteRegistry
+from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import ConfigError, OutputPathError
 from lat_core.job_files import events_path, has_finished
 from lat_core.plan import Plan
+from lat_core.text import shorten
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -136,12 +136,9 @@ def job_mode(job_dir: Path, resume: bool, overwrite: bool, strict: bool) -> str:
 
 def _load_experiment(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read experiment config: {exc}", where=str(path)) from exc
-    if not isinstance(data, dict):
-        raise ConfigError("expected a mapping (model, peft, train, ...)", where=str(path))
-    return data
+        return read_yaml_mapping(path, "a mapping (model, peft, train, ...)")
+    except YamlFileError as exc:
+        raise ConfigError(exc.message, where=exc.where) from None
 
 
 # Where a value can come from, earliest first: a later layer overrides an earlier one.
@@ -158,7 +155,7 @@ def resolve_config(base, cfg_path, plan: Plan, shell_env: dict, pair, job_dir: P
     provenance: list[dict] = [{"field": "*", "value": str(cfg_path), "source": "suite config"}]
     origin: dict[str, str] = {}
     for dotted, value in _flatten(plan.overrides):
-        _set(config, dotted, value)
+        _set(config, dotted, value, cfg_path)
         provenance.append({"field": dotted, "value": value, "source": "plan.overrides"})
         origin[dotted] = PLAN_OVERRIDES
     for label, env in ((PLAN_ENV, plan.env), (SHELL, shell_env)):
@@ -215,8 +212,8 @@ def typed_config(config: dict, cfg_path: Path, job_dir: Path, origin: dict,
 
     With ``cache``, a config is validated once and its other pairs' jobs are copies with their own
     pair and folder (a third of the CPU of expanding a 10,000-job plan went to repeating it)."""
-    key = json.dumps({k: v for k, v in config.items() if k not in PAIR_FIELDS}, sort_keys=True, default=str)
-    if cache is not None and key in cache:
+    key = _cache_key(config) if cache is not None else None
+    if key is not None and key in cache:
         return cache[key].model_copy(update={  # shallow: the sections are shared, read-only
             "data": config["data"], "seed": config["seed"], "cfg_path": job_dir / "job.yaml",
             "output_dir": Path(config["output_dir"]).expanduser().resolve()})
@@ -225,9 +222,18 @@ def typed_config(config: dict, cfg_path: Path, job_dir: Path, origin: dict,
     except TrainConfigError as exc:
         where = _origin_of(exc.field, origin) or str(cfg_path)
         raise ConfigError(exc.message, where=where) from None
-    if cache is not None:
+    if key is not None:
         cache[key] = typed
     return typed
+
+
+def _cache_key(config: dict) -> str | None:
+    """What the jobs of one config share, as text; None for a mapping whose keys mix types (no
+    order to sort them in): such a config is not cached and its validation says what is wrong."""
+    try:
+        return json.dumps({k: v for k, v in config.items() if k not in PAIR_FIELDS}, sort_keys=True, default=str)
+    except TypeError:
+        return None
 
 
 def _origin_of(field: str | None, origin: dict) -> str | None:
@@ -254,11 +260,18 @@ def _flatten(mapping: dict, prefix: str = ""):
         else:
             yield dotted, value
 
-def _set(config: dict, dotted: str, value) -> None:
+def _set(config: dict, dotted: str, value, cfg_path: Path) -> None:
+    """``config[a][b] = value`` for ``a.b``; an empty section (``train:``) takes it as a missing one does."""
     node = config
     *parents, leaf = dotted.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
+    for i, part in enumerate(parents):
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
+        if not isinstance(node, dict):
+            section = ".".join(parents[:i + 1])
+            raise ConfigError(f"plan overrides set {dotted!r}, but field {section!r} is {shorten(repr(node), 80)}, "
+                              "not a mapping", where=str(cfg_path))
     node[leaf] = value
 
 

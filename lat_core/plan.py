@@ -20,7 +20,10 @@ from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
 from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, mask_env, parse_env_value
 from lat_core.engine.notify import mask_url
 from lat_core.config.suites import SuiteRegistry
+from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import LatError, PlanError
+from lat_core.plan_problems import Found, bounded, problem_lines
+from lat_core.text import shorten
 from lat_core.plan_retries import OnFailure
 
 AUTO_REMEDIES = ("expandable_segments", "smaller_micro_batch", "gradient_checkpointing", "fewer_workers",
@@ -268,19 +271,12 @@ def load_plan(path: str | Path, registry: SuiteRegistry) -> Plan:
 
 
 def load_plan_mapping(path: Path) -> dict:
-    """The raw mapping of a plan file; PlanError for unreadable files, bad YAML or a non-mapping."""
-    where = str(path)
+    """The raw mapping of a plan file; PlanError for unreadable, binary, huge or non-YAML files and
+    a non-mapping."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PlanError([f"cannot read plan: {exc.strerror}"], where=where) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PlanError([f"not valid YAML: {_yaml_problem(exc)}"], where=where) from exc
-    if not isinstance(data, dict):
-        raise PlanError([f"expected a mapping of plan fields, got {type(data).__name__}"], where=where)
-    return data
+        return read_yaml_mapping(path, "a mapping of plan fields")
+    except YamlFileError as exc:
+        raise PlanError([exc.message], where=exc.where) from None
 
 
 def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path | None = None) -> Plan:
@@ -289,7 +285,7 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
     try:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
-        raise PlanError(_pydantic_problems(exc), where=where) from None
+        raise PlanError(bounded(_pydantic_problems(exc)), where=where) from None
     base = base or Path.cwd()
     problems = check_plan(plan, registry, base)
     if plan.resume and plan.overwrite:
@@ -299,7 +295,7 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
 
         problems += option_problems(plan.slurm)
     if problems:
-        raise PlanError(problems, where=where)
+        raise PlanError(bounded(problems), where=where)
     # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.
     plan.pairs = [_absolute_dataset(p, base) for p in plan.pairs]
     return plan
@@ -335,12 +331,13 @@ def _check_suites(plan: Plan, registry: SuiteRegistry) -> list[str]:
 
 
 def _check_datasets(plan: Plan, base: Path) -> list[str]:
-    problems = []
+    found = []
     for i, pair in enumerate(plan.pairs):
         problem = check_dataset(pair.dataset, base)
         if problem:
-            problems.append(f"field 'pairs[{i}]' ({pair}): {problem}")
-    return problems
+            alone = f"field 'pairs[{i}]' ({pair}): {problem}"
+            found.append(Found(f"pairs[{i}]", problem, alone, shorten(str(pair), 80)))
+    return problem_lines(found)
 
 
 def _check_slots(plan: Plan) -> list[str]:
@@ -372,17 +369,18 @@ def _check_env(plan: Plan) -> list[str]:
 
 
 def _pydantic_problems(exc: ValidationError) -> list[str]:
-    problems = []
-    for err in exc.errors():
-        loc = _format_loc(err["loc"])
-        if err["type"] == "extra_forbidden":
-            problems.append(f"unknown field {loc!r}")
-        elif err["type"] == "missing":
-            problems.append(f"field {loc!r} is required")
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            problems.append(f"field {loc!r}: {msg} (got {err.get('input')!r})")
-    return _dedupe(problems)
+    return problem_lines([_found(err) for err in exc.errors()])
+
+
+def _found(err) -> Found:
+    loc = _format_loc(err["loc"])
+    if err["type"] == "extra_forbidden":
+        return Found(loc, "unknown field", f"unknown field {loc!r}", loc)
+    if err["type"] == "missing":
+        return Found(loc, "is required", f"field {loc!r} is required", loc)
+    msg = err["msg"].removeprefix("Value error, ")
+    got = shorten(repr(err.get("input")), 80)
+    return Found(loc, msg, f"field {loc!r}: {msg} (got {got})", f"{loc}={got}")
 
 
 def _format_loc(loc) -> str:
@@ -396,12 +394,3 @@ def _format_loc(loc) -> str:
             out += f".{part}" if out else str(part)
     return out
 
-
-def _dedupe(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem

@@ -26,7 +26,7 @@ def state_flags(*, run: bool = True) -> argparse.ArgumentParser:
 
 
 def client_for(args) -> Client:
-    return Client(getattr(args, "state_dir", None))
+    return Client(getattr(args, "state_dir", None), existing=True)
 
 
 def cli_entry(prog: str) -> Callable:

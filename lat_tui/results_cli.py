@@ -76,7 +76,7 @@ def is_foreign(skipped) -> bool:
 def latest_output_root(state_dir: str | None) -> Path:
     from lat_core.client import Client
 
-    return Path(Client(state_dir).resolve_run().output_root)
+    return Path(Client(state_dir, existing=True).resolve_run().output_root)
 
 
 def main(argv: list[str] | None = None) -> int:

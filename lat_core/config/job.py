@@ -18,12 +18,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from lat_core.config import values as V
 from lat_core.config.env import ENV_FIELDS, EnvValueError, apply_env
 from lat_core.config.peft_specs import PeftSpecError, resolve_peft
+from lat_core.config.yaml_files import YamlFileError, read_yaml
 from lat_core.errors import ConfigError
 
 PEFT_METHODS = ("lora", "dora", "rslora", "pissa", "loraga", "sdlora")
@@ -223,9 +223,9 @@ def load_config(path: str | Path) -> JobConfig:
     if not path.is_file():
         raise TrainConfigError(f"--cfg: no such file {path}")
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise TrainConfigError(f"--cfg: {path} is not valid YAML: {exc}") from exc
+        raw = read_yaml(path)
+    except YamlFileError as exc:
+        raise TrainConfigError(f"--cfg: {exc}") from None
     return parse_config(raw, path)
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from lat_core.config.paths import config_trees
+from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 
 # Named target sets usable in peft.target_modules (expanded before PEFT sees them).
 TARGET_SETS = {
@@ -40,9 +39,10 @@ def load_peft_spec(name: str) -> dict:
             raise PeftSpecError(f"peft.spec: no spec {name!r} in {' or '.join(map(str, dirs))} "
                                 f"(known: {', '.join(known) or 'none'})")
         path = found[0]
-    raw = yaml.safe_load(path.read_text())  # JSON is YAML
-    if not isinstance(raw, dict):
-        raise PeftSpecError(f"peft.spec: {path} must hold a mapping of peft fields")
+    try:
+        raw = read_yaml_mapping(path, "a mapping of peft fields")  # JSON is YAML
+    except YamlFileError as exc:
+        raise PeftSpecError(f"peft.spec: {exc}") from None
     if "spec" in raw:
         raise PeftSpecError(f"peft.spec: {path} may not reference another spec")
     return raw
@@ -77,7 +77,8 @@ def resolve_peft(raw_peft: dict, sources: dict) -> dict:
     merged.update(raw_peft)
     if "target_modules" in merged:
         merged["target_modules"] = expand_targets(merged["target_modules"])
-    shorthand = _SHORTHANDS.get(merged.get("method", "lora"))
+    method = merged.get("method", "lora")
+    shorthand = _SHORTHANDS.get(method) if isinstance(method, str) else None  # the schema names a bad one
     if shorthand:
         merged.setdefault(*shorthand)
     return merged

@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from lat_core.config.paths import USER, ConfigTree, find_in_trees
+from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import SuiteError
 
 GIVEN = "given"  # origin of a tree passed as a bare path (tests, tools)
@@ -101,12 +100,9 @@ class SuiteRegistry:
 
 def _read_yaml_mapping(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise SuiteError(f"not valid YAML: {exc}", where=str(path)) from exc
-    if not isinstance(data, dict):
-        raise SuiteError("expected a mapping with 'rounds'", where=str(path))
-    return data
+        return read_yaml_mapping(path, "a mapping with 'rounds'")
+    except YamlFileError as exc:
+        raise SuiteError(exc.message, where=exc.where) from None
 
 
 def _parse_rounds(raw, path: Path, trees) -> dict[int, tuple[Path, ...]]:

@@ -28,10 +28,11 @@ ADAPTER_KEYS = {"peft_type", "r", "lora_alpha", "target_modules", "method", "ini
 def adapter_spec_hint(path: str) -> str | None:
     """The old train.py took an adapter JSON as --cfg (003: ``--cfg cfg/peft/lora/x.json``); LAT's
     job file names the adapter spec instead. The replacement to use, when ``path`` is such a spec."""
-    import yaml
+    from lat_core.config.yaml_files import YamlFileError, read_yaml
+
     try:
-        raw = yaml.safe_load(open(path))
-    except (OSError, yaml.YAMLError):
+        raw = read_yaml(path)
+    except YamlFileError:
         return None
     if not isinstance(raw, dict) or "model" in raw or "data" in raw or not ADAPTER_KEYS & set(raw):
         return None

@@ -197,3 +197,38 @@ def test_fuse_is_auto_by_default_round_trips_and_anything_else_is_refused(tmp_pa
         path.write_text(yaml.safe_dump({**base, "fuse": bad}))
         with pytest.raises(PlanError, match="fuse"):
             load_plan(path, registry)
+
+
+def test_a_problem_many_entries_share_is_one_line_naming_a_few(tmp_path, configs):
+    pairs = [f"-{seed}:glue-tvt_cola" for seed in range(1, 10_001)] + ["5:tiny-sst2", "6:nosuch", "7:nosuch"]
+    with pytest.raises(PlanError) as info:
+        load_plan(write_plan(tmp_path, with_(pairs=pairs)), SuiteRegistry(configs))
+    assert info.value.problems == [
+        "field 'pairs.seed': Input should be greater than or equal to 0 in 10,000 pairs: pairs[0].seed=-1, "
+        "pairs[1].seed=-2, pairs[2].seed=-3 ... (9,997 more)"]
+    with pytest.raises(PlanError) as info:
+        load_plan(write_plan(tmp_path, with_(pairs=pairs[-3:])), SuiteRegistry(configs))
+    assert len(info.value.problems) == 1 and info.value.problems[0].startswith("field 'pairs': unknown dataset 'nosuch'")
+    assert info.value.problems[0].endswith(" in 2 pairs: 6:nosuch, 7:nosuch")
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (b"pairs: [" + b"x, " * (1024 * 1024) + b"]\n", "too large for a YAML file LAT reads (over 2 MiB)"),
+    (b"[" * 5000, "not valid YAML: nested too deeply"),
+    (b"countdown_minutes: 2026-13-45\n", "not valid YAML: month must be in 1..12"),
+    (b"suites: !!timestamp x\n", "not valid YAML:"),
+    (b"suites: [E4]\xff\n", "not UTF-8 text (byte 0xff at offset 12)"),
+    (b"", "expected a mapping of plan fields, got an empty file"),
+    (b"overrides: &o {a: *o}\n", "a value holds itself through an alias (*name), without end"),
+    ("overrides:\n" + "".join(f"  a{i}: &a{i} [{f'*a{i - 1}, ' * 10 if i else 'x'}]\n" for i in range(8)),
+     "its aliases (*name) expand it to more than 1,000,000 values"),
+    ("overrides:\n" + "".join(f"  a{i}: &a{i} [{f'*a{i - 1}' if i else 'x'}]\n" for i in range(100)),
+     "not valid YAML: nested too deeply (over 64 levels)"),
+], ids=["huge", "deep", "bad-date", "bad-tag", "latin1", "empty", "alias-cycle", "alias-bomb", "alias-deep"])
+def test_an_unreadable_plan_file_is_one_plan_error_naming_it(tmp_path, configs, raw, expected):
+    path = tmp_path / "plan.yaml"
+    path.write_bytes(raw if isinstance(raw, bytes) else raw.encode())
+    with pytest.raises(PlanError) as info:
+        load_plan(path, SuiteRegistry(configs))
+    assert info.value.problems == [expected] or info.value.problems[0].startswith(expected), info.value.problems
+    assert info.value.where == str(path)
