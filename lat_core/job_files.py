@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -368,3 +369,32 @@ def last_log_line(log: Path) -> str:
     except OSError:
         return ""
     return shorten(lines[-1], LAST_LINE_CHARS) if lines else ""
+
+
+CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+
+
+def resumable_checkpoints(job_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, folder) of the job's complete checkpoints, oldest first: the ones ``--resume`` takes
+    (the trainer's rule in lat_core/train/checkpoints.py, which the engine and the front ends
+    cannot import: torch)."""
+    found = []
+    try:
+        entries = list(Path(job_dir).iterdir())
+    except OSError:
+        return []
+    for path in entries:
+        match = CHECKPOINT_DIR.match(path.name)
+        if match and (path / "trainer_state.json").is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def requeue_start(job_dir: str | Path, asked: str | None) -> tuple[str, str]:
+    """How a failed or cancelled job requeued with the others starts: ``(start, what it got)``.
+    ``fresh`` when asked, else it resumes from its newest complete checkpoint, or starts fresh when
+    it left none (``--resume`` on a folder without one would fail the job at once)."""
+    found = resumable_checkpoints(job_dir) if asked != "fresh" else []
+    if found:
+        return "resume", f"resume from {found[-1][1].name}"
+    return "fresh", "fresh (asked)" if asked == "fresh" else "fresh (no checkpoint)"
