@@ -1,10 +1,18 @@
 """``lat-tui requeue --failed``: a run's failed and cancelled jobs back to the queue with one command,
 as a user runs it (subprocess verbs, the detached engine they start, fake trainers that fail)."""
 
+import os
+import signal
+
+import psutil
+
 from lat_core.engine.loop import Engine
 from tests.conftest import fake_job
 from tests.integration.test_cli_verbs import lat
 from tests.integration.test_engine import drain, make_run
+from tests.integration.test_engine_fused import LONG, MEMBERS, base, by_key, stepped  # noqa: F401 - base: a fixture
+from tests.integration.test_engine_fused import drain as fused_drain
+from tests.integration.test_engine_fused import make_run as make_fused_run
 from tests.integration.test_requeue_and_waiting import starts
 
 
@@ -85,3 +93,22 @@ def test_a_batch_with_one_job_that_cannot_be_requeued_requeues_none(tmp_path):
     assert "--resume" not in store.job(ids["kept"]).argv
     store.add_command(a, "cancel_run")
     drain(store)
+
+
+def test_the_members_of_a_killed_fused_group_are_requeued_at_once(tmp_path, base):  # noqa: F811 - base: a fixture
+    """The issue's case: kill -9 of a group fails every member; one verb puts them all back."""
+    store, run_id = make_fused_run(tmp_path, base, "true", **{k: LONG for k in MEMBERS})
+    engine = Engine(store)
+    fused_drain(engine, until=lambda: stepped(by_key(store, run_id)["a"]))
+    runner = psutil.Process(store.attempts(by_key(store, run_id)["a"].id)[0].pid)
+    os.kill(runner.children()[0].pid, signal.SIGKILL)
+    fused_drain(engine)
+    assert {j.state for j in store.jobs(run_id)} == {"failed"}
+    out = lat(tmp_path / "state", "requeue", "--failed")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "requeue_jobs: done 3 jobs requeued"
+    assert all(f"{job.id} {job.key}: fresh (no checkpoint)" in out.stdout for job in store.jobs(run_id))
+    assert {j.state for j in store.jobs(run_id)} <= {"queued", "running"}
+    lat(tmp_path / "state", "cancel", "--all")
+    assert lat(tmp_path / "state", "wait").returncode == 1
+    assert {(j.state, j.attempts) for j in store.jobs(run_id)} == {("cancelled", 2)}
