@@ -17,6 +17,13 @@ CONFIRM_SECONDS = 3.0
 EXTEND_MINUTES = 5
 REQUEUEABLE = JOB_FINAL
 OFFER_RESUME = ("failed", "cancelled")  # a succeeded job reruns from scratch
+NOTICE_LINES = 6  # an answer with a line per job (requeue --failed) is cut to this in a notification
+
+
+def notice_lines(result: str) -> str:
+    lines = result.splitlines()
+    more = len(lines) - NOTICE_LINES
+    return "\n".join(lines[:NOTICE_LINES] + ([f"  ... {more} more (the run's history has them all)"] if more > 0 else []))
 
 
 class RunControls:
@@ -52,7 +59,7 @@ class RunControls:
 
     def command_answered(self, command: CommandRow) -> None:
         label = self.pending_commands.pop(command.id, command.verb)
-        result = f": {command.result}" if command.result else ""
+        result = f": {notice_lines(command.result)}" if command.result else ""
         if command.status == "done":
             self.notify(f"{label}: done{result}", timeout=4)
         else:

@@ -83,3 +83,22 @@ async def test_a_run_without_failures_hides_the_key_and_help_lists_it(make_app, 
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert "Requeue every failed and cancelled job of the run" in modal_text(app)
+
+
+async def test_a_long_answer_is_cut_in_the_notification(make_app, journal, tmp_path, engine_spy):
+    run_id, _ = ended_run_with_failures(journal, tmp_path / "out")
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await on_dashboard(pilot, app, rows=3)
+        await pilot.press("F")
+        await wait_for(pilot, lambda: isinstance(app.screen, RequeueFailedConfirm))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        command = journal.pending_commands(run_id)[0]
+        answer = "\n".join(["9 jobs requeued"] + [f"  {n} job{n}: fresh (no checkpoint)" for n in range(9)])
+        journal.finish_command(command["id"], "done", answer)
+        await wait_for(pilot, lambda: any("requeue 2 failed jobs: done: 9 jobs requeued" in str(n.message)
+                                          for n in app._notifications))
+        shown, = [str(n.message) for n in app._notifications if "9 jobs requeued" in str(n.message)]
+        assert shown.splitlines()[-2:] == ["  4 job4: fresh (no checkpoint)",
+                                           "  ... 4 more (the run's history has them all)"]
