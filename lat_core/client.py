@@ -17,19 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lat_core.contract.jobdir import JobDir
 from lat_core.errors import JournalError
+from lat_core.job_files import resumable_checkpoints
 from lat_core.journal_faults import journal_faults
 from lat_core.rows import AttemptRow, JobRow, JobSummary, RunRow, Transition
 from lat_core.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
                               jobs_to_add, open_store, prepare_run)
+from lat_core.states import JOB_UNFINISHED
 from lat_core.store import JOB_FINAL, RUN_ACTIVE, Store
 
 if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
     from lat_core.plan import Plan
 
-__all__ = ["Client", "CommandRow", "JOB_FINAL", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine",
-           "plan_env_of", "resumable_checkpoints", "resolve_state_dir"]
+__all__ = ["Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine", "plan_env_of",
+           "resumable_checkpoints", "resolve_state_dir"]
 
 
 class NoRunError(JournalError):
@@ -169,6 +170,10 @@ class Client:
         with self._journal() as store:
             return store.job_summaries(run_id)
 
+    def unfinished_jobs(self, run_id: int) -> list[JobSummary]:
+        """The run's failed and cancelled jobs, in table order: what ``requeue --failed`` sends back."""
+        return [job for job in self.job_table(run_id) if job.state in JOB_UNFINISHED]
+
     def job(self, job_id: int) -> JobRow:
         with self._journal() as store:
             return store.job(job_id)
@@ -289,8 +294,3 @@ def _read_model_family(path: Path) -> str | None:
     model = data.get("model") if isinstance(data, dict) else None
     family = model.get("family") if isinstance(model, dict) else None
     return str(family) if family else ""
-
-
-def resumable_checkpoints(job_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, folder) of the job's complete checkpoints, oldest first: the ones ``--resume`` takes."""
-    return JobDir(job_dir).resumable_checkpoints()

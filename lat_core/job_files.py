@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from lat_core.contract.jobdir import JobDir
 from lat_core.text import shorten, signal_name
 
 EVENTS_FILE = "events.jsonl"
@@ -368,3 +369,19 @@ def last_log_line(log: Path) -> str:
     except OSError:
         return ""
     return shorten(lines[-1], LAST_LINE_CHARS) if lines else ""
+
+
+def resumable_checkpoints(job_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, folder) of the job's complete checkpoints, oldest first: the ones ``--resume`` takes
+    (THE checkpoint rule, lat_core.contract.jobdir, which the trainer uses too)."""
+    return JobDir(job_dir).resumable_checkpoints()
+
+
+def requeue_start(job_dir: str | Path, asked: str | None) -> tuple[str, str]:
+    """How a failed or cancelled job requeued with the others starts: ``(start, what it got)``.
+    ``fresh`` when asked, else it resumes from its newest complete checkpoint, or starts fresh when
+    it left none (``--resume`` on a folder without one would fail the job at once)."""
+    found = resumable_checkpoints(job_dir) if asked != "fresh" else []
+    if found:
+        return "resume", f"resume from {found[-1][1].name}"
+    return "fresh", "fresh (asked)" if asked == "fresh" else "fresh (no checkpoint)"

@@ -28,6 +28,7 @@ import time
 
 from lat_core.containment import (TERM_GRACE_S, Containment, ContainmentError, contain, enter, job_oom_kills,
                                   release, stop_tree)
+from lat_core.titles import runner_title, set_title
 
 
 def write_exit_record(path: str, record: dict) -> None:
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    set_title(runner_title(args.exit_file, command))
     if args.wait_pid:
         containment = Containment.from_json(json.loads(args.containment)) if args.containment else None
         return _wait_for_child(args.wait_pid, args.exit_file, args.started or time.time(), containment)

@@ -37,6 +37,7 @@ class RunState(str, Enum):
 
 
 JOB_FINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+JOB_UNFINISHED = (JobState.FAILED, JobState.CANCELLED)  # what `requeue --failed` runs again
 RUN_ACTIVE = (RunState.COUNTDOWN, RunState.RUNNING, RunState.CANCELLING)
 RUN_ENDED = (RunState.FINISHED, RunState.CANCELLED)
 

@@ -10,6 +10,7 @@ from typing import Callable, Mapping
 
 from lat_core.rows import JobSummary
 from lat_core.text import fmt_bytes
+from lat_core.titles import display_name
 from lat_tui import fmt
 
 MIN_STEM = 8  # below this the model family gives way to the config name
@@ -91,7 +92,7 @@ def job_name(job: JobSummary, family: str | None, width: int = WHOLE_NAME, with_
     the run has the same one), then the middle of the config, then the model family.
     """
     model = f"{family}/" if family else ""
-    full = f"{model}{job.stem} {job.seed}:{job.dataset}"
+    full = display_name(family, job.stem, job.seed, job.dataset)
     if len(full) <= width:
         return full
     seed = str(job.seed)

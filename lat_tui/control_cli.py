@@ -2,6 +2,7 @@
 
     lat-tui cancel JOB_ID | --all           lat-tui pause | resume
     lat-tui requeue JOB_ID [--remedy KEY] [--resume | --fresh]
+    lat-tui requeue --failed [--run N] [--resume | --fresh]
     lat-tui slots DEVICE N                  lat-tui countdown skip | extend MIN
     lat-tui add --suite S --pairs P
 """
@@ -20,7 +21,8 @@ HELP = {
     "cancel": "cancel a job (SIGTERM, SIGKILL after 10 s), or the whole run with --all",
     "pause": "stop admitting queued jobs of an active run (running ones go on)",
     "resume": "admit queued jobs again",
-    "requeue": "run an ended job again (a succeeded one from scratch; offers to resume from checkpoints)",
+    "requeue": "run an ended job again (a succeeded one from scratch; offers to resume from checkpoints), "
+               "or with --failed every failed or cancelled job of the run",
     "slots": "change a device's slot count while the run goes on",
     "countdown": "skip or extend the countdown before the first launch",
     "add": "add jobs (another suite or pair) to a live run",
@@ -35,11 +37,14 @@ def build_parser(verb: str) -> argparse.ArgumentParser:
         p.add_argument("job", nargs="?", type=int, help="job id (as in `lat-tui status`)")
         p.add_argument("--all", action="store_true", help="cancel the whole run: nothing new starts, running jobs stop")
     elif verb == "requeue":
-        p.add_argument("job", type=int, help="job id (as in `lat-tui status`)")
+        p.add_argument("job", nargs="?", type=int, help="job id (as in `lat-tui status`)")
+        p.add_argument("--failed", action="store_true",
+                       help="every failed or cancelled job of the run at once (all or none); each resumes "
+                            "from its newest checkpoint-* where it has one, else starts fresh")
         p.add_argument("--remedy", help="apply this triage remedy (see `lat-tui triage`) first")
         start = p.add_mutually_exclusive_group()
         start.add_argument("--resume", action="store_const", const="resume", dest="start",
-                           help="continue from the job's newest checkpoint-*")
+                           help="continue from the job's newest checkpoint-* (with --failed: the default)")
         start.add_argument("--fresh", action="store_const", const="fresh", dest="start",
                            help="start over from step 0 (old checkpoints and events are cleared)")
     elif verb == "slots":
@@ -64,8 +69,13 @@ def main(argv: list[str]) -> int:
     if args.verb == "cancel" and args.job is None and not args.all:
         print("lat-tui cancel: name a job id, or --all to cancel the whole run", file=sys.stderr)
         return EXIT_USAGE
+    if args.verb == "requeue" and (problem := requeue_usage(args)):
+        print(f"lat-tui requeue: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     client = client_for(args)
     run = client.resolve_run(args.run_id)
+    if args.verb == "requeue" and args.failed:
+        return requeue_failed(client, run, args)
     if args.verb == "requeue" and args.remedy is None:   # a remedy decides how the job starts, as in the TUI
         offer = resume_offer(client.job(args.job), args.start)
         if offer:
@@ -94,6 +104,27 @@ def command_for(args, client: Client, run: RunRow) -> tuple[str, int | None, dic
     names = [n for chunk in args.suite for n in chunk.split()]
     return "add_jobs", None, {"jobs": client.jobs_to_add(run, names, args.round, args.pairs,
                                                          SuiteRegistry(config_trees(args.configs)))}
+
+
+def requeue_usage(args) -> str:
+    """What is wrong with how ``requeue`` was called; "" when nothing is."""
+    if args.failed and args.job is not None:
+        return "name a job id or --failed, not both"
+    if args.failed and args.remedy:
+        return "--remedy applies to one job: `lat-tui requeue JOB_ID --remedy KEY`"
+    return "" if args.failed or args.job is not None else "name a job id, or --failed for every failed or cancelled job"
+
+
+def requeue_failed(client: Client, run: RunRow, args) -> int:
+    """One command for the run's failed and cancelled jobs; the engine's answer says per job
+    whether it resumes or starts fresh."""
+    jobs = client.unfinished_jobs(run.id)
+    if not jobs:
+        print(f"run {run.id} has no failed or cancelled job; nothing was requeued")
+        return EXIT_FAILED
+    command_id = client.send(run, "requeue_jobs", jobs=[job.id for job in jobs],
+                             **({"start": args.start} if args.start else {}))
+    return EXIT_OK if args.no_wait else report(client, command_id)
 
 
 def resume_offer(job: JobSummary, start: str | None) -> str | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from lat_core.engine.loop import Engine
 from lat_core.errors import LatError
 from lat_core.journal_faults import explain, write_fault
+from lat_core.titles import set_title
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll", type=float, default=0.5)
     args = parser.parse_args(argv)
     state_dir = Path(args.state_dir)
+    set_title(f"lat engine: {state_dir}")
     lock = EngineLock(state_dir)
     try:
         if not lock.acquire():

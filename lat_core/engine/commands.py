@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from lat_core.engine.remedy import apply_remedy
 from lat_core.engine.requeue import STARTS, restart_argv
-from lat_core.states import JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
+from lat_core.job_files import requeue_start
+from lat_core.states import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 from lat_core.store import RunRow
 
 if TYPE_CHECKING:
@@ -111,6 +112,39 @@ class Commands:
         if run.state in RUN_ENDED:
             self.store.set_run_state(run.id, RunState.RUNNING, "job requeued")
         return "done", f"{job.key} requeued"
+
+    def cmd_requeue_jobs(self, run: RunRow, command) -> Result:
+        """The listed failed or cancelled jobs back to the queue (``lat-tui requeue --failed``), in
+        one journal transaction: all of them or, when one cannot be, none."""
+        start = command["args"].get("start")
+        if start not in (None, *STARTS):
+            return "rejected", f"unknown requeue start {start!r} (expected one of {', '.join(STARTS)})"
+        jobs, problem = self._unfinished(run, command["args"].get("jobs"))
+        if problem:
+            return "rejected", f"nothing was requeued: {problem}"
+        got = [(job, *requeue_start(job.job_dir, start)) for job in jobs]
+        with self.store.batch():
+            for job, flag, said in got:
+                self._restart_as_asked(run, job, flag)
+                self.store.set_job_state(job.id, JobState.QUEUED, f"requeued by user with the failed ones: {said}",
+                                         ended=None, returncode=None, error=None, not_before=0)
+            if run.state in RUN_ENDED:
+                self.store.set_run_state(run.id, RunState.RUNNING, "jobs requeued")
+        lines = [f"{len(got)} job{'s' if len(got) != 1 else ''} requeued"]
+        return "done", "\n".join(lines + [f"  {job.id} {job.key}: {said}" for job, _, said in got])
+
+    def _unfinished(self, run: RunRow, ids) -> tuple[list, str]:
+        """(the jobs ``ids`` names, why they cannot all be requeued: "" when they can)."""
+        if not ids or not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            return [], f"expected a list of job ids, got {ids!r}"
+        jobs = {job.id: job for job in self.store.jobs(run.id)}
+        missing = [str(i) for i in ids if i not in jobs]
+        if missing:
+            return [], f"no job {', '.join(missing)} in run {run.id}"
+        busy = [f"{jobs[i].key} is {jobs[i].state}" for i in ids if jobs[i].state not in JOB_UNFINISHED]
+        if busy:
+            return [], "only failed or cancelled jobs are requeued with the failed ones; " + ", ".join(busy)
+        return [jobs[i] for i in dict.fromkeys(ids)], ""
 
     def _stuck(self, job) -> bool:
         """``running`` with no open attempt (left by a crashed engine): nothing runs, so it may be requeued."""

@@ -4,7 +4,9 @@ A succeeded job's folder holds a finished run, which the trainer refuses to trai
 ``--overwrite``; a failed or cancelled job can continue from its checkpoints (``--resume``) or
 start over (``--overwrite``, which also clears the old checkpoints and events). The front end
 chooses (``lat-tui requeue N --resume | --fresh``); the default for a succeeded job is a fresh
-attempt, for the others the job's own command as planned.
+attempt, for the others the job's own command as planned. ``lat-tui requeue --failed`` requeues
+a run's failed and cancelled jobs with one answer: each resumes where it left a checkpoint, else
+starts fresh, unless ``--fresh`` (:func:`lat_core.job_files.requeue_start`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ import argparse
 import sys
 import time
 
+from lat_core.titles import job_label, set_title
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options."""
@@ -46,6 +48,7 @@ def main(argv=None) -> int:
     """Parse, check the output dir, train; map config problems to exit 2."""
     t_start = time.time()
     args = parse_args(argv)
+    set_title(f"lat: {job_label(args.cfg)}")
     from lat_core.config.job import TrainConfigError, load_config
     from .events import EventWriter
     from .checkpoints import prepare_output_dir

@@ -31,6 +31,8 @@ import time
 import traceback
 import warnings
 
+from lat_core.titles import set_title
+
 # Imported here, before any fork, so every job inherits them: the point of this process.
 PRELOAD = ("torch", "transformers", "transformers.trainer", "peft", "tokenizers", "yaml",
            "lat_core.train.loop", "lat_core.train.pretrain_loop")
@@ -174,7 +176,9 @@ def _become_runner(request: dict) -> None:
             _run_trainer(request["module"], request["args"])  # never returns
         os.execv(sys.executable, [sys.executable, "-m", "lat_core.runner", "--exit-file", request["exit_file"],
                                   "--wait-pid", str(trainer), "--started", repr(started),
-                                  "--containment", json.dumps(containment.to_json())])
+                                  "--containment", json.dumps(containment.to_json()),
+                                  # what it waits for, as a cold launch's runner is told: its title
+                                  "--", sys.executable, "-m", request["module"], *request["args"]])
     except BaseException:
         traceback.print_exc()
     os._exit(code)
@@ -236,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True)
     parser.add_argument("--parent-pid", type=int, required=True, help="exit when this process (the engine) is gone")
     args = parser.parse_args(argv)
+    set_title(f"lat warm: {args.socket}")
     # The only threads are torch's and peft's idle native helpers, the same state DataLoader's
     # fork workers start from; Python 3.12 warns about any fork of a multi-threaded process.
     warnings.filterwarnings("ignore", message=".*use of fork\\(\\) may lead to deadlocks", category=DeprecationWarning)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from lat_core.client import JOB_FINAL, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
+from lat_core.client import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
 from lat_core.errors import LatError
 from lat_core.rows import JobSummary, RunRow
 from lat_tui.context import AppContext
@@ -17,6 +17,13 @@ CONFIRM_SECONDS = 3.0
 EXTEND_MINUTES = 5
 REQUEUEABLE = JOB_FINAL
 OFFER_RESUME = ("failed", "cancelled")  # a succeeded job reruns from scratch
+NOTICE_LINES = 6  # an answer with a line per job (requeue --failed) is cut to this in a notification
+
+
+def notice_lines(result: str) -> str:
+    lines = result.splitlines()
+    more = len(lines) - NOTICE_LINES
+    return "\n".join(lines[:NOTICE_LINES] + ([f"  ... {more} more (the run's history has them all)"] if more > 0 else []))
 
 
 class RunControls:
@@ -52,7 +59,7 @@ class RunControls:
 
     def command_answered(self, command: CommandRow) -> None:
         label = self.pending_commands.pop(command.id, command.verb)
-        result = f": {command.result}" if command.result else ""
+        result = f": {notice_lines(command.result)}" if command.result else ""
         if command.status == "done":
             self.notify(f"{label}: done{result}", timeout=4)
         else:
@@ -130,6 +137,24 @@ class RunControls:
             self.notify(f"{label} ...")
             return True
         return False
+
+    def action_requeue_failed(self) -> None:
+        """Every failed and cancelled job of the run back to the queue, once confirmed."""
+        jobs = self.unfinished_jobs()
+        if not jobs:
+            self.notify("No failed or cancelled job in this run.", severity="warning")
+            return
+        from lat_tui.screens.requeue_failed import RequeueFailedConfirm
+
+        self.app.push_screen(RequeueFailedConfirm(jobs), lambda start: start and self._requeue_all(jobs, start))
+
+    def unfinished_jobs(self) -> list[JobSummary]:
+        return sorted((job for job in self._jobs.values() if job.state in JOB_UNFINISHED), key=lambda job: job.id)
+
+    def _requeue_all(self, jobs: list[JobSummary], start: str) -> None:
+        label = f"requeue {len(jobs)} failed job{'s' if len(jobs) != 1 else ''}" + (" fresh" if start == "fresh" else "")
+        if self.send_command("requeue_jobs", jobs=[job.id for job in jobs], start=start, label=label):
+            self.notify(f"{label} ...")
 
     def action_slots(self, delta: int) -> None:
         device = self._slot_device()

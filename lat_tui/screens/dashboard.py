@@ -34,6 +34,7 @@ from lat_tui.widgets.status import RunStatus
 POLL_SECONDS = 1.0
 LOG_MAX_LINES = 2000
 SLOTS = Binding.Group("Slots", compact=True)
+REQUEUE = Binding.Group("Requeue", compact=True)  # r: the selected job, F: every failed one
 
 
 class Polled(Message):
@@ -64,7 +65,9 @@ class DashboardScreen(RunControls, Screen):
         Binding("c", "cancel_job", "Cancel", tooltip="Cancel the selected job"),
         Binding("C", "cancel_run", "Cancel run", key_display="C", show=False,
                 tooltip="Cancel the whole run (press twice)"),
-        Binding("r", "requeue", "Requeue", tooltip="Requeue the selected ended job (offers resume)"),
+        Binding("r", "requeue", "Requeue", group=REQUEUE, tooltip="Requeue the selected ended job (offers resume)"),
+        Binding("F", "requeue_failed", "Requeue failed", key_display="F", group=REQUEUE,
+                tooltip="Requeue every failed and cancelled job of the run (asks first)"),
         Binding("plus,equals_sign", "slots(1)", "Slots", key_display="+", group=SLOTS,
                 tooltip="One more slot on the selected job's device"),
         Binding("minus", "slots(-1)", "Slots", key_display="-", group=SLOTS,
@@ -195,6 +198,8 @@ class DashboardScreen(RunControls, Screen):
             return state in RUN_ACTIVE and job is not None and job.state not in JOB_FINAL
         if action == "requeue":
             return job is not None and job.state in JOB_FINAL
+        if action == "requeue_failed":
+            return bool(self.unfinished_jobs())
         if action == "slots":
             return state in RUN_ACTIVE and bool(self._run.devices)
         if action in ("results", "search_log"):
@@ -204,7 +209,7 @@ class DashboardScreen(RunControls, Screen):
     def _refresh_keys_if_changed(self) -> None:
         job = self.selected_job()
         facts = (self._run.state if self._run else None, self._run.paused if self._run else None,
-                 job.state if job else None)
+                 job.state if job else None, bool(self.unfinished_jobs()))
         if facts != self._key_facts:
             self._key_facts = facts
             self.refresh_bindings()

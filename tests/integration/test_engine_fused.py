@@ -18,6 +18,7 @@ from lat_core.store import Store
 from tests.conftest import fake_job
 from tests.helpers.fused import events_of, job_dir, saved_tiny_base
 from tests.helpers.journal import restore_journal, snapshot_journal
+from tests.helpers.titles import title_of
 
 CPU = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}
 MEMBERS = {"a": ({"r": 4, "alpha": 8}, {"batch_size": 8}, 3),
@@ -125,7 +126,7 @@ def test_kill_9_of_the_group_settles_every_member_with_a_reason(tmp_path, base):
     engine = Engine(store)
     drain(engine, until=lambda: stepped(by_key(store, run_id)["a"]))
     runner = psutil.Process(store.attempts(by_key(store, run_id)["a"].id)[0].pid)
-    trainer, = [p for p in runner.children() if "lat_core.train.fused" in " ".join(p.cmdline())]
+    trainer, = [p for p in runner.children() if title_of(p.pid).startswith("lat group(3): ")]
     os.kill(trainer.pid, signal.SIGKILL)
     drain(engine)
     jobs_ = by_key(store, run_id)
@@ -204,11 +205,12 @@ def told(store, run_id, job) -> list[str]:
 
 
 def processes_under(folder: Path) -> list[psutil.Process]:
-    """Live processes whose command line names ``folder`` (a group runner, its trainer)."""
+    """Live processes that work in ``folder`` (a group runner and its trainer: their cwd is the
+    first member's folder; their command lines are titles that name no folder)."""
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+    for proc in psutil.process_iter(["pid", "cwd", "status"]):
         if proc.pid != os.getpid() and proc.info["status"] != psutil.STATUS_ZOMBIE \
-                and str(folder) in " ".join(proc.info["cmdline"] or ()):
+                and (proc.info["cwd"] or "").startswith(str(folder)):
             found.append(proc)
     return found
 
@@ -225,7 +227,7 @@ def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_sl
     assert all(j.error == "cancelled by user" and j.last_step < 400 for j in jobs_.values())
     assert store.run(run_id).state == "cancelled" and not store.open_attempts(run_id)
     left = processes_under(tmp_path)  # the trainer is gone; its runner may still be exiting after its record
-    assert all(p.info["cmdline"][1:3] == ["-m", "lat_core.runner"] for p in left), [p.info["cmdline"] for p in left]
+    assert all(title_of(p.pid).startswith("lat runner: ") for p in left), [title_of(p.pid) for p in left]
     assert not psutil.wait_procs(left, timeout=10)[1]
     store.add_command(run_id, "add_jobs", jobs=[fake_job(tmp_path, "z", sleep=0.1)])
     drain(engine, timeout=60)
@@ -252,7 +254,7 @@ def test_a_group_process_that_outlives_its_last_member_is_killed_before_the_slot
     assert told(store, run_id, store.job(last.job_id)).count(
         "the group's process was still running 2 s after its last member left: killed") == 1
     left = processes_under(tmp_path)
-    assert all(p.info["cmdline"][1:3] == ["-m", "lat_core.runner"] for p in left), [p.info["cmdline"] for p in left]
+    assert all(title_of(p.pid).startswith("lat runner: ") for p in left), [title_of(p.pid) for p in left]
     assert not psutil.wait_procs(left, timeout=10)[1]
 
 

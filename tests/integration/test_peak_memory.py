@@ -68,15 +68,15 @@ def test_a_forked_job_that_dies_at_once_is_not_charged_the_preloaded_process(tmp
     from lat_core.engine.loop import Engine
     from tests.integration.test_warm_start import MARK, missing_config_run
     from tests.integration.test_warm_start import drain as drain_warm
+    from tests.helpers.titles import title_of
 
     store, run_id, job_dir = missing_config_run(tmp_path)
     engine = Engine(store, sample_every_s=0.05)
     preloaded = []
 
     def note_preloaded():  # the preloaded process's memory, while it is there
-        preloaded.extend(p.memory_info().rss for p in psutil.process_iter(["cmdline"])
-                         if "lat_core.train.warm" in (p.info["cmdline"] or [])
-                         and str(tmp_path) in " ".join(p.info["cmdline"]))
+        preloaded.extend(psutil.Process(p).memory_info().rss for p in psutil.pids()
+                         if title_of(p).startswith(f"lat warm: {tmp_path}"))
 
     engine_tick = engine.tick
     engine.tick = lambda: (note_preloaded(), engine_tick())[1]

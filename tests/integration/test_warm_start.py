@@ -19,6 +19,7 @@ from lat_core.plan import Plan
 from lat_core.service import create_run, prepare_run
 from lat_core.store import Store
 from lat_core.engine.warm import WarmStarter, can_fork
+from tests.helpers.titles import title_of
 
 MARK = "[lat] warm start: forked from the preloaded process"
 CFG = ["-m", "lat_core.train", "--cfg", "job.yaml"]
@@ -71,8 +72,8 @@ def test_forked_jobs_train_exactly_like_cold_ones_and_the_process_goes_with_the_
         assert warm_job.last_step == losses(warm_job.job_dir)[-1][0]  # read at exit too, not only per tick
     # the drained engine stopped its preloaded process; nothing of it is left listening
     assert not (tmp_path / "state" / "warm" / "sock").exists()
-    ours = [p for p in psutil.process_iter(["cmdline"])  # this test's: other runs on the host have their own
-            if "lat_core.train.warm" in (p.info["cmdline"] or []) and str(tmp_path) in " ".join(p.info["cmdline"])]
+    ours = [p for p in psutil.pids()  # this test's (titled with its socket): other runs on the host have their own
+            if title_of(p).startswith(f"lat warm: {tmp_path}")]
     assert not ours
 
 
@@ -88,7 +89,7 @@ def test_a_forked_job_is_cancelled_like_a_cold_one(tmp_path):
     job = store.jobs(run_id)[0]
     runner = psutil.Process(store.attempts(job.id)[-1].pid)
     trainer = runner.children()[0]
-    assert "lat_core.runner" in " ".join(runner.cmdline())  # the small exec'd runner waits for the trainer
+    assert title_of(runner.pid).startswith("lat runner: ")  # the small exec'd runner waits for the trainer
     assert os.getpgid(trainer.pid) == runner.pid  # one process group per job, as in a cold launch
     for one in store.jobs(run_id):
         store.add_command(run_id, "cancel_job", job_id=one.id)

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from lat_core.titles import group_label, set_title
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m lat_core.train.fused", description=__doc__,
@@ -103,6 +105,7 @@ def start_group(cfgs, outs, resume: bool):
 def main(argv=None) -> int:
     t0 = time.time()
     args = parse_args(argv)
+    set_title(f"lat {group_label(args.job_dirs)}")
     argv = list(sys.argv[1:] if argv is None else argv)
     from ..events import log
     from .runner import train_group
