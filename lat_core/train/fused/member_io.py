@@ -49,14 +49,11 @@ class MemberOut:
     def __init__(self, cfg, job_dir: Path, events, attempt: int | None, trackers=None):
         self.cfg, self.job_dir, self.events, self.attempt = cfg, Path(job_dir), events, attempt
         self.trackers = trackers   # fused.trackers.MemberTrackers; None for a config that did not load
-        self._log = self.log_path().open("a", buffering=1)
+        self._log = (self.job_dir / TRAIN_LOG).open("a", buffering=1)
         self.t0 = time.time()
 
     def log(self, msg: str) -> None:
         self._log.write(msg + "\n")
-
-    def log_path(self) -> Path:
-        return self.job_dir / TRAIN_LOG
 
     def cancel_requested(self) -> bool:
         return cancel_marker_path(self.job_dir).exists()

@@ -94,8 +94,8 @@ def started(m: Member, group, resumed: bool) -> None:
               + (f", resumed at step {run.step}" if resumed else ""))
     m.out.log(group.modes.line(" for the group"))
     if not run.done:   # a job alone resumed at max_steps trains nothing and opens no runs
-        tracked.begin(m.out.log_path(), run.step, model_facts(group.base, run.member, trainable, frozen + trainable,
-                                                              group.device.type, len(run.train_ex)))
+        tracked.begin(m.out.job_dir, run.step, model_facts(group.base, run.member, trainable, frozen + trainable,
+                                                            group.device.type, len(run.train_ex)))
 
 
 def eval_due(m: Member) -> bool:

@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from lat_core.job_files import TRAIN_LOG
 from ..tracking import Trackers
 
 WRITER_WAIT_S = 120.0   # how long the group waits at its end for a writer to close its runs
@@ -48,24 +49,25 @@ class MemberTrackers:
         self.active = self.trackers.active
         self.proc: subprocess.Popen | None = None   # the writer
         self.open = False                           # its runs take logs: begun, the member not gone
+        self.ready = False                          # the writer said it opened them
         self.log_path: Path | None = None
         self.loss_sum = None          # step losses since the last logging step (on the device)
         self.total_loss = 0.0         # every logged interval's sum, for train_loss
         self.start = self.last_logged = 0
         self.t0 = time.time()
 
-    def begin(self, log_path: Path, start: int, facts: dict) -> None:
-        """Start the writer and open the runs.  facts: what the callbacks read from the model and
-        the run (model_facts)."""
+    def begin(self, job_dir: Path, start: int, facts: dict) -> None:
+        """Start the writer and open the runs (the member trains from step ``start``).  facts: what
+        the callbacks read from the model and the run (model_facts)."""
         if not self.active:
             return
-        self.log_path, self.start, self.last_logged, self.t0 = Path(log_path), start, start, time.time()
-        with self.log_path.open("a") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=log,
-                                         stderr=subprocess.STDOUT, text=True,
+        self.log_path, self.start, self.last_logged, self.t0 = Path(job_dir) / TRAIN_LOG, start, start, time.time()
+        with self.log_path.open("a") as log:   # stdout: the writer's "ready" (main); its own output: the log
+            self.proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=log, text=True,
                                          env={**self.env, "CUDA_VISIBLE_DEVICES": ""})
-        self.open = True
-        self._send({"begin": {"job_yaml": str(self.cfg.output_dir / "job.yaml"), "report_to": self.active,
+        self.open, self.ready = True, False
+        self._send({"begin": {"job_yaml": str(Path(job_dir) / "job.yaml"), "report_to": self.active,
                               "run_name": self.trackers.run_name, "max_steps": self.cfg.train.max_steps,
                               "start": start, **facts}})
 
@@ -93,6 +95,7 @@ class MemberTrackers:
         """The Trainer's end-of-training logs (speed, total_flos, train_loss)."""
         if not self.open:
             return
+        self._await_ready()   # a member that finishes before its runs opened: they must open, as alone
         from transformers.trainer_utils import speed_metrics
         tr, trained = self.cfg.train, step - self.start
         samples = tr.batch_size * tr.grad_accum * trained
@@ -127,8 +130,21 @@ class MemberTrackers:
             proc.kill()
             rc = proc.wait()
             self._note(f"tracker runs ({', '.join(self.active)}): the writer did not close them in {timeout:.0f}s; stopped")
+        proc.stdout.close()
         if rc != 0:
             self._note(f"tracker runs ({', '.join(self.active)}): the writer exited with {rc} (its output above)")
+
+    def _await_ready(self, timeout: float = WRITER_WAIT_S) -> None:
+        """Until the writer has opened the runs (its "ready" line); a writer that died before
+        raises TrackerWriterError, as a tracker that cannot start fails a job alone."""
+        import select
+        if self.ready:
+            return
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            self._writer_failed(f"has not opened the runs in {timeout:.0f}s")
+        self.ready = self.proc.stdout.readline().strip() == "ready"
+        if not self.ready:   # its stdout closed: it ended
+            self._writer_failed(f"exited with {self.proc.wait()}")
 
     def _take_loss(self) -> float:
         loss_sum, self.loss_sum = self.loss_sum, None
@@ -147,7 +163,10 @@ class MemberTrackers:
                 return
         except (BrokenPipeError, OSError):
             rc = self.proc.wait()
-        raise TrackerWriterError(f"the tracker writer ({', '.join(self.active)}) exited with {rc}; "
+        self._writer_failed(f"exited with {rc}")
+
+    def _writer_failed(self, what: str) -> None:
+        raise TrackerWriterError(f"the tracker writer ({', '.join(self.active)}) {what}; "
                                  "its output is above in this log")
 
     def _note(self, line: str) -> None:
@@ -245,8 +264,12 @@ def main() -> int:
     import signal
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)   # the member's end (its stdin) closes the runs, not a signal
+    ready = os.fdopen(os.dup(1), "w")   # the pipe to the member; the trackers' own prints go to its log
+    os.dup2(2, 1)
     lines = (json.loads(line) for line in sys.stdin if line.strip())
     runs = _Runs(next(lines)["begin"])
+    ready.write("ready\n")
+    ready.close()
     end = CRASHED
     for message in lines:
         if "end" in message:
