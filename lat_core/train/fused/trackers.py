@@ -13,8 +13,9 @@ What the group sends (one JSON object a line on the writer's stdin): {"begin": .
 {"step": N, "logs": {...}} as the Trainer's on_log, and {"end": {"returncode", "why"}} when the
 member leaves the group; the writer then closes the runs with the member's state (finished, failed,
 cancelled) while the other members go on.  A closed stdin without "end" (the group died) closes
-them as crashed.  A writer that dies fails its member at its next log, as a tracker error fails a
-job alone; none of this is ever dropped silently.
+them as crashed.  The writer answers "ready" on its stdout once the runs are open.  A writer that
+dies fails its member at its next log, and a member does not finish before its runs opened, so a
+tracker that cannot start fails the member as it fails a job alone; nothing is dropped silently.
 
 Not reproduced: the Trainer's train/grad_norm (a fused member's step computes no gradient norm).
 """
@@ -158,7 +159,7 @@ class MemberTrackers:
         rc = self.proc.poll()
         try:
             if rc is None:
-                self.proc.stdin.write(json.dumps(message) + "\n")
+                self.proc.stdin.write(json.dumps(message, default=str) + "\n")   # a config value JSON lacks: its text
                 self.proc.stdin.flush()
                 return
         except (BrokenPipeError, OSError):
