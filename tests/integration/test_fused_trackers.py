@@ -3,6 +3,7 @@ run its job alone gets (name, group, tags, config, keys, step axis), written whi
 read back with the trackers' own readers; a member that leaves closes its run with its state."""
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -11,7 +12,7 @@ from lat_core.config.job import load_config
 from lat_core.job_files import cancel_marker_path, exit_record_path, read_exit
 from lat_core.train.fused.__main__ import main
 from lat_core.train.tracking import run_naming
-from tests.helpers.fused import events_of, job_dir, run_alone, saved_tiny_base
+from tests.helpers.fused import ROOT, events_of, job_dir, run_alone, saved_tiny_base
 from tests.helpers.trackers import TRACKER_VARS, tensorboard_scalars, tensorboard_text, wandb_runs
 
 SUITE = "gla_adapters"
@@ -135,3 +136,22 @@ def test_a_tracker_writer_that_dies_fails_its_member_and_the_others_go_on(tmp_pa
     assert failed["error_type"] == "TrackerWriterError" and "tensorboard" in failed["message"]
     assert "tracker runs (tensorboard): the writer exited with 1" in (a / "train.log").read_text()
     assert read_exit(exit_record_path(b, 1)).returncode == 0 and sorted(step_losses(b)) == [1, 2, 3, 4, 5, 6]
+
+
+def test_runs_of_a_group_that_dies_close_as_crashed(tmp_path, base, tracker_env):
+    """The writer alone (python -m lat_core.train.fused.trackers): its stdin closes without "end",
+    as when the group process is killed; the W&B run holds what was logged and ends failed."""
+    os.environ["WANDB_MODE"] = "offline"
+    d = job_dir(tmp_path, "a", base, train={"report_to": ["wandb"]}, seed=3)
+    env = {**os.environ, "WANDB_DIR": str(d), "PYTHONPATH": str(ROOT)}
+    begin = {"job_yaml": str(d / "job.yaml"), "report_to": ["wandb"], "run_name": "a@3:tiny-sst2", "max_steps": 6,
+             "start": 0, "model_config": {"model_type": "gla"}, "peft_config": {"default": {"r": 8}},
+             "num_parameters": 10, "trainable_parameters": 2, "device": "cpu", "train_examples": 200}
+    lines = [{"begin": begin}, {"step": 1, "logs": {"loss": 3.5, "epoch": 1 / 6}},
+             {"step": 2, "logs": {"loss": 3.25, "epoch": 2 / 6}}]
+    done = subprocess.run([sys.executable, "-m", "lat_core.train.fused.trackers"], env=env, cwd=ROOT, timeout=300,
+                          input="".join(json.dumps(x) + "\n" for x in lines), capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == "ready\n", done.stderr
+    run, = wandb_runs(d)
+    assert run["name"] == "a@3:tiny-sst2" and run["exit_code"] == 1
+    assert {r["train/global_step"]: r["train/loss"] for r in run["history"]} == {1: 3.5, 2: 3.25}
