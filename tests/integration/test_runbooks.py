@@ -8,7 +8,6 @@ commands also run for real on the CPU, on the tiny copies in tests/fixtures/data
 
 import email
 import email.policy
-import importlib.util
 import json
 import os
 import re
@@ -391,8 +390,8 @@ def test_dual_gpu_variables_reach_the_pretraining_config(env, argv, compile_, ru
 def test_a_bad_dual_gpu_variable_is_exit_2_naming_it(env, message, tmp_path, monkeypatch, capsys):
     from lat_core.train.pretrain import main as pretrain
 
-    if "gla-d12" in str(env) and importlib.util.find_spec("wandb") is not None:
-        pytest.skip("wandb is installed here: WANDB_RUN=gla-d12 is a real W&B run")
+    if "gla-d12" in str(env):   # wandb is a test extra: hidden, as on a machine without it
+        monkeypatch.setitem(sys.modules, "wandb", None)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)

@@ -53,6 +53,7 @@ def open_members(args, argv):
     from ..events import EventWriter
     from ..record import write_env
     from .member_io import MemberOut
+    from .trackers import MemberTrackers
     cfgs, outs = [], []
     for job_dir, attempt in zip(args.job_dirs, args.member_attempts):
         events = None
@@ -61,6 +62,7 @@ def open_members(args, argv):
             prepare_output_dir(cfg.output_dir, args.resume, args.overwrite)
             events = EventWriter(cfg.output_dir / "events.jsonl")
             write_env(cfg, argv, args.resume)
+            trackers = MemberTrackers(cfg)   # a tracker asked for and not installed: a config error, as alone
         except TrainConfigError as exc:
             bad = MemberOut(None, job_dir, events or EventWriter(job_dir / "events.jsonl"), attempt)
             bad.events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000])
@@ -69,7 +71,7 @@ def open_members(args, argv):
             print(f"error: {job_dir}: {exc}", file=sys.stderr, flush=True)
             continue
         cfgs.append(cfg)
-        outs.append(MemberOut(cfg, job_dir, events, attempt))
+        outs.append(MemberOut(cfg, job_dir, events, attempt, trackers))
     return cfgs, outs
 
 

@@ -44,10 +44,11 @@ class MemberView(nn.Module):
 
 
 class MemberOut:
-    """train.log lines, events and the exit record of one member."""
+    """train.log lines, events, tracker runs (fused.trackers) and the exit record of one member."""
 
-    def __init__(self, cfg, job_dir: Path, events, attempt: int | None):
+    def __init__(self, cfg, job_dir: Path, events, attempt: int | None, trackers=None):
         self.cfg, self.job_dir, self.events, self.attempt = cfg, Path(job_dir), events, attempt
+        self.trackers = trackers   # fused.trackers.MemberTrackers; None for a config that did not load
         self._log = (self.job_dir / TRAIN_LOG).open("a", buffering=1)
         self.t0 = time.time()
 
@@ -60,6 +61,8 @@ class MemberOut:
     def exit(self, returncode: int, why: str) -> None:
         """The member's exit record (as lat_core.runner writes one for a process of its own), when
         the group runs under an attempt number; and its last train.log line."""
+        if self.trackers is not None:   # its runs close with its state while the others go on
+            self.trackers.end(returncode, why)
         self.log(f"[lat] {time.strftime('%Y-%m-%d %H:%M:%S')} left the group: {why} (exit {returncode})")
         if self.attempt is not None:
             from lat_core.runner import write_exit_record

@@ -26,6 +26,7 @@ from ..events import log
 from ..loop import lr_schedule, peak_memory
 from .member_io import CANCELLED_RC, MemberOut, MemberView, trainer_state
 from .step import MemberRun, micro_step
+from .trackers import model_facts
 
 
 @dataclass
@@ -70,6 +71,9 @@ def started(m: Member, group, resumed: bool) -> None:
     trainable = sum(p.numel() for p in run.member.params)
     frozen = sum(p.numel() for n, p in group.base.named_parameters() if "lora_" not in n)
     _, sched_desc, sched_name, warm = lr_schedule(cfg, tr.max_steps)
+    tracked = m.out.trackers
+    for note in tracked.notes:   # a tracker skipped (not installed), as a job alone logs it
+        m.out.log(note)
     m.out.events.emit("started", pid=os.getpid(), config=cfg.name, model=cfg.model.family,
                       device=group.device.type, trainable_params=trainable, total_params=frozen + trainable,
                       seed=cfg.seed, data=cfg.data, lr_scheduler=sched_name, warmup_steps=warm,
@@ -79,7 +83,7 @@ def started(m: Member, group, resumed: bool) -> None:
                       name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
                       batch_size=tr.batch_size, grad_accum=tr.grad_accum,
                       effective_batch_size=tr.batch_size * tr.grad_accum, dtype=cfg.model.dtype,
-                      train_examples=len(run.train_ex), fused_group=len(group.runs),
+                      train_examples=len(run.train_ex), fused_group=len(group.runs), report_to=tracked.active,
                       **group.modes.event(cfg),
                       optimizer_state=None if not resumed else
                       ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh"))
@@ -89,6 +93,9 @@ def started(m: Member, group, resumed: bool) -> None:
               f"accum {tr.grad_accum}, lr schedule {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps"
               + (f", resumed at step {run.step}" if resumed else ""))
     m.out.log(group.modes.line(" for the group"))
+    if not run.done:   # a job alone resumed at max_steps trains nothing and opens no runs
+        tracked.begin(m.out.job_dir, run.step, model_facts(group.base, run.member, trainable, frozen + trainable,
+                                                            group.device.type, len(run.train_ex)))
 
 
 def eval_due(m: Member) -> bool:
@@ -102,6 +109,7 @@ def after_step(m: Member, evaluated=None) -> None:
     results, or the exception it raised), else None.  A step that only logs leaves its event
     pending (m.pending, written by write_step_logs after the next pass is queued)."""
     run, tr = m.run, m.run.cfg.train
+    m.out.trackers.add_step_loss(run.step_loss)
     step, last = run.step, run.step >= tr.max_steps
     saves = step % tr.save_every == 0 or last
     if step == 1 or step % tr.log_every == 0:
@@ -114,10 +122,12 @@ def after_step(m: Member, evaluated=None) -> None:
     if eval_due(m):
         if isinstance(evaluated, BaseException):
             raise evaluated
-        for split, metrics in (m.lat.evaluate(m.view, step) if evaluated is None else evaluated):
+        results = m.lat.evaluate(m.view, step) if evaluated is None else evaluated
+        for split, metrics in results:
             m.out.events.emit("eval", step=step, split=split, metrics=metrics)
             m.out.log(f"eval step {step} {split}: " + " ".join(
                 f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+        m.out.trackers.log_eval(step, results)
     if saves:
         path = m.lat.save(m.view, trainer_state(step, tr.max_steps, run.cfg), tr.save_optimizer_state)
         m.out.events.emit("checkpoint", step=step, path=path.name, optimizer_saved=tr.save_optimizer_state)
@@ -140,6 +150,7 @@ def write_step_log(m: Member) -> None:
     m.out.events.emit("step", step=entry.step, loss=value, lr=entry.lr, tokens_per_s=round(tps, 1),
                       tokens=entry.tokens, peak_gpu_bytes=gpu)
     m.out.log(f"step {entry.step}/{m.run.cfg.train.max_steps} loss {value:.4f} lr {entry.lr:.1e} {tps:,.0f} tok/s")
+    m.out.trackers.log_step(entry.step, entry.lr, tps)
     m.t_log, m.pause = now, 0.0
 
 
@@ -159,6 +170,7 @@ def finish(m: Member) -> None:
     write_step_log(m)
     save_adapter(m.view, m.run.cfg.output_dir / "final")
     m.out.events.emit("memory", **peak_memory())
+    m.out.trackers.log_summary(m.run.step)
     elapsed = time.time() - m.out.t0
     m.out.events.emit("finished", status="ok", steps=m.run.step, best=m.lat.best, elapsed_s=round(elapsed, 2))
     m.out.log(f"finished {m.run.cfg.name}: {m.run.step} steps, best {m.lat.best}, {elapsed:.1f}s")
@@ -243,7 +255,12 @@ def train_group(group, members: list[Member]) -> None:
                     fail(m, exc)
                     continue
                 if run.done:
-                    finish(m)
+                    try:
+                        finish(m)
+                    except Exception as exc:  # noqa: BLE001 - its final save or tracker logs: its own failure
+                        fail(m, exc)
     finally:
         signal.signal(signal.SIGTERM, old)
+        for m in members:   # their tracker writers close the runs before the job's process tree is stopped
+            m.out.trackers.wait()
 
