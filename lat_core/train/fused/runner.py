@@ -167,8 +167,7 @@ def finish(m: Member) -> None:
 
 def fail(m: Member, exc: BaseException) -> None:
     _write_pending_quietly(m)
-    m.out.events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000])
-    m.out.log(f"error: {type(exc).__name__}: {exc}")
+    m.out.record_failure(exc)
     leave(m, 1, f"failed: {type(exc).__name__}")
 
 
