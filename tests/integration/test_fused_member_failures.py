@@ -84,3 +84,19 @@ def test_a_member_that_cannot_start_fails_alone_with_its_reason(tmp_path, base, 
         assert reason in failed["message"] or reason == failed["error_type"]
         assert not events_of(b, "started")
     assert_others_trained_as_alone(dirs, alone)
+
+
+@pytest.mark.parametrize("steps", [1, 3], ids=["at its first step", "mid-run"])
+def test_a_member_whose_own_end_fails_fails_alone(tmp_path, base, alone, steps):
+    """b's folder cannot take its final adapter (a file where final/ goes): b fails when it ends,
+    after one step or mid-run, while a and c train on."""
+    dirs = group_of(tmp_path, base, train={"max_steps": steps})
+    (dirs[1] / "final").write_text("not a folder\n")
+    train_with_b_failing(dirs)
+    b = dirs[1]
+    assert read_exit(exit_record_path(b, 1)).returncode == 1
+    failed, = events_of(b, "failed")
+    assert failed["error_type"] == "FileExistsError" and "final" in failed["message"]
+    assert [e["step"] for e in events_of(b, "step")] == list(range(1, steps + 1)) and not events_of(b, "finished")
+    assert "error: FileExistsError" in (b / "train.log").read_text()
+    assert_others_trained_as_alone(dirs, alone)
