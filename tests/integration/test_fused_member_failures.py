@@ -100,3 +100,17 @@ def test_a_member_whose_own_end_fails_fails_alone(tmp_path, base, alone, steps):
     assert [e["step"] for e in events_of(b, "step")] == list(range(1, steps + 1)) and not events_of(b, "finished")
     assert "error: FileExistsError" in (b / "train.log").read_text()
     assert_others_trained_as_alone(dirs, alone)
+
+
+def test_when_no_member_can_start_each_fails_with_its_own_reason_and_the_group_ends(tmp_path, base):
+    (pa, ta, sa), (pc, tc, sc) = GOOD["a"], GOOD["c"]
+    b = group_of(tmp_path, base, peft={"target_modules": ["q_proj", "nope_proj"]})[1]
+    a = job_dir(tmp_path, "a", base, dict(pa), {**ta, "grad_accum": 500}, sa)
+    c = job_dir(tmp_path, "c", base, dict(pc), dict(tc), sc)
+    make_data_unloadable(c)
+    assert main(["--attempt", "1", str(a), str(b), str(c)]) == 2
+    reasons = {a: "cannot fill grad_accum 500", b: "no linear module named 'nope_proj'", c: "train.jsonl:2: bad example"}
+    for folder, reason in reasons.items():
+        failed, = events_of(folder, "failed")
+        assert reason in failed["message"] and read_exit(exit_record_path(folder, 1)).returncode == 2
+        assert not any(other in failed["message"] for other in reasons.values() if other != reason)
