@@ -114,3 +114,31 @@ def test_when_no_member_can_start_each_fails_with_its_own_reason_and_the_group_e
         failed, = events_of(folder, "failed")
         assert reason in failed["message"] and read_exit(exit_record_path(folder, 1)).returncode == 2
         assert not any(other in failed["message"] for other in reasons.values() if other != reason)
+
+
+def test_a_member_whose_checkpoint_cannot_be_restored_fails_alone_and_the_others_resume(tmp_path, base):
+    """--resume: b's optimizer state is not a checkpoint's (a file cut short); b fails with it, a and
+    c go on from step 3 to the losses they have alone (constant learning rate: a schedule that ends
+    at max_steps would differ between the first run's 3 steps and the resumed run's)."""
+    const = {"lr_scheduler": "constant"}
+    dirs = group_of(tmp_path / "fused", base, train={**const, "max_steps": 3})
+    for d in (dirs[0], dirs[2]):
+        p, t, s = GOOD[d.name]
+        job_dir(tmp_path / "fused", d.name, base, dict(p), {**t, **const, "max_steps": 3}, s)
+    assert main([str(d) for d in dirs]) == 0
+    for d in dirs:   # now each trains to its own max_steps, from its checkpoint-3
+        p, t, s = GOOD.get(d.name, BAD)
+        job_dir(tmp_path / "fused", d.name, base, dict(p), {**t, **const, "max_steps": 6 if d.name != "c" else 4}, s)
+    (dirs[1] / "checkpoint-3" / "optimizer.pt").write_bytes(b"cut short")
+    assert main(["--resume", "--attempt", "2", *map(str, dirs)]) == 1
+    failed, = events_of(dirs[1], "failed")
+    assert read_exit(exit_record_path(dirs[1], 2)).returncode == 1 and failed["error_type"] == "UnpicklingError"
+    for d in (dirs[0], dirs[2]):
+        p, t, s = GOOD[d.name]
+        alone = run_alone(load_config(str(job_dir(tmp_path / "alone", d.name, base, dict(p), {**t, **const}, s)
+                                          / "job.yaml")))
+        started = events_of(d, "started")[-1]
+        assert started["resumed_from"] == 3 and read_exit(exit_record_path(d, 2)).returncode == 0
+        resumed = {e["step"]: e["loss"] for e in events_of(d, "step") if e["t"] >= started["t"]}
+        assert sorted(resumed) == [s for s in sorted(alone) if s > 3]
+        assert all(resumed[s] == pytest.approx(alone[s], rel=1e-5) for s in resumed), d.name

@@ -174,17 +174,18 @@ def _encode_member(cfg, ds, tok) -> MemberData:
 
 def _start_runs(group: Group, cfgs, members, resume: list[bool]) -> None:
     """Each member's optimizer, schedule and sampler (from its checkpoint where it resumes), and the
-    group's speed modes.  A member whose checkpoint cannot be restored stays in the stacks, its run
-    done before it starts, with its reason in group.failed."""
+    group's speed modes.  A member whose optimizer cannot be made or whose checkpoint cannot be
+    restored stays in the stacks, its run done before it starts, with its reason in group.failed."""
     from ..graphs import set_optimizer_mode
     from ..hf_trainer import build_scheduler
     from .graphed import FusedGraphs, graphs_decision
     from .packed import PackedPass, packing_decision
     graphed, graphs_why = graphs_decision(cfgs, group.device)
     for i, c, m, d, again in zip(group.members_of, cfgs, members, group.data, resume):
-        run = MemberRun(c, m, d.splits["train"], d.label_ids, new_optimizer(c, m, graphed), None)
+        run = MemberRun(c, m, d.splits["train"], d.label_ids, None, None)
         group.runs.append(run)
         try:
+            run.optimizer = new_optimizer(c, m, graphed)
             start = 0
             if again:
                 d.resumed = restore(c, m, run.optimizer)
@@ -192,7 +193,7 @@ def _start_runs(group: Group, cfgs, members, resume: list[bool]) -> None:
             run.scheduler = build_scheduler(run.optimizer, c, c.train.max_steps, start)
             set_optimizer_mode(run.optimizer, graphed, group.device)   # after a restore, maybe from the other mode
             run.start(start)
-        except Exception as exc:  # noqa: BLE001 - its checkpoint: its own failure
+        except Exception as exc:  # noqa: BLE001 - its optimizer or checkpoint: its own failure
             group.failed[i] = exc
             run.done = True
     if graphed:
