@@ -74,17 +74,19 @@ class FusedGroups:
                 continue
             exit_path = exit_record_path(Path(job.job_dir), job.attempts + 1)
             attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path), started=self._clock())
-            cancel_marker_path(Path(job.job_dir)).unlink(missing_ok=True)  # an earlier attempt's cancel
+            try:
+                cancel_marker_path(Path(job.job_dir)).unlink(missing_ok=True)  # an earlier attempt's cancel
+            except OSError as exc:  # its folder: it fails alone, the group goes on
+                self._launch_failed(job, attempt_id, exc)
+                continue
             members.append(job)
             attempts.append((attempt_id, n, exit_path))
+        members, attempts, ref = self._write_group_refs(members, attempts)
         if not members:
             return
         leader, (_, leader_n, _) = members[0], attempts[0]
-        ref = GroupRef(str(group_exit_path(leader, leader_n)), tuple(j.id for j in members))
         names = ", ".join(j.key for j in members)
         try:
-            for _, _, exit_path in attempts:
-                write_group_ref(exit_path, ref)
             env = {**self._job_secrets.unmask(leader.run_id, leader.env), **device.env,
                    "LAT_JOB_ID": str(leader.id), "LAT_ATTEMPT": str(leader_n), "LAT_SUITE": leader.suite}
             argv = group_argv(members, [n for _, n, _ in attempts])
@@ -103,6 +105,27 @@ class FusedGroups:
         for job, (attempt_id, _, _) in zip(members, attempts):
             self.store.add_transition(job.run_id, job.id, "fused", f"in one process with {names} on {device.id}")
             self._launched(job, attempt_id, launched)
+
+    def _write_group_refs(self, members: list[JobRow], attempts: list[tuple]) -> tuple[list, list, GroupRef | None]:
+        """(members, attempts, ref) once every member's folder holds the group's ref; a member whose
+        folder does not take it fails alone (its launch failed, naming the file) and the refs of the
+        rest are written again without it (their group's ids, and its leader, changed)."""
+        while members:
+            leader_n = attempts[0][1]
+            ref = GroupRef(str(group_exit_path(members[0], leader_n)), tuple(j.id for j in members))
+            refused = {}
+            for k, (_, _, exit_path) in enumerate(attempts):
+                try:
+                    write_group_ref(exit_path, ref)
+                except OSError as exc:
+                    refused[k] = exc
+            if not refused:
+                return members, attempts, ref
+            for k, exc in refused.items():
+                self._launch_failed(members[k], attempts[k][0], exc)
+            members = [j for k, j in enumerate(members) if k not in refused]
+            attempts = [a for k, a in enumerate(attempts) if k not in refused]
+        return [], [], None
 
     def _poll_groups(self) -> None:
         """Reap the runners of our group launches: the last member's exit record is written before

@@ -126,19 +126,24 @@ def load_tensors(path: Path):
     come from anyone who can write to the output root, and a full unpickle would run its code."""
     try:
         return torch.load(path, weights_only=True)
+    except (RuntimeError, EOFError) as exc:   # torch's zip reader: a file cut short (a crash mid-write)
+        raise TrainConfigError(f"{path}: not a readable checkpoint file (damaged or cut short: "
+                               f"{str(exc).splitlines()[0][:200]}). Start fresh (--overwrite) or remove "
+                               "this checkpoint") from None
     except pickle.UnpicklingError as exc:
+        refused = _unpickler_reason(exc) or type(exc).__name__
         raise TrainConfigError(f"{path}: refused to load: it holds more than tensors and plain values "
-                               f"({_unpickler_reason(exc)}); a checkpoint's files are never run as code. "
+                               f"({refused}); a checkpoint's files are never run as code. "
                                "Start fresh (--overwrite) or remove this checkpoint") from None
 
 
-def _unpickler_reason(exc: Exception) -> str:
+def _unpickler_reason(exc: Exception) -> str | None:
     """torch's one line naming the refused object (``Unsupported global: GLOBAL exec ...``), without
-    its advice to load the file unsafely."""
+    its advice to load the file unsafely; None where it names none."""
     for line in str(exc).splitlines():
         if "WeightsUnpickler error:" in line:
             return line.split("WeightsUnpickler error:", 1)[1].split(". Please", 1)[0].strip()
-    return type(exc).__name__
+    return None
 
 
 def load_checkpoint(model, optimizer, path: Path) -> dict:

@@ -121,6 +121,33 @@ def test_a_failing_member_fails_alone(tmp_path, base):
     assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "failed", "c": "succeeded"}
     assert "exit code 1" in jobs_["b"].error, jobs_["b"].error
 
+def test_a_member_that_cannot_start_fails_alone_with_its_reason(tmp_path, base):
+    """b's data cannot fill its grad_accum, found only as the group builds: b fails with that reason
+    (triage: its configuration refused), a and c train in the same process and succeed."""
+    store, run_id = make_run(tmp_path, base, "true", b={"grad_accum": 500})
+    drain(Engine(store))
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "failed", "c": "succeeded"}
+    assert jobs_["b"].error.startswith("exit code 2: config_error: Configuration refused: ") and \
+        "cannot fill grad_accum 500 micro-batches" in jobs_["b"].error, jobs_["b"].error
+    assert jobs_["b"].diagnosis["class"] == "config_error"
+    assert len({store.attempts(j.id)[0].pid for j in jobs_.values()}) == 1  # one group, b in it
+    assert all(store.attempts(j.id)[0].returncode == 0 for k, j in jobs_.items() if k != "b")
+
+def test_a_member_whose_folder_does_not_take_its_group_file_fails_alone(tmp_path, base):
+    """b's folder refuses the group's ref file (a directory stands where it goes; as a user other than
+    root, a folder without write permission): b's launch fails naming that file, a and c train."""
+    store, run_id = make_run(tmp_path, base, "true")
+    b = by_key(store, run_id)["b"]
+    Path(b.job_dir, ".lat", "attempt-1.exit.json.group").mkdir(parents=True)
+    drain(Engine(store))
+    jobs_ = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "failed", "c": "succeeded"}
+    assert jobs_["b"].error.startswith("launch failed: ") and f"{b.job_dir}/.lat/attempt-1.exit.json.group" \
+        in jobs_["b"].error, jobs_["b"].error
+    a, c = (store.attempts(jobs_[k].id)[0] for k in "ac")
+    assert a.pid == c.pid and read_group_ref(Path(a.exit_path)).job_ids == (jobs_["a"].id, jobs_["c"].id)
+
 def test_kill_9_of_the_group_settles_every_member_with_a_reason(tmp_path, base):
     store, run_id = make_run(tmp_path, base, "true", **{k: LONG for k in MEMBERS})
     engine = Engine(store)

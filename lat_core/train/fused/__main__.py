@@ -3,9 +3,10 @@
 Trains the jobs prepared in JOB_DIR/job.yaml (as the engine writes them) as one fused group: one
 process, one frozen base, each job's own events, train.log, checkpoints, evaluation and, with
 --attempt, its exit record JOB_DIR/.lat/attempt-N.exit.json (--attempts: one N per JOB_DIR, in order,
-as the engine launches a group whose members are on different attempts).  A job whose config cannot run
-(exit 2 as a job of its own) is left out and the others train; the group's exit status is 0 when
-every member finished, 2 when none could start, else 1.
+as the engine launches a group whose members are on different attempts).  A job that cannot start (its
+config, data, folder, adapter or checkpoint) or fails later fails alone, with its own reason in its
+own files (exit 2 where a job of its own would refuse its config, else 1), and the others train; the
+group's exit status is 0 when every member finished, 2 when none could start, else 1.
 """
 from __future__ import annotations
 
@@ -46,9 +47,9 @@ def _attempt_list(text: str) -> list[int]:
 
 
 def open_members(args, argv):
-    """(configs, outs) of the members whose config and folder can run; the others get their failed
-    event and exit record (2) here."""
-    from lat_core.config.job import TrainConfigError, load_config
+    """(configs, outs) of the members whose config and folder can run; each of the others fails
+    here, alone, with its own reason (failed_to_start)."""
+    from lat_core.config.job import load_config
     from ..checkpoints import prepare_output_dir
     from ..events import EventWriter
     from ..record import write_env
@@ -56,52 +57,70 @@ def open_members(args, argv):
     from .trackers import MemberTrackers
     cfgs, outs = [], []
     for job_dir, attempt in zip(args.job_dirs, args.member_attempts):
-        events = None
+        out = MemberOut(None, job_dir, None, attempt)
         try:
-            cfg = load_config(str(job_dir / "job.yaml"))
-            prepare_output_dir(cfg.output_dir, args.resume, args.overwrite)
-            events = EventWriter(cfg.output_dir / "events.jsonl")
-            write_env(cfg, argv, args.resume)
-            trackers = MemberTrackers(cfg)   # a tracker asked for and not installed: a config error, as alone
-        except TrainConfigError as exc:
-            bad = MemberOut(None, job_dir, events or EventWriter(job_dir / "events.jsonl"), attempt)
-            bad.events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000])
-            bad.log(f"error: {exc}")
-            bad.exit(2, "config error")
-            print(f"error: {job_dir}: {exc}", file=sys.stderr, flush=True)
+            out.cfg = load_config(str(job_dir / "job.yaml"))
+            prepare_output_dir(out.cfg.output_dir, args.resume, args.overwrite)
+            out.events = EventWriter(out.cfg.output_dir / "events.jsonl")
+            write_env(out.cfg, argv, args.resume)
+            out.trackers = MemberTrackers(out.cfg)   # a tracker asked for and not installed: a config error, as alone
+        except Exception as exc:  # noqa: BLE001 - its config or its folder: its own failure
+            failed_to_start(out, exc)
             continue
-        cfgs.append(cfg)
-        outs.append(MemberOut(cfg, job_dir, events, attempt, trackers))
+        cfgs.append(out.cfg)
+        outs.append(out)
     return cfgs, outs
 
 
+def failed_to_start(out, exc: BaseException) -> None:
+    """A member that cannot start: its failed event, error line and exit record (2 for a config
+    refused, as a job alone exits; else 1), and a line in the group's output naming it."""
+    from lat_core.config.job import TrainConfigError
+    refused = isinstance(exc, TrainConfigError)
+    out.record_failure(exc)
+    out.exit(2 if refused else 1, "config error" if refused else f"could not start: {type(exc).__name__}")
+    print(f"error: {out.job_dir}: {exc if refused else f'{type(exc).__name__}: {exc}'}", file=sys.stderr, flush=True)
+
+
 def start_group(cfgs, outs, resume: bool):
-    """(group, members) ready to train, their started events written; None when the group cannot
-    be built (every member then gets its failed event and exit record 2)."""
+    """(group, members) ready to train, their started events written; None when no member can
+    start.  A member that cannot (group.build_group's per-member checks, its started event or its
+    tracker here) fails alone with its own reason; an error in what the members share (the base,
+    the stacks) fails every member with it."""
     import torch
 
-    from lat_core.config.job import TrainConfigError
     from ..record import add_data
-    from .group import build_group
+    from .group import NoMemberStarts, build_group
     from .runner import make_member, started
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         torch.set_num_threads(max(c.train.num_threads for c in cfgs))
     try:
         group = build_group(cfgs, device, [resume] * len(cfgs))
-    except TrainConfigError as exc:
+    except NoMemberStarts as exc:
+        for i, out in enumerate(outs):
+            failed_to_start(out, exc.failed[i])
+        return None
+    except Exception as exc:  # noqa: BLE001 - what every member shares: each fails with it
         for out in outs:
-            out.events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000])
-            out.log(f"error: {exc}")
-            out.exit(2, "config error")
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+            failed_to_start(out, exc)
         return None
     members = []
-    for j, out in enumerate(outs):
-        add_data(out.cfg.output_dir, group.data[j].ds)
-        members.append(make_member(group, j, out))
-        started(members[-1], group, resume)
-    return group, members
+    for i, out in enumerate(outs):
+        if i in group.failed:
+            failed_to_start(out, group.failed[i])
+            continue
+        j = group.members_of.index(i)
+        try:
+            add_data(out.cfg.output_dir, group.data[j].ds)
+            member = make_member(group, j, out)
+            started(member, group, resume)
+        except Exception as exc:  # noqa: BLE001 - its folder, its tracker: its own failure
+            group.runs[j].done = True   # in the stacks, never trained
+            failed_to_start(out, exc)
+            continue
+        members.append(member)
+    return (group, members) if members else None
 
 
 def main(argv=None) -> int:
@@ -116,11 +135,11 @@ def main(argv=None) -> int:
     if built is None:
         return 2
     group, members = built
-    log(f"fused group of {len(members)}: {', '.join(c.name for c in cfgs)} on {group.device.type}; "
+    log(f"fused group of {len(members)}: {', '.join(m.run.cfg.name for m in members)} on {group.device.type}; "
         + group.modes.line())
     train_group(group, members)
     log(f"group wall time {time.time() - t0:.1f}s")
-    ok = all(m.returncode == 0 for m in members) and len(cfgs) == len(args.job_dirs)
+    ok = all(m.returncode == 0 for m in members) and len(members) == len(args.job_dirs)
     return 0 if ok else 1
 
 

@@ -41,6 +41,8 @@ class Group:
     modes: SpeedModes | None = None  # graphs and packing on or off, and why (graphs_decision, packing_decision)
     graphs: object = None            # graphed.FusedGraphs when the step replays CUDA graphs
     packed: object = None            # packed.PackedPass when the pass is one row without padding
+    members_of: list[int] = field(default_factory=list)   # each run's index among the configs given
+    failed: dict[int, BaseException] = field(default_factory=dict)   # config index -> why it cannot start
 
     @property
     def layout(self):
@@ -52,93 +54,154 @@ class Group:
         return self.tokenizer.pad_token_id
 
 
-def check_same_base(cfgs, tokenizers) -> None:
-    keys = {base_key(c) for c in cfgs}
-    if len(keys) > 1:
-        raise TrainConfigError(f"fuse: members differ in base model ({', '.join(c.name for c in cfgs)}: "
-                               f"{sorted(map(str, keys))}); a group shares one base")
-    vocab = tokenizers[0].get_vocab()
-    for c, tok in zip(cfgs[1:], tokenizers[1:]):
-        if tok.get_vocab() != vocab:
-            raise TrainConfigError(f"fuse: {c.name}'s tokenizer differs from {cfgs[0].name}'s")
+class NoMemberStarts(TrainConfigError):
+    """No member of the group could start; ``failed``: member index -> its own reason."""
+
+    def __init__(self, cfgs, failed: dict[int, BaseException]):
+        super().__init__("no member of the fused group could start: " + "; ".join(
+            f"{cfgs[i].name}: {exc}" for i, exc in sorted(failed.items())))
+        self.failed = failed
+
+
+def per_member(indices: list[int], failed: dict[int, BaseException], make) -> dict[int, object]:
+    """{i: make(i)} for the members among ``indices`` (in order) for which make returns; one whose
+    make raises is left out with its reason in ``failed``: what a member brings (its config, data,
+    folder, adapter) is its own, and one member's fault never stops the others."""
+    made = {}
+    for i in indices:
+        try:
+            made[i] = make(i)
+        except Exception as exc:  # noqa: BLE001 - the member's own reason, reported as its failure
+            failed[i] = exc
+    return made
+
+
+def check_shares_base(cfgs, tokenizers, first: int, i: int) -> None:
+    """Member i shares member ``first``'s base: same base key (same weights) and vocabulary."""
+    if base_key(cfgs[i]) != base_key(cfgs[first]):
+        raise TrainConfigError(f"fuse: {cfgs[i].name}'s base model ({base_key(cfgs[i])}) differs from "
+                               f"{cfgs[first].name}'s ({base_key(cfgs[first])}); a group shares one base")
+    if tokenizers[i].get_vocab() != tokenizers[first].get_vocab():
+        raise TrainConfigError(f"fuse: {cfgs[i].name}'s tokenizer differs from {cfgs[first].name}'s")
 
 
 def _rng_positioner(cfgs, tokenizer, build_base):
-    """f(j): puts the global RNG where member j's own process has it when it wraps its adapter:
-    after manual_seed(seed) and the base build's draws.  A build that draws nothing (a pretrained
-    load, a model initialised on the GPU) needs only the seed; else member j's build is replayed."""
+    """(base, f(cfg)): f puts the global RNG where that member's own process has it when it wraps
+    its adapter: after manual_seed(seed) and the base build's draws.  A build that draws nothing (a
+    pretrained load, a model initialised on the GPU) needs only the seed; else the member's build is
+    replayed."""
     torch.manual_seed(cfgs[0].seed)
     seeded = torch.get_rng_state()
     base = build_base(cfgs[0], tokenizer)
     after = torch.get_rng_state()
     draws = not torch.equal(seeded, after)
 
-    def position(j: int) -> None:
-        if cfgs[j].seed == cfgs[0].seed:
+    def position(cfg) -> None:
+        if cfg.seed == cfgs[0].seed:
             torch.set_rng_state(after)
         elif draws:
-            build_base(cfgs[j], tokenizer)   # replays member j's draws; the weights are dropped
+            build_base(cfg, tokenizer)   # replays the member's draws; the weights are dropped
         else:
-            torch.manual_seed(cfgs[j].seed)
+            torch.manual_seed(cfg.seed)
     return base, position
 
 
 def build_group(cfgs, device: torch.device, resume: list[bool] | None = None) -> Group:
-    """The group, members in the order given; resume[j]: member j continues from its newest checkpoint."""
-    from ..loop import _encode_all, check_dtype
-    from ..models import build_base_model, load_tokenizer
+    """The group, members in the order given; resume[i]: member i continues from its newest checkpoint.
+
+    A member whose own config, data, tokenizer, adapter or checkpoint cannot start is left out with
+    its reason in ``group.failed`` (by its index in cfgs) and the others start; NoMemberStarts when
+    none can.  Its data is checked before the base is built, so a member refused there never
+    shapes the group."""
+    from ..models import build_base_model
     resume = resume or [False] * len(cfgs)
-    datasets, tokenizers = [], []
-    for c in cfgs:
-        M.check_fusable(c)
-        check_dtype(c, device)
-        ds = D.load_dataset(c.data, c.data_dir)
-        datasets.append(ds)
-        tokenizers.append(load_tokenizer(c, D.build_tokenizer(ds)))
-    check_same_base(cfgs, tokenizers)
-    for c, d in zip(cfgs, datasets):
-        if d.kind != "cls":   # generation: its loss and evaluation (generate) are not fused yet
-            raise TrainConfigError(f"fuse: {c.name} trains on {c.data}, a generation task; only "
-                                   "classification jobs fuse")
-    tok = tokenizers[0]
+    failed: dict[int, BaseException] = {}
+    loaded = _starting(cfgs, failed, per_member(list(range(len(cfgs))), failed,
+                                                lambda i: _load_member(cfgs[i], device)))
+    first, *others = loaded
+    tokenizers = {i: tok for i, (_, tok) in loaded.items()}
+    sharing = [first, *per_member(others, failed, lambda i: check_shares_base(cfgs, tokenizers, first, i))]
+    tok = tokenizers[first]
     tok.padding_side = "left"
-    base, position = _rng_positioner(cfgs, tok, build_base_model)
+    data = _starting(cfgs, failed, per_member(sharing, failed,
+                                              lambda i: _encode_member(cfgs[i], loaded[i][0], tok)))
+    base, position = _rng_positioner([cfgs[i] for i in data], tok, build_base_model)
     base = base.to(device)
+    alive = list(_starting(cfgs, failed, per_member(list(data), failed, lambda i: M.check_adapter(base, cfgs[i]))))
     if adapters_in_tf32(next(base.parameters()).dtype, device):
         torch.backends.cuda.matmul.fp32_precision = "tf32"
-    group = Group(base, LayoutSlot(), tok, device)
+    group = Group(base, LayoutSlot(), tok, device, data=[data[i] for i in alive], members_of=alive, failed=failed)
     replayed = []
-    for j, (c, ds) in enumerate(zip(cfgs, datasets)):
-        label_ids, splits, extra = _encode_all(ds, tok, c)
-        c.train.max_steps, _ = resolve_max_steps(c, len(splits["train"]))
-        D.check_fills_grad_accum(len(splits["train"]), c.train.grad_accum)
-        group.data.append(MemberData(ds, splits, extra, label_ids))
-        position(j)
-        replayed.append(M.replay_peft(base, c))
+    for i in alive:
+        position(cfgs[i])
+        replayed.append(M.replay_peft(base, cfgs[i]))
     group.slot, members = M.install(base, replayed)
     base.train()
+    _start_runs(group, [cfgs[i] for i in alive], members, [resume[i] for i in alive])
+    _starting(cfgs, failed, [i for i in alive if i not in failed])
+    return group
+
+
+def _starting(cfgs, failed: dict[int, BaseException], alive):
+    """``alive`` (the members still starting), or NoMemberStarts when none is."""
+    if not alive:
+        raise NoMemberStarts(cfgs, failed)
+    return alive
+
+
+def _load_member(cfg, device: torch.device) -> tuple:
+    """(dataset, tokenizer) of a member whose adapter and dtype can fuse; its data a classification task."""
+    from ..loop import check_dtype
+    from ..models import load_tokenizer
+    M.check_fusable(cfg)
+    check_dtype(cfg, device)
+    ds = D.load_dataset(cfg.data, cfg.data_dir)
+    if ds.kind != "cls":   # generation: its loss and evaluation (generate) are not fused yet
+        raise TrainConfigError(f"fuse: {cfg.name} trains on {cfg.data}, a generation task; only "
+                               "classification jobs fuse")
+    return ds, load_tokenizer(cfg, D.build_tokenizer(ds))
+
+
+def _encode_member(cfg, ds, tok) -> MemberData:
+    """The member's encoded splits with the group's tokenizer; its max_steps resolved and its data
+    checked to fill its gradient accumulation, as a job alone checks before it trains."""
+    from ..loop import _encode_all
+    label_ids, splits, extra = _encode_all(ds, tok, cfg)
+    cfg.train.max_steps, _ = resolve_max_steps(cfg, len(splits["train"]))
+    D.check_fills_grad_accum(len(splits["train"]), cfg.train.grad_accum)
+    return MemberData(ds, splits, extra, label_ids)
+
+
+def _start_runs(group: Group, cfgs, members, resume: list[bool]) -> None:
+    """Each member's optimizer, schedule and sampler (from its checkpoint where it resumes), and the
+    group's speed modes.  A member whose optimizer cannot be made or whose checkpoint cannot be
+    restored stays in the stacks, its run done before it starts, with its reason in group.failed."""
     from ..graphs import set_optimizer_mode
     from ..hf_trainer import build_scheduler
     from .graphed import FusedGraphs, graphs_decision
-    graphed, graphs_why = graphs_decision(cfgs, device)
-    for c, m, d, again in zip(cfgs, members, group.data, resume):
-        opt = new_optimizer(c, m, graphed)
-        start = 0
-        if again:
-            d.resumed = restore(c, m, opt)
-            start = d.resumed["step"]
-        run = MemberRun(c, m, d.splits["train"], d.label_ids, opt, build_scheduler(opt, c, c.train.max_steps, start))
-        set_optimizer_mode(opt, graphed, device)   # after a restore, which may come from the other mode
-        run.start(start)
+    from .packed import PackedPass, packing_decision
+    graphed, graphs_why = graphs_decision(cfgs, group.device)
+    for i, c, m, d, again in zip(group.members_of, cfgs, members, group.data, resume):
+        run = MemberRun(c, m, d.splits["train"], d.label_ids, None, None)
         group.runs.append(run)
+        try:
+            run.optimizer = new_optimizer(c, m, graphed)
+            start = 0
+            if again:
+                d.resumed = restore(c, m, run.optimizer)
+                start = d.resumed["step"]
+            run.scheduler = build_scheduler(run.optimizer, c, c.train.max_steps, start)
+            set_optimizer_mode(run.optimizer, graphed, group.device)   # after a restore, maybe from the other mode
+            run.start(start)
+        except Exception as exc:  # noqa: BLE001 - its optimizer or checkpoint: its own failure
+            group.failed[i] = exc
+            run.done = True
     if graphed:
         group.graphs = FusedGraphs(group)
-    from .packed import PackedPass, packing_decision
-    packs, pack_why = packing_decision(cfgs, device, graphed)
+    packs, pack_why = packing_decision(cfgs, group.device, graphed)
     group.modes = SpeedModes(graphed, graphs_why, packs, pack_why)
     if packs:
-        group.packed = PackedPass(base, group.slot, device)
-    return group
+        group.packed = PackedPass(group.base, group.slot, group.device)
 
 
 def restore(cfg, member: M.Member, optimizer) -> dict:

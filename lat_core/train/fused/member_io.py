@@ -9,6 +9,7 @@ through the shared base with only its adapter, and writes its adapter as PEFT do
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -49,11 +50,42 @@ class MemberOut:
     def __init__(self, cfg, job_dir: Path, events, attempt: int | None, trackers=None):
         self.cfg, self.job_dir, self.events, self.attempt = cfg, Path(job_dir), events, attempt
         self.trackers = trackers   # fused.trackers.MemberTrackers; None for a config that did not load
-        self._log = (self.job_dir / TRAIN_LOG).open("a", buffering=1)
         self.t0 = time.time()
+        try:
+            self._log = (self.job_dir / TRAIN_LOG).open("a", buffering=1)
+        except OSError as exc:
+            self._log = None
+            self._lost(TRAIN_LOG, exc)
+
+    def _lost(self, what: str, exc: BaseException) -> None:
+        """The member's folder did not take a write: the group goes on, and its own output says so."""
+        print(f"{self.job_dir}: could not write its {what} ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+
+    def _tried(self, write, what: str) -> None:
+        try:
+            write()
+        except (OSError, ValueError) as exc:   # ValueError: a file already closed
+            self._lost(what, exc)
 
     def log(self, msg: str) -> None:
-        self._log.write(msg + "\n")
+        if self._log is not None:
+            self._tried(lambda: self._log.write(msg + "\n"), TRAIN_LOG)
+
+    def record_failure(self, exc: BaseException) -> None:
+        """Its failed event and error line, each where its folder takes it (the exit record follows,
+        exit); a refused config's line reads as a job alone's refusal (the triage of exit 2)."""
+        from lat_core.config.job import TrainConfigError
+
+        from ..events import EventWriter
+        if self.events is None:   # no config read: its events beside its job.yaml
+            try:
+                self.events = EventWriter(self.job_dir / "events.jsonl")
+            except OSError as err:
+                self._lost("events", err)
+        if self.events is not None:
+            self._tried(lambda: self.events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000]),
+                        "failed event")
+        self.log(f"error: {exc}" if isinstance(exc, TrainConfigError) else f"error: {type(exc).__name__}: {exc}")
 
     def cancel_requested(self) -> bool:
         return cancel_marker_path(self.job_dir).exists()
@@ -65,20 +97,24 @@ class MemberOut:
             self.trackers.end(returncode, why)
         self.log(f"[lat] {time.strftime('%Y-%m-%d %H:%M:%S')} left the group: {why} (exit {returncode})")
         if self.attempt is not None:
-            from lat_core.runner import write_exit_record
-            path = exit_record_path(self.job_dir, self.attempt)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            peak = int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else 0
-            write_exit_record(str(path), {
-                "returncode": returncode, "signal": -returncode if returncode < 0 else None,
-                "pid": os.getpid(), "started": self.t0, "ended": time.time(), "max_rss": _rss(),
-                "fused_group": True, "why": why, "peak_gpu_bytes": peak})
+            self._tried(lambda: self._write_exit_record(returncode, why), "exit record")
         self.close()
 
+    def _write_exit_record(self, returncode: int, why: str) -> None:
+        from lat_core.runner import write_exit_record
+        path = exit_record_path(self.job_dir, self.attempt)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        peak = int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else 0
+        write_exit_record(str(path), {
+            "returncode": returncode, "signal": -returncode if returncode < 0 else None,
+            "pid": os.getpid(), "started": self.t0, "ended": time.time(), "max_rss": _rss(),
+            "fused_group": True, "why": why, "peak_gpu_bytes": peak})
+
     def close(self) -> None:
-        self.events.close()
-        if not self._log.closed:
-            self._log.close()
+        if self.events is not None:
+            self._tried(self.events.close, "events")
+        if self._log is not None and not self._log.closed:
+            self._tried(self._log.close, TRAIN_LOG)
 
 
 def _rss() -> int:

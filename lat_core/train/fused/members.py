@@ -49,15 +49,22 @@ def check_fusable(cfg) -> None:
         raise TrainConfigError(why)
 
 
-def replay_peft(base: nn.Module, cfg) -> Replayed:
-    """Wrap ``base`` with the job's LoRA (drawing its init from the global RNG), read the adapter, unload."""
-    from peft import get_peft_model
-
-    from ..adapters import check_refusals, lora_config, lora_layers
+def check_adapter(base: nn.Module, cfg) -> None:
+    """The job's adapter fits ``base`` (its target modules exist, none is refused), checked before
+    any wrapping so that a member refused here leaves the shared base untouched."""
+    from ..adapters import check_refusals
     from ..models import check_targets
     check_fusable(cfg)
     check_targets(base, cfg.peft.target_modules)
     check_refusals(base, cfg)
+
+
+def replay_peft(base: nn.Module, cfg) -> Replayed:
+    """Wrap ``base`` with the job's LoRA (drawing its init from the global RNG), read the adapter, unload."""
+    from peft import get_peft_model
+
+    from ..adapters import lora_config, lora_layers
+    check_adapter(base, cfg)
     n_layers = int(getattr(base.config, "num_hidden_layers", 0) or 0)
     model = get_peft_model(base, lora_config(cfg, n_layers, {}))
     layers = {}

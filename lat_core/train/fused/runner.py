@@ -1,8 +1,9 @@
 """Train a fused group: each member logs, evaluates, checkpoints and ends as a job of its own would
 (the HF Trainer's cadence: a step event at step 1 and every log_every, evaluation and a checkpoint
 every eval_every / save_every and at the last step), and leaves the group when it finishes, fails
-(a non-finite loss at a logging step, a micro-batch that cannot be made) or is cancelled (its
-cancel marker; SIGTERM to the group cancels every member).  The others go on.
+(a non-finite loss at a logging step, a micro-batch that cannot be made, its own evaluation,
+checkpoint or final adapter, a folder that no longer takes its files) or is cancelled (its cancel
+marker; SIGTERM to the group cancels every member).  The others go on.
 
 An error inside the shared forward or backward cannot be put on one member: every member still in
 the group fails with it.
@@ -179,9 +180,17 @@ def finish(m: Member) -> None:
 
 def fail(m: Member, exc: BaseException) -> None:
     _write_pending_quietly(m)
-    m.out.events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000])
-    m.out.log(f"error: {type(exc).__name__}: {exc}")
+    m.out.record_failure(exc)
     leave(m, 1, f"failed: {type(exc).__name__}")
+
+
+def finish_or_fail(m: Member) -> None:
+    """finish, or, where its own end (its last step event, final adapter, events) fails, fail: the
+    member alone."""
+    try:
+        finish(m)
+    except Exception as exc:  # noqa: BLE001 - its own folder or loss: its own failure
+        fail(m, exc)
 
 
 def cancel(m: Member, why: str) -> None:
@@ -226,7 +235,7 @@ def train_group(group, members: list[Member]) -> None:
     try:
         for m in members:
             if m.run.done and not m.left:   # resumed at max_steps: nothing to train
-                finish(m)
+                finish_or_fail(m)
         while any(not m.left for m in members):
             for m in members:
                 if not m.left and (stop["signal"] or m.out.cancel_requested()):
@@ -255,12 +264,10 @@ def train_group(group, members: list[Member]) -> None:
                     fail(m, exc)
                     continue
                 if run.done:
-                    try:
-                        finish(m)
-                    except Exception as exc:  # noqa: BLE001 - its final save or tracker logs: its own failure
-                        fail(m, exc)
+                    finish_or_fail(m)
     finally:
         signal.signal(signal.SIGTERM, old)
         for m in members:   # their tracker writers close the runs before the job's process tree is stopped
-            m.out.trackers.wait()
+            if m.out.trackers is not None:
+                m.out.trackers.wait()
 

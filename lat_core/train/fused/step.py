@@ -29,7 +29,7 @@ class MemberRun:
     member: M.Member
     train_ex: list[dict]
     label_ids: list[int]
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | None   # None: a member that failed before it started (group.failed)
     scheduler: object
     step: int = 0                                   # optimizer steps done
     window: list[tuple] = field(default_factory=list)   # (examples, counts) of micro-batches left in this step
