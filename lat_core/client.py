@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from lat_core.errors import JournalError
 from lat_core.job_files import resumable_checkpoints
 from lat_core.journal_faults import journal_faults
-from lat_core.rows import AttemptRow, JobRow, JobSummary, RunRow, Transition
+from lat_core.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
 from lat_core.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
                               jobs_to_add, open_store, prepare_run)
 from lat_core.states import JOB_UNFINISHED
@@ -173,6 +173,11 @@ class Client:
     def unfinished_jobs(self, run_id: int) -> list[JobSummary]:
         """The run's failed and cancelled jobs, in table order: what ``requeue --failed`` sends back."""
         return [job for job in self.job_table(run_id) if job.state in JOB_UNFINISHED]
+
+    def fused_groups(self, run_id: int) -> dict[str, GroupUsage]:
+        """The run's fused groups by id, with their measured memory (a member's is its group's)."""
+        with self._journal() as store:
+            return store.fused_groups(run_id)
 
     def job(self, job_id: int) -> JobRow:
         with self._journal() as store:

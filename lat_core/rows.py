@@ -60,6 +60,7 @@ class JobSummary:
     not_before: float = 0.0  # a retry's backoff: admission holds the job until this time
     added: float | None = None  # when the journal got the job: older records in its folder are not its own
     family: str | None = None  # the resolved config's model.family (None: a journal from before it was kept)
+    fused_group: str | None = None  # the fused group its current attempt trains in (its usage is the group's)
 
     def __post_init__(self):
         object.__setattr__(self, "state", JobState(self.state))  # typed however the row was built
@@ -87,6 +88,26 @@ class JobRow(JobSummary):
 
 
 SUMMARY_COLUMNS = tuple(f.name for f in fields(JobSummary))  # in order: JobSummary(*row) takes them
+
+
+@dataclass(frozen=True)
+class GroupUsage:
+    """A fused group's measured memory: its process tree's, shared by its members (none of it is a
+    member's own). ``members``: how many it started with; ``full_*``: its peak while all were in it
+    (memory a member held is not given back when it leaves, so later peaks say nothing of fewer)."""
+    id: str
+    run_id: int
+    members: int
+    device: str | None
+    rss: int | None
+    gpu_mem: int | None
+    peak_rss: int | None
+    peak_gpu: int | None
+    full_rss: int | None
+    full_gpu: int | None
+
+
+GROUP_COLUMNS = tuple(f.name for f in fields(GroupUsage))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from lat_core.devices import Device
 from lat_core.errors import JournalError
 from lat_core.journal_faults import check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.rows import (
-    SUMMARY_COLUMNS, AttemptRow, JobRow, JobSummary, RunRow, Transition, job_row, job_summary, run_row,
+    GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition, job_row,
+    job_summary, run_row,
 )
 from lat_core.states import ENGINE_ERROR, ENGINE_RECOVERED, JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 
@@ -35,7 +36,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   diagnosis_json TEXT, rss INTEGER, gpu_mem INTEGER, peak_rss INTEGER, peak_gpu INTEGER, waiting TEXT,
   world INTEGER NOT NULL DEFAULT 1, use_libuv INTEGER NOT NULL DEFAULT 1,
   avoid_devices_json TEXT NOT NULL DEFAULT '[]', backend_options_json TEXT NOT NULL DEFAULT '{}',
-  not_before REAL NOT NULL DEFAULT 0, added REAL, family TEXT,
+  not_before REAL NOT NULL DEFAULT 0, added REAL, family TEXT, fused_group TEXT,
   UNIQUE (run_id, key)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -58,6 +59,18 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE TABLE IF NOT EXISTS config_peaks (
   key TEXT PRIMARY KEY, peak_gpu INTEGER NOT NULL, peak_rss INTEGER NOT NULL, runs INTEGER NOT NULL, updated REAL
 );
+-- a fused group's measured usage: its process tree is shared, so it is the group's, never a member's
+-- (members: how many it started with; full_*: its peak while all of them were in it)
+CREATE TABLE IF NOT EXISTS fused_groups (
+  id TEXT PRIMARY KEY, run_id INTEGER NOT NULL, members INTEGER NOT NULL, device TEXT,
+  rss INTEGER, gpu_mem INTEGER, peak_rss INTEGER, peak_gpu INTEGER, full_rss INTEGER, full_gpu INTEGER
+);
+-- what a group of ``members`` jobs that held this config needed (its full peak): admission fits
+-- base + members x per-member cost from these and the config's peak alone (config_peaks)
+CREATE TABLE IF NOT EXISTS group_peaks (
+  key TEXT NOT NULL, members INTEGER NOT NULL, peak_gpu INTEGER NOT NULL, peak_rss INTEGER NOT NULL,
+  runs INTEGER NOT NULL, updated REAL, PRIMARY KEY (key, members)
+);
 CREATE INDEX IF NOT EXISTS jobs_run ON jobs(run_id, state);
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(run_id, state, seq);
 CREATE INDEX IF NOT EXISTS transitions_run ON transitions(run_id, id);
@@ -70,6 +83,7 @@ CREATE INDEX IF NOT EXISTS commands_pending ON commands(run_id) WHERE status='pe
 """
 
 _SUMMARY_SELECT = ", ".join(SUMMARY_COLUMNS)
+_GROUP_SELECT = ", ".join(GROUP_COLUMNS)
 
 __all__ = ["JOB_FINAL", "RUN_ACTIVE", "JobState", "RunState", "Store"]
 
@@ -297,6 +311,58 @@ class Store:
                                (f"{esc(suite)}/%|{esc(dataset)}",)).fetchone()
         return (row[0], row[1]) if row and row[0] is not None else None
 
+    # ------------------------------------------------------------------ fused groups' usage
+    def start_group(self, group_id: str, run_id: int, device: str, members: int, job_ids: list[int]) -> None:
+        """A fused group of ``members`` jobs (its usage is measured for the group, not per member),
+        and the link to it of ``job_ids`` (all of them at launch; one adopted after a lost tail)."""
+        with self._tx() as db:
+            db.execute("INSERT INTO fused_groups (id, run_id, members, device) VALUES (?,?,?,?)"
+                       " ON CONFLICT(id) DO NOTHING", (group_id, run_id, members, device))
+            db.executemany("UPDATE jobs SET fused_group=? WHERE id=?", [(group_id, j) for j in job_ids])
+
+    def groups_of(self, job_ids: Iterable[int]) -> dict[int, str]:
+        """job id -> its fused group, for those of ``job_ids`` whose current attempt is a member."""
+        ids = list(job_ids)
+        rows = self._db.execute(f"SELECT id, fused_group FROM jobs WHERE fused_group IS NOT NULL AND id IN "
+                                f"({','.join('?' * len(ids))})", ids) if ids else []
+        return {r[0]: r[1] for r in rows}
+
+    def record_group_usage(self, group_id: str, members_in: int, rss: int, gpu: int) -> None:
+        """The group's latest and peak usage; its full peak too while all its members are in it."""
+        with self._tx() as db:
+            db.execute("UPDATE fused_groups SET rss=?, gpu_mem=?, peak_rss=MAX(COALESCE(peak_rss, 0), ?),"
+                       " peak_gpu=MAX(COALESCE(peak_gpu, 0), ?),"
+                       " full_rss=CASE WHEN members=? THEN MAX(COALESCE(full_rss, 0), ?) ELSE full_rss END,"
+                       " full_gpu=CASE WHEN members=? THEN MAX(COALESCE(full_gpu, 0), ?) ELSE full_gpu END"
+                       " WHERE id=?", (rss, gpu, rss, gpu, members_in, rss, members_in, gpu, group_id))
+
+    def record_group_peak_rss(self, group_id: str, rss: int) -> None:
+        """The kernel's peak RSS of the group's process (when reached is unknown: not a full peak)."""
+        with self._tx() as db:
+            db.execute("UPDATE fused_groups SET peak_rss=MAX(COALESCE(peak_rss, 0), ?) WHERE id=?", (rss, group_id))
+
+    def fused_group(self, group_id: str) -> GroupUsage | None:
+        row = self._db.execute(f"SELECT {_GROUP_SELECT} FROM fused_groups WHERE id=?", (group_id,)).fetchone()
+        return GroupUsage(*row) if row else None
+
+    def fused_groups(self, run_id: int) -> dict[str, GroupUsage]:
+        rows = self._db.execute(f"SELECT {_GROUP_SELECT} FROM fused_groups WHERE run_id=?", (run_id,))
+        return {r[0]: GroupUsage(*r) for r in rows}
+
+    def record_group_peak(self, key: str, members: int, peak_gpu: int, peak_rss: int) -> None:
+        """A config's peak measured in a group of ``members`` (the largest seen at that size)."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO group_peaks (key, members, peak_gpu, peak_rss, runs, updated) VALUES (?,?,?,?,1,?)"
+                " ON CONFLICT(key, members) DO UPDATE SET peak_gpu=MAX(peak_gpu, excluded.peak_gpu),"
+                " peak_rss=MAX(peak_rss, excluded.peak_rss), runs=runs+1, updated=excluded.updated",
+                (key, members, peak_gpu, peak_rss, time.time()))
+
+    def group_peaks(self, key: str) -> dict[int, tuple[int, int]]:
+        """members -> (GPU, RSS) peaks of the groups of that size this config was measured in."""
+        rows = self._db.execute("SELECT members, peak_gpu, peak_rss FROM group_peaks WHERE key=?", (key,))
+        return {r[0]: (r[1], r[2]) for r in rows}
+
     def samples(self, job_id: int) -> list[tuple[float, int, int]]:
         rows = self._db.execute("SELECT ts, rss, gpu_mem FROM samples WHERE job_id=? ORDER BY id", (job_id,))
         return [tuple(r) for r in rows]
@@ -354,7 +420,7 @@ class Store:
                 (job_id, n, device, time.time(), exit_path),
             )
             fields = {"attempts": n, "device": device, "started": started or time.time(), "ended": None,
-                      "returncode": None, "error": None}
+                      "returncode": None, "error": None, "fused_group": None}  # a group sets its own after
             _set_job_state(db, job_id, JobState.RUNNING, detail or f"attempt {n} on {device}", fields)
         return cur.lastrowid, n
 
@@ -506,7 +572,8 @@ class _Transaction:
         self.db.execute("RELEASE lat_tx")
 
 
-_JOB_FIELDS = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json", "not_before"}
+_JOB_FIELDS = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json", "not_before",
+               "fused_group"}
 
 
 def _set_job_state(db: sqlite3.Connection, job_id: int, state: JobState, detail: str, fields: dict) -> None:

@@ -8,12 +8,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from lat_core.rows import JobSummary
+from lat_core.rows import GroupUsage, JobSummary
 from lat_core.text import fmt_bytes
 from lat_core.titles import display_name
 from lat_tui import fmt
 
 MIN_STEM = 8  # below this the model family gives way to the config name
+MEMBER_INDENT = "  "  # a fused member's name, under its group's line
 WHOLE_NAME = 10**6  # plain text: names are never cut
 
 
@@ -54,7 +55,16 @@ def usage_cells(job: JobSummary) -> tuple[str, str]:
 
 
 def name_cell(job: JobSummary, shown: Shown) -> str:
+    if job.fused_group:  # under its group's line
+        return MEMBER_INDENT + job_name(job, shown.families.get(job.id), shown.name_width - len(MEMBER_INDENT),
+                                        with_dataset=not shown.one_dataset)
     return job_name(job, shown.families.get(job.id), shown.name_width, with_dataset=not shown.one_dataset)
+
+
+def member_usage_cells(job: JobSummary) -> tuple[str, str]:
+    """A fused member's memory is its group's (one process), shown on the group's line: a share
+    of it would read as a measurement of the member, so its own cells stay empty."""
+    return ("", "") if job.fused_group else usage_cells(job)
 
 
 JOB_COLUMNS: tuple[Column, ...] = (
@@ -65,20 +75,70 @@ JOB_COLUMNS: tuple[Column, ...] = (
     Column("elapsed", "time", 7, lambda j, s: fmt.clock(j.elapsed(s.now)) if j.state != "queued" else ""),
     Column("step", "step", 5, lambda j, s: fmt.step(j.last_step)),
     Column("loss", "loss", 6, lambda j, s: fmt.loss(j.last_loss)),
-    Column("rss", "rss", 4, lambda j, s: usage_cells(j)[0]),
-    Column("gpu", "gpu", 4, lambda j, s: usage_cells(j)[1]),
+    Column("rss", "rss", 4, lambda j, s: member_usage_cells(j)[0]),
+    Column("gpu", "gpu", 4, lambda j, s: member_usage_cells(j)[1]),
     Column("attempts", "try", 3, lambda j, s: str(j.attempts)),
 )
 
 
+@dataclass(frozen=True)
+class GroupLine:
+    """A fused group's line in the job table, above its members' rows: the group's measured memory
+    (its process tree's, which no member has alone) and the span of its members."""
+    group: GroupUsage
+    members: tuple[JobSummary, ...]
+
+    @property
+    def running(self) -> bool:
+        return any(m.state == "running" for m in self.members)
+
+    def cells(self, shown: Shown) -> dict[str, str]:
+        """Cells by column key; the others stay empty."""
+        rss, gpu = (self.group.rss, self.group.gpu_mem) if self.running else (self.group.peak_rss, self.group.peak_gpu)
+        started = [m.started for m in self.members if m.started is not None]
+        ended = [m.ended or shown.now for m in self.members if m.started is not None]
+        return {"key": f"group {self.group.id}: {self.group.members} jobs", "device": self.group.device or "",
+                "state": "running" if self.running else "ended",
+                "elapsed": fmt.clock(max(ended) - min(started)) if started else "",
+                "rss": fmt_bytes(rss, compact=True), "gpu": fmt_bytes(gpu or None, compact=True)}
+
+
+def table_rows(jobs: list[JobSummary], groups: Mapping[str, GroupUsage] | None = None
+               ) -> list[JobSummary | GroupLine]:
+    """The table's rows in order: each fused group's line where its first member would be, its
+    members right under it; a member whose group is unknown stays a row of its own."""
+    groups = groups or {}
+    members: dict[str, list[JobSummary]] = {}
+    for job in jobs:
+        if job.fused_group in groups:
+            members.setdefault(job.fused_group, []).append(job)
+    rows: list[JobSummary | GroupLine] = []
+    for job in jobs:
+        if job.fused_group not in groups:
+            rows.append(job)
+        elif members[job.fused_group][0] is job:
+            rows += [GroupLine(groups[job.fused_group], tuple(members[job.fused_group])), *members[job.fused_group]]
+    return rows
+
+
+def row_cells(row: JobSummary | GroupLine, shown: Shown) -> list[str]:
+    if isinstance(row, GroupLine):
+        cells = row.cells(shown)
+        return [cells.get(c.key, "") for c in JOB_COLUMNS]
+    return [c.cell(row, shown) for c in JOB_COLUMNS]
+
+
 def plain_table(jobs: list[JobSummary], families: Mapping[int, str] | None = None,
-                now: float | None = None) -> str:
-    """The job table as aligned text; an unknown value shows as "-" so no column reads empty.
+                now: float | None = None, groups: Mapping[str, GroupUsage] | None = None) -> str:
+    """The job table as aligned text; an unknown value shows as "-" so no column reads empty, and
+    a fused group's line holds its memory, its members' rows (indented) none.
 
     Built a column at a time with one format string per line: ``status`` of a 10,000-job run
     prints within its half-second budget."""
     shown = Shown.of(jobs, families, now)
-    columns = [[c.header] + [c.cell(j, shown) or "-" for j in jobs] for c in JOB_COLUMNS]
+    rows = table_rows(jobs, groups)
+    header = [c.header for c in JOB_COLUMNS]
+    columns = list(zip(header, *([cell or "-" for cell in row_cells(r, shown)] for r in rows)))
     widths = [max(map(len, column)) for column in columns]
     line = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join(line.format(*row).rstrip() for row in zip(*columns))

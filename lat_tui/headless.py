@@ -79,7 +79,7 @@ def summarize(client: Client, run_id: int, out: TextIO) -> int:
     jobs = client.job_table(run_id)
     print("", file=out)
     families = client.model_families(jobs)
-    print(plain_table(jobs, families), file=out)
+    print(plain_table(jobs, families, groups=client.fused_groups(run_id)), file=out)
     bad = [j for j in jobs if j.state != "succeeded"]
     earlier = [j for j in jobs if j.state == "succeeded" and j.attempts == 0]
     ok = len(jobs) - len(bad)

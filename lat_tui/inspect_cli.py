@@ -83,7 +83,8 @@ def show(client: Client, args) -> int:
     history = client.history(job.run_id, job_id=job.id)
     config = read_config(job)
     if args.json:
-        print(dumps({"job": job_view(job), "argv": job.argv, "env": job.env, "config": config,
+        group = client.fused_groups(job.run_id).get(job.fused_group or "")
+        print(dumps({"job": job_view(job, group=group), "argv": job.argv, "env": job.env, "config": config,
                      "attempts": [attempt_view(a) for a in attempts],
                      "history": [event_view(t) for t in history], "diagnosis": job.diagnosis}))
         return EXIT_OK

@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass
 
-from lat_core.rows import JobSummary, RunRow, Transition
+from lat_core.rows import GroupUsage, JobSummary, RunRow, Transition
 from lat_tui.columns import state_text
 
 SCHEMA_VERSION = 1
@@ -55,6 +55,14 @@ class JobView:
     waiting: str | None
     error: str | None
     job_dir: str
+    # A fused member's memory is its group's (peak_rss/peak_gpu stay null: no share is made up);
+    # all null for a job alone. group_members: how many jobs the group started with.
+    group: str | None = None
+    group_members: int | None = None
+    group_rss: int | None = None
+    group_gpu_mem: int | None = None
+    group_peak_rss: int | None = None
+    group_peak_gpu: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,10 +81,13 @@ def run_view(run: RunRow, jobs: list[JobSummary]) -> RunView:
                    [{"id": d.id, "slots": d.slots} for d in run.devices], counts)
 
 
-def job_view(job: JobSummary, now: float | None = None) -> JobView:
+def job_view(job: JobSummary, now: float | None = None, group: GroupUsage | None = None) -> JobView:
+    """``group``: the fused group of the job's current attempt, whose figures its row carries."""
+    figures = (group.id, group.members, group.rss, group.gpu_mem, group.peak_rss, group.peak_gpu) if group else ()
     return JobView(job.id, job.run_id, job.key, job.suite, job.stem, job.seed, job.dataset, state_text(job.state),
                    job.device, job.attempts, job.started, job.ended, job.elapsed(now or time.time()),
-                   job.last_step, job.last_loss, job.peak_rss, job.peak_gpu, job.waiting, job.error, job.job_dir)
+                   job.last_step, job.last_loss, job.peak_rss, job.peak_gpu, job.waiting, job.error, job.job_dir,
+                   *figures)
 
 
 def event_view(t: Transition) -> EventView:

@@ -12,7 +12,7 @@ import psutil
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
 from lat_core.client import JOB_FINAL, Client, CommandRow
-from lat_core.rows import JobSummary, RunRow
+from lat_core.rows import GroupUsage, JobSummary, RunRow
 from lat_tui.tail import TailState, read_tail
 
 HISTORY_SAMPLES = 60
@@ -30,6 +30,7 @@ class DashboardData:
     commands: dict[int, CommandRow] = field(default_factory=dict)  # the asked-about commands, by id
     cpu_percent: tuple[float, ...] = ()  # per core, since the previous poll
     families: dict[int, str] = field(default_factory=dict)  # job id -> model family, where known
+    groups: dict[str, GroupUsage] = field(default_factory=dict)  # the run's fused groups, by id
 
 
 def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState,
@@ -40,11 +41,12 @@ def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState
         jobs = client.job_table(run_id)
         commands = {cid: client.command(cid) for cid in command_ids}
         families = client.model_families(jobs)
+        groups = client.fused_groups(run_id)
     finally:
         client.close()  # a worker thread per poll: its connection ends with the read
     lines, tail = read_tail(tail, ended=_tailed_job_ended(jobs, tail))
     return DashboardData(run, jobs, probe.snapshot(), host_snapshot(), client.engine_alive(),
-                         lines, tail, commands, cpu_percent(), families)
+                         lines, tail, commands, cpu_percent(), families, groups)
 
 
 def cpu_percent() -> tuple[float, ...]:

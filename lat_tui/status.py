@@ -28,10 +28,11 @@ def main(argv: list[str]) -> int:
     client = client_for(args)
     run = client.resolve_run(args.run_id)
     jobs = client.job_table(run.id)
+    groups = client.fused_groups(run.id)
     engine, code = _engine_state(client, run)
     if args.json:
         print(dumps({"run": run_view(run, jobs), "engine_alive": client.engine_alive(),
-                     "jobs": [job_view(j) for j in jobs]}))
+                     "jobs": [job_view(j, group=groups.get(j.fused_group or "")) for j in jobs]}))
         return code
     print(f"run {run.id}: {run.state}{' (admission paused)' if run.paused else ''}; "
           f"engine {engine}; outputs in {run.output_root}")
@@ -40,7 +41,7 @@ def main(argv: list[str]) -> int:
     if run.state == "countdown":
         print(f"countdown: {fmt_elapsed(max(0.0, run.countdown_until - time.time()))} left")
     families = client.model_families(jobs)
-    print(plain_table(jobs, families))
+    print(plain_table(jobs, families, groups=groups))
     for job in jobs:
         for line in job_notes(job):
             print(f"  {job.id} {job_name(job, families.get(job.id))}: {line}")

@@ -10,6 +10,10 @@ Where even that is unknown (Mamba, say), admissions onto one GPU are staggered u
 job has settled (its first logged training step, when activations and optimizer state exist, or
 ``settle_s``), so two unknown jobs never race for the same free memory. Host RAM is guarded the
 same way with each config's peak process-tree RSS.
+
+Jobs that start together in one fused process need one base and what each member adds, fitted from
+their configs' peaks alone and in groups of each size measured (:mod:`lat_core.engine.member_cost`):
+a member's record says the size of its group, so a share of a group is never taken for a job alone.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from lat_core.devices import Device
+from lat_core.engine.member_cost import MemberCost, fit, group_need
 from lat_core.engine.memory_prior import MemoryPrior, job_prior
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
@@ -54,6 +59,16 @@ class Estimate(NamedTuple):
         return f"~{fmt_gib(n)} {what} (estimated from the config; never measured)"
 
 
+NOTHING = MemberCost(0, 0)  # a resource the config was measured not to use (a CPU job's GPU memory)
+
+
+class MemberCosts(NamedTuple):
+    """A job's cost model as a fused member, for GPU memory and host RSS."""
+    gpu: MemberCost
+    rss: MemberCost
+    from_prior: bool
+
+
 class Admission:
     def __init__(self, store: Store, probe: GpuProbe, *, policy: AdmissionPolicy | None = None,
                  host=host_snapshot, clock=time.time):
@@ -87,16 +102,22 @@ class Admission:
         return self._blocker(self.expected_peak(job, device.id), device, running)
 
     def group_blocker(self, jobs: list[JobRow], device: Device, running: list[JobRow]) -> str | None:
-        """As :meth:`blocker`, for jobs that start together in one fused process: their expected
-        peaks summed (each counts its own base: an over-estimate, on the safe side); unknown when
-        any member's is."""
+        """As :meth:`blocker`, for jobs that start together in one fused process (see
+        :meth:`group_estimate`)."""
         if not self._enabled:
             return None
         self._running = running
-        estimates = [self.expected_peak(j, device.id) for j in jobs]
-        expected = None if any(e is None for e in estimates) else Estimate(
-            sum(e.gpu for e in estimates), sum(e.rss for e in estimates), any(e.from_prior for e in estimates))
-        return self._blocker(expected, device, running)
+        return self._blocker(self.group_estimate(jobs, device.id), device, running)
+
+    def group_estimate(self, jobs: list[JobRow], device_id: str | None = None) -> Estimate | None:
+        """What ``jobs`` need together in one fused process: one base and what each member adds,
+        fitted from their configs' peaks alone and in groups of each size measured
+        (:mod:`lat_core.engine.member_cost`); unknown when any member's is."""
+        costs = [self._member_cost(j, (device_id or j.device) == "cpu") for j in jobs]
+        if any(c is None for c in costs):
+            return None
+        return Estimate(group_need([c.gpu for c in costs]), group_need([c.rss for c in costs]),
+                        any(c.from_prior for c in costs))
 
     def _blocker(self, expected: Estimate | None, device: Device, running: list[JobRow]) -> str | None:
         starting = [j for j in running if self._is_starting(j)]
@@ -130,6 +151,9 @@ class Admission:
         measured = self.store.config_peak(job.profile_key)
         if measured is not None:
             return Estimate(*measured)
+        if self.store.group_peaks(job.profile_key):  # measured only in groups: the fit's need alone
+            cost = self._member_cost(job, on_cpu)
+            return None if cost is None else Estimate(cost.gpu.need(1), cost.rss.need(1))
         siblings = self._sibling_estimate(job)
         if siblings is not None:
             return siblings
@@ -138,6 +162,26 @@ class Admission:
             return None
         gpu, rss = prior.peak(on_cpu)
         return Estimate(gpu, rss * job.world, from_prior=True)  # GPU memory per device, RSS of every rank
+
+    def _member_cost(self, job: JobRow, on_cpu: bool) -> MemberCosts | None:
+        """The job's cost model as a fused member: from its config's peaks measured alone (1 member)
+        and in groups, else from its estimate alone (siblings', the prior) as one point; split into
+        base and per-member with the prior's split where there is one. None: unknown."""
+        points = {n: peaks for n, peaks in self.store.group_peaks(job.profile_key).items()}
+        alone = self.store.config_peak(job.profile_key)
+        if alone is not None:
+            points[1] = alone
+        from_prior = False
+        if not points:
+            estimate = self.expected_peak(job, "cpu" if on_cpu else None)
+            if estimate is None:
+                return None
+            points, from_prior = {1: (estimate.gpu, estimate.rss)}, estimate.from_prior
+        prior = self._prior(job)
+        gpu_split, rss_split = prior.splits(on_cpu) if prior is not None else (None, None)
+        gpu = fit({n: g for n, (g, _) in points.items()}, gpu_split) or NOTHING
+        rss = fit({n: r for n, (_, r) in points.items()}, rss_split) or NOTHING
+        return MemberCosts(gpu, rss, from_prior)
 
     def _prior(self, job: JobRow) -> MemoryPrior | None:
         key = (job.id, job.attempts)
@@ -176,7 +220,7 @@ class Admission:
             return f"waiting for {unknown[0].key} to settle on {device.id}"
         if expected is None:
             return None
-        claims = sum(self._still_to_claim(j, gpu=True) for j in starting)
+        claims = self._claims(starting, gpu=True)
         free = gpu.memory_total - gpu.memory_used - self.policy.gpu_margin - claims
         if expected.gpu > free:
             return f"needs {expected.needs(expected.gpu, 'GPU memory')}, {fmt_gib(max(free, 0))} free on {device.id}"
@@ -185,11 +229,25 @@ class Admission:
     def _host_blocker(self, expected, starting: list[JobRow], running: list[JobRow]) -> str | None:
         if expected is None or self._hostsnap is None or not running:
             return None  # an idle machine always takes one job: nothing else competes for it
-        claims = sum(self._still_to_claim(j, gpu=False) for j in starting)
+        claims = self._claims(starting, gpu=False)
         free = self._hostsnap.ram_available - self.policy.host_margin - claims
         if expected.rss > free:
             return f"needs {expected.needs(expected.rss, 'host RAM')}, {fmt_gib(max(free, 0))} available"
         return None
+
+    def _claims(self, starting: list[JobRow], *, gpu: bool) -> int:
+        """What the starting jobs will still take: a job alone its expected peak less its usage
+        now; a fused group (its members' rows carry no usage: it is the group's) its group's."""
+        groups: dict[str, list[JobRow]] = {}
+        for job in starting:
+            if job.fused_group:
+                groups.setdefault(job.fused_group, []).append(job)
+        claims = sum(self._still_to_claim(j, gpu=gpu) for j in starting if not j.fused_group)
+        for group_id, members in groups.items():
+            need, usage = self.group_estimate(members), self.store.fused_group(group_id)
+            now = ((usage.gpu_mem if gpu else usage.rss) or 0) if usage is not None else 0
+            claims += max(0, (need.gpu if gpu else need.rss) - now) if need is not None else 0
+        return claims
 
     def _still_to_claim(self, job: JobRow, *, gpu: bool) -> int:
         peak = self.expected_peak(job)

@@ -84,6 +84,13 @@ class GroupRef:
         return cls(raw["exit_path"], tuple(ids))
 
 
+def group_id(ref: GroupRef) -> str:
+    """The journal's name of a group: its first member's job id and attempt number (``12.1``),
+    from the group's exit record (group_exit_path), so an engine that finds the ref alone names it the same."""
+    attempt = Path(ref.exit_path).name.removeprefix("group-attempt-").removesuffix(".exit.json")
+    return f"{ref.job_ids[0]}.{attempt}"
+
+
 def group_ref_path(member_exit: Path) -> Path:
     return Path(f"{member_exit}.group")
 

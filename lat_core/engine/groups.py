@@ -15,12 +15,13 @@ from pathlib import Path
 from lat_core.devices import Device
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.launch import read_exit_record
-from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuses_on, group_argv,
+from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuses_on, group_argv, group_id,
                                     group_exit_path, job_fuse_key, read_group_limit, read_group_ref, smaller_limit,
                                     write_group_limit, write_group_ref)
 from lat_core.engine.requeue import restart_argv
 from lat_core.engine.retries import backoff_hold
 from lat_core.job_files import ExitRecord, cancel_marker_path, exit_record_path, read_exit
+from lat_core.monitor.usage import JobUsage
 from lat_core.rows import AttemptRow, JobRow, RunRow
 from lat_core.runner import write_exit_record
 from lat_core.states import JobState
@@ -86,6 +87,7 @@ class FusedGroups:
             return
         leader, (_, leader_n, _) = members[0], attempts[0]
         names = ", ".join(j.key for j in members)
+        self.store.start_group(group_id(ref), leader.run_id, device.id, len(members), [j.id for j in members])
         try:
             env = {**self._job_secrets.unmask(leader.run_id, leader.env), **device.env,
                    "LAT_JOB_ID": str(leader.id), "LAT_ATTEMPT": str(leader_n), "LAT_SUITE": leader.suite}
@@ -126,6 +128,25 @@ class FusedGroups:
             members = [j for k, j in enumerate(members) if k not in refused]
             attempts = [a for k, a in enumerate(attempts) if k not in refused]
         return [], [], None
+
+    def _record_group_usage(self, usage: dict[int, JobUsage]) -> dict[int, JobUsage]:
+        """A fused group's sampled usage (its members' trees are its one process tree) recorded
+        for the group, with how many members were in it; returns the usage of jobs alone."""
+        groups = self.store.groups_of(usage)
+        members: dict[str, list[int]] = {}
+        for job_id, group in groups.items():
+            members.setdefault(group, []).append(job_id)
+        for group, job_ids in members.items():
+            tree = usage[job_ids[0]]
+            self.store.record_group_usage(group, len(job_ids), tree.rss_bytes, tree.gpu_bytes)
+        return {job_id: u for job_id, u in usage.items() if job_id not in groups}
+
+    def _remember_group_peak(self, job: JobRow) -> None:
+        """A member that succeeded: its group's peak with all its members in, as what a group of
+        that size holding this config needs (lat_core.engine.member_cost fits from these)."""
+        group = self.store.fused_group(job.fused_group) if job.fused_group else None
+        if group is not None and (group.full_gpu or group.full_rss):
+            self.store.record_group_peak(job.profile_key, group.members, group.full_gpu or 0, group.full_rss or 0)
 
     def _poll_groups(self) -> None:
         """Reap the runners of our group launches: the last member's exit record is written before

@@ -384,10 +384,8 @@ class Engine(Recovery, FusedGroups):
             return
         on_gpu = any(not d.is_cpu for r in local for d in r.devices)
         gpus = self._gpu_probe.snapshot() if on_gpu else GpuSnapshot(())
-        usage = job_usage(pids, gpus, inherited)
-        sharing = {pid: list(pids.values()).count(pid) for pid in pids.values()}  # a fused group's members
-        self.store.record_usage({job_id: (u.rss_bytes // sharing[pids[job_id]], u.gpu_bytes // sharing[pids[job_id]])
-                                 for job_id, u in usage.items()})
+        alone = self._record_group_usage(job_usage(pids, gpus, inherited))  # a fused group's is the group's
+        self.store.record_usage({job_id: (u.rss_bytes, u.gpu_bytes) for job_id, u in alone.items()})
 
     # ------------------------------------------------------------------ progress
     def _read_progress(self, run: RunRow) -> None:

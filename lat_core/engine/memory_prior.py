@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from lat_core.config.job import TINY, TINY_DEFAULTS, JobConfig, PeftConfig, parse_config
+from lat_core.engine.member_cost import PriorSplit
 
 GiB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -85,10 +86,22 @@ class MemoryPrior:
     gpu_bytes: int      # on a GPU job's device
     gpu_job_rss: int    # host RSS of the same job on a GPU
     cpu_job_rss: int    # host RSS when the job trains on the CPU (no GPU memory at all)
+    # A fused group pays these once (the frozen weights, the CUDA context, the libraries)...
+    gpu_base: int = 0
+    cpu_rss_base: int = 0
+    # ...and each member at least its adapter's state (exact; its activations are estimated high)
+    member_state: int = 0
 
     def peak(self, on_cpu: bool) -> tuple[int, int]:
         """(GPU bytes, RSS bytes), as admission's estimates are shaped."""
         return (0, self.cpu_job_rss) if on_cpu else (self.gpu_bytes, self.gpu_job_rss)
+
+    def splits(self, on_cpu: bool) -> tuple[PriorSplit, PriorSplit]:
+        """(GPU, RSS): what a fused group pays once and what each member adds at least. A GPU
+        job's host RSS is all libraries and weights (a member adds no modelled host memory)."""
+        if on_cpu:
+            return PriorSplit(0, 0), PriorSplit(self.cpu_rss_base, self.member_state)
+        return PriorSplit(self.gpu_base, self.member_state), PriorSplit(self.gpu_job_rss, 0)
 
 
 @dataclass(frozen=True)
@@ -276,7 +289,10 @@ def estimate(cfg: JobConfig, environ: dict) -> MemoryPrior:
     cpu_allocated = allocated + cpu_recurrence_bytes(facts.shape, tokens)
     return MemoryPrior(gpu_bytes=int(allocated * ALLOCATOR_FACTOR) + CUDA_CONTEXT_BYTES,
                        gpu_job_rss=GPU_JOB_BASE_RSS + (weights if facts.pretrained else 0),
-                       cpu_job_rss=CPU_JOB_BASE_RSS + int(cpu_allocated * ALLOCATOR_FACTOR))
+                       cpu_job_rss=CPU_JOB_BASE_RSS + int(cpu_allocated * ALLOCATOR_FACTOR),
+                       gpu_base=int(weights * ALLOCATOR_FACTOR) + CUDA_CONTEXT_BYTES,
+                       cpu_rss_base=CPU_JOB_BASE_RSS + int(weights * ALLOCATOR_FACTOR),
+                       member_state=int(state * ALLOCATOR_FACTOR))
 
 
 def job_prior(job_dir: str | Path, job_env: dict, environ: dict | None = None) -> MemoryPrior | None:

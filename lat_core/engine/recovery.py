@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lat_core.engine.faults import JOURNAL_ERRORS, LostAttempt, find_lost_attempt
-from lat_core.engine.fusion import read_group_ref
+from lat_core.engine.fusion import group_id, read_group_ref
 from lat_core.engine.retries import maybe_retry
 from lat_core.job_files import ExitRecord, PeakUsage, describe_exit, read_exit, read_pid_record, write_peak_usage
 from lat_core.rows import AttemptRow, JobRow, RunRow
@@ -97,8 +97,10 @@ class Recovery:
         been settled."""
         group = read_group_ref(Path(attempt.exit_path))  # a fused member's peaks are its group process's
         job = self.store.job(attempt.job_id)
-        if max_rss:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
-            job = self._record_peak_rss(job, max_rss // (len(group.job_ids) if group else 1))
+        if max_rss and group is None:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
+            job = self._record_peak_rss(job, max_rss)
+        elif max_rss and job.fused_group:
+            self.store.record_group_peak_rss(job.fused_group, max_rss)
         self._keep_peak_usage(job)
         if job.state is JobState.RUNNING:
             progress = self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
@@ -108,8 +110,10 @@ class Recovery:
         if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
                                          error=error, diagnosis_json=diagnosis_json):
             return None
-        if state is JobState.SUCCEEDED and group is None:  # a group's peak says little about a job alone
+        if state is JobState.SUCCEEDED and group is None:
             self._remember_peak(job)
+        elif state is JobState.SUCCEEDED:  # a group's peak is recorded with its size, never as a job's alone
+            self._remember_group_peak(job)
         return job, state
 
     def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
@@ -160,6 +164,8 @@ class Recovery:
                                                  detail=detail)
         if lost.pid is not None:
             self.store.set_attempt_pid(attempt_id, lost.pid.pid, lost.pid.pid_start)
+        if (ref := read_group_ref(lost.exit_path)) is not None:  # its usage is its group's
+            self.store.start_group(group_id(ref), job.run_id, device_id, len(ref.job_ids), [job.id])
         if not lost.alive:
             attempt = next(a for a in self.store.attempts(job.id) if a.id == attempt_id)
             self._record_exit(attempt, lost.returncode)

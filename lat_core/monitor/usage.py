@@ -4,6 +4,8 @@ This is the one definition of a job's memory (the journal's rss/peak_rss, which 
 TUI, ``--json`` and, through the job folder's usage.json, the results tables all show): the resident
 memory of the trainer's process tree, less what a warm-started trainer inherited from the preloaded
 process when it was forked (those pages are the preloaded process's, shared, not the job's).
+The members of a fused group have one tree, the group's process: the engine records its usage for
+the group (the journal's fused_groups), never as a share of it per member.
 
 One sampling pass lists the host's processes once (their parents, from one walk of /proc) and then
 sums each job's tree from that table: asking each job's runner for its descendants would walk all

@@ -171,7 +171,7 @@ class DashboardScreen(RunControls, Screen):
             if command.answered and command.id in self.pending_commands:
                 self.command_answered(command)
         table = self.query_one(JobTable)
-        table.show_jobs(data.jobs, data.families)
+        table.show_jobs(data.jobs, data.families, data.groups)
         if self._selected is None and table.row_count:
             self._select(table.selected_job_id())
         self._show_detail()
@@ -226,7 +226,7 @@ class DashboardScreen(RunControls, Screen):
     @on(DataTable.RowHighlighted, "#jobs")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.row_key.value is not None:
-            self._select(int(event.row_key.value))
+            self._select(self.query_one(JobTable).job_id_at(event.row_key.value))
 
     def _select(self, job_id: int | None) -> None:
         if job_id is None or job_id == self._selected:
@@ -283,7 +283,7 @@ class DashboardScreen(RunControls, Screen):
     @on(DataTable.RowSelected, "#jobs")
     def _row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
-            self._select(int(event.row_key.value))
+            self._select(self.query_one(JobTable).job_id_at(event.row_key.value))
         self.action_details()
 
     def action_details(self) -> None:

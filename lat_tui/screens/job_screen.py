@@ -146,6 +146,9 @@ def _header(job: JobRow) -> str:
 
 
 def _usage(job: JobRow) -> str:
+    if job.fused_group:  # one process for the group: no share of it is this member's own
+        return f"memory: its fused group {job.fused_group}'s (the group's line in the job table)"
+
     def pair(now, peak):
         latest = fmt_bytes(now, compact=True) or "-"
         return f"{latest} (peak {fmt_bytes(peak, compact=True)})" if peak else latest

@@ -1,4 +1,5 @@
-"""The job table: one row per job, updated in place so the cursor and scroll stay put."""
+"""The job table: one row per job, a fused group's line above its members' rows; updated in place
+so the cursor and scroll stay put."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
-from lat_core.rows import JobSummary
+from lat_core.rows import GroupUsage, JobSummary
 from lat_tui import fmt
-from lat_tui.columns import JOB_COLUMNS, Shown, state_text
+from lat_tui.columns import JOB_COLUMNS, GroupLine, Shown, row_cells, state_text, table_rows
 
 KEY_MIN_WIDTH = 12  # at 80 columns the id column leaves the key 12
 KEY_MAX_WIDTH = 48
@@ -23,8 +24,10 @@ class JobTable(DataTable):
 
     def __init__(self, **kwargs):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
-        self._cells: dict[int, tuple] = {}
-        self._drawn_from: dict[int, tuple] = {}  # job id -> what its cells were made of
+        self._cells: dict[str, tuple] = {}  # row key -> its cells, in the table's order
+        self._drawn_from: dict[str, tuple] = {}  # row key -> what its cells were made of
+        self._first_member: dict[str, int] = {}  # a group line's row key -> its first member's job id
+        self._reselect: int | None = None
 
     def on_mount(self) -> None:
         self.key_width = self._key_width(self.app.size.width)
@@ -41,35 +44,65 @@ class JobTable(DataTable):
         self.clear()
         self._cells.clear()
         self._drawn_from.clear()
+        self._first_member.clear()
 
-    def show_jobs(self, jobs: list[JobSummary], families: dict[int, str] | None = None) -> None:
+    def show_jobs(self, jobs: list[JobSummary], families: dict[int, str] | None = None,
+                  groups: dict[str, GroupUsage] | None = None) -> None:
+        """``groups``: the run's fused groups; each shows as a line with its memory, its members'
+        rows under it (rows keep their place, so the table is rebuilt when a group forms or ends)."""
         shown = Shown.of(jobs, families, name_width=self.key_width)
-        for job in jobs:
-            source = (job, shown.families.get(job.id), shown.one_dataset)
-            if job.state != "running" and self._drawn_from.get(job.id) == source:
+        rows = table_rows(jobs, groups)
+        keys = [row_key(r) for r in rows]
+        if keys[:len(self._cells)] != list(self._cells):
+            self._rebuild()
+        for key, row in zip(keys, rows):
+            running = row.running if isinstance(row, GroupLine) else row.state == "running"
+            source = (row, shown.families.get(row.id) if isinstance(row, JobSummary) else None, shown.one_dataset)
+            if not running and self._drawn_from.get(key) == source:
                 continue  # nothing it shows can have changed (a running job's clock can)
-            self._drawn_from[job.id] = source
-            cells = self._cells_for(job, shown)
-            if job.id not in self._cells:
-                self.add_row(*cells, key=str(job.id))
+            self._drawn_from[key] = source
+            if isinstance(row, GroupLine):
+                self._first_member[key] = row.members[0].id
+            cells = self._cells_for(row, shown)
+            if key not in self._cells:
+                self.add_row(*cells, key=key)
             else:
-                self._update_row(job.id, cells)
-            self._cells[job.id] = cells
+                self._update_row(key, cells)
+            self._cells[key] = cells
+        self._keep_cursor()
+
+    def _keep_cursor(self) -> None:
+        """After a rebuild, the cursor back on the job it was on."""
+        key, self._reselect = (None if self._reselect is None else str(self._reselect)), None
+        if key in self._cells:
+            self.move_cursor(row=self.get_row_index(RowKey(key)))
+
+    def _rebuild(self) -> None:
+        """Rows in a new order (a group formed, or ended): drawn again, the cursor kept on its job."""
+        selected = self.selected_job_id()
+        self.clear_jobs()
+        self._reselect = selected
+
+    def job_id_at(self, key: str | None) -> int | None:
+        """The job a row stands for: its own, or for a group's line its first member."""
+        if key is None:
+            return None
+        return self._first_member.get(key) or int(key)
 
     def selected_job_id(self) -> int | None:
         if not self.row_count:
             return None
         row_key, _ = self.coordinate_to_cell_key((self.cursor_row, 0))
-        return int(row_key.value)
+        return self.job_id_at(row_key.value)
 
-    def _update_row(self, job_id: int, cells: tuple) -> None:
-        old = self._cells[job_id]
+    def _update_row(self, key: str, cells: tuple) -> None:
+        old = self._cells[key]
         changed = {column.key: after for column, before, after in zip(JOB_COLUMNS, old, cells)
                    if str(before) != str(after) or getattr(before, "style", None) != getattr(after, "style", None)}
         if changed:
-            self._repaint_row(job_id, changed)
+            self._repaint_row(key, changed)
 
-    def _repaint_row(self, job_id: int, changed: dict[str, object]) -> None:
+    def _repaint_row(self, key: str, changed: dict[str, object]) -> None:
         """Writes a row's changed cells and repaints that row alone.
 
         ``DataTable.update_cell`` bumps one table-wide cache generation, so one ticking clock made
@@ -77,7 +110,7 @@ class JobTable(DataTable):
         cells' cached renders and their row's are dropped; the columns are fixed-width, so no other
         row can move.
         """
-        row_key = RowKey(str(job_id))
+        row_key = RowKey(key)
         row_index = self.get_row_index(row_key)
         columns = {ColumnKey(key) for key in changed}
         data = self._data[row_key]
@@ -94,16 +127,21 @@ class JobTable(DataTable):
         self._line_cache.clear()  # keyed by screen line; the other lines rebuild from their cached rows
         self.refresh_row(row_index)
 
-    def _cells_for(self, job: JobSummary, shown: Shown) -> tuple:
+    def _cells_for(self, row: JobSummary | GroupLine, shown: Shown) -> tuple:
         """The shared column spec's text; a running job's clock ticks coarsely, the state is coloured."""
+        if isinstance(row, GroupLine):
+            cells = row_cells(row, shown)
+            state = [c.key for c in JOB_COLUMNS].index("state")
+            cells[state] = Text(cells[state], style=self._state_style("running" if row.running else "queued"))
+            return tuple(cells)
         cells = []
         for column in JOB_COLUMNS:
-            if column.key == "elapsed" and job.state == "running":
-                cells.append(fmt.clock(_ticked(job.elapsed(shown.now))))
+            if column.key == "elapsed" and row.state == "running":
+                cells.append(fmt.clock(_ticked(row.elapsed(shown.now))))
             elif column.key == "state":
-                cells.append(Text(state_text(job.state), style=self._state_style(job.state)))
+                cells.append(Text(state_text(row.state), style=self._state_style(row.state)))
             else:
-                cells.append(column.cell(job, shown))
+                cells.append(column.cell(row, shown))
         return tuple(cells)
 
     def _state_style(self, state: str) -> str:
@@ -113,6 +151,11 @@ class JobTable(DataTable):
         variable = STATE_COLORS.get(state)
         color = self.app.theme_variables.get(variable, "") if variable else ""
         return f"bold {color}" if state in ("running", "failed") and color else color
+
+
+def row_key(row: JobSummary | GroupLine) -> str:
+    """A job's row is keyed by its id, a group's line by ``g`` and the group's id."""
+    return f"g{row.group.id}" if isinstance(row, GroupLine) else str(row.id)
 
 
 def _ticked(seconds: float | None) -> float | None:

@@ -10,6 +10,7 @@ from lat_core.config.job import parse_config
 from lat_core.config.fuse import fuse_key, refusal
 from lat_core.devices import Device
 from lat_core.engine.admission import Admission, AdmissionPolicy
+from lat_core.engine.memory_prior import job_prior
 from lat_core.engine.fusion import (GroupLimit, GroupRef, group_argv, group_limit_path, job_fuse_key, old_runs_alone_path,
                                     read_group_limit, read_group_ref, smaller_limit, write_group_limit, write_group_ref)
 from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
@@ -130,7 +131,7 @@ class Probe:
         return GpuSnapshot((self.gpu,))
 
 
-def test_a_groups_memory_is_its_members_measured_peaks_summed(tmp_path):
+def test_a_groups_memory_is_its_members_measured_peaks_with_one_base(tmp_path):
     GiB = 1 << 30
     store = Store(tmp_path / "journal.sqlite")
     members = [job(tmp_path, n) for n in ("a", "bb", "ccc")]
@@ -141,4 +142,6 @@ def test_a_groups_memory_is_its_members_measured_peaks_summed(tmp_path):
     admission.begin([device])
     assert admission.group_blocker(members[:2], device, []) is None  # 25G of 40G
     assert admission.blocker(members[2], device, []) is None  # 30G alone fits
-    assert "needs 45.0G GPU memory" in admission.group_blocker([members[1], members[2]], device, [])
+    base = job_prior(members[1].job_dir, {}).gpu_base  # paid once by the group, not once per member
+    assert admission.group_estimate([members[1], members[2]]).gpu == 45 * GiB - base
+    assert "needs 44.4G GPU memory" in admission.group_blocker([members[1], members[2]], device, [])
