@@ -135,6 +135,20 @@ def test_launch_refuses_a_fifo_as_its_log(tmp_path):
         launch([sys.executable, "-c", "pass"], {}, job_dir, exit_record_path(job_dir, 1))
 
 
+def test_a_planted_log_fails_that_job_alone_and_the_engine_goes_on(tmp_path, outside):
+    from tests.conftest import fake_job
+    from tests.integration.test_engine import drain, make_run
+
+    planted, clean = fake_job(tmp_path, "planted"), fake_job(tmp_path, "clean")
+    (Path(planted["job_dir"]) / "train.log").symlink_to(outside / "precious")
+    store, run_id = make_run(tmp_path, [planted, clean])
+    drain(store)
+    jobs = {j.key: j for j in store.jobs(run_id)}
+    assert jobs["clean"].state == "succeeded" and jobs["planted"].state == "failed"
+    assert "launch failed" in jobs["planted"].error and "is a symlink" in jobs["planted"].error
+    assert untouched(outside)
+
+
 # ------------------------------------------------------------------ --overwrite
 def _outputs(folder: Path) -> None:
     for name in ("final", "best", "checkpoint-5", "predictions"):
