@@ -29,6 +29,7 @@ from pathlib import Path
 
 from lat_core.containment import (TERM_GRACE_S, Containment, ContainmentError, contain, enter, job_oom_kills,
                                   release, stop_tree)
+from lat_core.errors import OutputPathError
 from lat_core.safe_files import ensure_folder, job_folder_of, replace_file
 
 
@@ -69,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         parser.error("no command given after --")
     started = time.time()
-    ensure_folder(Path(args.exit_file).parent, job_folder_of(Path(args.exit_file)))  # not made by the engine
+    try:
+        ensure_folder(Path(args.exit_file).parent, job_folder_of(Path(args.exit_file)))  # not made by the engine
+    except (OSError, OutputPathError) as exc:  # a planted symlink: nothing starts, the log says why
+        print(f"[lat] cannot keep the exit record: {exc}", flush=True)
+        return 2
     containment = start_containment(args.exit_file, started)
     if containment is None:
         return 2
