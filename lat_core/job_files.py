@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from lat_core.contract.jobdir import JobDir
+from lat_core.safe_files import replace_file
 from lat_core.text import shorten, signal_name
 
 EVENTS_FILE = "events.jsonl"
@@ -306,13 +307,7 @@ class PeakUsage:
 def write_json_file(path: Path, value) -> None:
     """``value`` as JSON, replacing the file whole (written beside it, then renamed): a reader never
     sees half a record, whatever the writer's fate."""
-    tmp = path.with_name(f"{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(value))
-    except FileNotFoundError:  # its folder is not there yet (tried second: the engine writes every job's usage)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(value).encode())  # never through a planted symlink (lat_core.safe_files)
 
 
 def write_peak_usage(job_dir: Path, usage: PeakUsage) -> None:

@@ -25,6 +25,7 @@ from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import ConfigError, OutputPathError
 from lat_core.job_files import events_path, has_finished
 from lat_core.plan import Plan
+from lat_core.safe_files import escape_problem, write_files
 from lat_core.text import shorten
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -136,9 +137,13 @@ def job_mode(job_dir: Path, resume: bool, overwrite: bool, strict: bool) -> str:
 
 def _load_experiment(path: Path) -> dict:
     try:
-        return read_yaml_mapping(path, "a mapping (model, peft, train, ...)")
+        data = read_yaml_mapping(path, "a mapping (model, peft, train, ...)")
     except YamlFileError as exc:
         raise ConfigError(exc.message, where=exc.where) from None
+    for key in ("name", "output_dir"):  # replaced by the job's own, but one leaving its folder is a mistake to say
+        if problem := escape_problem(key, data.get(key)):
+            raise ConfigError(problem, where=str(path))
+    return data
 
 
 # Where a value can come from, earliest first: a later layer overrides an earlier one.
@@ -279,10 +284,9 @@ def materialize(job: JobSpec) -> None:
     """Create the job directory and write job.yaml, overrides.json and command.json."""
     record = {"argv": job.command(), "env": mask_env(job.env), "cwd": str(job.job_dir)}
     try:
-        job.job_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(job.job_dir / "job.yaml", yaml_text.dump(job.config))
-        _write_atomic(job.job_dir / "overrides.json", _json_rows(job.provenance))
-        _write_atomic(job.job_dir / "command.json", _json_rows(record))
+        write_files(job.job_dir, {"job.yaml": yaml_text.dump(job.config).encode(),
+                                  "overrides.json": _json_rows(job.provenance).encode(),
+                                  "command.json": _json_rows(record).encode()})
     except OSError as exc:  # read-only file system, disk full, a file where a directory should be
         raise OutputPathError(f"cannot write the job directory: {exc.strerror or exc}", where=str(job.job_dir)) from exc
 
@@ -306,14 +310,3 @@ def _plain_copy(value):
     if isinstance(value, list):
         return [_plain_copy(v) for v in value]
     return value
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Replace an existing file whole (a reused job folder may be read meanwhile); a new
-    file is written in place: a crash before the run is in the journal leaves nothing that counts."""
-    if not path.exists():
-        path.write_text(text)
-        return
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

@@ -25,6 +25,7 @@ from lat_core.errors import LatError, PlanError
 from lat_core.plan_problems import Found, bounded, problem_lines
 from lat_core.text import shorten
 from lat_core.plan_retries import OnFailure
+from lat_core.safe_files import escape_problem
 
 AUTO_REMEDIES = ("expandable_segments", "smaller_micro_batch", "gradient_checkpointing", "fewer_workers",
                  "fewer_slots")
@@ -287,7 +288,7 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
     except ValidationError as exc:
         raise PlanError(bounded(_pydantic_problems(exc)), where=where) from None
     base = base or Path.cwd()
-    problems = check_plan(plan, registry, base)
+    problems = check_plan(plan, registry, base) + _override_escapes(plan)
     if plan.resume and plan.overwrite:
         problems.append("fields 'resume' and 'overwrite' exclude each other")
     if plan.backend == "slurm" or plan.slurm:
@@ -299,6 +300,12 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
     # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.
     plan.pairs = [_absolute_dataset(p, base) for p in plan.pairs]
     return plan
+
+
+def _override_escapes(plan: Plan) -> list[str]:
+    """Overrides of a job's name or folder that would leave its folder (each job gets its own anyway)."""
+    found = (escape_problem(key, plan.overrides.get(key), f"overrides.{key}") for key in ("name", "output_dir"))
+    return [problem for problem in found if problem]
 
 
 def _absolute_dataset(pair: Pair, base: Path) -> Pair:

@@ -24,6 +24,7 @@ from lat_core.errors import ConfigError, OutputPathError, PlanError
 from lat_core.jobs import JobSpec, safe_component
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.plan import Pair, Plan, SuiteRef
+from lat_core.safe_files import check_output_root
 from lat_core.service import PreparedRun
 
 SUITE = "rerun"   # the suite name the new run files the job under
@@ -129,7 +130,7 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus=None,
     environ = environ or {}
     config = resolved_config(job_dir)
     record = _read_json(job_dir / "env.json", dict, {})
-    root = Path(output_root).expanduser().resolve() if output_root else default_output_root(job_dir)
+    root = check_output_root(Path(output_root).expanduser().resolve() if output_root else default_output_root(job_dir))
     data, seed, stem = config["data"], config["seed"], job_dir.name
     new_dir = root / f"{safe_component(data, 'dataset')}_seed{seed}" / stem
     if new_dir.exists():

@@ -18,6 +18,7 @@ from typing import Any
 
 from lat_core.config.env import MASK, is_secret
 from lat_core.errors import JournalError
+from lat_core.safe_files import check_state_dir
 
 SECRETS_NAME = "secrets.json"
 FILE_MODE, DIR_MODE = 0o600, 0o700
@@ -104,8 +105,10 @@ class SecretFile:
 
 def secure_state_dir(state_dir: Path, names: Iterable[str]) -> None:
     """The state directory 0700 and the named files in it (journal, its WAL files, secrets) 0600:
-    another user could read the journal's history or append commands to it."""
+    another user could read the journal's history or append commands to it. One that another user
+    made (or put a file in) is refused, not taken over: its journal could hold jobs they planted."""
     state_dir = Path(state_dir)
+    check_state_dir(state_dir)
     state_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     if state_dir.stat().st_mode & 0o777 != DIR_MODE:
         os.chmod(state_dir, DIR_MODE)

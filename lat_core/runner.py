@@ -25,19 +25,18 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from lat_core.containment import (TERM_GRACE_S, Containment, ContainmentError, contain, enter, job_oom_kills,
                                   release, stop_tree)
+from lat_core.errors import OutputPathError
+from lat_core.safe_files import ensure_folder, job_folder_of, replace_file
 from lat_core.titles import runner_title, set_title
 
 
 def write_exit_record(path: str, record: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(record, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """On disk before it is renamed into place, inside the job's real folder (lat_core.safe_files)."""
+    replace_file(Path(path), json.dumps(record).encode(), durable=True)
 
 
 def _own_start_time() -> float:
@@ -73,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         parser.error("no command given after --")
     started = time.time()
-    os.makedirs(os.path.dirname(os.path.abspath(args.exit_file)), exist_ok=True)  # not made by the engine
+    try:
+        ensure_folder(Path(args.exit_file).parent, job_folder_of(Path(args.exit_file)))  # not made by the engine
+    except (OSError, OutputPathError) as exc:  # a planted symlink: nothing starts, the log says why
+        print(f"[lat] cannot keep the exit record: {exc}", flush=True)
+        return 2
     containment = start_containment(args.exit_file, started)
     if containment is None:
         return 2

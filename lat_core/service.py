@@ -24,6 +24,7 @@ from lat_core.monitor.gpu import GpuProbe
 from lat_core.journal_faults import check_space, clear_fault, explain, journal_faults, read_fault
 from lat_core.run_secrets import SECRETS_NAME, SecretFile, collect, create_private, secure_state_dir
 from lat_core.run_guard import check_no_live_overlap, creation_lock
+from lat_core.safe_files import check_state_dir, prepare_output_root
 from lat_core.states import JobState
 from lat_core.store import Store
 
@@ -62,7 +63,7 @@ def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: Gpu
     devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
     jobs = expand(plan, registry, shell_overrides(environ))
     _check_placeable(jobs, devices)
-    _check_output_root(Path(plan.output_root))
+    prepare_output_root(Path(plan.output_root))
     return PreparedRun(plan, jobs, devices)
 
 
@@ -97,16 +98,6 @@ def _check_placeable(jobs: list[JobSpec], devices: list[Device]) -> None:
     if problems:
         raise PlanError(problems[:5] + ([f"... and {len(problems) - 5} more"] if len(problems) > 5 else []),
                         where="plan field 'gpus_per_job'")
-
-
-def _check_output_root(root: Path) -> None:
-    root = root.expanduser()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputPathError(f"cannot create output root: {exc.strerror}", where=str(root)) from exc
-    if not os.access(root, os.W_OK):
-        raise OutputPathError("output root is not writable", where=str(root))
 
 
 def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None,
@@ -277,6 +268,7 @@ def ensure_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> b
     A second lock (``spawn.lock``) serialises front ends starting at the same moment, so only one
     of them spawns; the other then sees the engine's lock held and attaches."""
     with journal_faults(state_dir / JOURNAL_NAME):
+        check_state_dir(state_dir)  # its journal tells the engine what to run
         state_dir.mkdir(parents=True, exist_ok=True)
         with open(state_dir / "spawn.lock", "a+") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)

@@ -19,6 +19,9 @@ import psutil
 
 from lat_core.runner import write_exit_record
 from lat_core.containment import Containment, job_oom_kills, release, stop_tree
+from lat_core.errors import OutputPathError
+from lat_core.job_files import TRAIN_LOG
+from lat_core.safe_files import job_folder_of, open_append, remove_files
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,11 @@ def launch(argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path,
     ``show_env`` names the overrides the runner echoes (masked) at the top of the attempt's log.
     The runner creates the exit record's folder: a directory made here cost the engine, which
     launches every job, as much as the fork of the runner."""
-    exit_path.unlink(missing_ok=True)
-    Path(f"{exit_path}.pid").unlink(missing_ok=True)
+    remove_files(exit_path.parent, (exit_path.name, f"{exit_path.name}.pid"), job_dir=job_dir)
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     runner = [sys.executable, "-m", "lat_core.runner", "--exit-file", str(exit_path),
               "--show-env", ",".join(show_env), "--", *argv]
-    with open(job_dir / "train.log", "ab") as log:
+    with os.fdopen(open_append(job_dir / TRAIN_LOG, job_dir=job_dir), "ab") as log:  # never through a symlink
         popen = subprocess.Popen(
             runner, cwd=str(job_dir), env=full_env, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
@@ -148,15 +150,17 @@ def stop_vanished_tree(pid: int, pid_start: float | None, exit_path: Path) -> di
               "containment": containment.kind if containment else None, "stopped": stopped,
               "oom_kills": job_oom_kills(containment), "vanished": note}
     release(containment)
-    exit_path.parent.mkdir(parents=True, exist_ok=True)  # a runner that died before making it
-    write_exit_record(exit_path, record)
-    _log_line(exit_path.parent.parent / "train.log", f"[lat] {note}")
+    try:
+        write_exit_record(exit_path, record)  # its folder made if the runner died before making it
+        _log_line(job_folder_of(exit_path) / TRAIN_LOG, f"[lat] {note}")
+    except (OSError, OutputPathError) as exc:  # a planted symlink: the attempt ends without a record, as failed
+        print(f"[lat] cannot write {exit_path}: {exc}", file=sys.stderr, flush=True)
     return record
 
 
 def _log_line(log: Path, line: str) -> None:
     try:
-        with open(log, "a") as fh:
+        with os.fdopen(open_append(log), "a") as fh:
             fh.write(line + "\n")
-    except OSError:
+    except (OSError, OutputPathError):
         pass  # the note is in the exit record and the journal anyway

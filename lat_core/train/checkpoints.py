@@ -16,8 +16,13 @@ from pathlib import Path
 import torch
 
 from lat_core.config.job import TrainConfigError
-from lat_core.contract.jobdir import OPTIMIZER_STATE, RNG_STATE, JobDir
+from lat_core.contract.jobdir import CHECKPOINT_NAME, OPTIMIZER_STATE, RNG_STATE, JobDir
+from lat_core.errors import OutputPathError
+from lat_core.safe_files import remove_outputs
 from .events import read_events
+
+# what --overwrite deletes besides the checkpoints: the outputs of a run, never other files of the folder
+OVERWRITTEN = ("events.jsonl", "tokenizer", "predictions", "best", "final")
 
 
 def checkpoints(out: Path) -> list[tuple[int, Path]]:
@@ -31,10 +36,10 @@ def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
     if resume and overwrite:
         raise TrainConfigError("--resume and --overwrite exclude each other")
     if overwrite:
-        events.unlink(missing_ok=True)
-        for p in list(out.glob("checkpoint-*")) + [out / n for n in ("tokenizer", "predictions", "best", "final")]:
-            if p.is_dir():
-                shutil.rmtree(p)
+        try:  # only what a run writes, inside the real folder: a job folder that is a symlink is refused
+            remove_outputs(out, OVERWRITTEN, CHECKPOINT_NAME)
+        except OutputPathError as exc:
+            raise TrainConfigError(f"--overwrite: {exc}") from None
         return
     if resume:
         if not checkpoints(out):

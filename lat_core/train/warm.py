@@ -30,6 +30,9 @@ import sys
 import time
 import traceback
 import warnings
+from pathlib import Path
+
+from lat_core.safe_files import open_append
 
 from lat_core.titles import set_title
 
@@ -190,7 +193,7 @@ def _redirect_stdio(log_path: str) -> None:
     import io
 
     null = os.open(os.devnull, os.O_RDONLY)
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    log = open_append(Path(log_path))  # never through a planted symlink (lat_core.safe_files)
     os.dup2(null, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
