@@ -86,10 +86,7 @@ class Recovery:
             return  # the job had already been settled (cancelled before start, ...): never overwritten
         job, state = ended
         if state is JobState.FAILED:
-            run, failed = self.store.run(job.run_id), self.store.job(job.id)
-            self._notices.job_failed(run, failed)
-            if not self._split_after_oom(attempt):
-                maybe_retry(self.store, run, failed, now=self._clock())
+            self._notices.job_failed(self.store.run(job.run_id), job)
 
     def _end_attempt(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None,
                      problem: str | None) -> tuple[JobRow, JobState] | None:
@@ -105,12 +102,18 @@ class Recovery:
             if progress is not None:
                 job = replace(job, last_step=progress[0], last_loss=progress[1])
         state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
-        if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
-                                         error=error, diagnosis_json=diagnosis_json):
-            return None
+        # the end and the retry the plan asks for are one commit: an engine dying between them
+        # would leave the job failed, its retry lost
+        with self.store.batch():
+            if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
+                                             error=error, diagnosis_json=diagnosis_json):
+                return None
+            ended = self.store.job(job.id)  # as failed, before a retry queues it again
+            if state is JobState.FAILED and not self._split_after_oom(attempt):
+                maybe_retry(self.store, self.store.run(job.run_id), ended, now=self._clock())
         if state is JobState.SUCCEEDED and group is None:  # a group's peak says little about a job alone
             self._remember_peak(job)
-        return job, state
+        return ended, state
 
     def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
         """The journal's peak RSS raised to ``rss`` (written only when that raises it: the sampled

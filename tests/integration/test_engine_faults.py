@@ -285,6 +285,36 @@ def test_an_engine_dying_between_two_journal_writes_never_strands_or_doubles_a_j
         assert job.error == "launch interrupted by an engine crash; requeue it"
 
 
+CRASH_AT_RETRY = """
+import os, sys, time
+from lat_core.engine import recovery
+from lat_core.engine.loop import Engine
+from lat_core.store import Store
+
+def crash(*args, **kwargs):  # the engine dies right after the attempt's end, before the requeue
+    os._exit(9)
+
+recovery.maybe_retry = crash
+engine = Engine(Store(sys.argv[1]))
+while engine.tick():
+    time.sleep(0.05)
+"""
+
+
+def test_an_engine_dying_between_a_failed_attempt_and_its_retry_still_retries(tmp_path):
+    """The plan retries the job's failure class; the engine process dies after ending the attempt
+    and before requeueing it. The restarted engine must still retry the job."""
+    job = fake_job(tmp_path, "flaky", sleep=0.1, extra=("--fail-log", "port_in_use", "--fail-before-attempt", "2"))
+    store, run_id = make_run(tmp_path, [job], plan="on_failure: {classes: [rendezvous], max_retries: 2, backoff_s: 0}\n")
+    crashed = subprocess.run([sys.executable, "-c", CRASH_AT_RETRY, str(store.path)], timeout=90, check=False)
+    assert crashed.returncode == 9  # it died at the crash point
+    drain(store)
+    job = store.jobs(run_id)[0]
+    assert job.state is JobState.SUCCEEDED and job.attempts == 2, (job.state, job.attempts, job.error)
+    retries = [d for s, d in history(store, run_id, job.id) if s == "queued" and d.startswith("auto-retry")]
+    assert retries == ["auto-retry after rendezvous (1/2): in 0s, from the start"]
+
+
 def test_a_job_stuck_running_without_an_attempt_is_cancellable(tmp_path):
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "stuck")])
     job = store.jobs(run_id)[0]
