@@ -70,6 +70,7 @@ CREATE INDEX IF NOT EXISTS commands_pending ON commands(run_id) WHERE status='pe
 """
 
 _SUMMARY_SELECT = ", ".join(SUMMARY_COLUMNS)
+PAUSED_BY_USER = "admission paused"
 
 __all__ = ["JOB_FINAL", "RUN_ACTIVE", "JobState", "RunState", "Store"]
 
@@ -174,10 +175,18 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE runs SET countdown_until=? WHERE id=?", (until, run_id))
 
-    def set_paused(self, run_id: int, paused: bool) -> None:
+    def set_paused(self, run_id: int, paused: bool, reason: str | None = None) -> None:
+        """Pause or resume the run's admission; a pause's ``reason`` (None: the user's) goes into its
+        history and is what every queued job of the paused run says it waits for (:meth:`pause_reason`)."""
         with self._tx() as db:
             db.execute("UPDATE runs SET paused=? WHERE id=?", (int(paused), run_id))
-            _transition(db, run_id, None, None, "paused" if paused else "resumed", "admission")
+            _transition(db, run_id, None, None, "paused" if paused else "resumed", reason or "admission")
+
+    def pause_reason(self, run_id: int) -> str:
+        """Why the run's admission is paused: the reason its last pause was given."""
+        row = self._db.execute("SELECT detail FROM transitions WHERE run_id=? AND job_id IS NULL AND new_state='paused'"
+                               " ORDER BY id DESC LIMIT 1", (run_id,)).fetchone()
+        return PAUSED_BY_USER if row is None or row[0] == "admission" else row[0]
 
     def set_devices(self, run_id: int, devices: list[Device]) -> None:
         with self._tx() as db:

@@ -16,6 +16,7 @@ from lat_core.engine.retries import maybe_retry
 from lat_core.job_files import ExitRecord, PeakUsage, describe_exit, read_exit, read_pid_record, write_peak_usage
 from lat_core.rows import AttemptRow, JobRow, RunRow
 from lat_core.states import JobState
+from lat_core.triage.classes import FailureClass
 
 
 LAUNCH_GRACE_S = 30.0
@@ -86,7 +87,10 @@ class Recovery:
             return  # the job had already been settled (cancelled before start, ...): never overwritten
         job, state = ended
         if state is JobState.FAILED:
-            self._notices.job_failed(self.store.run(job.run_id), job)
+            run = self.store.run(job.run_id)
+            if (job.diagnosis or {}).get("class") == FailureClass.DISK_FULL:  # the trainer's own write failed
+                self._pause_for_full_disk(run)
+            self._notices.job_failed(run, job)
 
     def _end_attempt(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None,
                      problem: str | None) -> tuple[JobRow, JobState] | None:
@@ -185,15 +189,16 @@ class Recovery:
             diagnosis_json = None
         return JobState.FAILED, f"{error} ({problem})" if problem else error, diagnosis_json
 
-    def _job_fault(self, job_id: int, reason: str) -> None:
+    def _job_fault(self, job_id: int, reason: str, **fields) -> None:
         """Fail one job for something the engine could not handle about it; its process (if any)
-        is stopped, since nothing would watch it any more."""
+        is stopped, since nothing would watch it any more. ``fields``: more of the job's columns."""
         job = self.store.job(job_id)
         attempts = [a for a in self.store.open_attempts(job.run_id) if a.job_id == job_id]
         for attempt in attempts:
             if attempt.pid and self.backend(job.run_id).is_alive(attempt.pid, attempt.pid_start) \
                     and not self._cancel_member(job, attempt):  # a fused member leaves; the others go on
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGKILL)
-            self.store.finish_attempt(attempt.id, None, JobState.FAILED, reason, ended=self._clock(), error=reason)
+            self.store.finish_attempt(attempt.id, None, JobState.FAILED, reason, ended=self._clock(), error=reason,
+                                      **fields)
         if not attempts and not job.state.final:
-            self.store.set_job_state(job_id, JobState.FAILED, reason, ended=self._clock(), error=reason)
+            self.store.set_job_state(job_id, JobState.FAILED, reason, ended=self._clock(), error=reason, **fields)

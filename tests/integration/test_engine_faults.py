@@ -26,6 +26,7 @@ from lat_tui.format import progress_line
 from lat_tui.status import main as status
 from tests.conftest import ROOT, fake_job
 from tests.helpers.journal import restore_journal, snapshot_journal
+from tests.integration.test_journal_faults import fill, tmpfs  # noqa: F401 - a fixture
 
 FAULTY = ROOT / "tests" / "helpers" / "faulty_trainer.py"
 CPU = {"id": "cpu", "label": "cpu", "slots": 4, "env": {"CUDA_VISIBLE_DEVICES": ""}}
@@ -414,3 +415,33 @@ def test_the_detached_engine_survives_what_froze_the_queue_on_main(tmp_path):
     while EngineLock(state).is_held():  # it exits by itself once no run is active
         assert time.time() < deadline
         time.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------- full output disk
+def test_a_full_output_disk_pauses_the_run_once_and_fails_only_the_jobs_that_hit_it(tmp_path, tmpfs, capfd):
+    out = tmpfs("out", size="2m")
+    jobs = [fake_job(tmp_path, f"j{i}", sleep=0.2) for i in range(8)]
+    store, run_id = make_run(tmp_path, jobs, devices=({**CPU, "slots": 2},))
+    fill(out)
+    engine = Engine(store)
+    deadline = time.time() + 60
+    while not (store.run(run_id).paused and not store.running_jobs(run_id)):
+        assert time.time() < deadline, [(j.key, j.state, j.error) for j in store.jobs(run_id)]
+        engine.tick()
+        time.sleep(0.05)
+    reason = f"disk full at {out}: free space, then `lat-tui resume`"
+    assert [d for s, d in history(store, run_id) if s == "paused"] == [reason]
+    failed = [j for j in store.jobs(run_id) if j.state is JobState.FAILED]
+    assert 1 <= len(failed) <= 2  # the jobs started before the pause, nothing after
+    for job in failed:
+        assert job.error.startswith(f"disk full at {out}") and "engine error" not in job.error, job.error
+        assert job.diagnosis["class"] == "disk_full"
+    queued = [j for j in store.jobs(run_id) if j.state is JobState.QUEUED]
+    assert len(queued) == 8 - len(failed) and {j.waiting for j in queued} == {reason}
+    assert "Traceback" not in capfd.readouterr().err
+    (out / "filler").unlink()  # the user frees space, requeues the failed jobs and resumes
+    for job in failed:
+        store.add_command(run_id, "requeue", job.id)
+    store.add_command(run_id, "resume")
+    drain(store, engine)
+    assert [j.state for j in store.jobs(run_id)] == [JobState.SUCCEEDED] * 8
