@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 
 from lat_core.devices import Device
 from lat_core.errors import JournalError
-from lat_core.journal_faults import check_journal_file, check_wal, journal_faults, journal_timeout_s
+from lat_core.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.rows import (
     SUMMARY_COLUMNS, AttemptRow, JobRow, JobSummary, RunRow, Transition, job_row, job_summary, run_row,
 )
@@ -100,9 +100,15 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _check_once_per_process(self.path)
             self._db = _connect(self.path, journal_timeout_s())
+        self._wal = WalWatch(self.path)
 
     def close(self) -> None:
         self._db.close()
+        self._wal.close()
+
+    def check_wal(self) -> None:
+        """WalLost when the journal's -wal file was removed or replaced under this connection."""
+        self._wal.check()
 
     def check_writable(self) -> None:
         """Take and release the write lock: a journal locked past the timeout (or read-only) fails
@@ -111,7 +117,7 @@ class Store:
             pass
 
     def _tx(self):
-        return _Transaction(self._db)
+        return _Transaction(self._db, self._wal.check)
 
     def batch(self) -> _Transaction:
         """One transaction for several writes (``with store.batch(): ...``): one commit where each
@@ -497,13 +503,20 @@ class _Transaction:
     another (:meth:`Store.batch`) it is a savepoint: its writes stay all-or-nothing and reach the
     journal with the enclosing transaction's one commit."""
 
-    def __init__(self, db: sqlite3.Connection):
+    def __init__(self, db: sqlite3.Connection, check_wal):
         self.db = db
         self.nested = False
+        self._check_wal = check_wal
 
     def __enter__(self) -> sqlite3.Connection:
         self.nested = self.db.in_transaction
         self.db.execute("SAVEPOINT lat_tx" if self.nested else "BEGIN IMMEDIATE")
+        if not self.nested:
+            try:
+                self._check_wal()  # with the write lock held: no other writer can start a new -wal meanwhile
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
         return self.db
 
     def __exit__(self, exc_type, exc, tb) -> None:

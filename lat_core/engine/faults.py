@@ -22,6 +22,7 @@ from typing import Callable
 
 from lat_core.engine.fusion import runner_exit_path
 from lat_core.errors import JournalError
+from lat_core.journal_faults import WalLost
 from lat_core.job_files import ExitRecord, PidRecord, RUNNER_DIR, finished_since, read_exit, read_pid_record
 from lat_core.rows import JobRow
 from lat_core.states import ENGINE_ERROR, ENGINE_RECOVERED
@@ -33,6 +34,11 @@ JOURNAL_ERRORS = (sqlite3.Error, JournalError)  # the journal itself: retried, n
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 REASON_CHARS = 300
 MTIME_SLACK_S = 1.0  # file times lag time.time() by a clock tick; older runs' records are far older
+
+
+def engine_must_stop(exc: BaseException) -> bool:
+    """A fault no retry mends and every further write makes worse: the engine stops on it."""
+    return isinstance(exc, WalLost)
 
 
 def journal_locked(exc: BaseException) -> bool:
@@ -89,7 +95,7 @@ class EngineErrors:
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - the engine outlives any one run's failing tick
-            if journal_locked(exc):
+            if journal_locked(exc) or engine_must_stop(exc):
                 raise
             self._failed(run_id, exc)
         else:

@@ -36,7 +36,7 @@ from lat_core.engine.placement import (distributed_argv, distributed_env, find_f
 from lat_core.engine.notices import RunNotices
 from lat_core.engine.fusion import runner_exit_path
 from lat_core.engine.faults import (JOURNAL_ERRORS, EngineErrors, disk_full, disk_full_failure, disk_full_pause,
-                                   journal_locked)
+                                   engine_must_stop, journal_locked)
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.recovery import Recovery
 from lat_core.states import JobState, RunState
@@ -104,6 +104,7 @@ class Engine(Recovery, FusedGroups):
         """One pass over every active run; True while any run is still active.
 
         Commands to ended runs (requeue, add jobs) are applied first: they may make a run active."""
+        self.store.check_wal()  # an idle engine notices a lost -wal too, not only at its next write
         for run_id in self.store.runs_with_pending_commands():
             self._handle_commands(self.store.run(run_id))
             self._errors.retry_now(run_id)  # a command (cancel, ...) may be what the failing run needed
@@ -133,8 +134,8 @@ class Engine(Recovery, FusedGroups):
                 active = self.tick()
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - the engine outlives any failing tick
-                if journal_locked(exc):
-                    raise  # waited out, with one line in engine.log, by the engine's process
+                if journal_locked(exc) or engine_must_stop(exc):
+                    raise  # waited out / stopped on, with one line in engine.log, by the engine's process
                 failures += 1
                 traceback.print_exc(file=sys.stderr)
                 active = True
