@@ -445,3 +445,19 @@ def test_a_full_output_disk_pauses_the_run_once_and_fails_only_the_jobs_that_hit
     store.add_command(run_id, "resume")
     drain(store, engine)
     assert [j.state for j in store.jobs(run_id)] == [JobState.SUCCEEDED] * 8
+
+
+def test_a_job_whose_own_write_hit_a_full_disk_pauses_its_run(tmp_path):
+    jobs = [fake_job(tmp_path, "full", sleep=0.1, extra=("--fail-log", "disk_full")), fake_job(tmp_path, "next")]
+    store, run_id = make_run(tmp_path, jobs, devices=({**CPU, "slots": 1},))
+    engine = Engine(store)
+    deadline = time.time() + 60
+    while store.jobs(run_id)[0].state is not JobState.FAILED:
+        assert time.time() < deadline
+        engine.tick()
+        time.sleep(0.05)
+    engine.tick()
+    full, waiting = store.jobs(run_id)
+    assert full.diagnosis["class"] == "disk_full" and store.run(run_id).paused
+    reason = f"disk full at {tmp_path / 'out'}: free space, then `lat-tui resume`"
+    assert waiting.state is JobState.QUEUED and waiting.waiting == reason and launches(tmp_path, "next") == 0
