@@ -14,6 +14,7 @@ import os
 import shutil
 import sqlite3
 import sys
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -148,6 +149,41 @@ def check_wal(path: Path) -> None:
             f"the journal's -wal file is missing or cut short ({have} of {needed} bytes): changes since the "
             f"last checkpoint are lost; end the engine (pid in {path.parent / 'engine.lock'}), move "
             f"{shm.name} aside and reopen, or move the journal aside to start afresh", where=str(path))
+
+
+class WalLost(JournalError):
+    """The -wal file this process writes was removed or replaced under it: another process would
+    start a new one beside the frames only this process sees, and the two would damage the journal."""
+
+
+class WalWatch:
+    """The journal's -wal file as this connection found it, held open: before each write it must
+    still be the file at that path. SQLite itself never removes it while a connection is open (the
+    last one to close does), so a change is someone's ``rm``, or a copy put back. SQLite takes no
+    lock on the -wal file, so this descriptor's close drops none of its locks."""
+
+    def __init__(self, journal: Path):
+        self.journal, self.path = journal, Path(f"{journal}-wal")
+        try:
+            self._fd: int | None = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # not made yet, or not ours to read: nothing to watch
+            self._fd = None
+        self.close = weakref.finalize(self, os.close, self._fd) if self._fd is not None else lambda: None
+
+    def check(self) -> None:
+        if self._fd is None:
+            return
+        held = os.fstat(self._fd)
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            now = None
+        if held.st_nlink and now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            return
+        raise WalLost(f"its -wal file was {'replaced' if now is not None else 'removed'} while this process had "
+                      "it open: writes stopped so the journal is not damaged (changes since its last checkpoint "
+                      f"are lost); move {self.journal.name}-shm aside, then `lat-tui status` restarts the "
+                      "engine, which settles jobs from their folders", where=str(self.journal))
 
 
 def write_fault(state_dir: Path, message: str) -> None:

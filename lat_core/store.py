@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 
 from lat_core.devices import Device
 from lat_core.errors import JournalError
-from lat_core.journal_faults import check_journal_file, check_wal, journal_faults, journal_timeout_s
+from lat_core.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.rows import (
     GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition, job_row,
     job_summary, run_row,
@@ -84,6 +84,7 @@ CREATE INDEX IF NOT EXISTS commands_pending ON commands(run_id) WHERE status='pe
 
 _SUMMARY_SELECT = ", ".join(SUMMARY_COLUMNS)
 _GROUP_SELECT = ", ".join(GROUP_COLUMNS)
+PAUSED_BY_USER = "admission paused"
 
 __all__ = ["JOB_FINAL", "RUN_ACTIVE", "JobState", "RunState", "Store"]
 
@@ -113,9 +114,15 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _check_once_per_process(self.path)
             self._db = _connect(self.path, journal_timeout_s())
+        self._wal = WalWatch(self.path)
 
     def close(self) -> None:
         self._db.close()
+        self._wal.close()
+
+    def check_wal(self) -> None:
+        """WalLost when the journal's -wal file was removed or replaced under this connection."""
+        self._wal.check()
 
     def check_writable(self) -> None:
         """Take and release the write lock: a journal locked past the timeout (or read-only) fails
@@ -124,7 +131,7 @@ class Store:
             pass
 
     def _tx(self):
-        return _Transaction(self._db)
+        return _Transaction(self._db, self._wal.check)
 
     def batch(self) -> _Transaction:
         """One transaction for several writes (``with store.batch(): ...``): one commit where each
@@ -188,10 +195,18 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE runs SET countdown_until=? WHERE id=?", (until, run_id))
 
-    def set_paused(self, run_id: int, paused: bool) -> None:
+    def set_paused(self, run_id: int, paused: bool, reason: str | None = None) -> None:
+        """Pause or resume the run's admission; a pause's ``reason`` (None: the user's) goes into its
+        history and is what every queued job of the paused run says it waits for (:meth:`pause_reason`)."""
         with self._tx() as db:
             db.execute("UPDATE runs SET paused=? WHERE id=?", (int(paused), run_id))
-            _transition(db, run_id, None, None, "paused" if paused else "resumed", "admission")
+            _transition(db, run_id, None, None, "paused" if paused else "resumed", reason or "admission")
+
+    def pause_reason(self, run_id: int) -> str:
+        """Why the run's admission is paused: the reason its last pause was given."""
+        row = self._db.execute("SELECT detail FROM transitions WHERE run_id=? AND job_id IS NULL AND new_state='paused'"
+                               " ORDER BY id DESC LIMIT 1", (run_id,)).fetchone()
+        return PAUSED_BY_USER if row is None or row[0] == "admission" else row[0]
 
     def set_devices(self, run_id: int, devices: list[Device]) -> None:
         with self._tx() as db:
@@ -554,13 +569,20 @@ class _Transaction:
     another (:meth:`Store.batch`) it is a savepoint: its writes stay all-or-nothing and reach the
     journal with the enclosing transaction's one commit."""
 
-    def __init__(self, db: sqlite3.Connection):
+    def __init__(self, db: sqlite3.Connection, check_wal):
         self.db = db
         self.nested = False
+        self._check_wal = check_wal
 
     def __enter__(self) -> sqlite3.Connection:
         self.nested = self.db.in_transaction
         self.db.execute("SAVEPOINT lat_tx" if self.nested else "BEGIN IMMEDIATE")
+        if not self.nested:
+            try:
+                self._check_wal()  # with the write lock held: no other writer can start a new -wal meanwhile
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
         return self.db
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 from lat_core.text import fmt_bytes
-from lat_core.triage import Diagnosis, classify
+from lat_core.triage import Diagnosis, TriageError, classify
 
 EXIT_USAGE = 2
 
@@ -35,7 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     if not path.exists():
         print(f"lat-tui triage: no such job folder or log: {path}", file=sys.stderr)
         return EXIT_USAGE
-    diagnosis = classify(path, args.returncode)
+    try:
+        diagnosis = classify(path, args.returncode)
+    except TriageError as exc:
+        print(f"lat-tui triage: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     print(json.dumps(diagnosis.to_json(), indent=1) if args.json else render_text(diagnosis))
     return 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lat_core.engine.loop import Engine
 from lat_core.errors import LatError
-from lat_core.journal_faults import explain, write_fault
+from lat_core.journal_faults import WalLost, explain, write_fault
 from lat_core.titles import set_title
 
 
@@ -32,7 +32,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         _serve(state_dir, lock, args.poll)
     except (LatError, sqlite3.Error, OSError) as exc:
-        return _stop_on_fault(state_dir, explain(exc, state_dir / JOURNAL_NAME))
+        code = _stop_on_fault(state_dir, explain(exc, state_dir / JOURNAL_NAME))
+        if isinstance(exc, WalLost):  # closing the journal would checkpoint frames only this process
+            os._exit(code)  # sees, then remove the -wal path, which may be another process's by now
+        return code
     return 0
 
 

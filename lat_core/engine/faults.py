@@ -8,6 +8,8 @@ journal busy) is recorded in that run's history as ``engine error`` and retried 
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import sqlite3
 import sys
@@ -20,10 +22,13 @@ from typing import Callable
 
 from lat_core.engine.fusion import runner_exit_path
 from lat_core.errors import JournalError
+from lat_core.journal_faults import WalLost
 from lat_core.job_files import ExitRecord, PidRecord, RUNNER_DIR, finished_since, read_exit, read_pid_record
 from lat_core.rows import JobRow
 from lat_core.states import ENGINE_ERROR, ENGINE_RECOVERED
 from lat_core.store import Store
+from lat_core.triage.classes import FailureClass
+from lat_core.triage.model import Diagnosis
 
 JOURNAL_ERRORS = (sqlite3.Error, JournalError)  # the journal itself: retried, never blamed on a job
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -31,10 +36,35 @@ REASON_CHARS = 300
 MTIME_SLACK_S = 1.0  # file times lag time.time() by a clock tick; older runs' records are far older
 
 
+def engine_must_stop(exc: BaseException) -> bool:
+    """A fault no retry mends and every further write makes worse: the engine stops on it."""
+    return isinstance(exc, WalLost)
+
+
 def journal_locked(exc: BaseException) -> bool:
     """Another process holds the journal past the timeout: nobody's fault to record (recording it
     would need the lock too); the engine's process waits it out (lat_core.engine.__main__)."""
     return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower()
+
+
+def disk_full(exc: BaseException) -> bool:
+    """A write the disk had no room for (or the user's quota): the disk's fault, not the engine's."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_pause(output_root: str) -> str:
+    """The run's one reason while its admission is paused for a full disk."""
+    return f"disk full at {output_root}: free space, then `lat-tui resume`"
+
+
+def disk_full_failure(exc: OSError, output_root: str) -> tuple[str, str]:
+    """(error, diagnosis json) of a job whose files the engine could not write on a full disk."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    error = f"disk full at {output_root}{where}: free space, then requeue it"
+    diagnosis = Diagnosis(FailureClass.DISK_FULL, "Disk full", f"The disk of {output_root} filled up: the engine "
+                          f"could not write this job's files{where}. Nothing is wrong with the job; free space "
+                          "(`df -h`, `du -sh` on the output root), then requeue it.", evidence=(reason_of(exc),))
+    return error, json.dumps(diagnosis.to_json())
 
 
 def reason_of(exc: BaseException) -> str:
@@ -45,9 +75,11 @@ class EngineErrors:
     """Per-run tick guard: a failing tick is told once per distinct reason, then retried after
     1 s, 2 s, 5 s ... 60 s; the first tick that passes again says so."""
 
-    def __init__(self, store: Store, clock: Callable[[], float]):
+    def __init__(self, store: Store, clock: Callable[[], float],
+                 on_disk_full: Callable[[int, OSError], None] | None = None):
         self.store = store
         self._clock = clock
+        self._on_disk_full = on_disk_full
         self._failures: dict[int, int] = {}
         self._retry_at: dict[int, float] = {}
         self._told: dict[int, str] = {}
@@ -63,7 +95,7 @@ class EngineErrors:
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - the engine outlives any one run's failing tick
-            if journal_locked(exc):
+            if journal_locked(exc) or engine_must_stop(exc):
                 raise
             self._failed(run_id, exc)
         else:
@@ -88,12 +120,16 @@ class EngineErrors:
 
     @contextmanager
     def job_guard(self, job_id: int, what: str, fail: Callable[[int, str], None]):
-        """Whatever goes wrong handling one job (but the journal) fails that job, with ``what``."""
+        """Whatever goes wrong handling one job (but the journal) fails that job, with ``what``; a
+        full disk is told as such (``on_disk_full``), without a traceback: nothing to debug."""
         try:
             yield
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - one job's fault fails only that job
+            if disk_full(exc) and self._on_disk_full:
+                self._on_disk_full(job_id, exc)
+                return
             traceback.print_exc(file=sys.stderr)
             fail(job_id, f"{what}: {reason_of(exc)}")
 

@@ -19,6 +19,7 @@ import psutil
 
 from lat_core.runner import write_exit_record
 from lat_core.containment import Containment, job_oom_kills, release, stop_tree
+from lat_core.engine.faults import disk_full
 from lat_core.errors import OutputPathError
 from lat_core.job_files import TRAIN_LOG
 from lat_core.safe_files import job_folder_of, open_append, remove_files
@@ -154,6 +155,8 @@ def stop_vanished_tree(pid: int, pid_start: float | None, exit_path: Path) -> di
         write_exit_record(exit_path, record)  # its folder made if the runner died before making it
         _log_line(job_folder_of(exit_path) / TRAIN_LOG, f"[lat] {note}")
     except (OSError, OutputPathError) as exc:  # a planted symlink: the attempt ends without a record, as failed
+        if disk_full(exc):
+            raise   # the engine fails this job as "disk full" and pauses its run (engine/faults.py)
         print(f"[lat] cannot write {exit_path}: {exc}", file=sys.stderr, flush=True)
     return record
 

@@ -35,7 +35,8 @@ from lat_core.engine.placement import (distributed_argv, distributed_env, find_f
                                        slots_used)
 from lat_core.engine.notices import RunNotices
 from lat_core.engine.fusion import runner_exit_path
-from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, journal_locked
+from lat_core.engine.faults import (JOURNAL_ERRORS, EngineErrors, disk_full, disk_full_failure, disk_full_pause,
+                                   engine_must_stop, journal_locked)
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.recovery import Recovery
 from lat_core.states import JobState, RunState
@@ -65,7 +66,7 @@ class Engine(Recovery, FusedGroups):
         self._fuse_keys: dict[tuple[int, int], tuple] = {}  # (job id, attempts) -> (fuse key, group limit)
         self._group_popens: list = []  # runners of fused groups, polled until they end
         self._groups_killed: set[int] = set()  # last members' attempt ids whose group outlived them
-        self._errors = EngineErrors(store, clock)
+        self._errors = EngineErrors(store, clock, on_disk_full=self._disk_full)
         self._commands = Commands(self)
         self._job_secrets = JobSecrets(Path(store.path).parent, self._secrets)
         self._notices = RunNotices(store, self._secrets, secrets_of=self._job_secrets.of)
@@ -103,6 +104,7 @@ class Engine(Recovery, FusedGroups):
         """One pass over every active run; True while any run is still active.
 
         Commands to ended runs (requeue, add jobs) are applied first: they may make a run active."""
+        self.store.check_wal()  # an idle engine notices a lost -wal too, not only at its next write
         for run_id in self.store.runs_with_pending_commands():
             self._handle_commands(self.store.run(run_id))
             self._errors.retry_now(run_id)  # a command (cancel, ...) may be what the failing run needed
@@ -132,8 +134,8 @@ class Engine(Recovery, FusedGroups):
                 active = self.tick()
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - the engine outlives any failing tick
-                if journal_locked(exc):
-                    raise  # waited out, with one line in engine.log, by the engine's process
+                if journal_locked(exc) or engine_must_stop(exc):
+                    raise  # waited out / stopped on, with one line in engine.log, by the engine's process
                 failures += 1
                 traceback.print_exc(file=sys.stderr)
                 active = True
@@ -156,7 +158,7 @@ class Engine(Recovery, FusedGroups):
             self._warm.prepare(run)
         if run.state is RunState.RUNNING:
             self._notices.run_started(run)
-            self._admit(run)
+            self._admit(self.store.run(run.id))  # as reaping left it: a full disk pauses admission
         self._finish_if_drained(run)
 
     def _finish_if_drained(self, run: RunRow) -> None:
@@ -177,7 +179,7 @@ class Engine(Recovery, FusedGroups):
         if not self.store.queued_jobs(run.id, limit=1):
             return
         if run.paused:  # every queued job says why it waits, in one statement
-            self.store.set_waiting_after(run.id, 0, "admission paused")
+            self.store.set_waiting_after(run.id, 0, self.store.pause_reason(run.id))
             return
         on_host = self._running_on_host(run)
         running, busy = list(on_host), self._busy_slots(on_host, slots_used(on_host))
@@ -307,8 +309,24 @@ class Engine(Recovery, FusedGroups):
                 self._launched(job, attempt_id, one)
 
     def _launch_failed(self, job: JobRow, attempt_id: int, exc: Exception) -> None:
+        if disk_full(exc):
+            self._disk_full(job.id, exc)
+            return
         self.store.finish_attempt(attempt_id, None, JobState.FAILED, f"launch failed: {exc}", ended=self._clock(),
                                   error=f"launch failed: {exc}")
+
+    def _disk_full(self, job_id: int, exc: OSError) -> None:
+        """The engine could not write a job's files: the disk is full. That job fails as such (no
+        engine error, requeueable at once) and the run admits nothing more until the user resumes."""
+        run = self.store.run(self.store.job(job_id).run_id)
+        error, diagnosis_json = disk_full_failure(exc, run.output_root)
+        self._job_fault(job_id, error, diagnosis_json=diagnosis_json)
+        self._pause_for_full_disk(run)
+
+    def _pause_for_full_disk(self, run: RunRow) -> None:
+        """Every job started next would fail the same way within seconds: one pause, one reason."""
+        if not self.store.run(run.id).paused:
+            self.store.set_paused(run.id, True, disk_full_pause(run.output_root))
 
     def _launched(self, job: JobRow, attempt_id: int, launched) -> None:
         counter = self._oom_counter_at_launch(job, launched.pid)

@@ -16,6 +16,7 @@ from lat_core.engine.retries import maybe_retry
 from lat_core.job_files import ExitRecord, PeakUsage, describe_exit, read_exit, read_pid_record, write_peak_usage
 from lat_core.rows import AttemptRow, JobRow, RunRow
 from lat_core.states import JobState
+from lat_core.triage.classes import FailureClass
 
 
 LAUNCH_GRACE_S = 30.0
@@ -86,10 +87,10 @@ class Recovery:
             return  # the job had already been settled (cancelled before start, ...): never overwritten
         job, state = ended
         if state is JobState.FAILED:
-            run, failed = self.store.run(job.run_id), self.store.job(job.id)
-            self._notices.job_failed(run, failed)
-            if not self._split_after_oom(attempt):
-                maybe_retry(self.store, run, failed, now=self._clock())
+            run = self.store.run(job.run_id)
+            if (job.diagnosis or {}).get("class") == FailureClass.DISK_FULL:  # the trainer's own write failed
+                self._pause_for_full_disk(run)
+            self._notices.job_failed(run, job)
 
     def _end_attempt(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None,
                      problem: str | None) -> tuple[JobRow, JobState] | None:
@@ -107,14 +108,20 @@ class Recovery:
             if progress is not None:
                 job = replace(job, last_step=progress[0], last_loss=progress[1])
         state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
-        if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
-                                         error=error, diagnosis_json=diagnosis_json):
-            return None
+        # the end and the retry the plan asks for are one commit: an engine dying between them
+        # would leave the job failed, its retry lost
+        with self.store.batch():
+            if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
+                                             error=error, diagnosis_json=diagnosis_json):
+                return None
+            ended = self.store.job(job.id)  # as failed, before a retry queues it again
+            if state is JobState.FAILED and not self._split_after_oom(attempt):
+                maybe_retry(self.store, self.store.run(job.run_id), ended, now=self._clock())
         if state is JobState.SUCCEEDED and group is None:
             self._remember_peak(job)
         elif state is JobState.SUCCEEDED:  # a group's peak is recorded with its size, never as a job's alone
             self._remember_group_peak(job)
-        return job, state
+        return ended, state
 
     def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
         """The journal's peak RSS raised to ``rss`` (written only when that raises it: the sampled
@@ -188,15 +195,16 @@ class Recovery:
             diagnosis_json = None
         return JobState.FAILED, f"{error} ({problem})" if problem else error, diagnosis_json
 
-    def _job_fault(self, job_id: int, reason: str) -> None:
+    def _job_fault(self, job_id: int, reason: str, **fields) -> None:
         """Fail one job for something the engine could not handle about it; its process (if any)
-        is stopped, since nothing would watch it any more."""
+        is stopped, since nothing would watch it any more. ``fields``: more of the job's columns."""
         job = self.store.job(job_id)
         attempts = [a for a in self.store.open_attempts(job.run_id) if a.job_id == job_id]
         for attempt in attempts:
             if attempt.pid and self.backend(job.run_id).is_alive(attempt.pid, attempt.pid_start) \
                     and not self._cancel_member(job, attempt):  # a fused member leaves; the others go on
                 self.backend(job.run_id).signal(attempt.pid, signal.SIGKILL)
-            self.store.finish_attempt(attempt.id, None, JobState.FAILED, reason, ended=self._clock(), error=reason)
+            self.store.finish_attempt(attempt.id, None, JobState.FAILED, reason, ended=self._clock(), error=reason,
+                                      **fields)
         if not attempts and not job.state.final:
-            self.store.set_job_state(job_id, JobState.FAILED, reason, ended=self._clock(), error=reason)
+            self.store.set_job_state(job_id, JobState.FAILED, reason, ended=self._clock(), error=reason, **fields)

@@ -10,6 +10,8 @@ from lat_core.triage.classify import classify, classify_files
 from lat_core.triage.hostoom import OomCounter, read_oom_kill_count, reread_oom_kill_count
 from lat_core.triage.model import Diagnosis, Remedy
 from lat_core.triage.oom import parse_cuda_oom, size_to_bytes
+from lat_core.triage.sources import TriageError
 
 __all__ = ["CLASS_INFO", "OOM_CLASSES", "Diagnosis", "FailureClass", "OomCounter", "Remedy", "classify",
-           "classify_files", "parse_cuda_oom", "read_oom_kill_count", "reread_oom_kill_count", "size_to_bytes"]
+           "classify_files", "parse_cuda_oom", "read_oom_kill_count", "reread_oom_kill_count", "size_to_bytes",
+           "TriageError"]

@@ -24,7 +24,7 @@ from lat_core.triage.hostoom import oom_kills_between
 from lat_core.triage.model import Diagnosis
 from lat_core.triage.oom import oom_kind, parse_cuda_oom
 from lat_core.triage.patterns import LogLine, decisive_exception, tracebacks, watchdog_numbers
-from lat_core.triage.sources import JobFiles, config_value, read_job_dir, read_log_file
+from lat_core.triage.sources import JobFiles, check_readable, config_value, read_job_dir, read_log_file
 
 
 def classify(job_dir: Path, returncode: int | None, *, cancelled: bool = False, timed_out: bool = False,
@@ -39,6 +39,7 @@ def classify(job_dir: Path, returncode: int | None, *, cancelled: bool = False, 
     live environment (the engine passes the journal's); without it, ``command.json``'s is read.
     """
     job_dir = Path(job_dir)
+    check_readable(job_dir)
     files = read_job_dir(job_dir, env) if job_dir.is_dir() else read_log_file(job_dir)
     return classify_files(files, returncode, cancelled=cancelled, timed_out=timed_out,
                           oom_kills=oom_kills_between(oom_kills_before, oom_kills_after))

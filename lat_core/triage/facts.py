@@ -54,6 +54,8 @@ class Facts:
 def gather(files: JobFiles, returncode, cancelled, timed_out, oom_kills) -> Facts:
     if returncode is None and files.exit_record:
         returncode = files.exit_record.get("returncode")
+    if isinstance(returncode, bool) or not isinstance(returncode, int):  # an exit record not the runner's
+        returncode = None
     lines = split_lines(files.lines)
     signum = signal_of(returncode)
     base = {"returncode": returncode, "signal": signal_name(signum) if signum else None}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from decimal import ROUND_HALF_UP, Decimal
 
-_SIZE = r"([\d.]+ (?:bytes|[KMGT]i?B))"
+_SIZE = r"(\d+(?:\.\d+)? (?:bytes|[KMGT]i?B))"
 _UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
           "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
@@ -46,7 +46,7 @@ NEAR_REQUEST = 0.75
 def size_to_bytes(text: str) -> int:
     """``"23.65 GiB"`` -> 25393994957 (rounded half up, as exact as the printed digits allow)."""
     number, unit = text.split()
-    return int((Decimal(number) * _UNITS[unit]).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    return int((Decimal(number) * _UNITS[unit]).to_integral_value(rounding=ROUND_HALF_UP))  # any number of digits
 
 
 def parse_cuda_oom(text: str) -> dict | None:

@@ -7,9 +7,11 @@ the allocator setting present) is not offered: a retry with it would fail the sa
 from __future__ import annotations
 
 from lat_core.triage.model import Remedy
-from lat_core.triage.sources import config_value
+from lat_core.triage.sources import config_value, whole_number
 
 EXPANDABLE = "expandable_segments:True"
+#: A larger micro-batch is no real config: its divisors are not searched for.
+MAX_BATCH = 2**16
 
 
 def cuda_oom_remedies(config: dict, env: dict, kind: str, numbers: dict) -> list[Remedy]:
@@ -41,8 +43,8 @@ def expandable_segments(env: dict) -> Remedy | None:
 
 
 def fewer_workers(config: dict, keep_at_least: int = 0) -> Remedy | None:
-    workers = int(config_value(config, "train.num_workers", 0) or 0)
-    if workers // 2 < keep_at_least or workers <= 0:
+    workers = whole_number(config, "train.num_workers", 0)
+    if workers is None or workers // 2 < keep_at_least or workers <= 0:
         return None
     fewer = workers // 2
     return Remedy("fewer_workers", f"dataloader workers {workers} -> {fewer} (each is a process "
@@ -59,8 +61,11 @@ def gradient_checkpointing(config: dict) -> Remedy | None:
 
 
 def smaller_micro_batch(config: dict) -> Remedy | None:
-    batch = int(config_value(config, "train.batch_size", 8) or 1)
-    accum = int(config_value(config, "train.grad_accum", 1) or 1)
+    batch = whole_number(config, "train.batch_size", 8)
+    accum = whole_number(config, "train.grad_accum", 1)
+    if batch is None or accum is None or not 1 <= batch <= MAX_BATCH:  # not a batch the trainer would run
+        return None
+    accum = max(accum, 1)
     micro = _largest_proper_divisor(batch)
     if micro is None:
         return None
@@ -127,8 +132,8 @@ def resume_remedy(events) -> list[Remedy]:
 def shm_remedies(config: dict) -> list[Remedy]:
     """Fewer workers first (each shares batches through /dev/shm), then none at all. A bus error in a
     worker proves there were workers, so with no config at hand (a bare log) 'none' is still offered."""
-    no_workers, workers = None, config_value(config, "train.num_workers", None)
-    if workers is None or int(workers) > 0:
+    no_workers, workers = None, whole_number(config, "train.num_workers", None)
+    if workers is None or workers > 0:
         no_workers = Remedy("no_workers", "load data in the training process (train.num_workers 0): "
                             "batches no longer pass through /dev/shm", "data loading may slow the steps",
                             {"train.num_workers": 0})
@@ -187,7 +192,7 @@ def _warmup(config: dict) -> Remedy | None:
 
 def _lower_lr(config: dict) -> Remedy | None:
     lr = config_value(config, "train.lr", None)
-    if not isinstance(lr, (int, float)) or lr <= 0:
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
         return None
     return Remedy("lower_lr", f"learning rate {lr:g} -> {lr / 2:g}", "results change: slower "
                   "progress per step", {"train.lr": lr / 2})
@@ -199,8 +204,8 @@ def disk_full_remedies(config: dict) -> list[Remedy]:
         candidates.append(Remedy("no_optimizer_state", "save checkpoints without the optimizer's state",
                                  "a resume restarts the optimizer's moments",
                                  {"train.save_optimizer_state": False}))
-    every = config_value(config, "train.save_every", None)
-    if isinstance(every, int) and every > 0:
+    every = whole_number(config, "train.save_every", None)
+    if every is not None and every > 0:
         candidates.append(Remedy("save_less_often", f"save every {every * 2} steps instead of {every}",
                                  "fewer checkpoints to pick the best from", {"train.save_every": every * 2}))
     return candidates

@@ -9,13 +9,26 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from lat_core.errors import LatError
+
 #: Only the end of a log decides a death; reading 256 KiB keeps triage fast on multi-GB logs.
 TAIL_BYTES = 256 * 1024
+#: The events that matter (the last memory, failed, finished and checkpoint events) are near the end.
+EVENTS_TAIL_BYTES = 4 * 2**20
+#: A job.yaml, command.json or exit record larger than this is no file LAT wrote: read as empty.
+MAPPING_BYTES = 2**20
+
+
+class TriageError(LatError):
+    """A path triage cannot read at all (a pipe, a socket, a log it may not open)."""
+
+    title = "Cannot triage"
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -37,27 +50,50 @@ class JobFiles:
         return None
 
 
+def check_readable(path: Path) -> None:
+    """A path given to triage must be a folder or a file it can read to an end: a pipe or a socket
+    would block it, a file it may not open has nothing to say. A path that is gone (a job folder
+    removed) is no error: the exit status still says something."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise TriageError(f"cannot read it: {exc.strerror}", where=str(path)) from exc
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        raise TriageError("a pipe or a socket, not a job folder or a log file", where=str(path))
+    if not stat.S_ISDIR(mode) and not os.access(path, os.R_OK):
+        raise TriageError("cannot read it: permission denied", where=str(path))
+
+
+def read_tail(path: Path, limit: int) -> tuple[bytes, bool]:
+    """At most the last ``limit`` bytes of a file (the first ``limit`` of an endless one such as
+    /dev/zero), and whether more came before them. Pipes and sockets are not opened: they block."""
+    try:
+        if not (stat.S_ISREG(mode := path.stat().st_mode) or stat.S_ISCHR(mode)):
+            return b"", False
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                fh.seek(size - limit)
+            return fh.read(limit), size > limit
+    except OSError:
+        return b"", False
+
+
 def read_tail_lines(path: Path, limit: int = TAIL_BYTES) -> list[str]:
     """The log's last ``limit`` bytes as lines, ANSI colours removed, a cut first line dropped."""
-    try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - limit))
-            data = fh.read()
-    except OSError:
-        return []
+    data, cut = read_tail(path, limit)
     lines = _ANSI.sub("", data.decode("utf-8", errors="replace")).splitlines()
-    return lines[1:] if size > limit and lines else lines
+    return lines[1:] if cut and lines else lines
 
 
-def read_events(path: Path) -> list[dict]:
-    """Every well-formed event; a torn or corrupt line is skipped, never fatal."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
+def read_events(path: Path, limit: int = EVENTS_TAIL_BYTES) -> list[dict]:
+    """Every well-formed event of the file's tail; a torn or corrupt line is skipped, never fatal."""
+    data, cut = read_tail(path, limit)
+    lines = data.decode("utf-8", errors="replace").splitlines()
     events = []
-    for line in text.splitlines():
+    for line in lines[1:] if cut else lines:
         try:
             event = json.loads(line)
         except ValueError:
@@ -68,9 +104,13 @@ def read_events(path: Path) -> list[dict]:
 
 
 def read_mapping(path: Path, loader) -> dict:
+    """A small file LAT wrote, parsed: anything else (too large, not parsed, not a mapping) is empty."""
+    raw, cut = read_tail(path, MAPPING_BYTES)
+    if cut:
+        return {}
     try:
-        data = loader(path.read_text())
-    except (OSError, ValueError, yaml.YAMLError):
+        data = loader(raw.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -115,3 +155,12 @@ def config_value(config: dict, dotted: str, default=None):
             return default
         node = node[part]
     return node
+
+
+def whole_number(config: dict, dotted: str, default: int | None) -> int | None:
+    """A whole-number field (``train.batch_size``) as an int, ``default`` when absent or null, None
+    when it holds anything else (text, a fraction, NaN, a list): a remedy then has nothing to scale."""
+    value = config_value(config, dotted, default)
+    if value is None:
+        return default
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

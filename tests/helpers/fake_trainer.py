@@ -36,6 +36,7 @@ FAILURE_LOGS = {
     "port_in_use": "torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
                    "network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
     "python": "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\nValueError: a bug",
+    "disk_full": "OSError: [Errno 28] No space left on device: 'checkpoint-2/adapter_model.safetensors'",
 }
 
 

@@ -26,6 +26,7 @@ from lat_tui.format import progress_line
 from lat_tui.status import main as status
 from tests.conftest import ROOT, fake_job
 from tests.helpers.journal import restore_journal, snapshot_journal
+from tests.integration.test_journal_faults import fill, tmpfs  # noqa: F401 - a fixture
 
 FAULTY = ROOT / "tests" / "helpers" / "faulty_trainer.py"
 CPU = {"id": "cpu", "label": "cpu", "slots": 4, "env": {"CUDA_VISIBLE_DEVICES": ""}}
@@ -285,6 +286,36 @@ def test_an_engine_dying_between_two_journal_writes_never_strands_or_doubles_a_j
         assert job.error == "launch interrupted by an engine crash; requeue it"
 
 
+CRASH_AT_RETRY = """
+import os, sys, time
+from lat_core.engine import recovery
+from lat_core.engine.loop import Engine
+from lat_core.store import Store
+
+def crash(*args, **kwargs):  # the engine dies right after the attempt's end, before the requeue
+    os._exit(9)
+
+recovery.maybe_retry = crash
+engine = Engine(Store(sys.argv[1]))
+while engine.tick():
+    time.sleep(0.05)
+"""
+
+
+def test_an_engine_dying_between_a_failed_attempt_and_its_retry_still_retries(tmp_path):
+    """The plan retries the job's failure class; the engine process dies after ending the attempt
+    and before requeueing it. The restarted engine must still retry the job."""
+    job = fake_job(tmp_path, "flaky", sleep=0.1, extra=("--fail-log", "port_in_use", "--fail-before-attempt", "2"))
+    store, run_id = make_run(tmp_path, [job], plan="on_failure: {classes: [rendezvous], max_retries: 2, backoff_s: 0}\n")
+    crashed = subprocess.run([sys.executable, "-c", CRASH_AT_RETRY, str(store.path)], timeout=90, check=False)
+    assert crashed.returncode == 9  # it died at the crash point
+    drain(store)
+    job = store.jobs(run_id)[0]
+    assert job.state is JobState.SUCCEEDED and job.attempts == 2, (job.state, job.attempts, job.error)
+    retries = [d for s, d in history(store, run_id, job.id) if s == "queued" and d.startswith("auto-retry")]
+    assert retries == ["auto-retry after rendezvous (1/2): in 0s, from the start"]
+
+
 def test_a_job_stuck_running_without_an_attempt_is_cancellable(tmp_path):
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "stuck")])
     job = store.jobs(run_id)[0]
@@ -384,3 +415,49 @@ def test_the_detached_engine_survives_what_froze_the_queue_on_main(tmp_path):
     while EngineLock(state).is_held():  # it exits by itself once no run is active
         assert time.time() < deadline
         time.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------- full output disk
+def test_a_full_output_disk_pauses_the_run_once_and_fails_only_the_jobs_that_hit_it(tmp_path, tmpfs, capfd):
+    out = tmpfs("out", size="2m")
+    jobs = [fake_job(tmp_path, f"j{i}", sleep=0.2) for i in range(8)]
+    store, run_id = make_run(tmp_path, jobs, devices=({**CPU, "slots": 2},))
+    fill(out)
+    engine = Engine(store)
+    deadline = time.time() + 60
+    while not (store.run(run_id).paused and not store.running_jobs(run_id)):
+        assert time.time() < deadline, [(j.key, j.state, j.error) for j in store.jobs(run_id)]
+        engine.tick()
+        time.sleep(0.05)
+    reason = f"disk full at {out}: free space, then `lat-tui resume`"
+    assert [d for s, d in history(store, run_id) if s == "paused"] == [reason]
+    failed = [j for j in store.jobs(run_id) if j.state is JobState.FAILED]
+    assert 1 <= len(failed) <= 2  # the jobs started before the pause, nothing after
+    for job in failed:
+        assert job.error.startswith(f"disk full at {out}") and "engine error" not in job.error, job.error
+        assert job.diagnosis["class"] == "disk_full"
+    queued = [j for j in store.jobs(run_id) if j.state is JobState.QUEUED]
+    assert len(queued) == 8 - len(failed) and {j.waiting for j in queued} == {reason}
+    assert "Traceback" not in capfd.readouterr().err
+    (out / "filler").unlink()  # the user frees space, requeues the failed jobs and resumes
+    for job in failed:
+        store.add_command(run_id, "requeue", job.id)
+    store.add_command(run_id, "resume")
+    drain(store, engine)
+    assert [j.state for j in store.jobs(run_id)] == [JobState.SUCCEEDED] * 8
+
+
+def test_a_job_whose_own_write_hit_a_full_disk_pauses_its_run(tmp_path):
+    jobs = [fake_job(tmp_path, "full", sleep=0.1, extra=("--fail-log", "disk_full")), fake_job(tmp_path, "next")]
+    store, run_id = make_run(tmp_path, jobs, devices=({**CPU, "slots": 1},))
+    engine = Engine(store)
+    deadline = time.time() + 60
+    while store.jobs(run_id)[0].state is not JobState.FAILED:
+        assert time.time() < deadline
+        engine.tick()
+        time.sleep(0.05)
+    engine.tick()
+    full, waiting = store.jobs(run_id)
+    assert full.diagnosis["class"] == "disk_full" and store.run(run_id).paused
+    reason = f"disk full at {tmp_path / 'out'}: free space, then `lat-tui resume`"
+    assert waiting.state is JobState.QUEUED and waiting.waiting == reason and launches(tmp_path, "next") == 0

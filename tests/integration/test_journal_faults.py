@@ -14,6 +14,7 @@ import pytest
 
 from lat_core.devices import cpu_device
 from lat_core.jobs import JobSpec
+from lat_core.journal_faults import WalLost
 from lat_core.plan import Plan
 from lat_core.service import (
     EngineLock,
@@ -278,4 +279,48 @@ def test_engine_waits_out_a_journal_locked_past_the_timeout(tmp_path):
     assert store.jobs(run_id)[0].state == "succeeded"
     log = (state / "engine.log").read_text()
     assert f"engine {pid}: " in log and "locked by another process" in log and "Traceback" not in log
+    wait_for(lambda: not EngineLock(state).is_held(), what="engine to exit")
+
+
+def test_wal_removed_under_a_live_store_stops_its_writes(tmp_path):
+    state = tmp_path / "state"
+    a_journal_with_a_live_run(state, tmp_path)
+    store = open_store(state)
+    store.add_transition(1, None, "note", "in the WAL only")
+    (state / "journal.sqlite-wal").unlink()
+    try:
+        with pytest.raises(WalLost, match="its -wal file was removed while this process had it open: writes stopped"):
+            store.add_transition(1, None, "note", "never written")
+    finally:
+        store.close()
+
+
+def test_wal_removed_under_a_live_engine_stops_it_before_it_damages_the_journal(tmp_path):
+    """The engine notices its -wal file gone, stops with one line (no traceback) instead of writing
+    on beside a new -wal that a front end would start; once the -shm is moved aside as it says,
+    `status` restarts it and the run finishes with every job launched once."""
+    state = tmp_path / "state"
+    store = open_store(state)
+    run_id = store.create_run("plan: test", str(tmp_path / "out"), [cpu_device(1)], 0.0)
+    store.add_jobs(run_id, [fake_job(tmp_path, "a", sleep=3.0), fake_job(tmp_path, "b", sleep=0.2)])
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the run is in the journal file; what follows, in the WAL
+    ensure_engine(state)
+    wait_for(lambda: store.jobs(run_id)[0].state == "running", what="job running")
+    store.close()
+    (state / "journal.sqlite-wal").unlink()
+    wait_for(lambda: not EngineLock(state).is_held(), timeout=60, what="engine to stop on the lost -wal")
+    log = (state / "engine.log").read_text()
+    assert "stopped: " in log and "its -wal file was removed" in log and "Traceback" not in log, log
+    assert_clear_exit_2(lat_tui("pause", "--state-dir", str(state)), state, "-wal file")  # the one CLI write
+    assert not EngineLock(state).is_held()
+    (state / "journal.sqlite-shm").rename(state / "journal.sqlite-shm.bad")
+    (state / "engine.fault").unlink()
+    done = lat_tui("status", "--state-dir", str(state))
+    assert done.returncode == 0 and "restarted" in done.stdout, done.stdout + done.stderr
+    store = open_store(state)
+    wait_for(lambda: store.run(run_id).state == "finished", timeout=90, what="run to finish")
+    assert [j.state for j in store.jobs(run_id)] == ["succeeded", "succeeded"]
+    assert sqlite3.connect(state / "journal.sqlite").execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    for name in ("a", "b"):
+        assert (tmp_path / "record" / f"{name}.log").read_text().count("start ") == 1, name
     wait_for(lambda: not EngineLock(state).is_held(), what="engine to exit")
