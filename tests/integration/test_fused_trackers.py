@@ -155,3 +155,24 @@ def test_runs_of_a_group_that_dies_close_as_crashed(tmp_path, base, tracker_env)
     run, = wandb_runs(d)
     assert run["name"] == "a@3:tiny-sst2" and run["exit_code"] == 1
     assert {r["train/global_step"]: r["train/loss"] for r in run["history"]} == {1: 3.5, 2: 3.25}
+
+
+def test_a_tracker_writer_is_titled_with_its_member(tmp_path, base, tracker_env):
+    """ps names the member whose runs a writer holds (`lat tracker: <the job's table name>`)."""
+    from lat_core.titles import job_label
+    d = job_dir(tmp_path, "a", base, train={"report_to": ["tensorboard"]}, seed=3)
+    begin = {"job_yaml": str(d / "job.yaml"), "report_to": ["tensorboard"], "run_name": "a@3:tiny-sst2",
+             "max_steps": 6, "start": 0, "model_config": {"model_type": "gla"}, "peft_config": {"default": {"r": 8}},
+             "num_parameters": 10, "trainable_parameters": 2, "device": "cpu", "train_examples": 200}
+    writer = subprocess.Popen([sys.executable, "-m", "lat_core.train.fused.trackers"], cwd=ROOT, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    try:
+        writer.stdin.write(json.dumps({"begin": begin}) + "\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline() == "ready\n"
+        title = open(f"/proc/{writer.pid}/cmdline").read().replace("\0", " ").strip()
+        assert title == f"lat tracker: {job_label(d / 'job.yaml')}" and "tiny-sst2" in title, title
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=300)

@@ -268,7 +268,10 @@ def main() -> int:
     ready = os.fdopen(os.dup(1), "w")   # the pipe to the member; the trackers' own prints go to its log
     os.dup2(2, 1)
     lines = (json.loads(line) for line in sys.stdin if line.strip())
-    runs = _Runs(next(lines)["begin"])
+    begin = next(lines)["begin"]
+    from lat_core.titles import job_label, set_title
+    set_title(f"lat tracker: {job_label(begin['job_yaml'])}")   # ps names the member whose runs it writes
+    runs = _Runs(begin)
     ready.write("ready\n")
     ready.close()
     end = CRASHED
