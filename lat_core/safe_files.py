@@ -146,6 +146,8 @@ def replace_file(path: Path, data: bytes, *, durable: bool = False, job_dir: Pat
     folder = open_folder(path.parent, job_dir or job_folder_of(path), create=True)
     try:
         _replace_in(folder, path.name, data, durable)
+    except OSError as exc:   # its names are relative to the folder: the user is told the whole path
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     finally:
         os.close(folder)
 

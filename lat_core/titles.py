@@ -17,6 +17,7 @@ Torch-free and cheap: the runner and the engine import it too.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 MAX_TITLE = 160  # a title stays one readable line in `ps` and nvitop
@@ -31,24 +32,34 @@ def display_name(family: str | None, stem: str, seed: int | str, dataset: str) -
 
 
 def set_title(title: str) -> None:
-    """Title this process; never fails a job for want of a title."""
+    """Title this process (its command line, as ``ps`` and nvitop show it) and give it a kernel name
+    without spaces; never fails a job for want of a title."""
     if len(title) > MAX_TITLE:
         title = title[: MAX_TITLE - 1] + "…"
     try:
         from setproctitle import setproctitle
     except ImportError:
-        _set_kernel_name(title)
-        return
-    setproctitle(title)
+        pass
+    else:
+        setproctitle(title)   # it sets the kernel name to the title's head too: replaced below
+    _set_kernel_name(kernel_name(title))
 
 
-def _set_kernel_name(title: str) -> None:
-    """The fallback: /proc/PID/comm (what ``top`` and ``ps -o comm`` show), 15 bytes at most."""
+def kernel_name(title: str) -> str:
+    """``lat``, ``lat-runner``, ``lat-group-4``, ...: the title's kind in letters, digits and dashes.
+    Tools read /proc/PID/stat's name as one word: Slurm's proctrack/linuxproc lost every process
+    named with a space (``lat runner: ...``) from its job, so scancel never reached the runner."""
+    kind = re.sub(r"[^a-z0-9]+", "-", title.split(":", 1)[0].lower()).strip("-")
+    return (kind or "lat")[:KERNEL_NAME_BYTES]
+
+
+def _set_kernel_name(name: str) -> None:
+    """/proc/PID/comm (what ``top`` and ``ps -o comm`` show), 15 bytes at most."""
     import ctypes
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_NAME, ctypes.c_char_p(title.encode()[:KERNEL_NAME_BYTES]), 0, 0, 0)
+        libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:KERNEL_NAME_BYTES]), 0, 0, 0)
     except (OSError, AttributeError):
         pass  # not Linux: the process keeps its name
 

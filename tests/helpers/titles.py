@@ -15,5 +15,6 @@ def title_of(pid: int) -> str:
 
 
 def ps_args(pid: int) -> str:
-    """``ps -o args=`` of the process."""
-    return subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+    """``ps -ww -o args=`` of the process (without -ww, ps cuts a line to 80 columns when its output
+    is not a terminal: a long tmp path did in CI)."""
+    return subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()

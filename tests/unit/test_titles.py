@@ -1,8 +1,10 @@
-"""Process titles: a group's compact name, and the kernel-name fallback without setproctitle."""
+"""Process titles: a group's compact name, and a kernel name of one word with or without setproctitle."""
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from lat_core.titles import MAX_TITLE, compact_names, runner_title
 
@@ -28,10 +30,14 @@ def test_a_runner_of_a_trainer_command_names_its_job(tmp_path):
     assert runner_title("x", fused) == "lat runner: group(2): mamba/lora_r8 87:glue-tvt_sst2"
 
 
-def test_without_setproctitle_the_kernel_name_is_set(tmp_path):
-    code = ("import sys; sys.modules['setproctitle'] = None\n"
-            "from lat_core.titles import set_title; set_title('lat: gla/lora_r8 87:sst2')\n"
-            "print(open('/proc/self/comm').read().strip())")
+@pytest.mark.parametrize("setproctitle", [True, False])
+def test_the_kernel_name_is_one_word(tmp_path, setproctitle):
+    """/proc/PID/comm, which Slurm's proctrack/linuxproc and other /proc/PID/stat readers take as one
+    word: no space or parenthesis, with or without setproctitle."""
+    code = (("" if setproctitle else "import sys; sys.modules['setproctitle'] = None\n") +
+            "from lat_core.titles import set_title\n"
+            "for title in ('lat: gla/lora_r8 87:sst2', 'lat runner: group(2): a 1:x', 'lat group(4): a 1:x'):\n"
+            "    set_title(title); print(open('/proc/self/comm').read().strip())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert out.stdout.strip() == "lat: gla/lora_r"
+    assert out.stdout.split() == ["lat", "lat-runner", "lat-group-4"]
