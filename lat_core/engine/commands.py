@@ -98,8 +98,9 @@ class Commands:
         if job.state not in JOB_FINAL and not self._stuck(job):
             return "rejected", (f"job is {job.state}; only finished, failed or cancelled jobs are requeued"
                                 " (cancel it first)")
-        if (start := command["args"].get("start")) not in (None, *STARTS):
-            return "rejected", f"unknown requeue start {start!r} (expected one of {', '.join(STARTS)})"
+        start = command["args"].get("start")
+        if problem := _start_problem(start):
+            return "rejected", problem
         remedy = command["args"].get("remedy")
         if remedy:
             try:
@@ -107,29 +108,24 @@ class Commands:
             except ValueError as exc:
                 return "rejected", str(exc)
         detail = f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user"
-        self._restart_as_asked(run, self.store.job(job.id), start)
-        self.store.set_job_state(job.id, JobState.QUEUED, detail, ended=None, returncode=None, error=None, not_before=0)
-        if run.state in RUN_ENDED:
-            self.store.set_run_state(run.id, RunState.RUNNING, "job requeued")
+        self._back_to_queue(run, self.store.job(job.id), start, detail)
+        self._reopen(run, "job requeued")
         return "done", f"{job.key} requeued"
 
     def cmd_requeue_jobs(self, run: RunRow, command) -> Result:
         """The listed failed or cancelled jobs back to the queue (``lat-tui requeue --failed``), in
         one journal transaction: all of them or, when one cannot be, none."""
         start = command["args"].get("start")
-        if start not in (None, *STARTS):
-            return "rejected", f"unknown requeue start {start!r} (expected one of {', '.join(STARTS)})"
+        if problem := _start_problem(start):
+            return "rejected", problem
         jobs, problem = self._unfinished(run, command["args"].get("jobs"))
         if problem:
             return "rejected", f"nothing was requeued: {problem}"
         got = [(job, *requeue_start(job.job_dir, start)) for job in jobs]
         with self.store.batch():
             for job, flag, said in got:
-                self._restart_as_asked(run, job, flag)
-                self.store.set_job_state(job.id, JobState.QUEUED, f"requeued by user with the failed ones: {said}",
-                                         ended=None, returncode=None, error=None, not_before=0)
-            if run.state in RUN_ENDED:
-                self.store.set_run_state(run.id, RunState.RUNNING, "jobs requeued")
+                self._back_to_queue(run, job, flag, f"requeued by user with the failed ones: {said}")
+            self._reopen(run, "jobs requeued")
         lines = [f"{len(got)} job{'s' if len(got) != 1 else ''} requeued"]
         return "done", "\n".join(lines + [f"  {job.id} {job.key}: {said}" for job, _, said in got])
 
@@ -150,6 +146,15 @@ class Commands:
         """``running`` with no open attempt (left by a crashed engine): nothing runs, so it may be requeued."""
         return job.state is JobState.RUNNING and all(a.job_id != job.id for a in self.store.open_attempts(job.run_id))
 
+    def _back_to_queue(self, run: RunRow, job, start: str | None, detail: str) -> None:
+        self._restart_as_asked(run, job, start)
+        self.store.set_job_state(job.id, JobState.QUEUED, detail, ended=None, returncode=None, error=None, not_before=0)
+
+    def _reopen(self, run: RunRow, why: str) -> None:
+        """An ended run whose jobs were requeued runs again."""
+        if run.state in RUN_ENDED:
+            self.store.set_run_state(run.id, RunState.RUNNING, why)
+
     def _restart_as_asked(self, run: RunRow, job, start: str | None) -> None:
         """Give the new attempt its start flag (see engine/requeue.py), and drop a pause left on an
         ended run, which would otherwise keep the requeued job queued forever."""
@@ -158,3 +163,10 @@ class Commands:
             self.store.set_job_argv(job.id, argv)
         if run.paused and run.state not in RUN_ACTIVE:
             self.store.set_paused(run.id, False)
+
+
+def _start_problem(start) -> str:
+    """Why a requeue's ``start`` is refused; "" for none (the default) or a known one."""
+    if start in (None, *STARTS):
+        return ""
+    return f"unknown requeue start {start!r} (expected one of {', '.join(STARTS)})"

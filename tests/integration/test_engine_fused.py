@@ -305,14 +305,20 @@ def test_a_journal_that_lost_a_finished_groups_attempts_launches_no_member_again
             in told(store, run_id, job)
 
 
-def test_a_journal_that_lost_a_running_groups_attempts_adopts_the_group(tmp_path, base):
+def journal_lost_a_running_group(tmp_path, base) -> tuple[Store, int]:
+    """A group of MEMBERS launched and stepping, then the journal back as it was before the launch
+    (the group's attempts lost): the store reopened on it, and the run."""
     store, run_id = make_run(tmp_path, base, "true", slots=2, **{k: {"max_steps": 40} for k in MEMBERS})
     journal = Path(store.path)
     before = snapshot_journal(journal)
     drain(Engine(store), until=lambda: stepped(by_key(store, run_id)["a"]))
     store.close()
     restore_journal(journal, before)
-    store = Store(journal)
+    return Store(journal), run_id
+
+
+def test_a_journal_that_lost_a_running_groups_attempts_adopts_the_group(tmp_path, base):
+    store, run_id = journal_lost_a_running_group(tmp_path, base)
     drain(Engine(store), timeout=300)
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
