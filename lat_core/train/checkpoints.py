@@ -131,7 +131,10 @@ def load_tensors(path: Path):
     come from anyone who can write to the output root, and a full unpickle would run its code."""
     try:
         return torch.load(path, weights_only=True)
-    except (RuntimeError, EOFError) as exc:   # torch's zip reader: a file cut short (a crash mid-write)
+    except (RuntimeError, EOFError) as exc:
+        if isinstance(exc, RuntimeError) and "PytorchStreamReader" not in str(exc):
+            raise   # not the file's bytes (a CUDA tensor on a machine without one, ...): torch's own words
+        # torch's zip reader failed, or the file ended early: cut short by a crash mid-write
         raise TrainConfigError(f"{path}: not a readable checkpoint file (damaged or cut short: "
                                f"{str(exc).splitlines()[0][:200]}). Start fresh (--overwrite) or remove "
                                "this checkpoint") from None
