@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lat_core.engine.loop import Engine  # noqa: E402
-from lat_core.store import Store  # noqa: E402
+from lat_core.contract.journal import Store  # noqa: E402
 from tests.helpers.fused import events_of, job_dir, saved_tiny_base  # noqa: E402
 
 CPU = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}

@@ -6,7 +6,7 @@ the queue", item 7: work per tick proportional to active jobs).
 For each size N, on a fresh state directory with a real SQLite journal:
 
 1. plan expansion plus journal writes: a plan of the ``demo`` suite (2 configs) over N/2 pairs on the
-   CPU through :func:`lat_core.service.prepare_run` and :func:`~lat_core.service.create_run` (job
+   CPU through :func:`lat_core.front.service.prepare_run` and :func:`~lat_core.front.service.create_run` (job
    directories written, run and jobs inserted), wall and CPU time;
 2. tick time with N queued: N fake-trainer jobs, ``--slots`` CPU slots taken by long-sleeping jobs
    after the first tick, then the wall time of one :meth:`Engine.tick` (median and max of
@@ -62,10 +62,10 @@ sys.path.insert(0, str(CODE_ROOT))
 from lat_core.config.paths import config_trees  # noqa: E402
 from lat_core.config.suites import SuiteRegistry  # noqa: E402
 from lat_core.engine.loop import Engine  # noqa: E402
-from lat_core.plan import plan_from_mapping  # noqa: E402
-from lat_core.states import RunState  # noqa: E402
-from lat_core.service import EngineLock, create_run, prepare_run  # noqa: E402
-from lat_core.store import Store  # noqa: E402
+from lat_core.front.plan import plan_from_mapping  # noqa: E402
+from lat_core.contract.states import RunState  # noqa: E402
+from lat_core.front.service import EngineLock, create_run, prepare_run  # noqa: E402
+from lat_core.contract.journal import Store  # noqa: E402
 
 FAKE_TRAINER = ROOT / "tests" / "helpers" / "fake_trainer.py"
 LAT_TUI = [sys.executable, "-c", "import sys; from lat_tui.cli import main; sys.exit(main())"]

@@ -1,4 +1,4 @@
-"""How fast, and in how much memory, the engine reads a job's events.jsonl (lat_core.job_files).
+"""How fast, and in how much memory, the engine reads a job's events.jsonl (lat_core.contract.job_files).
 
     python bench/bench_event_tail.py [--steps 200000] [--huge-mb 100]
 
@@ -17,7 +17,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from lat_core.job_files import EventTail, last_progress
+from lat_core.contract.job_files import EventTail, last_progress
 
 
 def write_events(path: Path, steps: int, huge_mb: int) -> None:

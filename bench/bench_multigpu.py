@@ -25,11 +25,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lat_core.devices import resolve_devices  # noqa: E402
+from lat_core.front.devices import resolve_devices  # noqa: E402
 from lat_core.engine.loop import Engine  # noqa: E402
 from lat_core.monitor.gpu import GpuProbe  # noqa: E402
-from lat_core.plan import Plan  # noqa: E402
-from lat_core.store import Store  # noqa: E402
+from lat_core.front.plan import Plan  # noqa: E402
+from lat_core.contract.journal import Store  # noqa: E402
 
 
 TINY_PRETRAIN = ["--depth=2", "--model_dim_per_layer=32", "--head_dim=32", "--seq_len=32", "--device_batch_size=2",

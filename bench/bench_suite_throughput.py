@@ -50,12 +50,12 @@ sys.path.insert(0, str(ROOT))
 
 from bench.old_scripts import run_in_rounds  # noqa: E402
 from bench.suite_data import write_sst2  # noqa: E402
-from lat_core.jobs import materialize  # noqa: E402
+from lat_core.front.jobs import materialize  # noqa: E402
 from lat_core.monitor.gpu import GpuProbe  # noqa: E402
 from lat_core.config.paths import config_trees  # noqa: E402
 from lat_core.config.suites import SuiteRegistry  # noqa: E402
-from lat_core.plan import plan_from_mapping  # noqa: E402
-from lat_core.service import prepare_run  # noqa: E402
+from lat_core.front.plan import plan_from_mapping  # noqa: E402
+from lat_core.front.service import prepare_run  # noqa: E402
 
 SIDE_TIMEOUT_S = float(os.environ.get("LAT_BENCH_SIDE_TIMEOUT", "600"))
 MODEL_1B3 = {"name_or_path": "tiny-random", "dtype": "bfloat16",

@@ -43,7 +43,7 @@ TMUX = ["tmux", "-L", f"lat-bench-{os.getpid()}"]
 # ---------------------------------------------------------------- the journal the app watches
 
 def make_state(root: Path, jobs: int) -> Path:
-    from lat_core.service import open_store
+    from lat_core.front.service import open_store
 
     state = root / "state"
     store = open_store(state)
@@ -190,7 +190,7 @@ def attached_cpu(state: Path, gpus: int, tmp: Path, seconds: float) -> tuple[flo
 
 
 def log_throughput(state: Path, gpus: int, tmp: Path, rate: int, seconds: float) -> dict:
-    from lat_core.service import open_store
+    from lat_core.front.service import open_store
 
     store = open_store(state)
     log_path = Path(store.jobs(1)[0].job_dir) / "train.log"

@@ -13,7 +13,7 @@ import time
 
 
 def run_in_rounds(jobs, device_env: dict, slots: int) -> dict:
-    """Run ``jobs`` (lat_core.jobs.JobSpec) in rounds; returns {job key: (start, end, returncode)}."""
+    """Run ``jobs`` (lat_core.front.jobs.JobSpec) in rounds; returns {job key: (start, end, returncode)}."""
     times = {}
     for first in range(0, len(jobs), slots):
         running = []

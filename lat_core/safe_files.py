@@ -6,7 +6,7 @@ them can plant a symlink where LAT is about to write (``train.log`` -> someone's
 writes or deletes outside the root with LAT's rights, root's included. So every write LAT makes in
 a job folder goes through here:
 
-- a job folder is ``<output root>/<group>/<job>`` (:mod:`lat_core.jobs`), its runner's files in
+- a job folder is ``<output root>/<group>/<job>`` (:mod:`lat_core.front.jobs`), its runner's files in
   ``<job>/.lat``; the folders below the output root are opened one at a time relative to the one
   above (``openat``) with O_NOFOLLOW, and each must be a real folder owned by us (or root);
 - a file is opened with O_NOFOLLOW relative to its folder, replaced by a rename inside it (which
@@ -69,7 +69,7 @@ def _refuse_owner(uid: int, where: Path, fix: str) -> UnsafePathError:
 # ------------------------------------------------------------------------------ folders
 def job_folder_of(path: Path) -> Path:
     """The job folder of one of its files: ``<job>/<name>`` or ``<job>/.lat/<name>``."""
-    from lat_core.job_files import RUNNER_DIR  # job_files writes through this module
+    from lat_core.contract.job_files import RUNNER_DIR  # job_files writes through this module
 
     folder = Path(os.path.abspath(path)).parent
     return folder.parent if folder.name == RUNNER_DIR else folder
@@ -228,7 +228,7 @@ def remove_files(folder: Path, names: tuple[str, ...], *, job_dir: Path | None =
         os.close(fd)
 
 
-def remove_outputs(job_dir: Path, names: tuple[str, ...], pattern: re.Pattern) -> list[str]:
+def remove_outputs(job_dir: Path, names: tuple[str, ...], pattern: re.Pattern[str]) -> list[str]:
     """Delete the entries of ``job_dir`` named in ``names`` or matching ``pattern`` (the outputs the
     trainer writes), inside the real folder only: a symlink among them is removed, never followed,
     and a job folder that is a symlink is refused. Returns the names deleted."""
@@ -310,7 +310,7 @@ def check_state_dir(state_dir: Path) -> None:
             raise _refuse_owner(uid, Path(entry.path), f"the state directory holds a file you did not make; {fix}")
 
 
-def escape_problem(field: str, value, label: str | None = None) -> str | None:
+def escape_problem(field: str, value: object, label: str | None = None) -> str | None:
     """Why a config's ``name`` or ``output_dir`` would point out of a job's folder (an absolute path,
     ``..``, ``~``), None when it does not. ``label``: the field as the user wrote it."""
     if not isinstance(value, str):

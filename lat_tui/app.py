@@ -16,7 +16,7 @@ from lat_core.config.paths import config_trees
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError
 from lat_core.monitor.gpu import GpuProbe
-from lat_core.client import RUN_ACTIVE, Client, ensure_engine
+from lat_core.front.client import RUN_ACTIVE, Client, ensure_engine
 from lat_tui.context import AppContext
 from lat_tui.screens.dashboard import DashboardScreen
 

@@ -75,14 +75,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _on_journal(argv: list[str], run, *args) -> int:
     """``run(*args)``, with SQLite and disk errors turned into a JournalError naming the journal."""
-    from lat_core.journal_faults import journal_faults
+    from lat_core.contract.journal_faults import journal_faults
 
     with journal_faults(_journal_path(argv)):
         return run(*args)
 
 
 def _journal_path(argv: list[str]) -> Path:
-    from lat_core.service import JOURNAL_NAME, default_state_dir
+    from lat_core.front.service import JOURNAL_NAME, default_state_dir
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--state-dir")
@@ -102,7 +102,7 @@ def _route(argv: list[str]) -> int:
 
 
 def _dispatch(args) -> int:
-    from lat_core.client import resolve_state_dir
+    from lat_core.front.client import resolve_state_dir
 
     state_dir = resolve_state_dir(args.state_dir)
     _take_old_form(args)
@@ -129,7 +129,7 @@ def _registry(args):
 
 def plan_from_args(args):
     """The plan from --plan (if given) with the seeds' flags layered on top, validated."""
-    from lat_core.plan import plan_from_mapping
+    from lat_core.front.plan import plan_from_mapping
 
     data, where, base = {}, "command line", Path.cwd()
     if args.plan:
@@ -152,7 +152,7 @@ def plan_from_args(args):
 
 
 def _read_plan_mapping(path: Path) -> dict:
-    from lat_core.plan import load_plan_mapping
+    from lat_core.front.plan import load_plan_mapping
 
     return load_plan_mapping(path)
 

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Callable
 
-from lat_core.client import Client, NoRunError
+from lat_core.front.client import Client, NoRunError
 from lat_core.errors import LatError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DETACHED = 0, 1, 2, 130

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from lat_core.rows import GroupUsage, JobSummary
+from lat_core.contract.rows import GroupUsage, JobSummary
 from lat_core.text import fmt_bytes
 from lat_core.titles import display_name
 from lat_tui import fmt

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lat_core.client import Client
+from lat_core.front.client import Client
 from lat_core.config.suites import SuiteRegistry
 from lat_core.monitor.gpu import GpuProbe
 
@@ -16,7 +16,7 @@ class AppContext:
     state_dir: Path
     registry: SuiteRegistry
     probe: GpuProbe
-    engine_starter: Callable[..., object]  # lat_core.client.ensure_engine, or a fake in tests
+    engine_starter: Callable[..., object]  # lat_core.front.client.ensure_engine, or a fake in tests
     client: Client = field(init=False, repr=False, compare=False)  # every read and command goes here
 
     def __post_init__(self) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lat_core.client import Client, resumable_checkpoints
-from lat_core.rows import JobSummary, RunRow
+from lat_core.front.client import Client, resumable_checkpoints
+from lat_core.contract.rows import JobSummary, RunRow
 from lat_tui.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
 
 VERBS = ("cancel", "pause", "resume", "requeue", "slots", "countdown", "add")

@@ -3,7 +3,7 @@ itself: :mod:`lat_tui.columns`)."""
 
 from __future__ import annotations
 
-from lat_core.rows import JobRow, Transition
+from lat_core.contract.rows import JobRow, Transition
 
 
 def fmt_elapsed(seconds: float | None) -> str:

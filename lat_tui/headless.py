@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TextIO
 
-from lat_core.client import Client, plan_env_of
-from lat_core.rows import RunRow
+from lat_core.front.client import Client, plan_env_of
+from lat_core.contract.rows import RunRow
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK
 from lat_tui.columns import job_name, plain_table
 from lat_tui.format import progress_line
 
 if TYPE_CHECKING:  # a plan means pydantic: `wait` and `follow` never build one
-    from lat_core.plan import Plan
+    from lat_core.front.plan import Plan
 
 RUN_ENDED = ("finished", "cancelled")
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from lat_core.client import JOB_FINAL, Client
-from lat_core.rows import AttemptRow, JobRow
+from lat_core.front.client import JOB_FINAL, Client
+from lat_core.contract.rows import AttemptRow, JobRow
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK, cli_entry, client_for, state_flags
 from lat_tui.columns import state_text
 from lat_tui.format import fmt_elapsed

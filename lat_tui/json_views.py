@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass
 
-from lat_core.rows import GroupUsage, JobSummary, RunRow, Transition
+from lat_core.contract.rows import GroupUsage, JobSummary, RunRow, Transition
 from lat_tui.columns import state_text
 
 SCHEMA_VERSION = 1

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from lat_core.job_files import tail_events
+from lat_core.contract.job_files import tail_events
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
 from lat_tui import fmt

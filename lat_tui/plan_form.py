@@ -17,8 +17,8 @@ from lat_core.config.env import MASK
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
 from lat_core.monitor.gpu import GpuProbe
-from lat_core.plan import Plan, plan_from_mapping
-from lat_core.client import Client
+from lat_core.front.plan import Plan, plan_from_mapping
+from lat_core.front.client import Client
 
 CPU = "cpu"
 WHERE = "plan form"

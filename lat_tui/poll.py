@@ -11,8 +11,8 @@ import psutil
 
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
-from lat_core.client import JOB_FINAL, Client, CommandRow
-from lat_core.rows import GroupUsage, JobSummary, RunRow
+from lat_core.front.client import JOB_FINAL, Client, CommandRow
+from lat_core.contract.rows import GroupUsage, JobSummary, RunRow
 from lat_tui.tail import TailState, read_tail
 
 HISTORY_SAMPLES = 60

@@ -74,7 +74,7 @@ def is_foreign(skipped) -> bool:
 
 
 def latest_output_root(state_dir: str | None) -> Path:
-    from lat_core.client import Client
+    from lat_core.front.client import Client
 
     return Path(Client(state_dir, existing=True).resolve_run().output_root)
 

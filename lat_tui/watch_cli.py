@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 
-from lat_core.client import JOB_FINAL, Client, plan_env_of
+from lat_core.front.client import JOB_FINAL, Client, plan_env_of
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK, cli_entry, client_for, state_flags
 from lat_tui.headless import RUN_ENDED, follow_detachable
 

@@ -4,9 +4,9 @@
 ``sender_email``, ``receiver_email``, ``password``, ``smtp_server``, ``port``, ``language``), at the top
 level or under ``email:``; the ``SWANLAB_EMAIL_ON_START`` / ``_ON_FINISH`` / ``_ON_INTERRUPT``
 switches pick the events (lat_core.config.env.notice_kinds). LAT sends them as the run's notices
-(lat_core.engine.notify), with the plugin's transport: implicit TLS on port 465, STARTTLS on any
+(lat_core.notify), with the plugin's transport: implicit TLS on port 465, STARTTLS on any
 other port, logged in as the sender. The password goes where every notice credential goes: masked in
-the journal, in clear only in the state directory's 0600 secrets file (lat_core.run_secrets).
+the journal, in clear only in the state directory's 0600 secrets file (lat_core.contract.run_secrets).
 """
 
 from __future__ import annotations

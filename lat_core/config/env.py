@@ -35,7 +35,7 @@ class EnvField:
 
 ENV_FIELDS: dict[str, EnvField] = {
     # The one table of the seeds' variables. The engine applies it once, when it writes job.yaml
-    # (lat_core.jobs); the trainer applies it only to a job file without ``resolved: true`` (one
+    # (lat_core.front.jobs); the trainer applies it only to a job file without ``resolved: true`` (one
     # started by hand), so an engine-launched job trains exactly what its job.yaml says.
     # Later entries for the same field win (HP_LR over HP_LEARNING_RATE, *_STEPS over *_EVERY).
     "HP_BATCH_SIZE": EnvField("train.batch_size", V.POSITIVE_INT),
@@ -87,7 +87,7 @@ PISSA_FAST = ("HP_PISSA_FAST", "pissa", "pissa_niter_4")
 
 #: The old trainer's e-mail notices (runbook 001): SwanLab's e-mail plugin settings in a YAML file
 #: (read by lat_core.config.email_yaml) and a switch per event, mapped onto the run's notice kinds
-#: (lat_core.engine.notify.KINDS). Each job of the old scripts mailed its own end, done or failed, so
+#: (lat_core.notify.KINDS). Each job of the old scripts mailed its own end, done or failed, so
 #: ON_FINISH covers a job's failure and OOM too.
 EMAIL_YAML_VAR = "SWANLAB_EMAIL_YAML"
 NOTICE_SWITCHES = {"SWANLAB_EMAIL_ON_START": ("start",), "SWANLAB_EMAIL_ON_FINISH": ("finish", "failure", "oom"),

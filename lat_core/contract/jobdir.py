@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
+
+from lat_core.safe_files import replace_file
 
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
@@ -60,3 +63,9 @@ def checkpoint_is_complete(folder: Path) -> bool:
         return isinstance(json.loads(state.read_text(encoding="utf-8")), dict)
     except (OSError, UnicodeDecodeError, ValueError):
         return False
+
+
+def write_exit_record(path: str | Path, record: dict[str, Any]) -> None:
+    """A job's exit record, on disk before it is renamed into place, inside the job's real folder
+    (lat_core.safe_files): the runner, the engine (a job it stopped) and a group (a member's end) write it."""
+    replace_file(Path(path), json.dumps(record).encode(), durable=True)

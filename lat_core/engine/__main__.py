@@ -1,4 +1,4 @@
-"""``python -m lat_core.engine --state-dir DIR``: the detached engine process (see :mod:`lat_core.service`)."""
+"""``python -m lat_core.engine --state-dir DIR``: the detached engine process (see :mod:`lat_core.front.service`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lat_core.engine.loop import Engine
 from lat_core.errors import LatError
-from lat_core.journal_faults import WalLost, explain, write_fault
+from lat_core.contract.journal_faults import WalLost, explain, write_fault
 from lat_core.titles import set_title
 
 
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the detached engine process: lock, drain every active run, exit."""
     import argparse
 
-    from lat_core.service import JOURNAL_NAME, EngineLock
+    from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock
 
     parser = argparse.ArgumentParser(prog="lat_core.engine")
     parser.add_argument("--state-dir", required=True)
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(state_dir: Path, lock, poll: float) -> None:
-    from lat_core.service import open_store
+    from lat_core.contract.state_dir import open_store
 
     store = open_store(state_dir)
     print(f"engine {os.getpid()} serving {state_dir}", flush=True)

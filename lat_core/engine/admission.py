@@ -22,13 +22,13 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from lat_core.devices import Device
+from lat_core.contract.devices import Device
 from lat_core.engine.member_cost import MemberCost, fit, group_need
 from lat_core.engine.memory_prior import MemoryPrior, job_prior
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
-from lat_core.rows import JobRow
-from lat_core.store import Store
+from lat_core.contract.rows import JobRow
+from lat_core.contract.journal import Store
 
 GiB = 2**30
 

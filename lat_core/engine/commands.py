@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from lat_core.engine.remedy import apply_remedy
 from lat_core.engine.requeue import STARTS, restart_argv
-from lat_core.job_files import requeue_start
-from lat_core.states import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, RUN_ENDED, JobState, RunState
-from lat_core.store import RunRow
+from lat_core.contract.job_files import requeue_start
+from lat_core.contract.states import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, RUN_ENDED, JobState, RunState
+from lat_core.contract.journal import RunRow
 
 if TYPE_CHECKING:
     from lat_core.engine.loop import Engine

@@ -22,11 +22,11 @@ from typing import Callable
 
 from lat_core.engine.fusion import runner_exit_path
 from lat_core.errors import JournalError
-from lat_core.journal_faults import WalLost
-from lat_core.job_files import ExitRecord, PidRecord, RUNNER_DIR, finished_since, read_exit, read_pid_record
-from lat_core.rows import JobRow
-from lat_core.states import ENGINE_ERROR, ENGINE_RECOVERED
-from lat_core.store import Store
+from lat_core.contract.journal_faults import WalLost
+from lat_core.contract.job_files import ExitRecord, PidRecord, RUNNER_DIR, finished_since, read_exit, read_pid_record
+from lat_core.contract.rows import JobRow
+from lat_core.contract.states import ENGINE_ERROR, ENGINE_RECOVERED
+from lat_core.contract.journal import Store
 from lat_core.triage.classes import FailureClass
 from lat_core.triage.model import Diagnosis
 

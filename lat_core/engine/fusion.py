@@ -18,8 +18,8 @@ import yaml
 from lat_core.config.fuse import fuse_key
 from lat_core.config.job import parse_config
 from lat_core.errors import ConfigError
-from lat_core.job_files import RUNNER_DIR, write_json_file
-from lat_core.rows import JobRow
+from lat_core.contract.job_files import RUNNER_DIR, write_json_file
+from lat_core.contract.rows import JobRow
 
 GROUP_SIZE_LIMIT = 8  # members of one group; more rarely pays (issue 17: 8 jobs of a suite)
 MATE_SCAN = 256  # queued jobs read after a group's first member to find its mates
@@ -28,7 +28,7 @@ MODE_FLAGS = ([], ["--resume"], ["--overwrite"])
 
 
 def fuses_on(plan: dict, device_is_cpu: bool) -> bool:
-    """Whether the saved plan's ``fuse`` (lat_core.plan.Plan.fuse) groups jobs on such a device:
+    """Whether the saved plan's ``fuse`` (lat_core.front.plan.Plan.fuse) groups jobs on such a device:
     ``auto`` on GPUs, ``true`` everywhere, ``false`` nowhere.  A plan saved without the key comes
     from before fusion was the default (Plan.to_yaml now always writes it): no groups, as then."""
     fuse = plan.get("fuse", False)

@@ -12,7 +12,7 @@ import signal
 import time
 from pathlib import Path
 
-from lat_core.devices import Device
+from lat_core.contract.devices import Device
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.launch import read_exit_record
 from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuses_on, group_argv, group_id,
@@ -20,11 +20,11 @@ from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuses
                                     write_group_limit, write_group_ref)
 from lat_core.engine.requeue import restart_argv
 from lat_core.engine.retries import backoff_hold
-from lat_core.job_files import ExitRecord, cancel_marker_path, exit_record_path, read_exit
+from lat_core.contract.job_files import ExitRecord, cancel_marker_path, exit_record_path, read_exit
 from lat_core.monitor.usage import JobUsage
-from lat_core.rows import AttemptRow, JobRow, RunRow
-from lat_core.runner import write_exit_record
-from lat_core.states import JobState
+from lat_core.contract.rows import AttemptRow, JobRow, RunRow
+from lat_core.contract.jobdir import write_exit_record
+from lat_core.contract.states import JobState
 from lat_core.triage.classes import OOM_CLASSES
 
 GROUP_END_GRACE_S = 30.0  # a group process's own end after its last member left (frees its memory)

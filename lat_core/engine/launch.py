@@ -17,11 +17,11 @@ from pathlib import Path
 
 import psutil
 
-from lat_core.runner import write_exit_record
+from lat_core.contract.jobdir import write_exit_record
 from lat_core.containment import Containment, job_oom_kills, release, stop_tree
 from lat_core.engine.faults import disk_full
 from lat_core.errors import OutputPathError
-from lat_core.job_files import TRAIN_LOG
+from lat_core.contract.job_files import TRAIN_LOG
 from lat_core.safe_files import job_folder_of, open_append, remove_files
 
 

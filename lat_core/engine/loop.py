@@ -3,7 +3,7 @@
 No round barrier: whenever a slot frees, the next queued job (plan order) takes it at once, and a
 failed job never stops the others. The engine is the only writer of job state; it reads commands
 that front ends append to the journal. ``python -m lat_core.engine --state-dir DIR`` runs it as its
-own detached process (see :mod:`lat_core.service`), holding a lock so two engines never share a
+own detached process (see :mod:`lat_core.front.service`), holding a lock so two engines never share a
 state directory.
 """
 
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import yaml
 
-from lat_core.devices import Device
+from lat_core.contract.devices import Device
 from lat_core.engine.remedy import still_effective
 from lat_core.engine.retries import backoff_hold
 from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.commands import Commands
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.local import LocalBackend
-from lat_core.job_files import (EventTail, events_path, exit_record_path, last_progress, memory_event_peak,
+from lat_core.contract.job_files import (EventTail, events_path, exit_record_path, last_progress, memory_event_peak,
                                 read_pid_record)
 from lat_core.engine.launch import LaunchSpec, launch, read_exit_record
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
@@ -39,12 +39,12 @@ from lat_core.engine.faults import (JOURNAL_ERRORS, EngineErrors, disk_full, dis
                                    engine_must_stop, journal_locked)
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.recovery import Recovery
-from lat_core.states import JobState, RunState
-from lat_core.store import AttemptRow, JobRow, RunRow, Store
+from lat_core.contract.states import JobState, RunState
+from lat_core.contract.journal import AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count
 from lat_core.triage.hostoom import oom_kill_readings
 from lat_core.engine.warm import WarmStarts
-from lat_core.run_secrets import JobSecrets
+from lat_core.contract.run_secrets import JobSecrets
 
 CANCEL_GRACE_S = 10.0
 SAMPLE_EVERY_S = 2.0

@@ -14,10 +14,10 @@ import time
 
 import yaml
 
-from lat_core.engine.notify import Notices
-from lat_core.run_secrets import RunSecrets
-from lat_core.states import JobState, RunState
-from lat_core.store import JobRow, RunRow, Store
+from lat_core.notify import Notices
+from lat_core.contract.run_secrets import RunSecrets
+from lat_core.contract.states import JobState, RunState
+from lat_core.contract.journal import JobRow, RunRow, Store
 from lat_core.triage.classes import OOM_CLASSES
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import socket
 import sys
 
-from lat_core.devices import Device
-from lat_core.rows import JobRow
-from lat_core.states import JobState
+from lat_core.contract.devices import Device
+from lat_core.contract.rows import JobRow
+from lat_core.contract.states import JobState
 
 PORT_TRIES = 10
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from lat_core.engine.faults import JOURNAL_ERRORS, LostAttempt, find_lost_attempt
 from lat_core.engine.fusion import group_id, read_group_ref
 from lat_core.engine.retries import maybe_retry
-from lat_core.job_files import ExitRecord, PeakUsage, describe_exit, read_exit, read_pid_record, write_peak_usage
-from lat_core.rows import AttemptRow, JobRow, RunRow
-from lat_core.states import JobState
+from lat_core.contract.job_files import ExitRecord, PeakUsage, describe_exit, read_exit, read_pid_record, write_peak_usage
+from lat_core.contract.rows import AttemptRow, JobRow, RunRow
+from lat_core.contract.states import JobState
 from lat_core.triage.classes import FailureClass
 
 

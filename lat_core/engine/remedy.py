@@ -14,7 +14,7 @@ from typing import Callable
 
 import yaml
 
-from lat_core.store import JobRow, RunRow, Store
+from lat_core.contract.journal import JobRow, RunRow, Store
 from lat_core.triage.model import (AvoidDevice, BackendOption, Change, ConfigChange, Diagnosis, EnvChange, Remedy,
                                    Resume, SlotsChange)
 
@@ -91,7 +91,7 @@ def check_change(run: RunRow, job: JobRow, change: Change) -> str | None:
 def _backend_problem(run: RunRow, change: BackendOption) -> str | None:
     if backend_of(run) != "slurm":
         return f"backend option {change.name}: this run's backend is {backend_of(run)}, not slurm"
-    from lat_core.engine.backends.slurm_states import option_problems
+    from lat_core.config.slurm_options import option_problems
 
     problems = option_problems({change.name: change.value})
     return "; ".join(problems) or None

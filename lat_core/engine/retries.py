@@ -24,9 +24,9 @@ import yaml
 
 from lat_core.contract.jobdir import JobDir
 from lat_core.engine.remedy import Target, apply_change, apply_remedy
-from lat_core.rows import JobRow, RunRow
-from lat_core.states import JobState
-from lat_core.store import Store
+from lat_core.contract.rows import JobRow, RunRow
+from lat_core.contract.states import JobState
+from lat_core.contract.journal import Store
 from lat_core.triage.classes import OOM_CLASSES
 from lat_core.triage.model import Resume
 

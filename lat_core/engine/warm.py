@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
 from lat_core.engine.launch import Launched, process_start_time
-from lat_core.job_files import TRAIN_LOG
+from lat_core.contract.job_files import TRAIN_LOG
 from lat_core.safe_files import ensure_folder, open_append, remove_files
 
 WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain", "lat_core.train.fused")  # fused: a group

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from lat_core.errors import LatError
-from lat_core.job_files import read_peak_usage
+from lat_core.contract.job_files import read_peak_usage
 from lat_core.results.best import choose_best, scored_steps
 from lat_core.results.metrics import dataset_key, spec_for
 

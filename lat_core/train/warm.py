@@ -161,7 +161,7 @@ def _become_runner(request: dict) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        from lat_core import runner
+        from lat_core.runner import detached as runner
         from lat_core.containment import enter
 
         started = time.time()

@@ -17,7 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from lat_core.errors import LatError, PlanError
-from lat_core.rows import RunRow
+from lat_core.contract.rows import RunRow
 from lat_tui.context import AppContext
 
 

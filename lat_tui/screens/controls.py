@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from lat_core.client import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
+from lat_core.front.client import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
 from lat_core.errors import LatError
-from lat_core.rows import JobSummary, RunRow
+from lat_core.contract.rows import JobSummary, RunRow
 from lat_tui.context import AppContext
 
 CONFIRM_SECONDS = 3.0

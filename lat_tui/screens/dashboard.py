@@ -18,8 +18,8 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer
 
 from lat_core.errors import LatError
-from lat_core.client import JOB_FINAL, RUN_ACTIVE, plan_env_of
-from lat_core.rows import JobSummary, RunRow
+from lat_core.front.client import JOB_FINAL, RUN_ACTIVE, plan_env_of
+from lat_core.contract.rows import JobSummary, RunRow
 from lat_tui.context import AppContext
 from lat_tui.poll import DashboardData, GpuHistory, read_dashboard
 from lat_tui.screens.controls import RunControls

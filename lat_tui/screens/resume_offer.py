@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from lat_core.rows import JobSummary
+from lat_core.contract.rows import JobSummary
 
 RESUME, FRESH = "resume", "fresh"
 

@@ -14,9 +14,9 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from lat_core.client import RUN_ACTIVE, Client
+from lat_core.front.client import RUN_ACTIVE, Client
 from lat_core.errors import LatError
-from lat_core.rows import RunRow
+from lat_core.contract.rows import RunRow
 
 
 def run_label(run: RunRow, current: int | None) -> Text:

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from lat_core.errors import LatError
-from lat_core.rows import JobRow
+from lat_core.contract.rows import JobRow
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
 from lat_tui.columns import job_name

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from lat_core.rows import JobSummary
+from lat_core.contract.rows import JobSummary
 from lat_tui.widgets.quiet import set_content
 
 

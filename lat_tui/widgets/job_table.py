@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
-from lat_core.rows import GroupUsage, JobSummary
+from lat_core.contract.rows import GroupUsage, JobSummary
 from lat_tui import fmt
 from lat_tui.columns import JOB_COLUMNS, GroupLine, Shown, row_cells, state_text, table_rows
 

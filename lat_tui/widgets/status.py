@@ -7,7 +7,7 @@ from collections import Counter
 
 from textual.widgets import Static
 
-from lat_core.rows import JobSummary, RunRow
+from lat_core.contract.rows import JobSummary, RunRow
 from lat_tui import fmt
 from lat_tui.widgets.quiet import set_content
 

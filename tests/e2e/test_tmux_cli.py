@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lat_core.service import ensure_engine, open_store
+from lat_core.front.service import ensure_engine, open_store
 from tests.conftest import fake_job
 
 from .test_tmux_demo import REPO, Tmux, tmux  # noqa: F401 (tmux: the fixture)

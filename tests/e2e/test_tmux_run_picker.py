@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from lat_core.service import open_store
+from lat_core.front.service import open_store
 
 from .test_tmux_demo import REPO, job_rows, lat_tui_command, tmux  # noqa: F401 (the tmux fixture)
 

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 from lat_core.engine.loop import Engine  # noqa: E402
 from lat_core.monitor.gpu import GpuProbe  # noqa: E402
-from lat_core.store import Store  # noqa: E402
+from lat_core.contract.journal import Store  # noqa: E402
 
 HOG = """
 import torch

@@ -128,7 +128,7 @@ def test_an_unmeasured_config_borrows_a_settled_siblings_footprint(tmp_path):
 
 
 def test_family_peak_reads_measured_configs_of_one_suite_and_dataset(tmp_path):
-    from lat_core.store import Store
+    from lat_core.contract.journal import Store
 
     store = Store(tmp_path / "j.sqlite")
     store.record_config_peak("sweep/r8|glue-tvt_sst2", 5 * GiB, GiB)

@@ -7,7 +7,7 @@ import sys
 import time
 
 
-from lat_core.service import EngineLock, ensure_engine, open_store
+from lat_core.front.service import EngineLock, ensure_engine, open_store
 from tests.conftest import fake_job
 from tests.integration.test_engine import CPU
 

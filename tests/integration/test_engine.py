@@ -6,7 +6,7 @@ import time
 import psutil
 
 from lat_core.engine.loop import Engine
-from lat_core.store import Store
+from lat_core.contract.journal import Store
 from tests.conftest import fake_job, intervals, max_overlap
 
 CPU = {"id": "cpu", "label": "cpu", "slots": 2, "env": {"CUDA_VISIBLE_DEVICES": ""}}

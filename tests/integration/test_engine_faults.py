@@ -18,10 +18,10 @@ from lat_core.engine.backends.local import LocalBackend
 from lat_core.engine.launch import Launched, launch, process_start_time
 from lat_core.engine.loop import Engine
 from lat_core.engine.recovery import LAUNCH_GRACE_S
-from lat_core.job_files import exit_record_path
-from lat_core.runner import write_exit_record
-from lat_core.states import JOB_FINAL, JobState, RunState
-from lat_core.store import Store
+from lat_core.contract.job_files import exit_record_path
+from lat_core.contract.jobdir import write_exit_record
+from lat_core.contract.states import JOB_FINAL, JobState, RunState
+from lat_core.contract.journal import Store
 from lat_tui.format import progress_line
 from lat_tui.status import main as status
 from tests.conftest import ROOT, fake_job
@@ -290,7 +290,7 @@ CRASH_AT_RETRY = """
 import os, sys, time
 from lat_core.engine import recovery
 from lat_core.engine.loop import Engine
-from lat_core.store import Store
+from lat_core.contract.journal import Store
 
 def crash(*args, **kwargs):  # the engine dies right after the attempt's end, before the requeue
     os._exit(9)
@@ -391,7 +391,7 @@ def test_a_job_stuck_running_without_an_attempt_can_be_requeued_and_runs_once(tm
 def test_the_detached_engine_survives_what_froze_the_queue_on_main(tmp_path):
     """The issue's own case: a null step, a string loss, a real-time signal death and a non-numeric
     memory event, under the real detached engine; the run drains and nothing runs twice."""
-    from lat_core.service import EngineLock, ensure_engine, open_store
+    from lat_core.front.service import EngineLock, ensure_engine, open_store
 
     state = tmp_path / "state"
     store = open_store(state)

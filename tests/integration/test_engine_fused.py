@@ -13,8 +13,8 @@ from lat_core.engine import groups
 from lat_core.engine.fusion import read_group_limit, read_group_ref
 from lat_core.engine.launch import launch
 from lat_core.engine.loop import Engine
-from lat_core.job_files import events_path
-from lat_core.store import Store
+from lat_core.contract.job_files import events_path
+from lat_core.contract.journal import Store
 from tests.conftest import fake_job
 from tests.helpers.fused import events_of, job_dir, saved_tiny_base
 from tests.helpers.journal import restore_journal, snapshot_journal

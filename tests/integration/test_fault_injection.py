@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from lat_core.service import EngineLock, ensure_engine, open_store
-from lat_core.store import JOB_FINAL
+from lat_core.front.service import EngineLock, ensure_engine, open_store
+from lat_core.contract.journal import JOB_FINAL
 from tests.conftest import fake_job
 
 CPU3 = {"id": "cpu", "label": "cpu", "slots": 3, "env": {"CUDA_VISIBLE_DEVICES": ""}}

@@ -4,7 +4,7 @@ exactly the losses they have alone."""
 import pytest
 
 from lat_core.config.job import load_config
-from lat_core.job_files import exit_record_path, read_exit
+from lat_core.contract.job_files import exit_record_path, read_exit
 from lat_core.train.fused.__main__ import main
 from tests.helpers.fused import events_of, job_dir, run_alone, saved_tiny_base
 

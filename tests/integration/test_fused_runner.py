@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lat_core.config.job import load_config
-from lat_core.job_files import cancel_marker_path, exit_record_path, read_exit
+from lat_core.contract.job_files import cancel_marker_path, exit_record_path, read_exit
 from lat_core.train.fused.__main__ import main, open_members, parse_args, start_group
 from lat_core.train.fused.runner import train_group
 from tests.helpers.fused import events_of, job_dir, run_alone, saved_tiny_base

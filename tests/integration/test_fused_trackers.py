@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from lat_core.config.job import load_config
-from lat_core.job_files import cancel_marker_path, exit_record_path, read_exit
+from lat_core.contract.job_files import cancel_marker_path, exit_record_path, read_exit
 from lat_core.train.fused.__main__ import main
 from lat_core.train.tracking import run_naming
 from tests.helpers.fused import ROOT, events_of, job_dir, run_alone, saved_tiny_base

@@ -4,7 +4,7 @@ job alone's peak x 8 (lat_core.engine.member_cost)."""
 
 import pytest
 
-from lat_core.devices import Device
+from lat_core.contract.devices import Device
 from lat_core.engine.admission import GiB, Admission, AdmissionPolicy
 from lat_core.engine.memory_prior import job_prior
 from lat_core.monitor.fake_nvml import FakeNvml

@@ -3,7 +3,7 @@ under it (plain), and on each member's row with the group's id (``--json``); no 
 
 import json
 
-from lat_core.states import JobState, RunState
+from lat_core.contract.states import JobState, RunState
 from lat_tui.json_views import JobView, from_json
 from tests.conftest import fake_job
 from tests.integration.test_cli_verbs import lat

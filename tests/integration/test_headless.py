@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lat_core.service import open_store
+from lat_core.front.service import open_store
 from lat_tui.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def test_gpus_on_a_machine_without_them_exit_2(tmp_path, configs, capsys, monkey
 def test_status_prints_the_latest_run_and_restarts_its_dead_engine(tmp_path, capsys):
     import time
 
-    from lat_core.service import EngineLock
+    from lat_core.front.service import EngineLock
 
     store = open_store(tmp_path / "state")
     run_id = store.create_run("p", str(tmp_path), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}],

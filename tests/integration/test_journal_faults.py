@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from lat_core.devices import cpu_device
-from lat_core.jobs import JobSpec
-from lat_core.journal_faults import WalLost
-from lat_core.plan import Plan
-from lat_core.service import (
+from lat_core.contract.devices import cpu_device
+from lat_core.front.jobs import JobSpec
+from lat_core.contract.journal_faults import WalLost
+from lat_core.front.plan import Plan
+from lat_core.front.service import (
     EngineLock,
     PreparedRun,
     create_run,

@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from lat_core.devices import cpu_device
-from lat_core.service import EngineLock, open_store
-from lat_core.store import Store
+from lat_core.contract.devices import cpu_device
+from lat_core.front.service import EngineLock, open_store
+from lat_core.contract.journal import Store
 from tests.conftest import fake_job, intervals, max_overlap
 from tests.integration.test_engine import drain
 
@@ -34,7 +34,7 @@ def test_two_runs_share_one_cpu_slot_and_both_get_memory_samples(tmp_path):
 
 
 def test_device_round_trips_through_the_journal(tmp_path):
-    from lat_core.devices import Device
+    from lat_core.contract.devices import Device
 
     store = Store(tmp_path / "journal.sqlite")
     gpu = Device("gpu3", "GPU 3 H100", 2, {"CUDA_VISIBLE_DEVICES": "GPU-x", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
@@ -107,8 +107,8 @@ def test_adding_jobs_a_live_run_already_has_writes_nothing_and_names_the_run(tmp
     from lat_core.config.paths import config_trees
     from lat_core.config.suites import SuiteRegistry
     from lat_core.errors import RunConflictError
-    from lat_core.plan import plan_from_mapping
-    from lat_core.service import create_run, jobs_to_add, prepare_run
+    from lat_core.front.plan import plan_from_mapping
+    from lat_core.front.service import create_run, jobs_to_add, prepare_run
 
     registry, state = SuiteRegistry(config_trees()), tmp_path / "state"
     plan = plan_from_mapping({"suites": [{"name": "demo"}], "pairs": ["1:tiny-sst2"], "gpus": "cpu",

@@ -12,7 +12,7 @@ import yaml
 from lat_core.engine.loop import Engine
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
-from lat_core.store import Store
+from lat_core.contract.journal import Store
 
 GPU = {"id": "gpu0", "index": 0, "uuid": "GPU-fake-0000", "label": "GPU 0", "slots": 2,
        "env": {"CUDA_VISIBLE_DEVICES": "GPU-fake-0000"}}

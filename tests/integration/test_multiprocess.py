@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from lat_core.engine.loop import Engine
-from lat_core.devices import Device
+from lat_core.contract.devices import Device
 from lat_core.engine.placement import distributed_argv, find_free_port, placements, slots_used
-from lat_core.rows import JobRow
+from lat_core.contract.rows import JobRow
 from tests.conftest import fake_job
 from tests.integration.test_engine import drain, make_run
 

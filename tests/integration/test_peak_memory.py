@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from lat_core.job_files import read_peak_usage
+from lat_core.contract.job_files import read_peak_usage
 from lat_core.results import aggregate
 from tests.conftest import fake_job
 from tests.integration.test_engine import drain, make_run

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lat_core.jobs import JobSpec, materialize, resolve_config
-from lat_core.plan import Plan
-from lat_core.service import ensure_engine, open_store
-from lat_core.store import JOB_FINAL
+from lat_core.front.jobs import JobSpec, materialize, resolve_config
+from lat_core.front.plan import Plan
+from lat_core.front.service import ensure_engine, open_store
+from lat_core.contract.journal import JOB_FINAL
 from lat_tui.control_cli import main as control_main
 from tests.conftest import fake_job
 from tests.integration.test_engine import CPU
@@ -166,7 +166,8 @@ def test_a_remedy_that_cannot_act_is_rejected_and_changes_nothing(tmp_path):
 @pytest.mark.slow
 def test_slurm_time_and_mem_remedies_change_the_next_submission(slurm_cluster, tmp_path):
     """On the local one-node cluster: each remedy's doubled limit is in the resubmitted job."""
-    from lat_core.engine.backends.slurm_states import parse_sacct, slurm_diagnosis, validate_options
+    from lat_core.config.slurm_options import validate_options
+    from lat_core.engine.backends.slurm_states import parse_sacct, slurm_diagnosis
     from lat_core.engine.loop import Engine
     from tests.integration.test_slurm import FIXTURES, drain, scontrol_job
 

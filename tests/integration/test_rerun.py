@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from lat_core.errors import OutputPathError
-from lat_core.rerun import job_env, prepare_rerun
-from lat_core.service import EngineLock, open_store
+from lat_core.front.rerun import job_env, prepare_rerun
+from lat_core.front.service import EngineLock, open_store
 from lat_core.train.record import DIFF_LIMIT, config_tree, mask_secrets
 from lat_tui.cli import main
 

@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lat_core.client import Client
+from lat_core.front.client import Client
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import ConfigError, PlanError
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
-from lat_core.service import EngineLock, prepare_run
+from lat_core.front.service import EngineLock, prepare_run
 from lat_core.train.pretrain_config import PretrainConfigError
 from lat_tui.cli import build_parser, main, plan_from_args
 
@@ -583,7 +583,7 @@ def test_email_yaml_notice_switches_and_transport_mean_what_the_runbook_says(con
     port 465 is implicit TLS, any other STARTTLS, logged in as the sender."""
     from lat_core.config.email_yaml import read_email_yaml, with_env_notices
     from lat_core.config.env import NOTICE_SWITCHES
-    from lat_core.engine.notify import Notices
+    from lat_core.notify import Notices
 
     settings = _email_yaml(tmp_path / "mail.yaml", 465)
     notify = with_env_notices({}, {"SWANLAB_EMAIL_YAML": str(settings)})

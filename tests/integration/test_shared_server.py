@@ -14,13 +14,13 @@ import yaml
 
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import OutputPathError
-from lat_core.jobs import expand, materialize
-from lat_core.job_files import PeakUsage, exit_record_path, write_peak_usage
+from lat_core.front.jobs import expand, materialize
+from lat_core.contract.job_files import PeakUsage, exit_record_path, write_peak_usage
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
-from lat_core.plan import plan_from_mapping
-from lat_core.runner import write_exit_record
-from lat_core.service import open_store, prepare_run
+from lat_core.front.plan import plan_from_mapping
+from lat_core.contract.jobdir import write_exit_record
+from lat_core.front.service import open_store, prepare_run
 from tests.unit.test_plan import configs  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,13 +12,13 @@ import pytest
 
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.slurm import SlurmBackend, SlurmError, find_submitted, job_name_for
-from lat_core.engine.backends.slurm_states import (double_mem, elapsed_seconds, option_problems, parse_sacct,
-                                                   parse_scontrol_job, slurm_diagnosis, slurm_failure, time_minutes,
-                                                   validate_options)
+from lat_core.config.slurm_options import double_mem, option_problems, time_minutes, validate_options
+from lat_core.engine.backends.slurm_states import (elapsed_seconds, parse_sacct, parse_scontrol_job, slurm_diagnosis,
+                                                   slurm_failure)
 from lat_core.engine.loop import Engine
 from lat_core.errors import PlanError
 from lat_core.engine.launch import read_exit_record
-from lat_core.store import Store
+from lat_core.contract.journal import Store
 from tests.conftest import ROOT, fake_job
 
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm"

@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from lat_core.engine.loop import Engine
-from lat_core.plan import Plan
-from lat_core.service import create_run, prepare_run
-from lat_core.store import Store
+from lat_core.front.plan import Plan
+from lat_core.front.service import create_run, prepare_run
+from lat_core.contract.journal import Store
 from lat_core.engine.warm import WarmStarter, can_fork
 from tests.helpers.titles import title_of
 

@@ -9,7 +9,7 @@ import pytest
 from lat_core.config.suites import SuiteRegistry
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
-from lat_core.service import open_store
+from lat_core.front.service import open_store
 from lat_tui.app import LatApp
 
 EXPERIMENT = """\

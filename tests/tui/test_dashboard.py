@@ -186,7 +186,7 @@ async def test_n_opens_plan_and_a_new_run_replaces_the_shown_one(make_app, journ
 
 
 def test_a_job_held_back_for_memory_says_why():
-    from lat_core.rows import JobRow
+    from lat_core.contract.rows import JobRow
     from lat_tui.widgets.job_detail import describe_job
 
     job = JobRow(1, 1, 1, "d_seed1/a", "s", 1, "a", 1, "d", "/o/a", "queued", None, 0, None, None, None,
@@ -206,7 +206,7 @@ async def test_job_names_say_model_config_seed_and_dataset(make_app, journal, tm
 
 
 def test_job_names_shrink_config_first_and_drop_the_model_last():
-    from lat_core.rows import JobRow
+    from lat_core.contract.rows import JobRow
     from lat_tui.columns import job_name
 
     job = JobRow(id=1, run_id=1, seq=1, key="k", suite="s", round=1, stem="gla_lora_r8_qkvo", seed=3,

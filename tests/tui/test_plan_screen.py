@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.widgets import Input, SelectionList, Static
 
-from lat_core.service import open_store
+from lat_core.front.service import open_store
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.screens.plan import PlanScreen
 

@@ -243,7 +243,7 @@ async def test_dashboard_R_opens_the_results_of_its_run(tmp_path):
     from lat_core.config.suites import SuiteRegistry
     from lat_core.monitor.fake_nvml import FakeNvml
     from lat_core.monitor.gpu import GpuProbe
-    from lat_core.service import open_store
+    from lat_core.front.service import open_store
     from lat_tui.app import LatApp
     from lat_tui.screens.results import ResultsScreen
 

@@ -25,7 +25,7 @@ def test_the_loss_check_asks_1e_2_of_the_early_steps_and_reports_the_whole_curve
 def test_each_side_sets_its_speed_modes_and_lat_leaves_them_to_the_defaults():
     from lat_core.config.paths import config_trees
     from lat_core.config.suites import SuiteRegistry
-    from lat_core.plan import plan_from_mapping
+    from lat_core.front.plan import plan_from_mapping
     args = Namespace(steps=3, suite="gla_rank_sweep", gpu=-1)
 
     def plan(side):

@@ -4,8 +4,8 @@ summary of a re-run whose jobs had succeeded before, the shared job table."""
 import io
 import re
 
-from lat_core.client import Client
-from lat_core.service import open_store
+from lat_core.front.client import Client
+from lat_core.front.service import open_store
 from lat_tui.columns import JOB_COLUMNS, plain_table
 from lat_tui.headless import summarize
 from lat_tui.status import job_notes

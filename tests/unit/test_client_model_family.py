@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lat_core.client import Client
-from lat_core.service import open_store
+from lat_core.front.client import Client
+from lat_core.front.service import open_store
 
 
 def add_job(state_dir, job_dir) -> int:

@@ -17,8 +17,8 @@ from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError, PlanError
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
-from lat_core.plan import Plan, load_plan
-from lat_core.service import prepare_run
+from lat_core.front.plan import Plan, load_plan
+from lat_core.front.service import prepare_run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = yaml.safe_load((ROOT / "configs" / "experiments" / "gla" / "tiny_lora_qkvo.yaml").read_text())

@@ -13,8 +13,8 @@ from lat_core.config.env import ENV_FIELDS, parse_env_value
 from lat_core.config.job import TrainConfigError, load_config, parse_config, resolve_max_steps
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import ConfigError, PlanError
-from lat_core.jobs import expand, materialize
-from lat_core.plan import plan_from_mapping
+from lat_core.front.jobs import expand, materialize
+from lat_core.front.plan import plan_from_mapping
 from tests.unit.test_plan import configs  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_resolved_marker_turns_the_environment_off(tmp_path):
     assert engine.sources == {}
 
 
-# ---------------------------------------------------------------- resolution in lat_core.jobs
+# ---------------------------------------------------------------- resolution in lat_core.front.jobs
 
 
 def test_each_source_of_a_bad_value_is_named(configs, tmp_path):

@@ -9,8 +9,8 @@ import yaml
 from lat_core.config.paths import SHIPPED, USER, config_trees, find_plan, shipped_configs
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import ConfigError
-from lat_core.jobs import expand
-from lat_core.plan import plan_from_mapping
+from lat_core.front.jobs import expand
+from lat_core.front.plan import plan_from_mapping
 from lat_core.config.job import parse_config
 from lat_core.config.peft_specs import load_peft_spec
 from lat_tui.cli import main

@@ -11,7 +11,7 @@ import pytest
 
 from lat_core.containment import Containment, ContainmentError, cgroup2_mount, contain, job_oom_kills
 from lat_core.engine.launch import read_containment
-from lat_core.runner import write_exit_record
+from lat_core.contract.jobdir import write_exit_record
 from lat_core.triage.hostoom import oom_kill_readings
 
 

@@ -7,7 +7,7 @@ from lat_core.results.render import report_markdown
 from lat_core.text import fmt_bytes
 from lat_core.triage.explain import cuda_oom_text
 from lat_tui.columns import usage_cells
-from lat_core.rows import JobRow
+from lat_core.contract.rows import JobRow
 from tests.unit.test_results import write_job
 
 MIB, GIB = 2**20, 2**30

@@ -1,14 +1,14 @@
-"""Front ends reach the core through lat_core.client only: no SQLite, no Store, no private names."""
+"""Front ends reach the core through lat_core.front.client only: no SQLite, no Store, no private names."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
-from lat_core.client import Client, CommandRow, NoRunError
+from lat_core.front.client import Client, CommandRow, NoRunError
 
 TUI = Path(__file__).resolve().parents[2] / "lat_tui"
-FORBIDDEN = ("sqlite3", "lat_core.store")
+FORBIDDEN = ("sqlite3", "lat_core.contract.journal")
 
 
 def imports(path: Path):
@@ -40,7 +40,7 @@ def test_client_reads_commands_back_typed(tmp_path):
     client = Client(tmp_path / "state")
     with pytest.raises(NoRunError, match="no run yet"):
         client.resolve_run()
-    from lat_core.service import open_store
+    from lat_core.front.service import open_store
 
     store = open_store(tmp_path / "state")
     run_id = store.create_run("plan: x\nenv: {HP_LR: '0.1'}\n", str(tmp_path), [{"id": "cpu", "slots": 1, "env": {}}], 0)

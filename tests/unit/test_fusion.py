@@ -8,14 +8,14 @@ import yaml
 
 from lat_core.config.job import parse_config
 from lat_core.config.fuse import fuse_key, refusal
-from lat_core.devices import Device
+from lat_core.contract.devices import Device
 from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.memory_prior import job_prior
 from lat_core.engine.fusion import (GroupLimit, GroupRef, group_argv, group_limit_path, job_fuse_key, old_runs_alone_path,
                                     read_group_limit, read_group_ref, smaller_limit, write_group_limit, write_group_ref)
 from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
-from lat_core.rows import JobRow
-from lat_core.store import Store
+from lat_core.contract.rows import JobRow
+from lat_core.contract.journal import Store
 from lat_core.train.fused.__main__ import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]

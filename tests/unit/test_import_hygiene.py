@@ -38,9 +38,9 @@ def test_tui_imports_no_heavy_ml():
 
 
 def test_attaching_to_a_run_does_not_load_the_plan_model():
-    """The plan screen and lat_core.plan (pydantic, triage, notifications: ~0.4 s of imports) load
+    """The plan screen and lat_core.front.plan (pydantic, triage, notifications: ~0.4 s of imports) load
     when a plan is asked for; the dashboard's first frame does without them."""
     code = ("import sys, lat_tui.app, lat_tui.screens.dashboard\n"
-            "print(' '.join(m for m in ('lat_core.plan', 'lat_tui.screens.plan', 'pydantic') if m in sys.modules))")
+            "print(' '.join(m for m in ('lat_core.front.plan', 'lat_tui.screens.plan', 'pydantic') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == []

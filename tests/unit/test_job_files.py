@@ -1,4 +1,4 @@
-"""The event schema and the bounded readers of a job's folder (lat_core.job_files)."""
+"""The event schema and the bounded readers of a job's folder (lat_core.contract.job_files)."""
 
 import json
 import signal
@@ -6,7 +6,7 @@ import tracemalloc
 
 import pytest
 
-from lat_core.job_files import (
+from lat_core.contract.job_files import (
     MAX_EVENT_BYTES, BadEvent, EventTail, MemoryEvent, StepEvent, describe_exit, exit_record_path, finished_since,
     has_finished, last_progress, memory_event_peak, parse_event, read_exit, read_pid_record, signal_name,
 )
@@ -144,9 +144,9 @@ def test_memory_event_peak_takes_the_last_valid_memory_event(tmp_path):
 
 
 def test_states_keep_their_journal_text_and_rows_are_typed_however_built(tmp_path):
-    from lat_core.rows import JobRow
-    from lat_core.states import JOB_FINAL, JobState, RunState
-    from lat_core.store import Store
+    from lat_core.contract.rows import JobRow
+    from lat_core.contract.states import JOB_FINAL, JobState, RunState
+    from lat_core.contract.journal import Store
 
     store = Store(tmp_path / "journal.sqlite")
     run_id = store.create_run("plan: x", str(tmp_path), [], 0.0)

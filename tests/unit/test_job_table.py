@@ -7,14 +7,14 @@ import dataclasses
 
 import pytest
 
-from lat_core.client import Client
+from lat_core.front.client import Client
 from lat_core.config.suites import SuiteRegistry
 from lat_core.config.paths import config_trees
-from lat_core.plan import plan_from_mapping
-from lat_core.rows import SUMMARY_COLUMNS, JobRow, JobSummary
-from lat_core.service import create_run, open_store, prepare_run
-from lat_core.states import JobState
-from lat_core.store import Store
+from lat_core.front.plan import plan_from_mapping
+from lat_core.contract.rows import SUMMARY_COLUMNS, JobRow, JobSummary
+from lat_core.front.service import create_run, open_store, prepare_run
+from lat_core.contract.states import JobState
+from lat_core.contract.journal import Store
 
 
 def job(key: str, **extra) -> dict:

@@ -2,7 +2,7 @@
 
 import json
 
-from lat_core.client import resumable_checkpoints
+from lat_core.front.client import resumable_checkpoints
 from lat_core.contract.jobdir import JobDir
 
 

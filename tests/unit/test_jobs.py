@@ -7,8 +7,8 @@ import yaml
 
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import OutputPathError
-from lat_core.jobs import expand, materialize, safe_component
-from lat_core.plan import plan_from_mapping
+from lat_core.front.jobs import expand, materialize, safe_component
+from lat_core.front.plan import plan_from_mapping
 from tests.unit.test_plan import configs  # noqa: F401  (fixture)
 
 

@@ -8,11 +8,11 @@ never saw the engine's later writes)."""
 import subprocess
 import sys
 
-from lat_core.service import open_store
+from lat_core.front.service import open_store
 
 WRITER = """
 import sys
-from lat_core.service import open_store
+from lat_core.front.service import open_store
 store = open_store(__import__("pathlib").Path(sys.argv[1]))
 store.set_run_state(int(sys.argv[2]), sys.argv[3], "by another process")
 store.close()

@@ -35,7 +35,7 @@ def banned(path: str, statement: str) -> bool:
     ("lat_tui/x.py", "from lat_core.engine.loop import Engine"),
     ("lat_tui/screens/x.py", "from lat_core.config.job import JobConfig; from lat_core.train.loop import train"),
     ("lat_tui/x.py", "import sqlite3"),
-    ("lat_tui/widgets/x.py", "from lat_core.store import Store"),
+    ("lat_tui/widgets/x.py", "from lat_core.contract.journal import Store"),
 ])
 def test_layer_bans_fire(path, statement):
     assert banned(path, statement)
@@ -46,7 +46,7 @@ def test_layer_bans_fire(path, statement):
     ("lat_core/train/x.py", "from peft import LoraConfig"),
     ("lat_tui/x.py", "from textual.app import App"),
     ("lat_core/engine/x.py", "from lat_core.triage import classify"),
-    ("lat_tui/x.py", "from lat_core.client import Client"),
+    ("lat_tui/x.py", "from lat_core.front.client import Client"),
     ("tests/x.py", "import torch"),
 ])
 def test_allowed_imports_pass(path, statement):

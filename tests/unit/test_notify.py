@@ -18,7 +18,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from lat_core.engine.notify import (KINDS, NoticeError, Notices, SmtpNotifier, WebhookNotifier,
+from lat_core.notify import (KINDS, NoticeError, Notices, SmtpNotifier, WebhookNotifier,
                              mask_url)
 
 PASSWORD = "s3cr3t-Pa55word"

@@ -6,9 +6,9 @@ import pytest
 
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import JournalError, OutputPathError
-from lat_core.jobs import expand, job_mode
-from lat_core.plan import plan_from_mapping
-from lat_core.service import open_store, prepare_run
+from lat_core.front.jobs import expand, job_mode
+from lat_core.front.plan import plan_from_mapping
+from lat_core.front.service import open_store, prepare_run
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
 from tests.unit.test_plan import configs  # noqa: F401  (fixture)
@@ -80,7 +80,7 @@ def test_succeeded_jobs_are_not_rerun_and_resume_adds_the_flag(configs, tmp_path
 
 
 def test_unwritable_job_directory_is_a_clear_error(configs, tmp_path):
-    from lat_core.jobs import materialize
+    from lat_core.front.jobs import materialize
 
     job = expand(plan_for(configs, tmp_path / "o"), SuiteRegistry(configs))[0]
     job.job_dir.parent.mkdir(parents=True)
@@ -93,7 +93,7 @@ def test_unwritable_job_directory_is_a_clear_error(configs, tmp_path):
 def test_a_journal_from_an_older_version_is_upgraded_in_place(tmp_path):
     import sqlite3
 
-    from lat_core.store import Store
+    from lat_core.contract.journal import Store
 
     old = sqlite3.connect(tmp_path / "journal.sqlite")
     old.executescript("""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from lat_core import runner
+from lat_core.runner import detached as runner
 from lat_core.containment import Containment
-from lat_core.job_files import (PeakUsage, pid_file_path, read_peak_usage, read_pid_record, usage_path,
+from lat_core.contract.job_files import (PeakUsage, pid_file_path, read_peak_usage, read_pid_record, usage_path,
                                 write_peak_usage)
 
 

@@ -7,7 +7,7 @@ import yaml
 
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import PlanError
-from lat_core.plan import load_plan
+from lat_core.front.plan import load_plan
 from lat_tui.cli import build_parser, plan_from_args
 
 
@@ -151,7 +151,7 @@ def test_plan_file_plus_flag_overrides(tmp_path, configs):
 
 
 def test_slots_default_to_auto_one_job_per_core_each_gpu_has_capped():
-    from lat_core.plan import AUTO_SLOTS_CAP, Plan, auto_gpu_slots
+    from lat_core.front.plan import AUTO_SLOTS_CAP, Plan, auto_gpu_slots
 
     plan = Plan(suites=["demo"], pairs=["1:tiny-sst2"], gpus=[0, 1])
     assert plan.slots == "auto"

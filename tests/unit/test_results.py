@@ -259,7 +259,7 @@ def test_cli_errors_are_exit_codes(tree, tmp_path, capsys):
 
 
 def test_results_import_is_light():
-    code = ("import sys, lat_core.results, lat_core.results.plots, lat_core.engine.notify\n"
+    code = ("import sys, lat_core.results, lat_core.results.plots, lat_core.notify\n"
             "print(sorted(m for m in ('matplotlib', 'torch', 'textual', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -6,7 +6,7 @@ import yaml
 
 from lat_core.config.job import TrainConfigError, load_config, parse_config
 from lat_core.config.suites import SuiteRegistry
-from lat_core.jobs import expand, materialize
+from lat_core.front.jobs import expand, materialize
 from tests.unit.test_jobs import make_plan
 from tests.unit.test_plan import configs  # noqa: F401  (fixture)
 

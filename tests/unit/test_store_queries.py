@@ -2,7 +2,7 @@
 
 import pytest
 
-from lat_core.store import Store
+from lat_core.contract.journal import Store
 
 
 def job(key: str) -> dict:

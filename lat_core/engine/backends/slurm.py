@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 
 from lat_core.engine.backends.slurm_array import array_script, marker_path, read_marker, split_envs, task_id
-from lat_core.engine.backends.slurm_states import (SlurmOptions, is_active, parse_sacct, parse_scontrol_job,
-                                            slurm_diagnosis, slurm_failure, validate_options)
+from lat_core.config.slurm_options import SlurmOptions, validate_options
+from lat_core.engine.backends.slurm_states import (is_active, parse_sacct, parse_scontrol_job, slurm_diagnosis,
+                                                   slurm_failure)
 from lat_core.engine.launch import Launched, LaunchSpec
 from lat_core.engine.backends.base import Backend
 

@@ -1,4 +1,4 @@
-"""Pure helpers of the Slurm backend: plan options, Slurm job states and what they mean for triage.
+"""Pure helpers of the Slurm backend: Slurm job states and what they mean for triage.
 
 Nothing here runs a Slurm command, so all of it is tested without a cluster (sacct/squeue output
 fixtures in ``tests/fixtures/slurm``).
@@ -7,9 +7,8 @@ fixtures in ``tests/fixtures/slurm``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
-from lat_core.errors import PlanError
+from lat_core.config.slurm_options import SlurmOptions, double_mem, time_minutes
 from lat_core.triage.classes import FailureClass as F
 from lat_core.triage.model import Diagnosis, Remedy
 
@@ -33,10 +32,6 @@ FAILURES = {
     "FAILED": (F.EXIT_CODE, "Exited non-zero under Slurm"),
     "COMPLETED": (F.OK, "Completed"),
 }
-
-GRES_KINDS = ("gpu", "shard", "auto", "none")
-_TIME = re.compile(r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")
-_MEM = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
 
 
 def normalize_state(state: str) -> str:
@@ -135,98 +130,3 @@ def _remedies(cls: F, options: "SlurmOptions | None", elapsed_s: int | None = No
     if cls in (F.NODE_FAIL, F.PREEMPTED):
         return (Remedy("requeue", "requeue the job (nothing in it was at fault)", "none", {}),)
     return ()
-
-
-def time_minutes(text: str) -> int:
-    """Slurm's time formats (``90``, ``90:30``, ``1:30:00``, ``2-00:00:00``, ``2-12``) in whole
-    minutes, a started minute counted."""
-    days, _, clock = text.partition("-") if "-" in text else ("0", "", text)
-    parts = [int(p) for p in clock.split(":")]
-    if "-" in text:  # D-HH[:MM[:SS]]
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-    elif len(parts) == 3:  # HH:MM:SS
-        hours, minutes, seconds = parts
-    else:  # MM[:SS]
-        hours, minutes, seconds = 0, parts[0], (parts + [0])[1]
-    return int(days) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
-
-
-def double_mem(text: str) -> str:
-    number, unit = re.match(r"^(\d+)([KMGT]?)$", text.upper()).groups()
-    return f"{2 * int(number)}{unit}"
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """``plan.slurm``: where and with what resources each job is submitted."""
-
-    partition: str | None = None
-    account: str | None = None
-    time: str | None = None
-    mem: str | None = None
-    cpus_per_task: int | None = None
-    gres: str = "gpu"
-    gpus_per_job: int = 1
-    extra_args: tuple[str, ...] = field(default_factory=tuple)
-    array: bool = False
-
-    def sbatch_args(self, gres_request: str | None) -> list[str]:
-        args = [f"--{flag}={value}" for flag, value in (
-            ("partition", self.partition), ("account", self.account), ("time", self.time),
-            ("mem", self.mem), ("cpus-per-task", self.cpus_per_task), ("gres", gres_request),
-        ) if value]
-        return [*args, *self.extra_args]
-
-
-def validate_options(options: dict, where: str | None = None) -> SlurmOptions:
-    """Check ``plan.slurm``; every problem is named ``plan field 'slurm.<x>'``."""
-    problems: list[str] = []
-    known = set(SlurmOptions.__dataclass_fields__)
-    for key in sorted(set(options) - known):
-        problems.append(f"plan field 'slurm.{key}': unknown option (known: {', '.join(sorted(known))})")
-    clean = {k: v for k, v in options.items() if k in known and v is not None}
-    for key in ("partition", "account"):
-        if key in clean and (not isinstance(clean[key], str) or not clean[key].strip()):
-            problems.append(f"plan field 'slurm.{key}': expected a non-empty name, got {clean[key]!r}")
-    if "time" in clean:
-        clean["time"] = str(clean["time"]).strip()
-        if not _TIME.match(clean["time"]):
-            problems.append(f"plan field 'slurm.time': expected minutes, HH:MM:SS or D-HH:MM:SS, "
-                            f"got {options['time']!r}")
-    if "mem" in clean:
-        clean["mem"] = str(clean["mem"]).strip().upper()
-        if not _MEM.match(clean["mem"]) or clean["mem"].rstrip("KMGT") in ("", "0"):
-            problems.append(f"plan field 'slurm.mem': expected a size like 16G or 4000M, got {options['mem']!r}")
-    for key in ("cpus_per_task", "gpus_per_job"):
-        if key in clean and (isinstance(clean[key], bool) or not isinstance(clean[key], int) or clean[key] < 1):
-            problems.append(f"plan field 'slurm.{key}': expected a whole number >= 1, got {clean[key]!r}")
-    if clean.get("gres", "gpu") not in GRES_KINDS:
-        problems.append(f"plan field 'slurm.gres': expected one of {', '.join(GRES_KINDS)}, got {clean['gres']!r}")
-    elif clean.get("gres") in ("shard", "auto") and clean.get("gpus_per_job", 1) != 1 and \
-            isinstance(clean.get("gpus_per_job"), int):
-        problems.append("plan field 'slurm.gpus_per_job': a job on a shard uses one GPU share; "
-                        "use gres: gpu for multi-GPU jobs")
-    extra = clean.get("extra_args", [])
-    if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or \
-            not all(isinstance(a, str) and a.startswith("-") for a in extra):
-        problems.append(f"plan field 'slurm.extra_args': expected a list of sbatch options like "
-                        f"['--qos=high'], got {extra!r}")
-    else:
-        clean["extra_args"] = tuple(extra)
-    if "array" in clean and not isinstance(clean["array"], bool):
-        problems.append(f"plan field 'slurm.array': expected true or false (true: the jobs admitted together "
-                        f"are one sbatch job array), got {clean['array']!r}")
-    if problems:
-        raise PlanError(problems, where=where)
-    return SlurmOptions(**clean)
-
-
-def option_problems(options: dict) -> list[str]:
-    """The problems of ``plan.slurm`` as lines, for plan validation that gathers every problem."""
-    if not isinstance(options, dict):
-        return [f"plan field 'slurm': expected a mapping of Slurm options, got {type(options).__name__}"]
-    try:
-        validate_options(options)
-    except PlanError as exc:
-        return exc.problems
-    return []

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from lat_core.job_files import TRAIN_LOG, cancel_marker_path, exit_record_path
+from lat_core.contract.job_files import TRAIN_LOG, cancel_marker_path, exit_record_path
 from . import members as M
 from .stacked import BatchLayout
 
@@ -101,7 +101,7 @@ class MemberOut:
         self.close()
 
     def _write_exit_record(self, returncode: int, why: str) -> None:
-        from lat_core.runner import write_exit_record
+        from lat_core.contract.jobdir import write_exit_record
         path = exit_record_path(self.job_dir, self.attempt)
         path.parent.mkdir(parents=True, exist_ok=True)
         peak = int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else 0

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from lat_core.job_files import TRAIN_LOG
+from lat_core.contract.job_files import TRAIN_LOG
 from ..tracking import Trackers
 
 WRITER_WAIT_S = 120.0   # how long the group waits at its end for a writer to close its runs

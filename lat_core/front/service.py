@@ -18,31 +18,21 @@ from typing import TYPE_CHECKING
 from lat_core.config.env import MASK, mask_env, shell_overrides
 from lat_core.config.paths import config_trees
 from lat_core.config.suites import SuiteRegistry
-from lat_core.devices import Device, resolve_devices
+from lat_core.contract.devices import Device
+from lat_core.front.devices import resolve_devices
 from lat_core.errors import JournalError, OutputPathError, PlanError
 from lat_core.monitor.gpu import GpuProbe
-from lat_core.journal_faults import check_space, clear_fault, explain, journal_faults, read_fault
-from lat_core.run_secrets import SECRETS_NAME, SecretFile, collect, create_private, secure_state_dir
-from lat_core.run_guard import check_no_live_overlap, creation_lock
+from lat_core.contract.journal_faults import check_space, clear_fault, explain, journal_faults, read_fault
+from lat_core.contract.run_secrets import SecretFile, collect, create_private
+from lat_core.front.run_guard import check_no_live_overlap, creation_lock
 from lat_core.safe_files import check_state_dir, prepare_output_root
-from lat_core.states import JobState
-from lat_core.store import Store
+from lat_core.contract.states import JobState
+from lat_core.contract.journal import Store
+from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store  # noqa: F401  (front ends' names)
 
 if TYPE_CHECKING:  # the plan and job expansion load pydantic: front ends that only read state never need them
-    from lat_core.jobs import JobSpec
-    from lat_core.plan import Plan
-
-JOURNAL_NAME = "journal.sqlite"
-LOCK_NAME = "engine.lock"
-PRIVATE_FILES = (JOURNAL_NAME, f"{JOURNAL_NAME}-wal", f"{JOURNAL_NAME}-shm", SECRETS_NAME, "engine.log")
-
-
-def default_state_dir() -> Path:
-    env = os.environ.get("LAT_STATE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "lat"
+    from lat_core.front.jobs import JobSpec
+    from lat_core.front.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -55,7 +45,7 @@ class PreparedRun:
 def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: GpuProbe | None = None,
                 environ: dict[str, str] | None = None) -> PreparedRun:
     """Resolve devices and expand jobs without touching the journal or the disk."""
-    from lat_core.jobs import expand
+    from lat_core.front.jobs import expand
 
     registry = registry or SuiteRegistry(config_trees())
     environ = dict(os.environ if environ is None else environ)
@@ -73,7 +63,7 @@ def with_shell_notices(plan: Plan, environ: dict[str, str]) -> Plan:
     file or value stops the run before anything starts."""
     from lat_core.config.email_yaml import with_env_notices
     from lat_core.config.env import EnvValueError
-    from lat_core.engine.notify import Notices
+    from lat_core.notify import Notices
 
     merged = {**plan.env, **environ}
     try:
@@ -129,7 +119,7 @@ def _write_run(store: Store, prepared: PreparedRun, now: float | None) -> int:
 
 def _materialize(job: JobSpec) -> None:
     """The job's folder, or an OutputPathError naming it (a full or read-only output root)."""
-    from lat_core.jobs import materialize
+    from lat_core.front.jobs import materialize
 
     try:
         materialize(job)
@@ -168,8 +158,8 @@ def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry,
     already owns one of their folders: writing its job.yaml would change a running job's config."""
     import yaml
 
-    from lat_core.jobs import expand
-    from lat_core.plan import plan_from_mapping
+    from lat_core.front.jobs import expand
+    from lat_core.front.plan import plan_from_mapping
 
     data = yaml.safe_load(run.plan_yaml)
     data["suites"] = [{"name": n, "rounds": rounds} for n in suites]
@@ -195,52 +185,6 @@ def _materialize_all(jobs: list[JobSpec]) -> None:
 
 
 # ---------------------------------------------------------------- the detached engine
-
-
-class EngineLock:
-    """An exclusive flock on ``<state_dir>/engine.lock``: one engine per state directory."""
-
-    def __init__(self, state_dir: Path):
-        self.path = Path(state_dir) / LOCK_NAME
-        self._fh = None
-
-    def acquire(self, timeout: float = 1.0) -> bool:
-        """Retries briefly: a front end's :meth:`is_held` probe holds the lock for an instant."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")
-        deadline = time.time() + timeout
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.time() >= deadline:
-                    fh.close()
-                    return False
-                time.sleep(0.05)
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        self._fh = fh
-        return True
-
-    def release(self) -> None:
-        if self._fh:
-            self._fh.close()
-            self._fh = None
-
-    def is_held(self) -> bool:
-        """True when another process (an engine) holds the lock."""
-        if not self.path.exists():
-            return False
-        with open(self.path, "a+") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            return False
 
 
 def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_s: float = 15.0):
@@ -286,16 +230,3 @@ def _raise_if_failed(proc, state_dir: Path) -> None:
     if proc.poll() not in (None, 0):
         fault = read_fault(state_dir) or f"the engine exited with status {proc.returncode}; see {state_dir / 'engine.log'}"
         raise JournalError(f"the engine cannot run: {fault}", where=str(state_dir))
-
-
-def open_store(state_dir: Path) -> Store:
-    """The state directory's journal; the directory private (0700) and its files 0600."""
-    try:
-        with journal_faults(Path(state_dir) / JOURNAL_NAME):
-            secure_state_dir(Path(state_dir), PRIVATE_FILES)
-            create_private(Path(state_dir) / JOURNAL_NAME)
-        return Store(Path(state_dir) / JOURNAL_NAME)
-    except JournalError:
-        raise
-    except OSError as exc:
-        raise JournalError(f"cannot open state directory: {exc.strerror}", where=str(state_dir)) from exc

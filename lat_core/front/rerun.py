@@ -19,13 +19,13 @@ from pydantic import ValidationError
 
 from lat_core.config.env import MASK, shell_overrides
 from lat_core.config.job import TrainConfigError, parse_config
-from lat_core.devices import resolve_devices
+from lat_core.front.devices import resolve_devices
 from lat_core.errors import ConfigError, OutputPathError, PlanError
-from lat_core.jobs import JobSpec, safe_component
+from lat_core.front.jobs import JobSpec, safe_component
 from lat_core.monitor.gpu import GpuProbe
-from lat_core.plan import Pair, Plan, SuiteRef
+from lat_core.front.plan import Pair, Plan, SuiteRef
 from lat_core.safe_files import check_output_root
-from lat_core.service import PreparedRun
+from lat_core.front.service import PreparedRun
 
 SUITE = "rerun"   # the suite name the new run files the job under
 

@@ -1,4 +1,4 @@
-"""Immutable rows read from the journal (see :mod:`lat_core.store`)."""
+"""Immutable rows read from the journal (see :mod:`lat_core.contract.journal`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 import time
 from dataclasses import dataclass, field, fields
 
-from lat_core.devices import Device
+from lat_core.contract.devices import Device
 
-from lat_core.states import JobState, RunState
+from lat_core.contract.states import JobState, RunState
 
 
 @dataclass(frozen=True)

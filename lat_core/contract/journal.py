@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from lat_core.devices import Device
+from lat_core.contract.devices import Device
 from lat_core.errors import JournalError
-from lat_core.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
-from lat_core.rows import (
+from lat_core.contract.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
+from lat_core.contract.rows import (
     GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition, job_row,
     job_summary, run_row,
 )
-from lat_core.states import ENGINE_ERROR, ENGINE_RECOVERED, JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
+from lat_core.contract.states import ENGINE_ERROR, ENGINE_RECOVERED, JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

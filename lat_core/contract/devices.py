@@ -1,4 +1,5 @@
-"""Devices a run schedules on: the ``Device`` type, and a plan's ``gpus`` + ``slots`` resolved into them.
+"""Devices a run schedules on: the ``Device`` type the journal keeps (a plan's ``gpus`` + ``slots``
+are resolved into them by :mod:`lat_core.front.devices`).
 
 GPUs are addressed by UUID in ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``) when
 NVML knows them, so NVML's and CUDA's numbering can never disagree.
@@ -10,13 +11,9 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from lat_core.errors import GpuError, JournalError
-
-if TYPE_CHECKING:  # the journal's rows import Device: keep this module free of the plan's imports
-    from lat_core.monitor.gpu import GpuSnapshot
-    from lat_core.plan import Plan
+from lat_core.errors import JournalError
 
 CPU_ID = "cpu"
 
@@ -32,7 +29,7 @@ class Device:
     index: int | None = None
     uuid: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))  # frozen means frozen
 
     @property
@@ -64,24 +61,3 @@ class Device:
 
 def cpu_device(slots: int) -> Device:
     return Device(CPU_ID, "cpu", slots, {"CUDA_VISIBLE_DEVICES": ""})
-
-
-def resolve_devices(plan: Plan, snapshot: GpuSnapshot) -> list[Device]:
-    """One Device per plan device: id (shown), slots, and the env that pins a job to it."""
-    slots = plan.slot_plan()
-    if plan.gpus == "cpu":
-        return [cpu_device(slots[0])]
-    if not snapshot.available:
-        raise GpuError(f"the plan names GPUs {plan.gpus} but {snapshot.reason}; use 'gpus: cpu' on this machine")
-    missing = [g for g in plan.gpus if snapshot.by_index(g) is None]
-    if missing:
-        have = ", ".join(str(g.index) for g in snapshot.gpus)
-        raise GpuError(f"GPU {missing[0]} does not exist (this machine has GPUs {have})", where="plan field 'gpus'")
-    return [_gpu_device(snapshot.by_index(g), n) for g, n in zip(plan.gpus, slots)]
-
-
-def _gpu_device(gpu, slots: int) -> Device:
-    visible = gpu.uuid or str(gpu.index)
-    return Device(id=f"gpu{gpu.index}", label=f"GPU {gpu.index} {gpu.name}", slots=slots,
-                  env={"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-                  index=gpu.index, uuid=gpu.uuid)

@@ -23,8 +23,8 @@ from lat_core.config import yaml_text
 from lat_core.config.suites import SuiteRegistry
 from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import ConfigError, OutputPathError
-from lat_core.job_files import events_path, has_finished
-from lat_core.plan import Plan
+from lat_core.contract.job_files import events_path, has_finished
+from lat_core.front.plan import Plan
 from lat_core.safe_files import escape_problem, write_files
 from lat_core.text import shorten
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lat_core.errors import JournalError, RunConflictError
-from lat_core.store import Store
+from lat_core.contract.journal import Store
 
 CREATE_LOCK_NAME = "create.lock"
 

@@ -18,13 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
 from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, mask_env, parse_env_value
-from lat_core.engine.notify import mask_url
+from lat_core.notify import mask_url
 from lat_core.config.suites import SuiteRegistry
 from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import LatError, PlanError
-from lat_core.plan_problems import Found, bounded, problem_lines
+from lat_core.front.plan_problems import Found, bounded, problem_lines
 from lat_core.text import shorten
-from lat_core.plan_retries import OnFailure
+from lat_core.front.plan_retries import OnFailure
 from lat_core.safe_files import escape_problem
 
 AUTO_REMEDIES = ("expandable_segments", "smaller_micro_batch", "gradient_checkpointing", "fewer_workers",
@@ -89,7 +89,7 @@ class Plan(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     output_root: str = Field(default="runs", min_length=1)
     overrides: dict = Field(default_factory=dict)
-    notify: dict = Field(default_factory=dict)  # see lat_core.engine.notify: email / webhook / on
+    notify: dict = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
     gpus_per_job: int = Field(default=1, ge=1, le=64)  # gang-scheduled; configs may set their own
     min_free_gb: float = Field(default=0.0, ge=0)  # a GPU with less free memory takes no new job
     backend: Literal["local", "slurm"] = "local"
@@ -208,7 +208,7 @@ class Plan(BaseModel):
 
 def _mask_secrets(node):
     """A saved plan never holds a credential: their values live in the state directory's 0600
-    secrets file (:mod:`lat_core.run_secrets`); ``password_env`` names a variable and stays."""
+    secrets file (:mod:`lat_core.contract.run_secrets`); ``password_env`` names a variable and stays."""
     if isinstance(node, dict):
         return {k: (MASK if is_secret(str(k)) and not str(k).endswith("_env") else _mask_secrets(v))
                 for k, v in node.items()}
@@ -292,7 +292,7 @@ def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path |
     if plan.resume and plan.overwrite:
         problems.append("fields 'resume' and 'overwrite' exclude each other")
     if plan.backend == "slurm" or plan.slurm:
-        from lat_core.engine.backends.slurm_states import option_problems
+        from lat_core.config.slurm_options import option_problems
 
         problems += option_problems(plan.slurm)
     if problems:

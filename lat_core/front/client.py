@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lat_core.errors import JournalError
-from lat_core.job_files import resumable_checkpoints
-from lat_core.journal_faults import journal_faults
-from lat_core.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
-from lat_core.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
+from lat_core.contract.job_files import resumable_checkpoints
+from lat_core.contract.journal_faults import journal_faults
+from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
+from lat_core.front.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
                               jobs_to_add, open_store, prepare_run)
-from lat_core.states import JOB_UNFINISHED
-from lat_core.store import JOB_FINAL, RUN_ACTIVE, Store
+from lat_core.contract.states import JOB_UNFINISHED
+from lat_core.contract.journal import JOB_FINAL, RUN_ACTIVE, Store
 
 if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
-    from lat_core.plan import Plan
+    from lat_core.front.plan import Plan
 
 __all__ = ["Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine", "plan_env_of",
            "resumable_checkpoints", "resolve_state_dir"]
@@ -261,7 +261,7 @@ def mail_notice(yaml_path: str | Path, kind: str, subject: str, body: str) -> tu
     """One notice mailed with the settings of a SwanLab e-mail YAML (``lat-tui notify``, the old
     ``email_notify`` script): (delivered, recipients). A failure is logged without the password."""
     from lat_core.config.email_yaml import read_email_yaml
-    from lat_core.engine.notify import smtp_from_mapping
+    from lat_core.notify import smtp_from_mapping
 
     notifier = smtp_from_mapping(read_email_yaml(yaml_path), {})
     return notifier.send(kind, subject, body), notifier.to

@@ -23,20 +23,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from lat_core.containment import (TERM_GRACE_S, Containment, ContainmentError, contain, enter, job_oom_kills,
                                   release, stop_tree)
+from lat_core.contract.jobdir import write_exit_record
 from lat_core.errors import OutputPathError
-from lat_core.safe_files import ensure_folder, job_folder_of, replace_file
+from lat_core.safe_files import ensure_folder, job_folder_of
 from lat_core.titles import runner_title, set_title
-
-
-def write_exit_record(path: str, record: dict) -> None:
-    """On disk before it is renamed into place, inside the job's real folder (lat_core.safe_files)."""
-    replace_file(Path(path), json.dumps(record).encode(), durable=True)
 
 
 def _own_start_time() -> float:
@@ -184,6 +179,3 @@ def _record_exit(exit_file: str, pid: int, started: float, returncode: int, max_
     }
     write_exit_record(exit_file, record)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

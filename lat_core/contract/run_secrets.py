@@ -22,7 +22,7 @@ from lat_core.safe_files import check_state_dir
 
 SECRETS_NAME = "secrets.json"
 FILE_MODE, DIR_MODE = 0o600, 0o700
-# variables the notice settings read from the environment (lat_core.engine.notify)
+# variables the notice settings read from the environment (lat_core.notify)
 NOTICE_ENV = ("LAT_SMTP_HOST", "LAT_SMTP_PORT", "LAT_SMTP_USER", "LAT_SMTP_PASSWORD", "LAT_NOTIFY_TO",
               "LAT_SMTP_FROM", "LAT_WEBHOOK_URL")
 
@@ -41,18 +41,18 @@ class RunSecrets:
     def __repr__(self) -> str:  # a repr ends up in logs and tracebacks
         return f"RunSecrets(env={sorted(self.env)}, notify={bool(self.notify)}, notify_env={sorted(self.notify_env)})"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, dict[str, Any]]:
         return {"env": dict(self.env), "notify": dict(self.notify), "notify_env": dict(self.notify_env)}
 
     @classmethod
-    def from_json(cls, data: Mapping, *, where: str) -> RunSecrets:
+    def from_json(cls, data: Mapping[str, Any], *, where: str) -> RunSecrets:
         if not isinstance(data, Mapping) or not all(isinstance(data.get(k, {}), Mapping) for k in ("env", "notify", "notify_env")):
             raise JournalError("a run's secrets are not a mapping of env / notify / notify_env", where=where)
         return cls({str(k): str(v) for k, v in (data.get("env") or {}).items()}, dict(data.get("notify") or {}),
                    {str(k): str(v) for k, v in (data.get("notify_env") or {}).items()})
 
 
-def collect(job_envs: Iterable[Mapping[str, str]], notify: Mapping | None, environ: Mapping[str, str]) -> RunSecrets:
+def collect(job_envs: Iterable[Mapping[str, str]], notify: Mapping[str, Any] | None, environ: Mapping[str, str]) -> RunSecrets:
     """The secrets a new run needs: secret variables of its jobs' env, its notice settings and the
     variables those settings read (``password_env`` and the ``LAT_*`` notice variables)."""
     env = {k: v for job_env in job_envs for k, v in job_env.items() if is_secret(k) and v and v != MASK}
@@ -90,7 +90,7 @@ class SecretFile:
         entry = self._read().get(str(run_id))
         return RunSecrets.from_json(entry, where=f"{self.path} (run {run_id})") if entry else RunSecrets()
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:

@@ -59,7 +59,7 @@ def explain(exc: BaseException, path: Path | str) -> LatError:
         message = CORRUPT.format(what=str(exc), path=path)
     elif "disk i/o error" in text:
         message = _io_error(path)
-    elif code in (errno.ENOTDIR, errno.ENOENT, errno.EISDIR):
+    elif isinstance(exc, OSError) and code in (errno.ENOTDIR, errno.ENOENT, errno.EISDIR):
         message = f"cannot open journal: {exc.strerror} ({exc.filename}); use another --state-dir"
     elif "unable to open" in text and _read_only_dir(path):
         message = READ_ONLY  # SQLite could not create its -wal/-shm files beside the journal
