@@ -23,7 +23,7 @@ class Kind:
     from_text: Callable[[str], object] = str
     normalise: Callable[[object], object] = lambda value: value
 
-    def check(self, value):
+    def check(self, value: object) -> object:
         """The typed value, normalised; ValueError("expected ...") otherwise."""
         try:
             ok = self.accepts(value)
@@ -33,7 +33,7 @@ class Kind:
             raise ValueError(f"expected {self.expected}")
         return self.normalise(value)
 
-    def parse_text(self, text: str):
+    def parse_text(self, text: str) -> object:
         """An environment variable's text -> the checked value."""
         try:
             value = self.from_text(text.strip())
