@@ -24,7 +24,7 @@ from pydantic_core import ErrorDetails
 from lat_core.config import values as V
 from lat_core.config.env import ENV_FIELDS, EnvValueError, apply_env
 from lat_core.config.peft_specs import PeftSpecError, resolve_peft
-from lat_core.config.yaml_files import YamlFileError, read_yaml
+from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml
 from lat_core.errors import ConfigError
 
 PEFT_METHODS = ("lora", "dora", "rslora", "pissa", "loraga", "sdlora")
@@ -68,8 +68,7 @@ class ModelConfig(_Section):
     """Which model to fine-tune; ``tiny`` sizes apply only to name_or_path == tiny-random."""
     family: Annotated[str, _kind(V.FAMILY)] = "gla"
     name_or_path: str = TINY
-    # sizes by name; any key type is taken so that _family_fits names a wrong key as the job's own
-    tiny: dict[Any, Any] = Field(default_factory=dict)
+    tiny: YamlMapping = Field(default_factory=dict)  # sizes by name: _family_fits names a wrong key
     dtype: Annotated[str, _kind(V.DTYPE)] = "float32"
 
 

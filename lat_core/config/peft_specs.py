@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lat_core.config.paths import config_trees
-from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
+from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 
 # Named target sets usable in peft.target_modules (expanded before PEFT sees them).
 TARGET_SETS = {
@@ -27,7 +27,7 @@ class PeftSpecError(ValueError):
     """A spec that cannot be used; the message starts with ``peft.spec:``."""
 
 
-def load_peft_spec(name: str) -> dict[Any, Any]:
+def load_peft_spec(name: str) -> YamlMapping:
     """A named spec from peft/<name>.yaml|yml|json of the config trees (the user's first), or a
     path to such a file; the engine pins a user tree's spec as its path in job.yaml."""
     path = Path(name).expanduser()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lat_core.config.paths import USER, ConfigTree, find_in_trees
-from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
+from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 from lat_core.errors import SuiteError
 
 GIVEN = "given"  # origin of a tree passed as a bare path (tests, tools)
@@ -101,7 +101,7 @@ class SuiteRegistry:
         return Suite(name, str(data.get("description", "")), rounds, entry.path, entry.origin)
 
 
-def _read_yaml_mapping(path: Path) -> dict[Any, Any]:
+def _read_yaml_mapping(path: Path) -> YamlMapping:
     try:
         return read_yaml_mapping(path, "a mapping with 'rounds'")
     except YamlFileError as exc:

@@ -26,6 +26,10 @@ MAX_DEPTH = 64
 # per nesting level (``[[[[...`` a RecursionError): all mean "not YAML we can read".
 _PARSER_FAULTS = (yaml.YAMLError, ValueError, TypeError, AttributeError, RecursionError)
 
+#: A mapping as YAML reads it: its keys may be any scalar (``1: x``, ``true: y``) and its values
+#: anything, until a schema (a pydantic model, a hand-written check) has looked at them.
+YamlMapping = dict[Any, Any]
+
 
 class YamlFileError(LatError):
     """A YAML file that cannot be read as data; ``where`` is its path."""
@@ -53,10 +57,9 @@ def read_yaml(path: str | Path) -> object:
     return data
 
 
-def read_yaml_mapping(path: str | Path, expected: str) -> dict[Any, Any]:
+def read_yaml_mapping(path: str | Path, expected: str) -> YamlMapping:
     """The file's top-level mapping; ``expected`` says what it should hold (``"a mapping of plan
-    fields"``) for the error when it holds something else. Keys and values are as YAML read them
-    (any scalar may be a key): the caller's schema checks them."""
+    fields"``) for the error when it holds something else."""
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise YamlFileError(f"expected {expected}, got {_type_word(data)}", where=str(path))
