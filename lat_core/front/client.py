@@ -12,22 +12,25 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lat_core.errors import JournalError
 from lat_core.contract.job_files import resumable_checkpoints
 from lat_core.contract.journal_faults import journal_faults
 from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
-from lat_core.front.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
-                              jobs_to_add, open_store, prepare_run)
+from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store
+from lat_core.front.service import PreparedRun, create_run, ensure_engine, jobs_to_add, prepare_run
 from lat_core.contract.states import JOB_UNFINISHED
 from lat_core.contract.journal import JOB_FINAL, RUN_ACTIVE, Store
 
 if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
+    from lat_core.config.suites import SuiteRegistry
     from lat_core.front.plan import Plan
+    from lat_core.monitor.gpu import GpuProbe
 
 __all__ = ["Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine", "plan_env_of",
            "resumable_checkpoints", "resolve_state_dir"]
@@ -51,7 +54,7 @@ class CommandRow:
     run_id: int
     job_id: int | None
     verb: str
-    args: dict = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
     status: str = "pending"  # pending | done | rejected | failed
     result: str = ""
     ts: float = 0.0
@@ -99,7 +102,7 @@ class Client:
         return store
 
     @contextmanager
-    def _journal(self):
+    def _journal(self) -> Iterator[Store]:
         """The thread's journal; a fault in it (locked, full, read-only, damaged) is one JournalError
         that names the journal and says what to do."""
         with journal_faults(self.state_dir / JOURNAL_NAME):
@@ -216,7 +219,7 @@ class Client:
         return _command_row(raw)
 
     def send(self, run: RunRow, verb: str, job_id: int | None = None, *, start_engine: bool = True,
-             **args) -> int:
+             **args: object) -> int:
         """Append a command for the engine; start one when none serves the state directory (an
         ended run has no engine, and its commands still need one). Returns the command id."""
         with self._journal() as store:
@@ -241,7 +244,8 @@ class Client:
         return ensure_engine(self.state_dir, extra_env)
 
     # ------------------------------------------------------------------ new runs and jobs
-    def new_run(self, plan: Plan, *, registry=None, probe=None) -> tuple[RunRow, PreparedRun]:
+    def new_run(self, plan: Plan, *, registry: SuiteRegistry | None = None,
+                probe: GpuProbe | None = None) -> tuple[RunRow, PreparedRun]:
         """Check the plan against the machine, then write the run's folders and journal rows (the
         engine is not started here). Raises LatError, with nothing written, when it cannot start."""
         prepared = prepare_run(plan, registry=registry, probe=probe)
@@ -252,7 +256,8 @@ class Client:
         with self._journal() as store:
             return store.run(create_run(store, prepared))
 
-    def jobs_to_add(self, run: RunRow, suites: list[str], rounds, pairs, registry) -> list[dict]:
+    def jobs_to_add(self, run: RunRow, suites: list[str], rounds: object, pairs: object,
+                    registry: SuiteRegistry) -> list[dict[str, object]]:
         """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders."""
         return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir)
 
@@ -280,7 +285,7 @@ def plan_env_of(run: RunRow) -> dict[str, str]:
     return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
 
 
-def _command_row(raw: dict) -> CommandRow:
+def _command_row(raw: dict[str, Any]) -> CommandRow:
     import json
 
     return CommandRow(id=raw["id"], run_id=raw["run_id"], job_id=raw["job_id"], verb=raw["verb"],
