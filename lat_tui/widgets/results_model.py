@@ -15,9 +15,7 @@ from pathlib import Path
 from rich.style import Style
 from rich.text import Text
 
-from lat_core.results import JobResult, Report, Table, build_tables
-from lat_core.results.live import aggregate_live
-from lat_core.results.tables import Row
+from lat_core.front.client import JobResult, Report, Row, Table, aggregate_live, build_tables
 from lat_tui.widgets.curve import Series
 
 BEST_LEGEND = "* best mean of its column (mean±std over seeds; n = seeds, +k still running)"
