@@ -98,12 +98,11 @@ def command_for(args, client: Client, run: RunRow) -> tuple[str, int | None, dic
         return "set_slots", None, {"device": args.device, "slots": args.count}
     if args.verb == "countdown":
         return ("skip_countdown", None, {}) if args.action == "skip" else ("extend_countdown", None, {"minutes": args.minutes})
-    from lat_core.config.paths import config_trees
-    from lat_core.config.suites import SuiteRegistry
+    from lat_core.front.client import suite_registry
 
     names = [n for chunk in args.suite for n in chunk.split()]
     return "add_jobs", None, {"jobs": client.jobs_to_add(run, names, args.round, args.pairs,
-                                                         SuiteRegistry(config_trees(args.configs)))}
+                                                         suite_registry(args.configs))}
 
 
 def requeue_usage(args) -> str:

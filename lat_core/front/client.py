@@ -10,15 +10,17 @@ worker threads, so the client keeps one connection per thread.
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from lat_core import __version__ as LAT_VERSION
 from lat_core.errors import JournalError
-from lat_core.contract.job_files import resumable_checkpoints
+from lat_core.contract.job_files import last_log_line, requeue_start, resumable_checkpoints, tail_events
 from lat_core.contract.journal_faults import journal_faults
 from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
 from lat_core.front.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
@@ -29,8 +31,41 @@ from lat_core.contract.journal import JOB_FINAL, RUN_ACTIVE, Store
 if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
     from lat_core.front.plan import Plan
 
-__all__ = ["Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine", "plan_env_of",
-           "resumable_checkpoints", "resolve_state_dir"]
+if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: see _ELSEWHERE below
+    from lat_core.config.datasets import KNOWN_DATASETS
+    from lat_core.config.email_yaml import OLD_EVENTS
+    from lat_core.config.env import EMAIL_YAML_VAR, MASK, EnvValueError, pair_from_env
+    from lat_core.config.suites import SuiteRegistry
+    from lat_core.front.plan import plan_from_mapping
+    from lat_core.front.rerun import prepare_rerun
+    from lat_core.monitor.gpu import GpuInfo, GpuProbe, GpuSnapshot
+    from lat_core.monitor.host import HostSnapshot, host_snapshot
+    from lat_core.results import JobResult, Report, Table, aggregate, build_tables, check_formats, write_report
+    from lat_core.results.live import aggregate_live
+    from lat_core.results.render import table_markdown
+    from lat_core.results.scan import FOREIGN_REASON
+    from lat_core.results.tables import Row
+    from lat_core.text import fmt_bytes
+    from lat_core.titles import display_name
+    from lat_core.triage import Diagnosis, TriageError, classify
+
+__all__ = [
+    # the journal: runs, jobs, commands
+    "Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine",
+    "journal_faults_in", "plan_env_of", "resolve_state_dir", "LAT_VERSION",
+    # job folders
+    "last_log_line", "requeue_start", "resumable_checkpoints", "tail_events",
+    # configs, plans, reruns, notices
+    "EMAIL_YAML_VAR", "EnvValueError", "KNOWN_DATASETS", "MASK", "OLD_EVENTS", "Plan", "SuiteRegistry", "mail_notice",
+    "pair_from_env", "plan_from_mapping", "prepare_rerun", "read_plan_file", "suite_registry",
+    # the machine
+    "GpuInfo", "GpuProbe", "GpuSnapshot", "HostSnapshot", "host_snapshot",
+    # results and triage
+    "Diagnosis", "FOREIGN_REASON", "JobResult", "Report", "Row", "Table", "TriageError", "aggregate", "aggregate_live",
+    "build_tables", "check_formats", "classify", "table_markdown", "write_report",
+    # words people read
+    "display_name", "fmt_bytes",
+]
 
 
 class NoRunError(JournalError):
@@ -65,6 +100,12 @@ class CommandRow:
 def resolve_state_dir(state_dir: str | Path | None) -> Path:
     """``--state-dir`` when given, else ``$LAT_STATE_DIR`` or the XDG default."""
     return Path(state_dir).expanduser() if state_dir else default_state_dir()
+
+
+def journal_faults_in(state_dir: Path) -> AbstractContextManager[None]:
+    """SQLite and disk errors on ``state_dir``'s journal, raised as one JournalError that names the
+    journal and says what to do (what every ``lat-tui`` command prints before exit 2)."""
+    return journal_faults(state_dir / JOURNAL_NAME)
 
 
 def _check_state_exists(state_dir: Path) -> None:
@@ -102,7 +143,7 @@ class Client:
     def _journal(self):
         """The thread's journal; a fault in it (locked, full, read-only, damaged) is one JournalError
         that names the journal and says what to do."""
-        with journal_faults(self.state_dir / JOURNAL_NAME):
+        with journal_faults_in(self.state_dir):
             yield self._store()
 
     def close(self) -> None:
@@ -299,3 +340,58 @@ def _read_model_family(path: Path) -> str | None:
     model = data.get("model") if isinstance(data, dict) else None
     family = model.get("family") if isinstance(model, dict) else None
     return str(family) if family else ""
+
+
+# ---------------------------------------------------------------------- the libraries' surface
+def suite_registry(configs_dir: str | Path | None = None) -> SuiteRegistry:
+    """The suites a plan can name: the user's config tree (``--configs`` or $LAT_CONFIGS) searched
+    before the shipped one."""
+    from lat_core.config.paths import config_trees
+    from lat_core.config.suites import SuiteRegistry
+
+    return SuiteRegistry(config_trees(configs_dir))
+
+
+def read_plan_file(plan: str, configs_dir: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """``--plan`` as a file and its raw mapping: a path as given, a bare name (``demo``) from the
+    config trees' ``plans/``; PlanError for a file that is not a plan's mapping."""
+    from lat_core.config.paths import config_trees, find_plan
+    from lat_core.front.plan import load_plan_mapping
+
+    path = find_plan(plan, config_trees(configs_dir))
+    return path, load_plan_mapping(path)
+
+
+# What front ends use of the libraries below the client, so lat_tui imports this one module (the
+# "tui-allowlist" contract in pyproject.toml). Each name is imported on first use (PEP 562), so the
+# dashboard's first frame never pays for the plan model, results or triage; the TYPE_CHECKING
+# imports above name the same things for type checkers (tests/unit/test_client_surface.py).
+_ELSEWHERE: dict[str, tuple[str, ...]] = {
+    "lat_core.config.datasets": ("KNOWN_DATASETS",),
+    "lat_core.config.email_yaml": ("OLD_EVENTS",),
+    "lat_core.config.env": ("EMAIL_YAML_VAR", "MASK", "EnvValueError", "pair_from_env"),
+    "lat_core.config.suites": ("SuiteRegistry",),
+    "lat_core.front.plan": ("Plan", "plan_from_mapping"),
+    "lat_core.front.rerun": ("prepare_rerun",),
+    "lat_core.monitor.gpu": ("GpuInfo", "GpuProbe", "GpuSnapshot"),
+    "lat_core.monitor.host": ("HostSnapshot", "host_snapshot"),
+    "lat_core.results": ("JobResult", "Report", "Table", "aggregate", "build_tables", "check_formats", "write_report"),
+    "lat_core.results.live": ("aggregate_live",),
+    "lat_core.results.render": ("table_markdown",),
+    "lat_core.results.scan": ("FOREIGN_REASON",),
+    "lat_core.results.tables": ("Row",),
+    "lat_core.text": ("fmt_bytes",),
+    "lat_core.titles": ("display_name",),
+    "lat_core.triage": ("Diagnosis", "TriageError", "classify"),
+}
+_HOME = {name: module for module, names in _ELSEWHERE.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """A library name from _ELSEWHERE, imported now and kept here for the next lookup."""
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

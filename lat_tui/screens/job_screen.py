@@ -17,10 +17,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from lat_core.front.client import JOB_FINAL
+from lat_core.front.client import JOB_FINAL, fmt_bytes
 from lat_core.errors import LatError
 from lat_core.contract.rows import JobRow, Transition
-from lat_core.text import fmt_bytes
 from lat_tui import fmt
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
