@@ -1,11 +1,13 @@
-"""Typed commands: every type round-trips through JSON and the journal's columns, reads rows as
-LAT always wrote them, and turns a bad row into a reason, never a crash."""
+"""Typed commands: every type round-trips through JSON and the journal, has exactly one engine
+handler, reads rows as LAT always wrote them, and turns a bad row into a reason, never a crash."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import json
+from types import SimpleNamespace
+from typing import get_type_hints
 
 import pytest
 
@@ -13,6 +15,8 @@ from lat_core.contract import commands
 from lat_core.contract.commands import (BY_KIND, COMMAND_TYPES, AddJobs, CancelJob, CancelRun, Command, CommandError,
                                         ExtendCountdown, PauseRun, RequeueJob, RequeueJobs, ResumeRun, SetSlots,
                                         SkipCountdown, Undecodable, decode, encode, from_json, to_json)
+from lat_core.contract.journal import Store
+from lat_core.engine.commands import Commands
 
 JOB = {"key": "tiny-sst2_seed5/a", "suite": "demo", "round": 1, "stem": "a", "seed": 5, "dataset": "tiny-sst2",
        "job_dir": "/out/a", "argv": ["python", "-m", "lat_core.train"], "env": {"HP_LR": "1e-3"}, "world": 2}
@@ -39,6 +43,21 @@ def test_every_declared_command_is_in_the_union_with_its_own_kind():
     assert all(c.__dataclass_params__.frozen for c in declared)
 
 
+def test_every_command_type_has_exactly_one_handler_that_takes_it():
+    engine_commands = Commands(SimpleNamespace(store=None))
+    handlers = engine_commands.handlers()
+    assert set(handlers) == declared_command_types()
+    assert len({h.__func__ for h in handlers.values()}) == len(handlers)  # no handler serves two types
+    for command_type, handler in handlers.items():
+        hints = get_type_hints(handler)
+        taken = [t for name, t in hints.items() if name != "return" and t in set(COMMAND_TYPES)]
+        assert taken == [command_type], (command_type, hints)
+    names = {t.__name__ for t in COMMAND_TYPES}  # annotations are text here (from __future__ import annotations)
+    takers = {name for name, f in inspect.getmembers(Commands, inspect.isfunction)
+              if {p.annotation for p in inspect.signature(f).parameters.values()} & names}
+    assert takers == {h.__name__ for h in handlers.values()}  # no handler left out of the table
+
+
 def test_every_type_has_a_sample():
     assert {type(c) for c in SAMPLES} == set(COMMAND_TYPES)
 
@@ -48,6 +67,20 @@ def test_round_trip_through_json_and_the_journals_columns(command):
     assert type(command).from_json(command.to_json()) == command
     assert from_json(json.loads(json.dumps(to_json(command)))) == command
     assert decode(*encode(command)) == command
+
+
+def test_round_trip_through_a_journal(tmp_path):
+    store = Store(tmp_path / "journal.sqlite")
+    run_id = store.create_run("plan: x", str(tmp_path), [{"id": "cpu", "slots": 1, "env": {}}], 0)
+    ids = [store.add_command(run_id, command) for command in SAMPLES]
+    rows = store.pending_commands(run_id)
+    assert [r.id for r in rows] == ids and [r.command for r in rows] == SAMPLES
+    assert [r.job_id for r in rows] == [getattr(c, "job_id", None) for c in SAMPLES]
+    cancel = ids[SAMPLES.index(CancelJob(7))]
+    store.finish_command(cancel, "done", "cancel sent to a")
+    assert store.command(cancel).answered and store.command(cancel).command == CancelJob(7)
+    history = [(t.job_id, t.new_state, t.detail) for t in store.transitions(run_id)]
+    assert (7, "command:cancel_job", "done cancel sent to a") in history
 
 
 # (verb column, job_id column, args as LAT wrote them before commands were typed) -> the command
