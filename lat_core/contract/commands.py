@@ -240,8 +240,8 @@ def decode(kind: str, job_id: int | None, args_json: str | None) -> Command | Un
     """The command of a journal row, or why it is none; never raises."""
     try:
         data = json.loads(args_json or "{}")
-    except ValueError as exc:
-        return Undecodable(kind, job_id, f"its fields are not JSON ({exc})")
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep for the parser
+        return Undecodable(kind, job_id, f"its fields are not JSON ({type(exc).__name__}: {str(exc)[:200]})")
     if not isinstance(data, dict):
         return Undecodable(kind, job_id, f"its fields are not a JSON object: {_short(data)}")
     try:

@@ -110,6 +110,7 @@ def test_the_journal_layout_is_the_one_lat_always_wrote(verb, job_id, args, comm
 BAD_ROWS = [
     ("launch_rockets", None, "{}", "unknown command 'launch_rockets'"),
     ("pause", None, "{not json", "its fields are not JSON"),
+    ("pause", None, "[" * 100_000 + "]" * 100_000, "its fields are not JSON (RecursionError"),
     ("pause", None, "[1, 2]", "its fields are not a JSON object: [1, 2]"),
     ("pause", None, '{"force": true}', "unknown field force for pause"),
     ("extend_countdown", None, '{"minutes": "soon"}', "minutes must be a number, got 'soon'"),
