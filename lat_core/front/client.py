@@ -14,11 +14,11 @@ import importlib
 import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lat_core import __version__ as LAT_VERSION
+from lat_core.contract.commands import Command, CommandRow
 from lat_core.errors import JournalError
 from lat_core.contract.job_files import last_log_line, requeue_start, resumable_checkpoints, tail_events
 from lat_core.contract.journal_faults import journal_faults
@@ -76,25 +76,6 @@ class NoStateError(JournalError):
     """A state directory without a journal: a mistyped --state-dir or $LAT_STATE_DIR, or no run ever."""
 
     title = "No state"
-
-
-@dataclass(frozen=True)
-class CommandRow:
-    """A command a front end sent and, once the engine handled it, its answer."""
-
-    id: int
-    run_id: int
-    job_id: int | None
-    verb: str
-    args: dict = field(default_factory=dict)
-    status: str = "pending"  # pending | done | rejected | failed
-    result: str = ""
-    ts: float = 0.0
-    handled: float | None = None
-
-    @property
-    def answered(self) -> bool:
-        return self.status != "pending"
 
 
 def resolve_state_dir(state_dir: str | Path | None) -> Path:
@@ -253,15 +234,13 @@ class Client:
     # ------------------------------------------------------------------ commands
     def command(self, command_id: int) -> CommandRow:
         with self._journal() as store:
-            raw = store.command(command_id)
-        return _command_row(raw)
+            return store.command(command_id)
 
-    def send(self, run: RunRow, verb: str, job_id: int | None = None, *, start_engine: bool = True,
-             **args) -> int:
+    def send(self, run: RunRow, command: Command, *, start_engine: bool = True) -> int:
         """Append a command for the engine; start one when none serves the state directory (an
         ended run has no engine, and its commands still need one). Returns the command id."""
         with self._journal() as store:
-            command_id = store.add_command(run.id, verb, job_id=job_id, **args)
+            command_id = store.add_command(run.id, command)
         if start_engine:
             self.ensure_engine(plan_env_of(run))
         return command_id
@@ -319,14 +298,6 @@ def plan_env_of(run: RunRow) -> dict[str, str]:
         return {}
     env = data.get("env") if isinstance(data, dict) else None
     return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
-
-
-def _command_row(raw: dict) -> CommandRow:
-    import json
-
-    return CommandRow(id=raw["id"], run_id=raw["run_id"], job_id=raw["job_id"], verb=raw["verb"],
-                      args=json.loads(raw.get("args_json") or "{}"), status=raw["status"],
-                      result=raw.get("result") or "", ts=raw["ts"], handled=raw.get("handled"))
 
 
 def _read_model_family(path: Path) -> str | None:
