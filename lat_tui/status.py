@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from lat_core.errors import JournalError
-from lat_core.contract.job_files import last_log_line
+from lat_core.front.client import last_log_line
 from lat_tui.cli_common import EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
 from lat_tui.columns import job_name, plain_table
 from lat_tui.format import fmt_elapsed

@@ -428,18 +428,9 @@ class Engine(Recovery, FusedGroups):
 
     # ------------------------------------------------------------------ commands
     def _handle_commands(self, run: RunRow) -> None:
-        for command in self.store.pending_commands(run.id):
-            handler = getattr(self._commands, f"cmd_{command['verb']}", None)
-            if handler is None:
-                self.store.finish_command(command["id"], "rejected", f"unknown command {command['verb']!r}")
-                continue
-            try:
-                status, result = handler(run, command)
-            except JOURNAL_ERRORS:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a bad command is answered, never fatal
-                status, result = "failed", f"engine error: {type(exc).__name__}: {exc}"
-            self.store.finish_command(command["id"], status, result)
+        for pending in self.store.pending_commands(run.id):
+            status, result = self._commands.answer(run, pending.command)
+            self.store.finish_command(pending.id, status, result)
 
     def cancel(self, job: JobRow) -> None:
         """Queued: cancelled at once. Running: SIGTERM to its process group, SIGKILL after a grace; a

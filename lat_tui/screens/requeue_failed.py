@@ -12,10 +12,10 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from lat_core.contract.job_files import requeue_start
+from lat_core.contract.commands import FRESH, RESUME
 from lat_core.contract.rows import JobSummary
+from lat_core.front.client import requeue_start
 
-RESUME, FRESH = "resume", "fresh"
 LISTED = 12  # jobs named one a line; the rest are counted
 
 
