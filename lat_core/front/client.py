@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,8 @@ from lat_core.errors import JournalError
 from lat_core.contract.job_files import last_log_line, requeue_start, resumable_checkpoints, tail_events
 from lat_core.contract.journal_faults import journal_faults
 from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
-from lat_core.front.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
-                              jobs_to_add, open_store, prepare_run)
+from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store
+from lat_core.front.service import PreparedRun, create_run, ensure_engine, jobs_to_add, prepare_run
 from lat_core.contract.states import JOB_UNFINISHED
 from lat_core.contract.journal import JOB_FINAL, RUN_ACTIVE, Store
 
@@ -121,7 +122,7 @@ class Client:
         return store
 
     @contextmanager
-    def _journal(self):
+    def _journal(self) -> Iterator[Store]:
         """The thread's journal; a fault in it (locked, full, read-only, damaged) is one JournalError
         that names the journal and says what to do."""
         with journal_faults_in(self.state_dir):
@@ -261,7 +262,8 @@ class Client:
         return ensure_engine(self.state_dir, extra_env)
 
     # ------------------------------------------------------------------ new runs and jobs
-    def new_run(self, plan: Plan, *, registry=None, probe=None) -> tuple[RunRow, PreparedRun]:
+    def new_run(self, plan: Plan, *, registry: SuiteRegistry | None = None,
+                probe: GpuProbe | None = None) -> tuple[RunRow, PreparedRun]:
         """Check the plan against the machine, then write the run's folders and journal rows (the
         engine is not started here). Raises LatError, with nothing written, when it cannot start."""
         prepared = prepare_run(plan, registry=registry, probe=probe)
@@ -272,7 +274,8 @@ class Client:
         with self._journal() as store:
             return store.run(create_run(store, prepared))
 
-    def jobs_to_add(self, run: RunRow, suites: list[str], rounds, pairs, registry) -> list[dict]:
+    def jobs_to_add(self, run: RunRow, suites: list[str], rounds: object, pairs: object,
+                    registry: SuiteRegistry) -> list[dict[str, object]]:
         """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders."""
         return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir)
 
