@@ -50,6 +50,11 @@ class Backend:
         """Only where :attr:`diagnoses_failures`: a triage Diagnosis, or None."""
         raise NotImplementedError(f"the {self.name} backend does not diagnose failures")
 
+    def with_options(self, overrides: dict) -> Backend:
+        """Only where a job may carry its own options (a remedy's Slurm ``time`` or ``mem``): this
+        backend with ``overrides`` for one job."""
+        raise NotImplementedError(f"the {self.name} backend takes no per-job options")
+
     def stop_vanished(self, pid: int, pid_start: float | None, exit_path: Path) -> dict | None:
         """Only where :attr:`reaps_process_tree`: the runner ``pid`` is gone without an exit record;
         stop what is left of its job and return the exit record written for it."""
