@@ -102,12 +102,12 @@ class Starts:
         if launched.popen is not None:
             self._state.popens[attempt_id] = launched.popen
 
-    def _oom_counter_at_launch(self, job: JobRow, pid: int) -> OomCounter | None:
+    def _oom_counter_at_launch(self, job: JobRow, pid: int | str) -> OomCounter | None:
         """The kernel's OOM-kill counter for the runner's memory cgroup, recorded with its pid in one
         transaction. Optional evidence for triage: a counter that cannot be read is unknown, never a
         reason to lose the pid (the engine could no longer stop the job)."""
-        if not self._state.backend(job.run_id).samples_local_processes:
-            return None
+        if not self._state.backend(job.run_id).samples_local_processes or isinstance(pid, str):
+            return None  # a scheduler's job id names no process on this host
         try:
             return read_oom_kill_count(pid)
         except Exception:  # noqa: BLE001 - see above
