@@ -225,7 +225,7 @@ class FusedGroups:
         if ref is None:
             return None
         group = read_exit(Path(ref.exit_path))
-        if group is None and backend.reaps_process_tree:
+        if group is None and backend.reaps_process_tree and attempt.pid:  # (asked only once its pid is dead)
             backend.stop_vanished(attempt.pid, attempt.pid_start, Path(ref.exit_path))
             group = read_exit(Path(ref.exit_path))
         rc = group.returncode if group is not None and group.returncode != 0 else None

@@ -247,7 +247,9 @@ class Engine:
         local = [r for r in self.store.active_runs() if self._state.backend(r.id).samples_local_processes]
         pids: dict[int, int] = {}
         inherited: dict[int, int] = {}
-        for attempt in (a for r in local for a in self.store.open_attempts(r.id) if a.pid):
+        for attempt in (a for r in local for a in self.store.open_attempts(r.id)):
+            if not attempt.pid:
+                continue
             record = self._pid_record(attempt.id, Path(attempt.exit_path))
             if record is None:  # not yet written: a warm-started job's inherited memory is not known yet
                 continue

@@ -14,14 +14,14 @@ from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, LostAttempt, fi
 from lat_core.engine.fusion import group_id, read_group_ref
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.job_faults import JobFaults
-from lat_core.engine.launch import read_exit_record
+from lat_core.engine.launch import Launched, read_exit_record
 from lat_core.engine.notices import RunNotices
 from lat_core.engine.progress import Progress
 from lat_core.engine.remedy import still_effective
 from lat_core.engine.retries import maybe_retry
 from lat_core.engine.state import EngineState
-from lat_core.contract.job_files import (ExitRecord, PeakUsage, describe_exit, memory_event_peak, read_exit,
-                                         read_pid_record, write_peak_usage)
+from lat_core.contract.job_files import (ExitRecord, PeakUsage, PidRecord, describe_exit, memory_event_peak,
+                                         read_exit, read_pid_record, write_peak_usage)
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.states import JobState
 from lat_core.triage import classify
@@ -80,6 +80,7 @@ class Recovery:
         (or, for a backend that ``recovers_from_queue`` such as Slurm, its queue) says whether the
         launch happened. Never relaunch: nothing found after a grace = failed."""
         backend = self._state.backend(run_id)
+        started: Launched | PidRecord | None
         if backend.recovers_from_queue:  # the runner's pid file holds a pid on another host: useless here
             started = backend.recover(Path(attempt.exit_path), attempt.launched)
         else:  # a fused member's runner is the group's, its pid file beside the group's exit record
@@ -187,7 +188,7 @@ class Recovery:
                     continue
                 last = attempts[-1]
                 record = read_exit(Path(last.exit_path))
-                returncode = last.returncode if last.returncode is not None else (record and record.returncode)
+                returncode = last.returncode if last.returncode is not None else (record.returncode if record else None)
                 self._record_exit(last, returncode)
 
     def lost_attempt(self, job: JobRow) -> LostAttempt | None:
