@@ -440,7 +440,7 @@ class Store:
             _set_job_state(db, job_id, JobState.RUNNING, detail or f"attempt {n} on {device}", fields)
         return cur.lastrowid, n
 
-    def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float,
+    def set_attempt_pid(self, attempt_id: int, pid: int | str, pid_start: float | None,
                         oom_counter: tuple[str, int | None] | None = None) -> None:
         """The launched runner's pid and start time; with ``oom_counter`` (source, count), the
         kernel's OOM-kill count at launch in the same transaction, so a later SIGKILL can be proven a host OOM."""
