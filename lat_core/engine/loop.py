@@ -31,7 +31,7 @@ from lat_core.engine.mps import RunMps
 from lat_core.engine.placement import free_slots, merge, placements, slots_used
 from lat_core.engine.notices import RunNotices
 from lat_core.engine.fusion import runner_exit_path
-from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, engine_must_stop, journal_locked
+from lat_core.engine.faults import EngineErrors, engine_must_stop, journal_locked
 from lat_core.engine.groups import FusedGroups, GroupStarts
 from lat_core.engine.job_faults import JobFaults
 from lat_core.engine.progress import Progress
