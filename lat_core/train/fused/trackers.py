@@ -265,15 +265,19 @@ def main() -> int:
     import signal
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)   # the member's end (its stdin) closes the runs, not a signal
-    ready = os.fdopen(os.dup(1), "w")   # the pipe to the member; the trackers' own prints go to its log
+    ready = os.dup(1)   # the pipe to the member; the trackers' own prints go to its log
     os.dup2(2, 1)
     lines = (json.loads(line) for line in sys.stdin if line.strip())
     begin = next(lines)["begin"]
     from lat_core.titles import job_label, set_title
     set_title(f"lat tracker: {job_label(begin['job_yaml'])}")   # ps names the member whose runs it writes
     runs = _Runs(begin)
-    ready.write("ready\n")
-    ready.close()
+    try:
+        os.write(ready, b"ready\n")
+    except BrokenPipeError:
+        pass   # the group died before the runs opened: what it sent is logged still, and closed as crashed
+    finally:
+        os.close(ready)
     end = CRASHED
     for message in lines:
         if "end" in message:
