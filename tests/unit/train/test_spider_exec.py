@@ -89,8 +89,8 @@ def test_empty_inputs_have_defined_values(tmp_path):
     assert M.classification("cola", [], []) == {"accuracy": None, "mcc": None}
     assert M.classification("mrpc", [], []) == {"accuracy": None, "f1": None}
     assert M.regression([], []) == {"pearson": None, "spearman": None}
-    assert M.rouge([], []) == {"rouge1": None, "rouge2": None, "rougeL": None}
-    assert M.bleu([], []) == {"bleu": None}
+    assert M.rouge([], []) == {"rouge1": None, "rouge2": None, "rougeL": None, "rougeLsum": None}
+    assert M.dart([], []) == {"bleu": None, "meteor": None, "sacrebleu": None}
     assert M.spider([], [], [], tmp_path) == {"exact_match": None, "exec_accuracy": None}
 
 
