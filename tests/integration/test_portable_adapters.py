@@ -109,3 +109,22 @@ def test_the_conversion_is_peft_own(tmp_path):
     ca, cb = (json.loads((d / "adapter_config.json").read_text()) for d in (ours, theirs))
     assert {k: ca[k] for k in fields} == {k: cb[k] for k in fields} == {"r": 8, "lora_alpha": 16,
                                                                          "init_lora_weights": True}
+
+
+def test_fused_members_best_and_final_reload_in_plain_peft(tmp_path):
+    """A fused group's members (plain LoRA on one shared base) leave best/ and final/ as a job of
+    their own does."""
+    from lat_core.train.fused.__main__ import main
+    from tests.helpers.fused import job_dir, saved_tiny_base
+    base = saved_tiny_base(tmp_path / "base")
+    dirs = [job_dir(tmp_path, "a", base, peft={"r": 4, "alpha": 8}, seed=3),
+            job_dir(tmp_path, "b", base, peft={"r": 8, "alpha": 16, "use_rslora": True}, train={"lr": 5e-3}, seed=5)]
+    assert main(["--attempt", "1", *map(str, dirs)]) == 0
+    for job in dirs:
+        events = read_events(job / "events.jsonl")
+        (finished,) = [e for e in events if e["event"] == "finished"]
+        loaded = plain_peft_metrics(job / "job.yaml", job / "best", job / "final")
+        for folder, step in (("best", finished["best"]["step"]), ("final", finished["steps"])):
+            want, got = recorded(events, step), loaded[str(job / folder)]
+            assert got["accuracy"] == want["accuracy"], (job.name, folder, got, want)
+            assert got["loss"] == pytest.approx(want["loss"], rel=1e-5), (job.name, folder, got, want)
