@@ -21,7 +21,8 @@ from . import data as D
 from lat_core.config.job import JobConfig, TrainConfigError
 from lat_core.results.metrics import spec_for
 from .events import EventWriter, log
-from .checkpoints import checkpoints, load_checkpoint, save_adapter
+from .checkpoints import checkpoints, load_checkpoint, save_final
+from .portable import moves_base_weights, save_initial_adapter
 from .record import add_data, write_env
 from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
     batch_loss, mean_loss_fn, set_logits_to_keep,
@@ -217,6 +218,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
                                      loss_fn)
         n = A.apply_loraga(model, grads)
         log(f"LoRA-GA: initialised {n} adapted layers from {cfg.peft.loraga_batches} gradient batches")
+    if is_main and moves_base_weights(cfg):   # best/ and final/ become plain LoRA against it
+        save_initial_adapter(model, cfg.output_dir)
     ssm = []
     if cfg.peft.method == "sdlora":
         masks = A.sdlora_select(model, cfg, _setup_batches(
@@ -310,7 +313,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     finish_distributed()
     if not is_main:
         return {}
-    save_adapter(model, cfg.output_dir / "final")   # the adapter as training left it
+    save_final(model, cfg.output_dir)   # the adapter as training left it
     events.emit("memory", **peak_memory())
     done = events.emit("finished", status="ok", steps=step, best=best,
                        elapsed_s=round(time.time() - t0, 2))

@@ -171,9 +171,9 @@ def write_step_logs(members: list[Member]) -> None:
 
 
 def finish(m: Member) -> None:
-    from ..checkpoints import save_adapter
+    from ..checkpoints import save_final
     write_step_log(m)
-    save_adapter(m.view, m.run.cfg.output_dir / "final")
+    save_final(m.view, m.run.cfg.output_dir)
     m.out.events.emit("memory", **peak_memory())
     m.out.trackers.log_summary(m.run.step)
     elapsed = time.time() - m.out.t0
