@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from lat_core.config.hub_cache import hub_cache_dirs
 from lat_core.config.job import TINY, TINY_DEFAULTS, JobConfig, PeftConfig, parse_config
 
 GiB = 2**30
@@ -171,13 +172,6 @@ def gla_shape(config: Mapping[str, Any]) -> GlaShape:
 
 
 # ----------------------------------------------------------------------------- where the model is
-
-def hub_cache_dirs(environ: Mapping[str, str]) -> list[Path]:
-    """Hugging Face hub cache folders in huggingface_hub's order of precedence."""
-    home = environ.get("HF_HOME") or os.path.join(environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
-    found = [environ.get("HF_HUB_CACHE"), environ.get("HUGGINGFACE_HUB_CACHE"), os.path.join(home, "hub")]
-    return [Path(p).expanduser() for p in found if p]
-
 
 def cached_snapshot(repo_id: str, environ: Mapping[str, str]) -> Path | None:
     """The cached snapshot of a hub model (``models--org--name/snapshots/<rev>``): the revision
