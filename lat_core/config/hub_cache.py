@@ -89,4 +89,4 @@ def hub_unreachable(environ: Mapping[str, str], timeout_s: float = 3.0) -> str |
         return None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        return f"{endpoint} did not answer within {timeout_s:g} s ({reason})"
+        return f"{endpoint} did not answer ({reason}; asked with a {timeout_s:g} s timeout)"
