@@ -26,12 +26,13 @@ def needs_gpu(params: int, dtype: str) -> bool:
     return params > limit
 
 
-def cpu_problem(what: str, params: int, dtype: str) -> str | None:
+def cpu_problem(what: str, params: int, dtype: str, *, why: str = "the run is on the CPU",
+                way_out: str = ALLOW_CPU) -> str | None:
     """The refusal for ``what`` (a model, named) on the CPU, or None when the CPU will do."""
     if not needs_gpu(params, dtype):
         return None
     size = f"{params / 1e9:.1f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
-    return f"{what}: {size} parameters in {dtype} need a GPU, and the run is on the CPU: {ALLOW_CPU}"
+    return f"{what}: {size} parameters in {dtype} need a GPU, and {why}: {way_out}"
 
 
 def params_from_name(name: str) -> int | None:

@@ -86,3 +86,25 @@ def test_a_peak_over_the_hosts_ram_is_refused(tmp_path, configs):
     done = run_plan(tmp_path, configs, "tiny", ["1:tiny-sst2"])
     assert_refused(tmp_path, done)
     assert "is more than the host's RAM" in done.stderr
+
+
+def test_pretraining_without_a_gpu_is_refused_before_torch_is_imported(tmp_path):
+    """The dual-GPU runbook's command on a machine without a GPU: the 85.6 M model is refused, exit 2."""
+    code = ("import sys; from lat_core.train.pretrain import main; "
+            "rc = main(['--config=configs/dual_gpu/conservative.py', '--corpus=missing.txt']); "
+            "print(rc, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)})
+    assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr
+    assert "85.6 M parameters in bfloat16 need a GPU, and no GPU is visible" in done.stderr
+    assert "--allow-cpu" in done.stderr and "corpus missing.txt: no such file" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_allow_cpu_lets_a_pretraining_preset_through_the_preflight():
+    from lat_core.train.pretrain_config import build_config, preflight
+
+    cfg = build_config("conservative", [], environ={})
+    assert cfg.param_count() == 85_574_400
+    assert preflight(cfg, gpu_visible=False, allow_cpu=True) == [] and preflight(cfg, True, False) == []
+    assert preflight(build_config("conservative", ["--depth=1"], environ={}), False, False) == []
