@@ -125,3 +125,33 @@ def test_a_failure_the_plan_retries_is_not_an_end(tmp_path):
 
 def history_of_jobs(store, run_id):
     return [(t.new_state, t.detail) for t in store.transitions(run_id) if t.job_id is not None]
+
+
+def test_the_trip_sends_one_paused_notice(tmp_path):
+    import http.server
+    import json
+    import threading
+
+    received = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        plan = f"breaker: 2\nnotify:\n  webhook: {{url: 'http://127.0.0.1:{server.server_port}/h'}}\n"
+        store, run_id = engine_run(tmp_path, ["python"] * 3, plan=plan)
+        deadline = time.time() + 10
+        while not any(r["kind"] == "paused" for r in received) and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.shutdown()
+    (paused,) = [r for r in received if r["kind"] == "paused"]
+    assert "first jobs all failed alike" in paused["subject"] and "python_exception" in paused["body"]
