@@ -40,7 +40,7 @@ class PreflightError(PlanError):
 
 @dataclass(frozen=True)
 class Target:
-    """What the jobs will run on: the run's devices, their memory, the host's RAM."""
+    """What the jobs will run on: the run's devices, their memory, the host's RAM (0: not known)."""
     devices: list[Device]
     gpus: GpuSnapshot
     host_ram: int

@@ -69,7 +69,9 @@ def _preflight(plan: Plan, jobs: list[JobSpec], devices: list[Device], gpus: Gpu
     that already succeeded is not run again, so it is not checked."""
     from lat_core.front import preflight
 
-    target = preflight.Target(devices, gpus, host_snapshot().ram_total, plan.allow_cpu)
+    # a Slurm job's host is a cluster node, not this one: its RAM is the cluster's to judge
+    host_ram = host_snapshot().ram_total if plan.backend == "local" else 0
+    target = preflight.Target(devices, gpus, host_ram, plan.allow_cpu)
     checked = [preflight.Job(j.key, j.typed, {**environ, **j.env})
                for j in jobs if j.typed is not None and j.mode != "done"]
     preflight.check(checked, target, hub_probe)
