@@ -38,6 +38,8 @@ def main(argv: list[str]) -> int:
           f"engine {engine}; outputs in {run.output_root}")
     if error := client.engine_error(run.id):
         print(f"engine error: {error}")
+    if run.paused and run.state in ("countdown", "running"):  # said once here; each queued job waits on it too
+        print(f"paused: {client.pause_reason(run.id)}")
     if run.state == "countdown":
         print(f"countdown: {fmt_elapsed(max(0.0, run.countdown_until - time.time()))} left")
     families = client.model_families(jobs)

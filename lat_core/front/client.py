@@ -172,6 +172,11 @@ class Client:
         with self._journal() as store:
             return store.engine_error(run_id)
 
+    def pause_reason(self, run_id: int) -> str:
+        """Why the run's admission is paused: the user, a full disk, the circuit breaker."""
+        with self._journal() as store:
+            return store.pause_reason(run_id)
+
     def revive_engine(self, run: RunRow) -> str:
         """The engine's state for ``run``: a dead engine of an active run is restarted (it adopts
         the running jobs); a JournalError says why it cannot be."""
