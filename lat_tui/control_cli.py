@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     if args.verb == "requeue" and args.failed:
         return requeue_failed(client, run, args)
     if args.verb == "requeue" and args.remedy is None:   # a remedy decides how the job starts, as in the TUI
-        offer = resume_offer(client.job(args.job), args.start)
+        offer = resume_offer(client.job(args.job, run.id), args.start)
         if offer:
             print(offer)
             return EXIT_FAILED
@@ -90,11 +90,11 @@ def main(argv: list[str]) -> int:
 def command_for(args, client: Client, run: RunRow) -> Command:
     """The command a control verb's arguments ask for (a job id is checked against the journal)."""
     if args.verb == "cancel":
-        return CancelRun() if args.all else CancelJob(client.job(args.job).id)
+        return CancelRun() if args.all else CancelJob(client.job(args.job, run.id).id)
     if args.verb in ("pause", "resume"):
         return PauseRun() if args.verb == "pause" else ResumeRun()
     if args.verb == "requeue":
-        return RequeueJob(client.job(args.job).id, start=args.start, remedy=args.remedy or None)
+        return RequeueJob(client.job(args.job, run.id).id, start=args.start, remedy=args.remedy or None)
     if args.verb == "slots":
         return SetSlots(args.device, args.count)
     if args.verb == "countdown":

@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
 
 def wait(client: Client, args) -> int:
     if args.jobs:
-        jobs = [client.job(j) for j in args.jobs]
+        jobs = [client.job(j, args.run_id) for j in args.jobs]
         run = client.run(jobs[0].run_id)
         if any(j.run_id != run.id for j in jobs):
             raise_mixed(jobs)
