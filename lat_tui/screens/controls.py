@@ -12,7 +12,7 @@ from lat_core.contract.commands import (FRESH, AddJobs, CancelJob, CancelRun, Co
                                         PauseRun, RequeueJob, RequeueJobs, ResumeRun, SetSlots, SkipCountdown, Start)
 from lat_core.front.client import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
 from lat_core.errors import LatError
-from lat_core.contract.rows import JobSummary, RunRow
+from lat_core.contract.rows import JobRow, JobSummary, RunRow
 from lat_tui.context import AppContext
 
 CONFIRM_SECONDS = 3.0
@@ -39,7 +39,7 @@ class RunControls:
     _selected: int | None
 
     def _init_controls(self) -> None:
-        self._confirm_cancel_until = 0.0
+        self._confirming: tuple[object, float] = (None, 0.0)  # what a second press confirms, until when
         self.pending_commands: dict[int, str] = {}  # command id -> what to call it in the answer
 
     # ------------------------------------------------------------------ sending
@@ -85,24 +85,38 @@ class RunControls:
 
     def action_cancel_job(self) -> None:
         job = self.selected_job()
-        if job is None:
-            return
+        if job is not None:
+            self.cancel_job(job)
+
+    def cancel_job(self, job: JobSummary | JobRow) -> None:
+        """Cancel a queued job at once; a running one only on a second ``c`` (its work is lost)."""
         if job.state in JOB_FINAL:
             self.notify(f"{job.key} is already {job.state}.", severity="warning")
-        elif self.send_command(CancelJob(job.id), label=f"cancel {job.key}"):
+            return
+        if job.state == "running" and not self._pressed_twice(("cancel job", job.id),
+                                                              f"Press c again to stop {job.key} (it is running)."):
+            return
+        if self.send_command(CancelJob(job.id), label=f"cancel {job.key}"):
             self.notify(f"Cancelling {job.key} ...")
 
     def action_cancel_run(self) -> None:
         if self._run is None or self._run.state not in RUN_ACTIVE:
             self.notify("This run is not active.", severity="warning")
-            return
-        if time.monotonic() > self._confirm_cancel_until:
-            self._confirm_cancel_until = time.monotonic() + CONFIRM_SECONDS
-            self.notify("Press C again to cancel the whole run.", severity="warning")
-            return
-        self._confirm_cancel_until = 0.0
-        if self.send_command(CancelRun(), label=f"cancel run {self.run_id}"):
+        elif self._pressed_twice(("cancel run", self.run_id), "Press C again to cancel the whole run.") and \
+                self.send_command(CancelRun(), label=f"cancel run {self.run_id}"):
             self.notify(f"Cancelling run {self.run_id} ...")
+
+    def _pressed_twice(self, what: object, prompt: str) -> bool:
+        """True on the second press for the same ``what`` within CONFIRM_SECONDS; the first press
+        shows ``prompt``. Work is lost only on two presses, and a press for something else (another
+        job selected meanwhile) starts over."""
+        pending, until = self._confirming
+        if pending == what and time.monotonic() <= until:
+            self._confirming = (None, 0.0)
+            return True
+        self._confirming = (what, time.monotonic() + CONFIRM_SECONDS)
+        self.notify(prompt, severity="warning")
+        return False
 
     def action_pause(self) -> None:
         if self._run is None:

@@ -62,7 +62,7 @@ class DashboardScreen(RunControls, Screen):
         Binding("x", "extend_countdown", "+5min"),
         Binding("enter", "details", "Details", show=False),
         Binding("p", "pause", "Pause", tooltip="Pause or resume admission (running jobs go on)"),
-        Binding("c", "cancel_job", "Cancel", tooltip="Cancel the selected job"),
+        Binding("c", "cancel_job", "Cancel", tooltip="Cancel the selected job (a running one: press twice)"),
         Binding("C", "cancel_run", "Cancel run", key_display="C", show=False,
                 tooltip="Cancel the whole run (press twice)"),
         Binding("r", "requeue", "Requeue", group=REQUEUE, tooltip="Requeue the selected ended job (offers resume)"),

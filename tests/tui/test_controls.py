@@ -7,7 +7,7 @@ import time
 
 from textual.widgets import DataTable, Input, OptionList
 
-from lat_core.contract.commands import (AddJobs, Command, ExtendCountdown, PauseRun, RequeueJob, ResumeRun, SetSlots,
+from lat_core.contract.commands import (AddJobs, CancelJob, Command, ExtendCountdown, PauseRun, RequeueJob, ResumeRun, SetSlots,
                                         SkipCountdown)
 from lat_tui.screens.add_jobs import AddJobsScreen
 from lat_tui.screens.dashboard import DashboardScreen
@@ -183,3 +183,23 @@ async def test_triage_without_failures_says_so(make_app, journal, tmp_path):
         assert "No failed jobs" in str(app.screen.query_one("#diagnosis").render())
         await pilot.press("1", "escape")
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+
+async def test_cancelling_a_running_job_asks_for_a_second_press(make_app, journal, tmp_path):
+    """``c`` on a running job loses its work: like ``C`` for the run, it acts on the second press
+    only; a queued job goes at once, and a press on another job in between starts over."""
+    run_id, (first, second) = make_run(journal, tmp_path / "out")
+    journal.set_run_state(run_id, "running")
+    for job in (first, second):
+        journal.set_job_state(job, "running", device="cpu", started=time.time(), attempts=1)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await on_dashboard(pilot, app)
+        await wait_for(pilot, lambda: app.screen.selected_job().state == "running")
+        await pilot.press("c")
+        assert sent(journal, run_id) == []
+        assert any("Press c again" in str(n.message) for n in app._notifications)
+        await pilot.press("down", "c", "up", "c")  # the other job in between: still no second press
+        assert sent(journal, run_id) == []
+        await pilot.press("c")
+        assert sent(journal, run_id) == [CancelJob(first)]
