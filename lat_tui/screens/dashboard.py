@@ -80,6 +80,10 @@ class DashboardScreen(RunControls, Screen):
         Binding("n", "new_run", "New", show=False, tooltip="Plan a new run"),
         Binding("e", "start_engine", "Engine", show=False, tooltip="Start an engine if none runs"),
         Binding("slash", "search_log", "Search", key_display="/", tooltip="Search the log (n/N: next/previous)"),
+        Binding("tab", "app.focus_next", "Focus", show=False,
+                tooltip="Move the keys between the job table and the log (shift+tab: back)"),
+        Binding("escape", "focus_jobs", "Jobs", key_display="esc", show=False,
+                tooltip="Back to the job table: the arrows move the selection again (closes the search)"),
         Binding("q", "app.quit", "Quit", tooltip="Leave (the run goes on in the background engine)"),
     ]
 
@@ -328,6 +332,10 @@ class DashboardScreen(RunControls, Screen):
 
     def action_search_log(self) -> None:
         self.query_one(LogPane).open_search()
+
+    def action_focus_jobs(self) -> None:
+        self.query_one(LogPane).close_search()
+        self.query_one(JobTable).focus()
 
     def action_toggle_monitor(self) -> None:
         monitor = self.query_one(MonitorPanel)
