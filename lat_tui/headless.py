@@ -51,7 +51,8 @@ def follow(client: Client, run_id: int, *, out: TextIO, poll: float, after_id: i
     started = client.run(run_id).created
     for t in stream_history(client, run_id, poll=poll, after_id=after_id):
         job = client.job(t.job_id) if t.job_id else None
-        print(progress_line(t, job, started), file=out, flush=True)
+        name = job_name(job, client.model_family(job)) if job else ""
+        print(progress_line(t, job, started, name), file=out, flush=True)
     return summarize(client, run_id, out)
 
 

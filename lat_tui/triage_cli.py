@@ -16,6 +16,7 @@ from pathlib import Path
 
 from lat_core.front.client import Diagnosis, TriageError, classify, fmt_bytes
 from lat_tui.cli_common import cli_entry, client_for, state_flags
+from lat_tui.columns import job_name
 
 EXIT_USAGE = 2
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry("lat-tui triage")
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    path = Path(client_for(args).job(int(args.path)).job_dir) if args.path.isdigit() else Path(args.path).expanduser()
+    heading, path = _job_named(args) if args.path.isdigit() else ("", Path(args.path).expanduser())
     if not path.exists():
         print(f"lat-tui triage: no such job folder or log: {path}", file=sys.stderr)
         return EXIT_USAGE
@@ -44,8 +45,15 @@ def main(argv: list[str]) -> int:
     except TriageError as exc:
         print(f"lat-tui triage: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(diagnosis.to_json(), indent=1) if args.json else render_text(diagnosis))
+    print(json.dumps(diagnosis.to_json(), indent=1) if args.json else heading + render_text(diagnosis))
     return 0
+
+
+def _job_named(args) -> tuple[str, Path]:
+    """A job id's heading (``job 7 gla/lora_r8 1:sst2``, the job table's name) and its folder."""
+    client = client_for(args)
+    job = client.job(int(args.path))
+    return f"job {job.id} {job_name(job, client.model_family(job))}\n", Path(job.job_dir)
 
 
 def render_text(diagnosis: Diagnosis) -> str:

@@ -97,6 +97,7 @@ class DashboardScreen(RunControls, Screen):
     def _reset_run_state(self) -> None:
         self._run: RunRow | None = None
         self._jobs: dict[int, JobSummary] = {}
+        self.job_families: dict[int, str] = {}
         self._selected: int | None = None
         self._tail = TailState()
         self._engine_checked = False
@@ -166,6 +167,7 @@ class DashboardScreen(RunControls, Screen):
     def _show(self, data: DashboardData) -> None:
         self._run = data.run
         self._jobs = {job.id: job for job in data.jobs}
+        self.job_families = data.families
         self.engine_alive = data.engine_alive
         self.query_one(RunStatus).show(data.run, data.jobs, data.engine_alive)
         self.gpu_history.add(data.gpus)
@@ -239,7 +241,7 @@ class DashboardScreen(RunControls, Screen):
         job = self._jobs.get(job_id)
         log = self.query_one(FollowingLog)
         log.reset()
-        log.border_title = f"log · {job.key}" if job else "log"
+        log.border_title = f"log · {self.name_of(job)}" if job else "log"
         path = Path(job.job_dir) / "train.log" if job else None
         self._tail = TailState(path=path, generation=self._tail.generation + 1)
         self._show_detail()
@@ -247,7 +249,8 @@ class DashboardScreen(RunControls, Screen):
         self.poll_now()
 
     def _show_detail(self) -> None:
-        self.query_one(JobDetail).show(self._jobs.get(self._selected) if self._selected else None)
+        job = self.selected_job()
+        self.query_one(JobDetail).show(job, self.name_of(job) if job else "")
 
     def load_run(self, run_id: int) -> None:
         """Show another run (a new one from the plan screen)."""

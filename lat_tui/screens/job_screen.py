@@ -90,7 +90,7 @@ class JobScreen(Screen):
         if self._job is None or self._job.state != job.state:
             self.refresh_bindings()
         self._job = job
-        self.query_one("#job-title", Static).update(Text(f"job {job.id} · {job.key}", style="bold"))
+        self.query_one("#job-title", Static).update(Text(f"job {job.id} · {self.controls.name_of(job)}", style="bold"))
         self.query_one("#job-text", Static).update(describe(job, message.history))
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:

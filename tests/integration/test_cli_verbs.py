@@ -83,7 +83,8 @@ def test_wait_and_follow_exit_like_headless(finished):
     assert out.returncode == 1 and "1/2 jobs succeeded" in out.stdout and "bad" in out.stdout
     follow = lat(state, "follow")
     assert follow.returncode == 1
-    assert f"job {jobs['ok'].id} ok: queued -> running" in follow.stdout and "1/2 jobs succeeded" in follow.stdout
+    # the job table's name for the job ("ok 1:tiny-sst2"), not its key
+    assert f"job {jobs['ok'].id} ok 1:tiny-sst2: queued -> running" in follow.stdout and "1/2 jobs succeeded" in follow.stdout
 
 
 def test_cancel_needs_a_job_or_all(finished):
@@ -173,8 +174,8 @@ def test_triage_takes_a_job_id_like_every_other_verb(finished):
     by_id = lat(state, "triage", str(jobs["bad"].id))
     by_folder = lat(state, "triage", jobs["bad"].job_dir)
     assert by_id.returncode == 0, by_id.stderr
-    assert by_id.stdout.startswith("python_exception") and "injected failure of bad" in by_id.stdout
-    assert by_id.stdout == by_folder.stdout
+    assert by_id.stdout == f"job {jobs['bad'].id} bad 1:tiny-sst2\n" + by_folder.stdout  # the table's name
+    assert by_folder.stdout.startswith("python_exception") and "injected failure of bad" in by_folder.stdout
 
 
 @pytest.mark.parametrize("verb", ["show", "logs", "triage", "cancel", "requeue", "wait"])

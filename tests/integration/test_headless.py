@@ -121,6 +121,13 @@ def test_status_names_jobs_as_the_tui_does(tmp_path, capsys):
     assert "mamba/tiny_lora 1:tiny-sst2" in row and "failed" in row
     assert f"  {job_id} mamba/tiny_lora 1:tiny-sst2: exit 1" in text
     assert job_name(store.job(job_id), "mamba") == "mamba/tiny_lora 1:tiny-sst2"  # the TUI's name
+    # one name everywhere: the progress stream, show, wait and triage say it too
+    (job_dir / "train.log").write_text("Traceback (most recent call last):\nRuntimeError: boom\n")
+    state = ["--state-dir", str(tmp_path / "state")]
+    for verb in (["follow"], ["show", str(job_id)], ["wait"], ["triage", str(job_id)]):
+        main([*verb, *state])
+        text = "\n".join(line for line in capsys.readouterr().out.splitlines() if str(tmp_path) not in line)
+        assert "mamba/tiny_lora 1:tiny-sst2" in text and "tiny-sst2_seed1/tiny_lora" not in text, (verb, text)
 
 
 @pytest.mark.slow

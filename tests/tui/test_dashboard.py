@@ -110,7 +110,7 @@ async def test_selecting_another_job_switches_the_log(make_app, journal, tmp_pat
         await wait_for(pilot, lambda: log_lines(app) == ["first job"])
         await pilot.press("down")
         await wait_for(pilot, lambda: log_lines(app) == ["second job"])
-        assert "tiny-sst2_seed2/a" in str(app.screen.query_one("#job-log", Log).border_title)
+        assert str(app.screen.query_one("#job-log", Log).border_title) == "log · a 2:tiny-sst2"  # the table's name
 
 
 async def test_failed_job_shows_its_error(make_app, journal, tmp_path):
@@ -191,7 +191,7 @@ def test_a_job_held_back_for_memory_says_why():
 
     job = JobRow(1, 1, 1, "d_seed1/a", "s", 1, "a", 1, "d", "/o/a", "queued", None, 0, None, None, None,
                  None, None, None, argv=[], env={}, waiting="needs 10.0G GPU memory, 3.0G free on gpu0")
-    assert "waiting: needs 10.0G GPU memory, 3.0G free on gpu0" in describe_job(job).plain
+    assert "waiting: needs 10.0G GPU memory, 3.0G free on gpu0" in describe_job(job, "a 1:d").plain
 
 
 async def test_job_names_say_model_config_seed_and_dataset(make_app, journal, tmp_path):
