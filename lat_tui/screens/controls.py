@@ -147,7 +147,7 @@ class RunControls:
             if checkpoints:
                 from lat_tui.screens.resume_offer import ResumeOffer
 
-                self.app.push_screen(ResumeOffer(job, checkpoints),
+                self.app.push_screen(ResumeOffer(job, self.name_of(job), checkpoints),
                                      lambda picked: picked and self.requeue(job, start=picked))
                 return True
         label = f"requeue {self.name_of(job)}" + (f" with {remedy['key']}" if remedy else "") + (f" ({start})" if start else "")
@@ -165,7 +165,7 @@ class RunControls:
             return
         from lat_tui.screens.requeue_failed import RequeueFailedConfirm
 
-        self.app.push_screen(RequeueFailedConfirm(jobs), lambda start: start and self._requeue_all(jobs, start))
+        self.app.push_screen(RequeueFailedConfirm(jobs, self.name_of), lambda start: start and self._requeue_all(jobs, start))
 
     def unfinished_jobs(self) -> list[JobSummary]:
         return sorted((job for job in self._jobs.values() if job.state in JOB_UNFINISHED), key=lambda job: job.id)
