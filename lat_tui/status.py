@@ -73,7 +73,7 @@ def job_notes(job) -> list[str]:
 
 def split_last_log_line(error: str, job_dir: Path) -> tuple[str, str]:
     """The stored reason ends with the log's last line when triage did not pin the cause
-    (``killed by SIGKILL: killed: ...: step 305/400 loss 2.6676``); (cause, that line), or
+    (``killed by SIGKILL: step 305/400 loss 2.6676``); (cause, that line), or
     (error, "") when it does not end with it."""
     last = last_log_line(job_dir / "train.log")
     if last and error.endswith(f": {last}"):
