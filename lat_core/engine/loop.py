@@ -25,16 +25,14 @@ from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.commands import Commands
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.local import LocalBackend
-from lat_core.contract.job_files import (EventTail, events_path, exit_record_path, last_progress, memory_event_peak,
-                                read_pid_record)
-from lat_core.engine.launch import LaunchSpec, launch, read_exit_record
+from lat_core.contract.jobdir import AttemptFiles, EventTail, JobDir, PidRecord, last_progress
+from lat_core.engine.launch import LaunchSpec, launch
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
 from lat_core.engine.mps import start_mps
 from lat_core.engine.placement import (distributed_argv, distributed_env, find_free_port, free_slots, merge, placements,
                                        slots_used)
 from lat_core.engine.notices import RunNotices
-from lat_core.engine.fusion import runner_exit_path
 from lat_core.engine.faults import (JOURNAL_ERRORS, EngineErrors, disk_full, disk_full_failure, disk_full_pause,
                                    engine_must_stop, journal_locked)
 from lat_core.engine.groups import FusedGroups
@@ -61,7 +59,7 @@ class Engine(Recovery, FusedGroups):
         self._clock = clock
         self._secrets = dict(os.environ if secrets is None else secrets)
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
-        self._pid_records: dict[int, object] = {}  # attempt id -> its runner's PidRecord, once written
+        self._pid_records: dict[int, PidRecord] = {}  # attempt id -> its runner's PidRecord, once written
         self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
         self._fuse_keys: dict[tuple[int, int], tuple] = {}  # (job id, attempts) -> (fuse key, group limit)
         self._group_popens: list = []  # runners of fused groups, polled until they end
@@ -259,7 +257,7 @@ class Engine(Recovery, FusedGroups):
             self._take_over(job, device.id, lost)  # the journal had lost it: never launch a job twice
             return
         job_dir = Path(job.job_dir)
-        exit_path = exit_record_path(job_dir, job.attempts + 1)
+        exit_path = JobDir(job_dir).attempt(job.attempts + 1).exit_path
         attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path), started=self._clock())
         env = {**self._job_secrets.unmask(job.run_id, job.env), **device.env, **self._mps_env(job.run_id),
                "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n), "LAT_SUITE": job.suite}
@@ -357,7 +355,7 @@ class Engine(Recovery, FusedGroups):
 
     def _remember_peak(self, job: JobRow) -> None:
         """What this config needed, for memory-aware admission of its next jobs."""
-        event_peak = memory_event_peak(Path(job.job_dir))
+        event_peak = JobDir(job.job_dir).memory_event_peak()
         gpu = max(job.peak_gpu or 0, event_peak)
         if gpu or job.peak_rss:
             self.store.record_config_peak(job.profile_key, gpu, job.peak_rss or 0)
@@ -366,7 +364,8 @@ class Engine(Recovery, FusedGroups):
         backend = self._job_backend(job)
         found = backend.diagnose(attempt.pid) if backend.diagnoses_failures and attempt.pid else None  # Slurm's verdict
         if found is None:
-            before, after = oom_kill_readings(read_exit_record(Path(attempt.exit_path)), attempt.oom_source,
+            record = AttemptFiles(attempt.exit_path).read_exit()
+            before, after = oom_kill_readings(record.oom_kills if record else None, attempt.oom_source,
                                               attempt.oom_before)
             found = classify(Path(job.job_dir), returncode, cancelled=attempt.cancel_at is not None,
                              oom_kills_before=before, oom_kills_after=after,
@@ -393,7 +392,7 @@ class Engine(Recovery, FusedGroups):
         local = [r for r in self.store.active_runs() if self.backend(r.id).samples_local_processes]
         pids, inherited = {}, {}
         for attempt in (a for r in local for a in self.store.open_attempts(r.id) if a.pid):
-            record = self._pid_records.get(attempt.id) or read_pid_record(runner_exit_path(Path(attempt.exit_path)))
+            record = self._pid_records.get(attempt.id) or AttemptFiles(attempt.exit_path).runner().read_pid()
             if record is None:  # not yet written: a warm-started job's inherited memory is not known yet
                 continue
             self._pid_records[attempt.id] = record
@@ -414,15 +413,16 @@ class Engine(Recovery, FusedGroups):
     def _read_events(self, job: JobRow) -> tuple[int, float | None] | None:
         """Record the job's newest (step, loss) since the last read; returns it, None when none."""
         if job.id not in self._tails:
-            self._tails[job.id] = EventTail.near_end(events_path(Path(job.job_dir)))
+            self._tails[job.id] = JobDir(job.job_dir).event_tail()
         tail = self._tails[job.id]
-        bad_before = tail.bad_lines
+        bad_before = tail.skipped.count
         last = last_progress(tail.read())
         if last is not None:
             self.store.set_progress(job.id, *last)
-        if tail.bad_lines > bad_before:  # told once per job, then counted
-            detail = f"{tail.bad_lines} bad line(s) skipped; first: {tail.first_bad}"
-            if bad_before == 0 or tail.bad_lines >= 10 * bad_before:
+        skipped = tail.skipped
+        if skipped.count > bad_before:  # told once per job, then counted
+            detail = f"{skipped.count} bad line(s) skipped; first: {skipped.first}"
+            if bad_before == 0 or skipped.count >= 10 * bad_before:
                 self.store.add_transition(job.run_id, job.id, "bad events", detail)
         return last
 

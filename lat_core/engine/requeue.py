@@ -6,7 +6,7 @@ start over (``--overwrite``, which also clears the old checkpoints and events). 
 chooses (``lat-tui requeue N --resume | --fresh``); the default for a succeeded job is a fresh
 attempt, for the others the job's own command as planned. ``lat-tui requeue --failed`` requeues
 a run's failed and cancelled jobs with one answer: each resumes where it left a checkpoint, else
-starts fresh, unless ``--fresh`` (:func:`lat_core.contract.job_files.requeue_start`).
+starts fresh, unless ``--fresh`` (:meth:`lat_core.contract.jobdir.JobDir.requeue_start`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lat_core.errors import JournalError
-from lat_core.contract.job_files import resumable_checkpoints
+from lat_core.contract.jobdir import JobDir
 from lat_core.contract.journal_faults import journal_faults
 from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
 from lat_core.front.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
@@ -31,6 +31,12 @@ if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
 
 __all__ = ["Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine", "plan_env_of",
            "resumable_checkpoints", "resolve_state_dir"]
+
+
+def resumable_checkpoints(job_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, folder) of the job's complete checkpoints, oldest first: the ones ``--resume`` takes
+    (THE checkpoint rule, lat_core.contract.jobdir, which the trainer uses too)."""
+    return JobDir(job_dir).resumable_checkpoints()
 
 
 class NoRunError(JournalError):

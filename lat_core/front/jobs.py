@@ -23,7 +23,7 @@ from lat_core.config import yaml_text
 from lat_core.config.suites import SuiteRegistry
 from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
 from lat_core.errors import ConfigError, OutputPathError
-from lat_core.contract.job_files import events_path, has_finished
+from lat_core.contract.jobdir import JobDir
 from lat_core.front.plan import Plan
 from lat_core.safe_files import escape_problem, write_files
 from lat_core.text import shorten
@@ -128,9 +128,10 @@ def job_mode(job_dir: Path, resume: bool, overwrite: bool, strict: bool) -> str:
     that had started, so jobs the crash kept from starting begin normally."""
     if overwrite:
         return "overwrite"
-    if has_finished(job_dir):
+    folder = JobDir(job_dir)
+    if folder.has_finished():
         return "done"
-    if resume and (strict or events_path(job_dir).exists()):
+    if resume and (strict or folder.events_path.exists()):
         return "resume"
     return "fresh"
 

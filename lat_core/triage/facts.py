@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lat_core.contract.jobdir import Memory
 from lat_core.triage.classes import FailureClass
 from lat_core.text import shorten, signal_name
 from lat_core.triage.explain import signal_of
@@ -53,15 +54,16 @@ class Facts:
 
 def gather(files: JobFiles, returncode, cancelled, timed_out, oom_kills) -> Facts:
     if returncode is None and files.exit_record:
-        returncode = files.exit_record.get("returncode")
-    if isinstance(returncode, bool) or not isinstance(returncode, int):  # an exit record not the runner's
+        returncode = files.exit_record.returncode
+    if isinstance(returncode, bool) or not isinstance(returncode, int):
         returncode = None
     lines = split_lines(files.lines)
     signum = signal_of(returncode)
     base = {"returncode": returncode, "signal": signal_name(signum) if signum else None}
     base.update(root_cause(lines))
-    memory = files.last_event("memory") or {}
-    base.update({k: memory[k] for k in ("peak_rss_bytes", "peak_gpu_bytes") if isinstance(memory.get(k), int)})
+    memory = files.last_event(Memory) or Memory()
+    base.update({k: v for k, v in (("peak_rss_bytes", memory.peak_rss_bytes), ("peak_gpu_bytes", memory.peak_gpu_bytes))
+                 if v is not None})
     if oom_kills is not None:
         base["oom_kills"] = oom_kills
     return Facts(files, lines, signature_hits(lines) if returncode != 0 else {}, returncode,

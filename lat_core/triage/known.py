@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from lat_core.contract.jobdir import Failed
 from lat_core.triage import remedies as fix
 from lat_core.triage.classes import FailureClass as F
 from lat_core.triage.facts import Facts, make_diagnosis
@@ -209,8 +210,8 @@ _NONFINITE = re.compile(r"loss is (-?(?:nan|inf)) at step (\d+)")
 
 def nonfinite_loss(facts: Facts):
     found = _first(facts, "nonfinite")
-    failed = facts.files.last_event("failed") or {}
-    message = found[1].text if found else str(failed.get("message", ""))
+    failed = facts.files.last_event(Failed)
+    message = found[1].text if found else (failed and failed.message) or ""
     match = _NONFINITE.search(message)
     if match is None:
         return None

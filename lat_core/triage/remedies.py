@@ -6,6 +6,7 @@ the allocator setting present) is not offered: a retry with it would fail the sa
 
 from __future__ import annotations
 
+from lat_core.contract.jobdir import CheckpointSaved
 from lat_core.triage.model import Remedy
 from lat_core.triage.sources import config_value, whole_number
 
@@ -121,7 +122,7 @@ def device_fault_remedies(kind: str) -> list[Remedy]:
 
 
 def resume_remedy(events) -> list[Remedy]:
-    steps = [e.get("step") for e in events if e.get("event") == "checkpoint"]
+    steps = [e.step for e in events if isinstance(e, CheckpointSaved)]
     if not steps:
         return []
     return [Remedy("resume", f"resume from the last checkpoint (step {steps[-1]}) with a longer "

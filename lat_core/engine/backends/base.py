@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lat_core.contract.jobdir import ExitRecord
 from lat_core.engine.launch import Launched, LaunchSpec
 
 
@@ -50,7 +51,7 @@ class Backend:
         """Only where :attr:`diagnoses_failures`: a triage Diagnosis, or None."""
         raise NotImplementedError(f"the {self.name} backend does not diagnose failures")
 
-    def stop_vanished(self, pid: int, pid_start: float | None, exit_path: Path) -> dict | None:
+    def stop_vanished(self, pid: int, pid_start: float | None, exit_path: Path) -> ExitRecord | None:
         """Only where :attr:`reaps_process_tree`: the runner ``pid`` is gone without an exit record;
         stop what is left of its job and return the exit record written for it."""
         return None

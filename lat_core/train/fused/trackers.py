@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from lat_core.contract.job_files import TRAIN_LOG
+from lat_core.contract.jobdir.names import JOB_YAML, TRAIN_LOG
 from ..tracking import Trackers
 
 WRITER_WAIT_S = 120.0   # how long the group waits at its end for a writer to close its runs
@@ -68,7 +68,7 @@ class MemberTrackers:
                                          stdout=subprocess.PIPE, stderr=log, text=True,
                                          env={**self.env, "CUDA_VISIBLE_DEVICES": ""})
         self.open, self.ready = True, False
-        self._send({"begin": {"job_yaml": str(Path(job_dir) / "job.yaml"), "report_to": self.active,
+        self._send({"begin": {"job_yaml": str(Path(job_dir) / JOB_YAML), "report_to": self.active,
                               "run_name": self.trackers.run_name, "max_steps": self.cfg.train.max_steps,
                               "start": start, **facts}})
 
