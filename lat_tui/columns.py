@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from lat_core.contract.rows import GroupUsage, JobSummary
-from lat_core.text import fmt_bytes
-from lat_core.titles import display_name
+from lat_core.front.client import display_name, fmt_bytes
 from lat_tui import fmt
 
 MIN_STEM = 8  # below this the model family gives way to the config name

@@ -20,7 +20,7 @@ from lat_tui.columns import job_name, plain_table
 from lat_tui.format import progress_line
 
 if TYPE_CHECKING:  # a plan means pydantic: `wait` and `follow` never build one
-    from lat_core.front.plan import Plan
+    from lat_core.front.client import Plan
 
 RUN_ENDED = ("finished", "cancelled")
 

@@ -17,15 +17,13 @@ import sys
 import time
 from pathlib import Path
 
-from lat_core.contract.jobdir import Failed, Finished, JobDir
-from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
-from lat_core.monitor.host import HostSnapshot, host_snapshot
+from lat_core.front.client import GpuProbe, GpuSnapshot, HostSnapshot, host_snapshot, recent_events
 from lat_tui import fmt
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_OK
 from lat_tui.tail import TailState, read_tail
 
 HELP = "follow a training log with GPU and host stats every N s (the old monitor_training.sh)"
-ENDED = (Finished, Failed)
+ENDED = ("finished", "failed")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,8 +83,8 @@ def follow(log: Path, interval: float, lines: int, poll: float, probe: GpuProbe)
 
 def trainer_ended(log: Path) -> bool:
     """The events.jsonl beside the log ends with the trainer's finished or failed event."""
-    events = JobDir(log.parent).recent_events()
-    return bool(events) and isinstance(events[-1], ENDED)
+    events = recent_events(log.parent)
+    return bool(events) and events[-1].kind in ENDED
 
 
 def stats_lines(gpus: GpuSnapshot, host: HostSnapshot) -> list[str]:

@@ -13,8 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from lat_core.text import fmt_bytes
-from lat_core.triage import Diagnosis, TriageError, classify
+from lat_core.front.client import Diagnosis, TriageError, classify, fmt_bytes
 
 EXIT_USAGE = 2
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh machine.
 #   bash scripts/setup.sh demo   install, then run the demo plan (4 tiny CPU jobs, headless)
-#   bash scripts/setup.sh test   install with test extras, then ruff, the import contracts, mypy on the contract and the test suite (GPU tests skipped)
+#   bash scripts/setup.sh test   install with test extras, then ruff, the import contracts, mypy on the contract and the front end and the test suite (GPU tests skipped)
 # Creates .venv in the repository. Where no NVIDIA GPU is visible the CPU build of torch is
 # installed first, so the dependency range never pulls a multi-GB CUDA build.
 set -euo pipefail
@@ -42,6 +42,8 @@ case "$what" in
     lint-imports
     echo "==> mypy --strict on the contract (lat_core/contract: what crosses a process)" >&2
     mypy --strict lat_core/contract
+    echo "==> mypy --strict on the front end (lat_core/front, and the config, triage, monitor and notice code it calls)" >&2
+    mypy --strict lat_core/front
     echo "==> the test suite in 4 workers (GPU tests skipped where no GPU is)" >&2
     # most tests wait on real processes (engines, trainers, tmux), so 4 workers fit 2 cores;
     # tests sharing one thing of the host are kept in one worker (tests/conftest.py)

@@ -89,7 +89,7 @@ def _retry_failure_class(store: Store, run: RunRow, job: JobRow, now: float) -> 
     if _has_checkpoint(job):
         apply_change(Target(store, run, job), Resume())
         how = "resuming from its last checkpoint"
-    store.set_job_state(job.id, "queued", f"{FAILURE_TAG}{cls} ({done + 1}/{limit}): in {backoff:g}s, {how}",
+    store.set_job_state(job.id, JobState.QUEUED, f"{FAILURE_TAG}{cls} ({done + 1}/{limit}): in {backoff:g}s, {how}",
                         ended=None, returncode=None, not_before=now + backoff)
     return True
 

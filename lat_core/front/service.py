@@ -28,6 +28,7 @@ from lat_core.front.run_guard import check_no_live_overlap, creation_lock
 from lat_core.safe_files import check_state_dir, prepare_output_root
 from lat_core.contract.states import JobState
 from lat_core.contract.journal import Store
+from lat_core.contract.rows import RunRow
 from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store  # noqa: F401  (front ends' names)
 
 if TYPE_CHECKING:  # the plan and job expansion load pydantic: front ends that only read state never need them
@@ -131,7 +132,7 @@ def _materialize(job: JobSpec) -> None:
         raise OutputPathError(f"cannot write the job folder: {fault.message}", where=str(job.job_dir)) from exc
 
 
-def job_record(job: JobSpec) -> dict:
+def job_record(job: JobSpec) -> dict[str, object]:
     """The journal's view of a job: secrets in its env masked."""
     return {
         "key": job.key, "suite": job.suite, "round": job.round, "stem": job.stem, "seed": job.seed,
@@ -150,10 +151,11 @@ def _model_family(job: JobSpec) -> str | None:
     return family if isinstance(family, str) else None
 
 
-def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry,
-                state_dir: Path | None = None) -> list[dict]:
+def jobs_to_add(run: RunRow, suites: list[str], rounds: object, pairs: object, registry: SuiteRegistry,
+                state_dir: Path | None = None) -> list[dict[str, object]]:
     """Journal records for more suites/pairs in a live run, expanded against the run's own plan
     (same GPUs, env, output root) and with their directories written; PlanError when invalid.
+    ``rounds`` and ``pairs`` are as a user gave them (checked as a plan's fields).
     With ``state_dir``, RunConflictError (nothing written) when a live run, this one included,
     already owns one of their folders: writing its job.yaml would change a running job's config."""
     import yaml
@@ -187,7 +189,8 @@ def _materialize_all(jobs: list[JobSpec]) -> None:
 # ---------------------------------------------------------------- the detached engine
 
 
-def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_s: float = 15.0):
+def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None,
+                 wait_s: float = 15.0) -> subprocess.Popen[bytes]:
     """Start ``python -m lat_core.engine`` in its own session (it outlives the front end) and wait
     until it holds the engine lock or has exited, so the caller sees a consistent state; the Popen."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -224,7 +227,7 @@ def ensure_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> b
             return True
 
 
-def _raise_if_failed(proc, state_dir: Path) -> None:
+def _raise_if_failed(proc: subprocess.Popen[bytes], state_dir: Path) -> None:
     """An engine that stopped at once on a journal or disk fault: its message, so the front end
     says why instead of starting engines in a loop."""
     if proc.poll() not in (None, 0):

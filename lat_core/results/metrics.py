@@ -10,6 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
+
+#: One eval's metrics as events.jsonl holds them (name -> number); metric_value reads one checked.
+Metrics = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ def spec_for(dataset: str) -> MetricSpec:
     return _SPECS.get(task_of(dataset), DEFAULT_SPEC)
 
 
-def metric_value(metrics: dict, name: str) -> float | None:
+def metric_value(metrics: Metrics, name: str) -> float | None:
     """A finite float from a metrics dict, or None (missing, null, NaN, not a number)."""
     value = metrics.get(name) if isinstance(metrics, dict) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -11,9 +11,11 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, SupportsIndex, SupportsInt, TypedDict
 
 import yaml
 
@@ -23,7 +25,7 @@ from lat_core.contract.jobdir.event_reader import decode_text
 from lat_core.contract.jobdir.names import EVENTS as EVENTS_FILE
 from lat_core.contract.jobdir.names import JOB_YAML as CONFIG_FILE
 from lat_core.results.best import choose_best, scored_steps
-from lat_core.results.metrics import dataset_key, spec_for
+from lat_core.results.metrics import Metrics, dataset_key, spec_for
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +59,8 @@ class JobResult:
     best_step: int
     best_value: float
     checkpoint: Path
-    validation: dict
-    test: dict | None
+    validation: Metrics
+    test: Metrics | None
     losses: tuple[tuple[int, float], ...] = ()
     curve: tuple[tuple[int, float], ...] = ()
     peak_gpu_bytes: int | None = None
@@ -98,7 +100,7 @@ class ParsedEvents:
     failed: Failed | None = None
     memory: Memory = field(default_factory=Memory)
     losses: list[tuple[int, float]] = field(default_factory=list)
-    evals: dict[str, dict[int, dict]] = field(default_factory=dict)
+    evals: dict[str, dict[int, Metrics]] = field(default_factory=dict)  # split -> step -> metrics
     checkpoints: dict[int, str] = field(default_factory=dict)
     bad_lines: int = 0
     last_event: str | None = None
@@ -117,7 +119,7 @@ def _on_checkpoint(parsed: ParsedEvents, event: CheckpointSaved) -> None:
     parsed.checkpoints[event.step] = event.folder_name
 
 
-_HANDLERS = {
+_HANDLERS: dict[type, Callable[[ParsedEvents, Any], None]] = {
     Started: lambda p, e: setattr(p, "started", e),
     Finished: lambda p, e: setattr(p, "finished", e),
     Failed: lambda p, e: setattr(p, "failed", e),
@@ -145,7 +147,7 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _read_config(path: Path) -> dict:
+def _read_config(path: Path) -> dict[str, Any]:
     """job.yaml as a dict; an unreadable or odd file gives {} (identity then comes from events)."""
     text = _read_text(path)
     if text is None:
@@ -158,14 +160,14 @@ def _read_config(path: Path) -> dict:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def _int_or_none(value) -> int | None:
+def _int_or_none(value: str | bytes | SupportsInt | SupportsIndex | None) -> int | None:
     try:
         return int(value) if value is not None and not isinstance(value, bool) else None
     except (TypeError, ValueError):
         return None
 
 
-def _identity(job_dir: Path, config: dict, started: Started) -> tuple[str, str, int | None]:
+def _identity(job_dir: Path, config: dict[str, Any], started: Started) -> tuple[str, str, int | None]:
     """(config name, data, seed): the started event, then job.yaml, then folder names."""
     pair = _PAIR_DIR.match(job_dir.parent.name)
     name = started.config or config.get("name") or job_dir.name
@@ -204,7 +206,12 @@ def _needs_config(started: Started) -> bool:
     return not (started.config and started.data and started.seed is not None)
 
 
-def _peak_memory(job_dir: Path, parsed: ParsedEvents) -> dict:
+class PeakMemory(TypedDict):
+    peak_gpu_bytes: int | None
+    peak_rss_bytes: int | None
+
+
+def _peak_memory(job_dir: Path, parsed: ParsedEvents) -> PeakMemory:
     """The engine's measure of the job's trainer process tree (the number status shows), from the
     folder's usage record; the trainer's own report only for a folder the engine never ran."""
     usage = JobDir(job_dir).read_peak_usage()
@@ -254,7 +261,7 @@ def scan_job(job_dir: Path) -> JobResult | Skipped:
         return Skipped(Path(job_dir), f"unreadable: {type(exc).__name__}: {exc}")
 
 
-def _subdirs(path: str) -> list[os.DirEntry]:
+def _subdirs(path: str) -> list[os.DirEntry[str]]:
     with os.scandir(path) as entries:
         return sorted((e for e in entries if e.is_dir() and not e.name.startswith((".", "_"))),
                       key=lambda e: e.name)

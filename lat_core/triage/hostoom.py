@@ -30,6 +30,7 @@ class OomCounter:
         return self.count is not None
 
 
+
 def oom_kill_readings(own: OomKills | None, source: str | None, before: int | None,
                       root: Path = Path("/")) -> tuple[int | None, int | None]:
     """(before, after) for triage: the job's own cgroup counter from the exit record (``own``) where

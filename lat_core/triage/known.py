@@ -13,6 +13,8 @@ from lat_core.contract.jobdir import Failed
 from lat_core.triage import remedies as fix
 from lat_core.triage.classes import FailureClass as F
 from lat_core.triage.facts import Facts, make_diagnosis
+from lat_core.triage.model import Diagnosis
+from lat_core.triage.patterns import LogLine
 from lat_core.triage.sources import config_value
 
 # The trainer's table (lat_core.train.datasets.ENV_VARS) imports torch; a test keeps this copy equal.
@@ -20,13 +22,13 @@ DATASET_DIRS = {"glue": "GLUE_LOCAL_DIR", "samsum": "SAMSUM_LOCAL_DIR", "dart": 
                 "spider": "SPIDER_LOCAL_DIR"}
 
 
-def _first(facts: Facts, group: str):
+def _first(facts: Facts, group: str) -> tuple[str, LogLine] | None:
     """``(kind, line)`` of the group's first match, or None."""
     hit = facts.first_hit(group)
     return (hit[0].kind, hit[1]) if hit else None
 
 
-def cuda_library_oom(facts: Facts):
+def cuda_library_oom(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "cuda_lib_oom")
     if found is None:
         return None
@@ -40,7 +42,7 @@ def cuda_library_oom(facts: Facts):
                           {"cuda_oom_kind": kind, "oom_kind": "unknown"}, [line.raw], line.rank)
 
 
-def shm_exhausted(facts: Facts):
+def shm_exhausted(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "shm")
     if found is None:
         return None
@@ -66,7 +68,7 @@ _NO_GPU_TEXT = {
 }
 
 
-def no_gpu(facts: Facts):
+def no_gpu(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "no_gpu")
     if found is None:
         return None
@@ -80,7 +82,7 @@ def no_gpu(facts: Facts):
                           line.rank)
 
 
-def cuda_graphs(facts: Facts):
+def cuda_graphs(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "cuda_graphs")
     if found is None:
         return None
@@ -96,12 +98,12 @@ def cuda_graphs(facts: Facts):
 _RESOURCE = re.compile(r"Required: (\d+), Hardware limit: (\d+)")
 
 
-def triton(facts: Facts):
+def triton(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "triton")
     if found is None:
         return None
     kind, line = found
-    numbers = {"triton_kind": kind}
+    numbers: dict[str, str | int] = {"triton_kind": kind}
     match = _RESOURCE.search(line.text)
     if match:
         numbers.update(shared_memory_required=int(match.group(1)), shared_memory_limit=int(match.group(2)))
@@ -118,7 +120,7 @@ def triton(facts: Facts):
                           fix.triton_remedies(facts.files.config, facts.files.env), numbers, [line.raw], line.rank)
 
 
-def disk_full(facts: Facts):
+def disk_full(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "disk_full")
     if found is None:
         return None
@@ -132,7 +134,7 @@ def disk_full(facts: Facts):
                           evidence=[line.raw], rank=line.rank)
 
 
-def hub_unreachable(facts: Facts):
+def hub_unreachable(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "hub")
     if found is None:
         return None
@@ -153,7 +155,7 @@ def _local_copy_hint(facts: Facts) -> str:
             "hub cache (~/.cache/huggingface) from a machine online and run with HF_HUB_OFFLINE=1.")
 
 
-def tracker_login(facts: Facts):
+def tracker_login(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "tracker")
     if found is None:
         return None
@@ -169,7 +171,7 @@ def tracker_login(facts: Facts):
 _KEYWORD = re.compile(r"unexpected keyword argument '(\w+)'|not used by the model: \[([^\]]*)\]")
 
 
-def generate_kwargs(facts: Facts):
+def generate_kwargs(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "generate_kwargs")
     if found is None:
         return None
@@ -186,7 +188,7 @@ def generate_kwargs(facts: Facts):
                           [line.raw], line.rank)
 
 
-def reentrant_ckpt(facts: Facts):
+def reentrant_ckpt(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "no_grad")
     if found is None:
         return None
@@ -208,10 +210,10 @@ def reentrant_ckpt(facts: Facts):
 _NONFINITE = re.compile(r"loss is (-?(?:nan|inf)) at step (\d+)")
 
 
-def nonfinite_loss(facts: Facts):
+def nonfinite_loss(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "nonfinite")
     failed = facts.files.last_event(Failed)
-    message = found[1].text if found else (failed and failed.message) or ""
+    message = found[1].text if found else failed.message or "" if failed else ""
     match = _NONFINITE.search(message)
     if match is None:
         return None
@@ -227,7 +229,7 @@ def nonfinite_loss(facts: Facts):
 _NO_CHECKPOINT = "--resume: no checkpoint-"
 
 
-def config_error(facts: Facts):
+def config_error(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "trainer_error")
     if found is None or facts.returncode not in (2, None):
         return None

@@ -10,9 +10,10 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -38,6 +39,12 @@ class TriageError(LatError):
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
+#: A job's config as its job.yaml holds it, read without the schema (a job may have died of a bad
+#: one): every value is checked where a rule uses it.
+RawConfig = Mapping[str, object]
+#: A job's environment: the journal's, or command.json's read unchecked, so values are checked too.
+RawEnv = Mapping[str, object]
+
 
 @dataclass(frozen=True)
 class JobFiles:
@@ -45,8 +52,8 @@ class JobFiles:
 
     lines: tuple[str, ...] = ()
     events: tuple[AnyEvent, ...] = ()
-    config: dict = field(default_factory=dict)
-    env: dict = field(default_factory=dict)
+    config: RawConfig = field(default_factory=dict)
+    env: RawEnv = field(default_factory=dict)
     exit_record: ExitRecord | None = None
 
     def last_event(self, kind: type[E]) -> E | None:
@@ -94,7 +101,7 @@ def read_tail_lines(path: Path, limit: int = TAIL_BYTES) -> list[str]:
     return lines[1:] if cut and lines else lines
 
 
-def read_mapping(path: Path, loader) -> dict:
+def read_mapping(path: Path, loader: Callable[[str], object]) -> dict[str, Any]:
     """A small file LAT wrote, parsed: anything else (too large, not parsed, not a mapping) is empty."""
     raw, cut = read_tail(path, MAPPING_BYTES)
     if cut:
@@ -106,13 +113,13 @@ def read_mapping(path: Path, loader) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def read_job_dir(job_dir: Path, env: dict | None = None) -> JobFiles:
+def read_job_dir(job_dir: Path, env: RawEnv | None = None) -> JobFiles:
     """``env``: the job's live environment; ``command.json`` (written at planning) only stands in
     for it when triage runs by hand on a folder."""
     folder = JobDir(job_dir)
     if env is None:
-        command = read_mapping(job_dir / COMMAND, json.loads)
-        env = command.get("env") if isinstance(command.get("env"), dict) else {}
+        saved = read_mapping(job_dir / COMMAND, json.loads).get("env")
+        env = saved if isinstance(saved, dict) else {}
     return JobFiles(
         lines=tuple(read_tail_lines(folder.train_log)),
         events=folder.read_events(EVENTS_TAIL_BYTES).events,
@@ -126,9 +133,9 @@ def read_log_file(log: Path) -> JobFiles:
     return JobFiles(lines=tuple(read_tail_lines(log)))
 
 
-def config_value(config: dict, dotted: str, default=None):
+def config_value(config: RawConfig, dotted: str, default: object = None) -> object:
     """``config_value(cfg, "train.batch_size", 8)``: a nested value, or ``default`` when absent."""
-    node = config
+    node: object = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
             return default
@@ -136,7 +143,7 @@ def config_value(config: dict, dotted: str, default=None):
     return node
 
 
-def whole_number(config: dict, dotted: str, default: int | None) -> int | None:
+def whole_number(config: RawConfig, dotted: str, default: int | None) -> int | None:
     """A whole-number field (``train.batch_size``) as an int, ``default`` when absent or null, None
     when it holds anything else (text, a fraction, NaN, a list): a remedy then has nothing to scale."""
     value = config_value(config, dotted, default)

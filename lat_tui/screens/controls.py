@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+from lat_core.contract.commands import (FRESH, AddJobs, CancelJob, CancelRun, Command, ExtendCountdown, JobRecord,
+                                        PauseRun, RequeueJob, RequeueJobs, ResumeRun, SetSlots, SkipCountdown, Start)
 from lat_core.front.client import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
 from lat_core.errors import LatError
 from lat_core.contract.rows import JobSummary, RunRow
@@ -41,15 +43,15 @@ class RunControls:
         self.pending_commands: dict[int, str] = {}  # command id -> what to call it in the answer
 
     # ------------------------------------------------------------------ sending
-    def send_command(self, verb: str, job_id: int | None = None, *, label: str = "", **args) -> bool:
+    def send_command(self, command: Command, *, label: str = "") -> bool:
         """Write the command; start an engine when the run has none that will read it."""
         run = self._run or self.context.client.run(self.run_id)
         try:
-            command_id = self.context.client.send(run, verb, job_id, start_engine=False, **args)
+            command_id = self.context.client.send(run, command, start_engine=False)
         except LatError as exc:
             self.notify(str(exc), title="Command not sent", severity="error")
             return False
-        self.pending_commands[command_id] = label or verb
+        self.pending_commands[command_id] = label or command.kind
         if self._run is not None and (self._run.state not in RUN_ACTIVE or not self.engine_alive):
             try:
                 self.context.engine_starter(self.context.state_dir, extra_env=plan_env_of(self._run))
@@ -58,7 +60,7 @@ class RunControls:
         return True
 
     def command_answered(self, command: CommandRow) -> None:
-        label = self.pending_commands.pop(command.id, command.verb)
+        label = self.pending_commands.pop(command.id, command.kind)
         result = f": {notice_lines(command.result)}" if command.result else ""
         if command.status == "done":
             self.notify(f"{label}: done{result}", timeout=4)
@@ -72,13 +74,13 @@ class RunControls:
     def action_skip_countdown(self) -> None:
         if self._run is None or self._run.state != "countdown":
             self.notify("No countdown is running.", severity="warning")
-        elif self.send_command("skip_countdown", label="start now"):
+        elif self.send_command(SkipCountdown(), label="start now"):
             self.notify("Asked the engine to start the run now.")
 
     def action_extend_countdown(self) -> None:
         if self._run is None or self._run.state != "countdown":
             self.notify("No countdown is running.", severity="warning")
-        elif self.send_command("extend_countdown", minutes=EXTEND_MINUTES, label=f"countdown +{EXTEND_MINUTES} min"):
+        elif self.send_command(ExtendCountdown(EXTEND_MINUTES), label=f"countdown +{EXTEND_MINUTES} min"):
             self.notify(f"Extending the countdown by {EXTEND_MINUTES} minutes ...")
 
     def action_cancel_job(self) -> None:
@@ -87,7 +89,7 @@ class RunControls:
             return
         if job.state in JOB_FINAL:
             self.notify(f"{job.key} is already {job.state}.", severity="warning")
-        elif self.send_command("cancel_job", job.id, label=f"cancel {job.key}"):
+        elif self.send_command(CancelJob(job.id), label=f"cancel {job.key}"):
             self.notify(f"Cancelling {job.key} ...")
 
     def action_cancel_run(self) -> None:
@@ -99,23 +101,22 @@ class RunControls:
             self.notify("Press C again to cancel the whole run.", severity="warning")
             return
         self._confirm_cancel_until = 0.0
-        if self.send_command("cancel_run", label=f"cancel run {self.run_id}"):
+        if self.send_command(CancelRun(), label=f"cancel run {self.run_id}"):
             self.notify(f"Cancelling run {self.run_id} ...")
 
     def action_pause(self) -> None:
         if self._run is None:
             return
-        verb = "resume" if self._run.paused else "pause"
-        if self.send_command(verb):
-            self.notify("Resuming admission ..." if verb == "resume" else
-                        "Pausing: running jobs go on, no new ones start.")
+        resuming = self._run.paused
+        if self.send_command(ResumeRun() if resuming else PauseRun()):
+            self.notify("Resuming admission ..." if resuming else "Pausing: running jobs go on, no new ones start.")
 
     def action_requeue(self) -> None:
         job = self.selected_job()
         if job is not None:
             self.requeue(job)
 
-    def requeue(self, job: JobSummary, remedy: dict | None = None, start: str | None = None) -> bool:
+    def requeue(self, job: JobSummary, remedy: dict | None = None, start: Start | None = None) -> bool:
         """Send the requeue; a failed or cancelled job with checkpoints first gets the resume offer
         (its answer comes back here as ``start``)."""
         if job.state not in REQUEUEABLE:
@@ -129,11 +130,9 @@ class RunControls:
                 self.app.push_screen(ResumeOffer(job, checkpoints),
                                      lambda picked: picked and self.requeue(job, start=picked))
                 return True
-        args = {"remedy": remedy["key"]} if remedy else {}
-        if start:
-            args["start"] = start
         label = f"requeue {job.key}" + (f" with {remedy['key']}" if remedy else "") + (f" ({start})" if start else "")
-        if self.send_command("requeue", job.id, label=label, **args):
+        command = RequeueJob(job.id, start=start or None, remedy=remedy["key"] if remedy else None)
+        if self.send_command(command, label=label):
             self.notify(f"{label} ...")
             return True
         return False
@@ -151,9 +150,9 @@ class RunControls:
     def unfinished_jobs(self) -> list[JobSummary]:
         return sorted((job for job in self._jobs.values() if job.state in JOB_UNFINISHED), key=lambda job: job.id)
 
-    def _requeue_all(self, jobs: list[JobSummary], start: str) -> None:
-        label = f"requeue {len(jobs)} failed job{'s' if len(jobs) != 1 else ''}" + (" fresh" if start == "fresh" else "")
-        if self.send_command("requeue_jobs", jobs=[job.id for job in jobs], start=start, label=label):
+    def _requeue_all(self, jobs: list[JobSummary], start: Start) -> None:
+        label = f"requeue {len(jobs)} failed job{'s' if len(jobs) != 1 else ''}" + (" fresh" if start == FRESH else "")
+        if self.send_command(RequeueJobs(tuple(job.id for job in jobs), start=start), label=label):
             self.notify(f"{label} ...")
 
     def action_slots(self, delta: int) -> None:
@@ -164,7 +163,7 @@ class RunControls:
         slots = device.slots + delta
         if slots < 0:
             self.notify(f"{device.id} already has no slots.", severity="warning")
-        elif self.send_command("set_slots", device=device.id, slots=slots, label=f"{device.id} slots={slots}"):
+        elif self.send_command(SetSlots(device.id, slots), label=f"{device.id} slots={slots}"):
             self.notify(f"Setting {device.id} to {slots} slot{'s' if slots != 1 else ''} ...")
 
     def _slot_device(self):
@@ -174,7 +173,7 @@ class RunControls:
         chosen = next((d for d in devices if job and d.id == job.device), None)
         return chosen or (devices[0] if devices else None)
 
-    def add_jobs(self, jobs: list[dict]) -> None:
-        if jobs and self.send_command("add_jobs", jobs=jobs, label=f"add {len(jobs)} job{'s' if len(jobs) != 1 else ''}"):
+    def add_jobs(self, jobs: list[JobRecord]) -> None:
+        if jobs and self.send_command(AddJobs(tuple(jobs)), label=f"add {len(jobs)} job{'s' if len(jobs) != 1 else ''}"):
             self.notify(f"Adding {len(jobs)} job(s) ...")
 

@@ -17,10 +17,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from lat_core.front.client import JOB_FINAL
+from lat_core.contract.commands import CancelJob
+from lat_core.front.client import JOB_FINAL, fmt_bytes
 from lat_core.errors import LatError
 from lat_core.contract.rows import JobRow, Transition
-from lat_core.text import fmt_bytes
 from lat_tui import fmt
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
@@ -107,7 +107,7 @@ class JobScreen(Screen):
 
     def action_cancel_job(self) -> None:
         if self._job and self._job.state not in JOB_FINAL:
-            self.controls.send_command("cancel_job", self._job.id, label=f"cancel {self._job.key}")
+            self.controls.send_command(CancelJob(self._job.id), label=f"cancel {self._job.key}")
             self.notify(f"Cancelling {self._job.key} ...")
 
 

@@ -12,17 +12,17 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from lat_core.contract.jobdir import JobDir
+from lat_core.contract.commands import FRESH, RESUME
 from lat_core.contract.rows import JobSummary
+from lat_core.front.client import requeue_start
 
-RESUME, FRESH = "resume", "fresh"
 LISTED = 12  # jobs named one a line; the rest are counted
 
 
 def confirm_text(jobs: list[JobSummary]) -> Text:
     text = Text(f"Requeue {len(jobs)} failed or cancelled job{'s' if len(jobs) != 1 else ''}\n\n", style="bold")
     for job in jobs[:LISTED]:
-        text.append(f"  {job.id:>4} {job.key}  {job.state}: {JobDir(job.job_dir).requeue_start(None)[1]}\n")
+        text.append(f"  {job.id:>4} {job.key}  {job.state}: {requeue_start(job.job_dir, None)[1]}\n")
     if len(jobs) > LISTED:
         text.append(f"  ... and {len(jobs) - LISTED} more\n")
     text.append("\n")

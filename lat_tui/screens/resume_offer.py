@@ -13,9 +13,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from lat_core.contract.commands import FRESH, RESUME
 from lat_core.contract.rows import JobSummary
-
-RESUME, FRESH = "resume", "fresh"
 
 
 def offer_text(job: JobSummary, checkpoints: list[tuple[int, Path]]) -> Text:

@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lat_core.contract.commands import AddJobs, CancelJob, CancelRun
 from lat_core.engine import groups
 from lat_core.engine.launch import launch
 from lat_core.engine.loop import Engine
@@ -106,7 +107,7 @@ def test_cancel_of_one_member_leaves_the_others_running(tmp_path, base):
     store, run_id = make_run(tmp_path, base, "true", b=LONG)
     engine = Engine(store)
     drain(engine, until=lambda: stepped(by_key(store, run_id)["b"]))
-    store.add_command(run_id, "cancel_job", job_id=by_key(store, run_id)["b"].id)
+    store.add_command(run_id, CancelJob(by_key(store, run_id)["b"].id))
     drain(engine)
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "cancelled", "c": "succeeded"}
@@ -246,7 +247,7 @@ def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_sl
     engine = Engine(store)
     drain(engine, until=lambda: stepped(by_key(store, run_id)["a"]))
     assert processes_under(tmp_path)
-    store.add_command(run_id, "cancel_run")  # lat-tui cancel --all
+    store.add_command(run_id, CancelRun())  # lat-tui cancel --all
     drain(engine, timeout=120)
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "cancelled" for k in MEMBERS}
@@ -255,7 +256,7 @@ def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_sl
     left = processes_under(tmp_path)  # the trainer is gone; its runner may still be exiting after its record
     assert all(title_of(p.pid).startswith("lat runner: ") for p in left), [title_of(p.pid) for p in left]
     assert not psutil.wait_procs(left, timeout=10)[1]
-    store.add_command(run_id, "add_jobs", jobs=[fake_job(tmp_path, "z", sleep=0.1)])
+    store.add_command(run_id, AddJobs((fake_job(tmp_path, "z", sleep=0.1),)))
     drain(engine, timeout=60)
     assert by_key(store, run_id)["z"].state == "succeeded"  # the group's slot is free again
 

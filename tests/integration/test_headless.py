@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lat_core.contract.commands import CancelRun
 from lat_core.front.service import open_store
 from lat_tui.cli import main
 
@@ -92,7 +93,7 @@ def test_status_prints_the_latest_run_and_restarts_its_dead_engine(tmp_path, cap
     assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
     text = capsys.readouterr().out
     assert f"run {run_id}: countdown; engine restarted" in text and "a 1:d" in text and "queued" in text
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     deadline = time.time() + 60
     while EngineLock(tmp_path / "state").is_held():
         assert time.time() < deadline, "the restarted engine did not exit after the cancel"

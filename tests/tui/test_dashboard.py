@@ -9,6 +9,7 @@ from pathlib import Path
 from textual.css.query import NoMatches
 from textual.widgets import Log
 
+from lat_core.contract.commands import CancelJob, CancelRun, SkipCountdown
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
@@ -130,11 +131,9 @@ async def test_countdown_keys_send_commands(make_app, journal, tmp_path):
         await wait_for(pilot, lambda: "starts in" in text_of(app, RunStatus))
         await pilot.press("s", "c")
         await pilot.press("C")
-        assert [c["verb"] for c in journal.pending_commands(run_id)] == ["skip_countdown", "cancel_job"]
+        assert [c.command for c in journal.pending_commands(run_id)] == [SkipCountdown(), CancelJob(first)]
         await pilot.press("C")  # the second press confirms
-    commands = journal.pending_commands(run_id)
-    assert [c["verb"] for c in commands] == ["skip_countdown", "cancel_job", "cancel_run"]
-    assert commands[1]["job_id"] == first
+    assert [c.command for c in journal.pending_commands(run_id)] == [SkipCountdown(), CancelJob(first), CancelRun()]
 
 
 async def test_finished_run_refuses_commands(make_app, journal, tmp_path):

@@ -7,7 +7,7 @@ from dataclasses import fields
 
 import pytest
 
-from lat_core.contract.jobdir import (AttemptFiles, CheckpointSaved, Eval, EventTail, EventWriter, ExitRecord, Failed,
+from lat_core.contract.jobdir import (CheckpointSaved, Eval, EventTail, EventWriter, ExitRecord, Failed,
                                       Finished, GroupLimit, GroupRef, JobDir, Memory, OomKills, PeakUsage, PidRecord,
                                       SpeedMode, Started, Step)
 from lat_core.contract.jobdir.event_reader import decode_text

@@ -1,0 +1,30 @@
+"""Each running job's newest step and loss, read from its ``events.jsonl`` as the trainer writes it."""
+
+from __future__ import annotations
+
+
+from lat_core.contract.jobdir import EventTail, JobDir, last_progress
+from lat_core.contract.journal import Store
+from lat_core.contract.rows import JobRow
+
+
+class Progress:
+    def __init__(self, store: Store):
+        self.store = store
+        self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
+
+    def read(self, job: JobRow) -> tuple[int, float | None] | None:
+        """Record the job's newest (step, loss) since the last read; returns it, None when none."""
+        if job.id not in self._tails:
+            self._tails[job.id] = JobDir(job.job_dir).event_tail()
+        tail = self._tails[job.id]
+        bad_before = tail.skipped.count
+        last = last_progress(tail.read())
+        if last is not None:
+            self.store.set_progress(job.id, *last)
+        skipped = tail.skipped
+        if skipped.count > bad_before:  # told once per job, then counted
+            detail = f"{skipped.count} bad line(s) skipped; first: {skipped.first}"
+            if bad_before == 0 or skipped.count >= 10 * bad_before:
+                self.store.add_transition(job.run_id, job.id, "bad events", detail)
+        return last
