@@ -25,6 +25,7 @@ import yaml
 
 from lat_core.config.job import TINY, TINY_DEFAULTS, JobConfig, PeftConfig, parse_config
 from lat_core.engine.member_cost import PriorSplit
+from lat_core.contract.jobdir.names import JOB_YAML
 
 GiB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -300,7 +301,7 @@ def job_prior(job_dir: str | Path, job_env: dict, environ: dict | None = None) -
     trainer will see (the engine's, then the job's own variables); None when it cannot be estimated.
     Never raises for a bad file: a prior is advice, and admission must go on without it."""
     environ = {**(os.environ if environ is None else environ), **job_env}
-    path = Path(job_dir) / "job.yaml"
+    path = Path(job_dir) / JOB_YAML
     try:
         cfg = parse_config(yaml.safe_load(path.read_text()), path, environ=environ)
         return estimate(cfg, environ)

@@ -22,6 +22,7 @@ from lat_core import __version__ as LAT_VERSION
 from lat_core.contract.commands import Command, CommandRow
 from lat_core.errors import JournalError
 from lat_core.contract.jobdir import AnyEvent, JobDir, last_log_line
+from lat_core.contract.jobdir.names import JOB_YAML
 from lat_core.contract.journal_faults import journal_faults
 from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
 from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store
@@ -231,7 +232,7 @@ class Client:
             return job.family
         family = self._families.get(job.id)
         if family is None:
-            family = _read_model_family(Path(job.job_dir) / "job.yaml")
+            family = _read_model_family(Path(job.job_dir) / JOB_YAML)
             if family is not None:
                 self._families[job.id] = family
         return family or None

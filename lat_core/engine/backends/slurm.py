@@ -39,6 +39,7 @@ from lat_core.engine.backends.slurm_states import (is_active, parse_sacct, parse
                                                    slurm_failure)
 from lat_core.engine.launch import Launched, LaunchSpec
 from lat_core.engine.backends.base import Backend
+from lat_core.contract.jobdir.names import TRAIN_LOG
 
 __all__ = ["SlurmBackend", "SlurmError", "find_submitted", "job_name_for", "slurm_failure"]
 
@@ -172,7 +173,7 @@ class SlurmBackend(Backend):
             marker_path(exit_path).write_text(f"{name} {i}\n")
             link = tasks_dir / f"{i}.log"
             link.unlink(missing_ok=True)
-            link.symlink_to(job_dir / "train.log")
+            link.symlink_to(job_dir / TRAIN_LOG)
             commands.append(self.runner_command(spec.argv, exit_path, spec.show_env))
         existing = find_submitted(name, run=self._run)
         if existing is not None:  # submitted before an engine crash: adopt, never submit twice
