@@ -178,3 +178,19 @@ def test_a_fused_members_cancel_marker(tmp_path):
     job.clear_cancel()
     assert not job.cancel_requested()
     job.clear_cancel()  # none: nothing to do
+
+
+def test_the_package_names_each_type_once_and_loads_it_on_first_use():
+    import subprocess
+    import sys
+
+    import lat_core.contract.jobdir as jobdir
+
+    assert sorted(jobdir.__all__) == sorted(jobdir._MODULE_OF) and all(getattr(jobdir, n) for n in jobdir.__all__)
+    with pytest.raises(AttributeError):
+        jobdir.Nothing  # noqa: B018
+    # the runner, started for every attempt, loads an attempt's records and never the event types
+    probe = ("import sys, lat_core.runner.detached; "
+             "print('lat_core.contract.jobdir.events' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
