@@ -29,7 +29,7 @@ from lat_core.errors import LatError
 
 log = logging.getLogger(__name__)
 
-KINDS = ("start", "finish", "interrupt", "failure", "oom")
+KINDS = ("start", "finish", "interrupt", "failure", "oom", "paused")  # paused: the circuit breaker stopped admission
 MASK = "***"
 DEFAULT_TIMEOUT_S = 10.0
 SECRET_HEADER_WORDS = ("auth", "token", "key", "secret", "password", "cookie")

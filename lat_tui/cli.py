@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", default=None,
                    help="restart jobs that had started from their last checkpoint-* (strict)")
     p.add_argument("--overwrite", action="store_true", default=None, help="rerun jobs that already succeeded")
+    p.add_argument("--allow-cpu", action="store_true", default=None,
+                   help="train a model too big for the CPU there anyway (the preflight refuses it otherwise)")
     p.add_argument("--save-plan", metavar="FILE", help="write the plan to FILE and exit")
     p.add_argument("--state-dir", help="journal and engine state (default $LAT_STATE_DIR or ~/.local/state/lat)")
     p.add_argument("--configs", help="your config tree (suites/, experiments/, peft/, plans/), searched before "
@@ -197,7 +199,7 @@ def flags_to_mapping(args) -> dict:
         data["output_root"] = args.output_root
     if args.env:
         data["env"] = _parse_env_flags(args.env)
-    for flag in ("resume", "overwrite"):
+    for flag in ("resume", "overwrite", "allow_cpu"):
         if getattr(args, flag):
             data[flag] = True
     return data

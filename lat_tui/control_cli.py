@@ -16,6 +16,7 @@ from lat_core.contract.commands import (FRESH, RESUME, AddJobs, CancelJob, Cance
                                         RequeueJob, RequeueJobs, ResumeRun, SetSlots, SkipCountdown)
 from lat_core.front.client import Client, resumable_checkpoints
 from lat_core.contract.rows import JobSummary, RunRow
+from lat_tui.columns import job_name
 from lat_tui.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
 
 VERBS = ("cancel", "pause", "resume", "requeue", "slots", "countdown", "add")
@@ -79,7 +80,8 @@ def main(argv: list[str]) -> int:
     if args.verb == "requeue" and args.failed:
         return requeue_failed(client, run, args)
     if args.verb == "requeue" and args.remedy is None:   # a remedy decides how the job starts, as in the TUI
-        offer = resume_offer(client.job(args.job), args.start)
+        job = client.job(args.job, run.id)
+        offer = resume_offer(job, job_name(job, client.model_family(job)), args.start)
         if offer:
             print(offer)
             return EXIT_FAILED
@@ -90,11 +92,11 @@ def main(argv: list[str]) -> int:
 def command_for(args, client: Client, run: RunRow) -> Command:
     """The command a control verb's arguments ask for (a job id is checked against the journal)."""
     if args.verb == "cancel":
-        return CancelRun() if args.all else CancelJob(client.job(args.job).id)
+        return CancelRun() if args.all else CancelJob(client.job(args.job, run.id).id)
     if args.verb in ("pause", "resume"):
         return PauseRun() if args.verb == "pause" else ResumeRun()
     if args.verb == "requeue":
-        return RequeueJob(client.job(args.job).id, start=args.start, remedy=args.remedy or None)
+        return RequeueJob(client.job(args.job, run.id).id, start=args.start, remedy=args.remedy or None)
     if args.verb == "slots":
         return SetSlots(args.device, args.count)
     if args.verb == "countdown":
@@ -125,7 +127,7 @@ def requeue_failed(client: Client, run: RunRow, args) -> int:
     return EXIT_OK if args.no_wait else report(client, command_id)
 
 
-def resume_offer(job: JobSummary, start: str | None) -> str | None:
+def resume_offer(job: JobSummary, name: str, start: str | None) -> str | None:
     """A failed or cancelled job with checkpoints could continue where it stopped: say so and send
     nothing until the user picks --resume or --fresh."""
     if start is not None or job.state not in ("failed", "cancelled"):
@@ -134,7 +136,7 @@ def resume_offer(job: JobSummary, start: str | None) -> str | None:
     if not found:
         return None
     step, path = found[-1]
-    return (f"job {job.id} {job.key} has {len(found)} checkpoint(s), the newest {path.name} (step {step}); "
+    return (f"job {job.id} {name} has {len(found)} checkpoint(s), the newest {path.name} (step {step}); "
             f"nothing was requeued.\n"
             f"  lat-tui requeue {job.id} --resume   continue from {path.name}\n"
             f"  lat-tui requeue {job.id} --fresh    start over from step 0 (checkpoints are cleared)")

@@ -49,9 +49,15 @@ def follow_detachable(client: Client, run_id: int, *, out: TextIO, poll: float =
 def follow(client: Client, run_id: int, *, out: TextIO, poll: float, after_id: int = 0) -> int:
     """Print transitions until the run ends; restart the engine if it died (it adopts running jobs)."""
     started = client.run(run_id).created
+    said: set[str] = set()  # what a fused group's members share, said at the first of them
     for t in stream_history(client, run_id, poll=poll, after_id=after_id):
+        if t.new_state == "fused":
+            if t.detail in said:
+                continue
+            said.add(t.detail)
         job = client.job(t.job_id) if t.job_id else None
-        print(progress_line(t, job, started), file=out, flush=True)
+        name = job_name(job, client.model_family(job)) if job else ""
+        print(progress_line(t, job, started, name), file=out, flush=True)
     return summarize(client, run_id, out)
 
 

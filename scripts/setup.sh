@@ -25,6 +25,21 @@ fi
 # An editable install leaves the sources uncompiled; where PYTHONDONTWRITEBYTECODE is set, every
 # engine, runner and trainer process would compile them again (pip compiles what it installs).
 compile_sources() { python -m compileall -q lat_core lat_tui >/dev/null; }
+# METEOR's WordNet 3.0 (lat_core/train/nltk_data.py): no PyPI package carries it, Debian's
+# wordnet-base does. Without it METEOR is left out of DART's metrics (said in the job's log and
+# under the results table) and its parity tests skip. A half-configured dpkg (an image built with
+# one) is finished first when apt refuses for that.
+install_wordnet() {
+  [[ -e /usr/share/wordnet/data.noun || -n "${WNSEARCHDIR:-}" ]] && return 0
+  if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "==> no WordNet: METEOR left out (sudo apt-get install wordnet-base, or python -m nltk.downloader wordnet)" >&2
+    return 0
+  fi
+  echo "==> apt-get install wordnet-base (METEOR's WordNet 3.0)" >&2
+  apt_wordnet() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base >/dev/null; }
+  { apt-get update -qq && { apt_wordnet || { dpkg --configure -a && apt_wordnet; }; }; } \
+    || echo "==> wordnet-base not installed: METEOR left out, its tests skip" >&2
+}
 case "$what" in
   demo)
     pip install -e .
@@ -35,6 +50,7 @@ case "$what" in
   test)
     pip install -e ".[test]"
     python -c "import lat_core, lat_tui, pytest"
+    install_wordnet
     compile_sources
     echo "==> ruff: pyflakes and the layering rules (banned-api)" >&2
     ruff check .  # the layering rules (banned-api) and pyflakes, before the tests

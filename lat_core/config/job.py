@@ -1,7 +1,7 @@
 """The job config: the one typed schema of a training job (``job.yaml``), torch-free.
 
 Why here and in pydantic: the engine resolves every override into ``job.yaml`` and validates it by
-building this model (lat_core.front.jobs), admission reads it (lat_core.engine.memory_prior) and the trainer
+building this model (lat_core.front.jobs), admission reads it (lat_core.config.memory_prior) and the trainer
 trains it (lat_core.train); all three must agree on every field, type and range. Each field's check is
 a kind shared with the environment table (lat_core.config.values), and every error is one line naming
 the field (or the variable) and what was expected; the trainer CLI prints it as ``error: <message>``.

@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 
 from lat_core.contract.commands import Command, CommandRow, decode, encode
 from lat_core.contract.devices import Device
-from lat_core.errors import JournalError
+from lat_core.errors import JournalError, NoJobError
 from lat_core.contract.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.contract.rows import (
     GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition, job_row,
@@ -248,7 +248,7 @@ class Store:
     def job(self, job_id: int) -> JobRow:
         row = self._db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
-            raise JournalError(f"no job {job_id}", where=str(self.path))
+            raise NoJobError(f"no job {job_id}", where=str(self.path))
         return job_row(row)
 
     def set_job_state(self, job_id: int, state: JobState, detail: str = "", **fields) -> None:

@@ -5,7 +5,7 @@ still starting there will claim, covers the peak this config measured before (on
 A config never measured borrows an estimate from its siblings (same suite and dataset: a rank sweep's
 jobs need nearly the same memory), measured before or running now past their first step, with a
 safety factor. Without either, a static prior computed from the job's config
-(:mod:`lat_core.engine.memory_prior`) stands in, so unmeasured jobs whose priors fit start together.
+(:mod:`lat_core.config.memory_prior`) stands in, so unmeasured jobs whose priors fit start together.
 Where even that is unknown (Mamba, say), admissions onto one GPU are staggered until the starting
 job has settled (its first logged training step, when activations and optimizer state exist, or
 ``settle_s``), so two unknown jobs never race for the same free memory. Host RAM is guarded the
@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from lat_core.contract.devices import Device
 from lat_core.engine.member_cost import MemberCost, fit, group_need
-from lat_core.engine.memory_prior import MemoryPrior, job_prior
+from lat_core.config.memory_prior import MemoryPrior, job_prior
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
 from lat_core.contract.rows import JobRow

@@ -14,7 +14,7 @@ from lat_core.contract.commands import (AddJobs, CancelJob, CancelRun, Command, 
                                         RequeueJobs, ResumeRun, SetSlots, SkipCountdown, Undecodable)
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.remedy import apply_remedy
-from lat_core.engine.requeue import restart_argv
+from lat_core.engine.requeue import restart_argv, start_said
 from lat_core.contract.jobdir import JobDir
 from lat_core.contract.states import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 from lat_core.contract.journal import RunRow
@@ -132,8 +132,10 @@ class Commands:
                 applied = apply_remedy(self.store, run, job, remedy)
             except ValueError as exc:
                 return "rejected", str(exc)
-        detail = f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user"
-        self._back_to_queue(run, self.store.job(job.id), start, detail)
+        job = self.store.job(job.id)  # as the remedy left it
+        said = start_said(restart_argv(job.argv, job.state is JobState.SUCCEEDED, start), job.job_dir)
+        detail = (f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user") + f" ({said})"
+        self._back_to_queue(run, job, start, detail)
         self._reopen(run, "job requeued")
         return "done", f"{job.key} requeued"
 

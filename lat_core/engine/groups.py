@@ -113,8 +113,8 @@ class GroupStarts:
         if ref is None:  # every member failed alone
             return
         leader, (_, leader_n, _) = members[0], attempts[0]
-        names = ", ".join(j.key for j in members)
-        self.store.start_group(ref.group_id, leader.run_id, device.id, len(members), [j.id for j in members])
+        gid, ids = ref.group_id, ", ".join(str(j.id) for j in members)
+        self.store.start_group(gid, leader.run_id, device.id, len(members), [j.id for j in members])
         try:
             env = {**self._job_secrets.unmask(leader.run_id, leader.env), **device.env,
                    "LAT_JOB_ID": str(leader.id), "LAT_ATTEMPT": str(leader_n), "LAT_SUITE": leader.suite}
@@ -132,7 +132,8 @@ class GroupStarts:
         if launched.popen is not None:
             self._groups.watch(launched.popen)
         for job, (attempt_id, _, _) in zip(members, attempts):
-            self.store.add_transition(job.run_id, job.id, "fused", f"in one process with {names} on {device.id}")
+            # the same words for every member: the progress stream says them once per group
+            self.store.add_transition(job.run_id, job.id, "fused", f"group {gid}: one process for jobs {ids} on {device.id}")
             self._starts.launched(job, attempt_id, launched)
 
     def _write_group_refs(self, members: list[JobRow], attempts: list[MemberAttempt]

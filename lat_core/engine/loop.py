@@ -21,6 +21,7 @@ from lat_core.contract.devices import Device
 from lat_core.engine.retries import backoff_hold
 from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.backends import Backend
+from lat_core.engine.breaker import Breaker
 from lat_core.engine.commands import Commands
 from lat_core.engine.backends.local import LocalBackend
 from lat_core.contract.jobdir import AttemptFiles, PidRecord
@@ -72,8 +73,9 @@ class Engine:
         self._faults = JobFaults(state, self._groups)
         self._errors = EngineErrors(store, clock, on_disk_full=self._faults.disk_full)
         self._progress = Progress(store)
+        self._breaker = Breaker(state, self._notices)
         self._recovery = Recovery(state, groups=self._groups, faults=self._faults, errors=self._errors,
-                                  progress=self._progress, notices=self._notices)
+                                  progress=self._progress, notices=self._notices, breaker=self._breaker)
         self._starts = Starts(state, recovery=self._recovery, faults=self._faults, warm=self._warm,
                               secrets=self._job_secrets, mps=self._mps)
         self._group_starts = GroupStarts(state, groups=self._groups, starts=self._starts, warm=self._warm,

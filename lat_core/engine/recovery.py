@@ -10,6 +10,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
+from lat_core.engine.breaker import Breaker
 from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, LostAttempt, find_lost_attempt
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.job_faults import JobFaults
@@ -34,7 +35,7 @@ CANCEL_GRACE_S = 10.0
 
 class Recovery:
     def __init__(self, state: EngineState, *, groups: FusedGroups, faults: JobFaults, errors: EngineErrors,
-                 progress: Progress, notices: RunNotices):
+                 progress: Progress, notices: RunNotices, breaker: Breaker):
         self.store = state.store
         self._clock = state.clock
         self._state = state
@@ -43,6 +44,7 @@ class Recovery:
         self._errors = errors
         self._progress = progress
         self._notices = notices
+        self._breaker = breaker
 
     def reap(self, run: RunRow) -> None:
         self._groups.poll()
@@ -117,6 +119,7 @@ class Recovery:
             if (job.diagnosis or {}).get("class") == FailureClass.DISK_FULL:  # the trainer's own write failed
                 self._faults.pause_for_full_disk(run)
             self._notices.job_failed(run, job)
+            self._breaker.after_failure(run, job)
 
     def _end_attempt(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None,
                      problem: str | None) -> tuple[JobRow, JobState] | None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from lat_core import __version__ as LAT_VERSION
 from lat_core.contract.commands import Command, CommandRow
-from lat_core.errors import JournalError
+from lat_core.errors import JournalError, NoJobError
 from lat_core.contract.jobdir import AnyEvent, JobDir, last_log_line
 from lat_core.contract.jobdir.names import JOB_YAML
 from lat_core.contract.journal_faults import journal_faults
@@ -53,7 +53,8 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
 
 __all__ = [
     # the journal: runs, jobs, commands
-    "Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine",
+    "Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoJobError", "NoRunError", "NoStateError",
+    "ensure_engine",
     "journal_faults_in", "plan_env_of", "resolve_state_dir", "LAT_VERSION",
     # job folders
     "last_log_line", "recent_events", "requeue_start", "resumable_checkpoints",
@@ -190,6 +191,11 @@ class Client:
         with self._journal() as store:
             return store.engine_error(run_id)
 
+    def pause_reason(self, run_id: int) -> str:
+        """Why the run's admission is paused: the user, a full disk, the circuit breaker."""
+        with self._journal() as store:
+            return store.pause_reason(run_id)
+
     def revive_engine(self, run: RunRow) -> str:
         """The engine's state for ``run``: a dead engine of an active run is restarted (it adopts
         the running jobs); a JournalError says why it cannot be."""
@@ -220,9 +226,19 @@ class Client:
         with self._journal() as store:
             return store.fused_groups(run_id)
 
-    def job(self, job_id: int) -> JobRow:
+    def job(self, job_id: int, run_id: int | None = None) -> JobRow:
+        """Job ``job_id`` (one of run ``run_id`` when given). A job id the user typed that is not
+        there is a NoJobError that says which run's jobs it was looked for among (a usage error,
+        not a damaged journal)."""
         with self._journal() as store:
-            return store.job(job_id)
+            try:
+                job = store.job(job_id)
+            except NoJobError:
+                raise NoJobError(_no_job_text(store, job_id, run_id)) from None
+        if run_id is not None and job.run_id != run_id:
+            raise NoJobError(f"no job {job_id} in run {run_id}: it is a job of run {job.run_id} "
+                             f"(--run {job.run_id})")
+        return job
 
     def model_family(self, job: JobSummary) -> str | None:
         """The model family of the job's resolved config: the journal's, or for a journal from
@@ -319,6 +335,17 @@ def plan_env_of(run: RunRow) -> dict[str, str]:
         return {}
     env = data.get("env") if isinstance(data, dict) else None
     return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+
+def _no_job_text(store: Store, job_id: int, run_id: int | None) -> str:
+    """``no job 999 in run 3, the latest (its jobs are 31-40)``: the run named, else the latest."""
+    run = store.run(run_id) if run_id is not None else store.latest_run()
+    if run is None:
+        return f"no job {job_id}: the journal holds no run yet"
+    ids = [job.id for job in store.job_summaries(run.id)]
+    held = f"its jobs are {min(ids)}-{max(ids)}" if ids else "it has no jobs"
+    which = "" if run_id is not None else ", the latest"
+    return f"no job {job_id} in run {run.id}{which} ({held}; `lat-tui status --run {run.id}` lists them)"
 
 
 def _read_model_family(path: Path) -> str | None:

@@ -107,6 +107,11 @@ class Plan(BaseModel):
     # true: on the CPU too; false: a process per job everywhere.
     fuse: Union[Literal["auto"], bool] = "auto"
     warm_start: bool = True  # fork trainers from a process that has imported torch & co. (lat_core.engine.warm)
+    allow_cpu: bool = False  # train a model too big for the CPU there anyway (lat_core.front.preflight refuses it)
+    # the circuit breaker (lat_core.engine.breaker): admission pauses when the run's first `breaker`
+    # ended jobs all failed with the same systemic class (hub, data, config, ...); 0 turns it off.
+    # Always saved, so the engine reads it from the saved plan (a plan saved before it had none: off).
+    breaker: int = Field(default=3, ge=0, le=1000)
 
     @field_validator("suites", mode="before")
     @classmethod
@@ -197,7 +202,8 @@ class Plan(BaseModel):
         if not data["min_free_gb"]:
             del data["min_free_gb"]
         # fuse stays, false included: a saved plan without it is one from before fusion (fusion.fuses_on)
-        for optional in ("overrides", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps"):
+        for optional in ("overrides", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps",
+                         "allow_cpu"):
             if not data[optional]:
                 del data[optional]
         if data["warm_start"]:

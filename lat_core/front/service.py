@@ -21,7 +21,8 @@ from lat_core.config.suites import SuiteRegistry
 from lat_core.contract.devices import Device
 from lat_core.front.devices import resolve_devices
 from lat_core.errors import JournalError, OutputPathError, PlanError
-from lat_core.monitor.gpu import GpuProbe
+from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
+from lat_core.monitor.host import host_snapshot
 from lat_core.contract.journal_faults import check_space, clear_fault, explain, journal_faults, read_fault
 from lat_core.contract.run_secrets import SecretFile, collect, create_private
 from lat_core.front.run_guard import check_no_live_overlap, creation_lock
@@ -34,6 +35,7 @@ from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_
 if TYPE_CHECKING:  # the plan and job expansion load pydantic: front ends that only read state never need them
     from lat_core.front.jobs import JobSpec
     from lat_core.front.plan import Plan
+    from lat_core.front.preflight import HubProbe
 
 
 @dataclass(frozen=True)
@@ -44,18 +46,35 @@ class PreparedRun:
 
 
 def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: GpuProbe | None = None,
-                environ: dict[str, str] | None = None) -> PreparedRun:
-    """Resolve devices and expand jobs without touching the journal or the disk."""
+                environ: dict[str, str] | None = None, hub_probe: HubProbe | None = None) -> PreparedRun:
+    """Resolve devices, expand jobs and run the preflight without touching the journal or the disk
+    (``hub_probe``: whether the hub answers; tests pass their own)."""
     from lat_core.front.jobs import expand
 
     registry = registry or SuiteRegistry(config_trees())
     environ = dict(os.environ if environ is None else environ)
     plan = with_shell_notices(plan, environ)
-    devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
+    gpus = (probe or GpuProbe()).snapshot()
+    devices = resolve_devices(plan, gpus)
     jobs = expand(plan, registry, shell_overrides(environ))
     _check_placeable(jobs, devices)
+    _preflight(plan, jobs, devices, gpus, environ, hub_probe)
     prepare_output_root(Path(plan.output_root))
     return PreparedRun(plan, jobs, devices)
+
+
+def _preflight(plan: Plan, jobs: list[JobSpec], devices: list[Device], gpus: GpuSnapshot, environ: dict[str, str],
+               hub_probe: HubProbe | None) -> None:
+    """What cannot work, refused before anything is written (lat_core.front.preflight); a job
+    that already succeeded is not run again, so it is not checked."""
+    from lat_core.front import preflight
+
+    # a Slurm job's host is a cluster node, not this one: its RAM is the cluster's to judge
+    host_ram = host_snapshot().ram_total if plan.backend == "local" else 0
+    target = preflight.Target(devices, gpus, host_ram, plan.allow_cpu)
+    checked = [preflight.Job(j.key, j.typed, {**environ, **j.env})
+               for j in jobs if j.typed is not None and j.mode != "done"]
+    preflight.check(checked, target, hub_probe)
 
 
 def with_shell_notices(plan: Plan, environ: dict[str, str]) -> Plan:

@@ -55,6 +55,8 @@ def table_markdown(table: Table) -> str:
              f"Main metric: `{table.spec.main}` ({direction} is better); best per column in bold.", "",
              "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_md_cells(table, row)) + " |" for row in table.rows]
+    if table.notes:
+        lines += ["", *(f"- {note}" for note in table.notes)]
     return "\n".join(lines) + "\n"
 
 
@@ -136,7 +138,7 @@ def table_json(table: Table) -> dict[str, object]:
     return {"dataset": table.dataset, "main_metric": table.spec.main,
             "higher_is_better": table.spec.higher_is_better,
             "columns": [c.key for c in table.columns],
-            "rows": [_row_json(table, row) for row in table.rows]}
+            "rows": [_row_json(table, row) for row in table.rows], "notes": list(table.notes)}
 
 
 def report_json(report: Report, tables: list[Table]) -> str:

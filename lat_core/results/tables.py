@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lat_core.results.metrics import Metrics, MetricSpec, metric_value, spec_for
+from lat_core.results.metrics import ABSENT_BECAUSE, Metrics, MetricSpec, metric_value, spec_for
 from lat_core.results.scan import JobResult, Report
 
 SPLIT_PREFIX = {"validation": "val", "test": "test"}
@@ -64,6 +64,7 @@ class Table:
     columns: tuple[Column, ...]
     rows: tuple[Row, ...]
     small: bool = False
+    notes: tuple[str, ...] = ()   # why a metric the dataset should report is missing (ABSENT_BECAUSE)
 
 
 def stat_of(values: list[float]) -> Stat:
@@ -143,6 +144,18 @@ def _rank_key(row: Row, main: Column) -> tuple[int, float, str]:
     return (0, -mean if main.higher_is_better else mean, row.config)
 
 
+def absent_notes(spec: MetricSpec, results: list[JobResult]) -> tuple[str, ...]:
+    """``meteor: missing for 2 of 4 job(s): needs WordNet ...`` for each validation metric of the
+    spec that some job lacks and whose absence has a known cause."""
+    notes = []
+    for metric in spec.shown:
+        reason = ABSENT_BECAUSE.get(metric)
+        lacking = sum(metric_value(_metrics_on(r, "validation"), metric) is None for r in results)
+        if reason and lacking:
+            notes.append(f"{metric}: missing for {lacking} of {len(results)} job(s): {reason}")
+    return tuple(notes)
+
+
 def build_table(dataset: str, results: list[JobResult], root: Path, small: bool = False) -> Table:
     """One dataset's table: rows ranked best first by the main validation metric."""
     spec = spec_for(dataset)
@@ -153,7 +166,7 @@ def build_table(dataset: str, results: list[JobResult], root: Path, small: bool 
     rows = [_row(config, group, columns, root, small) for config, group in groups.items()]
     rows.sort(key=lambda r: _rank_key(r, columns[0]))
     return Table(dataset=dataset, spec=spec, columns=columns, rows=tuple(_mark_best(rows, columns)),
-                 small=small)
+                 small=small, notes=absent_notes(spec, results))
 
 
 def build_tables(report: Report, small: bool = False) -> list[Table]:

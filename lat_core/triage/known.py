@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from lat_core.config.hub_cache import LOCAL_DIR_VARS
 from lat_core.contract.jobdir import Failed
 from lat_core.triage import remedies as fix
 from lat_core.triage.classes import FailureClass as F
@@ -17,9 +18,7 @@ from lat_core.triage.model import Diagnosis
 from lat_core.triage.patterns import LogLine
 from lat_core.triage.sources import config_value
 
-# The trainer's table (lat_core.train.datasets.ENV_VARS) imports torch; a test keeps this copy equal.
-DATASET_DIRS = {"glue": "GLUE_LOCAL_DIR", "samsum": "SAMSUM_LOCAL_DIR", "dart": "DART_LOCAL_DIR",
-                "spider": "SPIDER_LOCAL_DIR"}
+DATASET_DIRS = LOCAL_DIR_VARS  # the trainer's table (lat_core.config.hub_cache), torch-free
 
 
 def _first(facts: Facts, group: str) -> tuple[str, LogLine] | None:

@@ -12,7 +12,8 @@ from lat_core.contract.commands import (FRESH, AddJobs, CancelJob, CancelRun, Co
                                         PauseRun, RequeueJob, RequeueJobs, ResumeRun, SetSlots, SkipCountdown, Start)
 from lat_core.front.client import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
 from lat_core.errors import LatError
-from lat_core.contract.rows import JobSummary, RunRow
+from lat_core.contract.rows import JobRow, JobSummary, RunRow
+from lat_tui.columns import job_name
 from lat_tui.context import AppContext
 
 CONFIRM_SECONDS = 3.0
@@ -30,16 +31,17 @@ def notice_lines(result: str) -> str:
 
 class RunControls:
     """Mixed into the dashboard screen, which provides ``context``, ``run_id``, ``_run``, ``_jobs``,
-    ``_selected`` and ``notify``."""
+    ``job_families``, ``_selected`` and ``notify``."""
 
     context: AppContext
     run_id: int
     _run: RunRow | None
     _jobs: dict[int, JobSummary]
+    job_families: dict[int, str]  # job id -> model family, from the last poll
     _selected: int | None
 
     def _init_controls(self) -> None:
-        self._confirm_cancel_until = 0.0
+        self._confirming: tuple[object, float] = (None, 0.0)  # what a second press confirms, until when
         self.pending_commands: dict[int, str] = {}  # command id -> what to call it in the answer
 
     # ------------------------------------------------------------------ sending
@@ -67,6 +69,10 @@ class RunControls:
         else:
             self.notify(f"{label}: {command.status}{result}", severity="error", timeout=8)
 
+    def name_of(self, job: JobSummary) -> str:
+        """The job table's name for ``job`` (``gla/lora_r8 1:sst2``), which every message uses."""
+        return job_name(job, self.job_families.get(job.id))
+
     def selected_job(self) -> JobSummary | None:
         return self._jobs.get(self._selected) if self._selected else None
 
@@ -85,24 +91,38 @@ class RunControls:
 
     def action_cancel_job(self) -> None:
         job = self.selected_job()
-        if job is None:
-            return
+        if job is not None:
+            self.cancel_job(job)
+
+    def cancel_job(self, job: JobSummary | JobRow) -> None:
+        """Cancel a queued job at once; a running one only on a second ``c`` (its work is lost)."""
         if job.state in JOB_FINAL:
-            self.notify(f"{job.key} is already {job.state}.", severity="warning")
-        elif self.send_command(CancelJob(job.id), label=f"cancel {job.key}"):
-            self.notify(f"Cancelling {job.key} ...")
+            self.notify(f"{self.name_of(job)} is already {job.state}.", severity="warning")
+            return
+        if job.state == "running" and not self._pressed_twice(("cancel job", job.id),
+                                                              f"Press c again to stop {self.name_of(job)} (it is running)."):
+            return
+        if self.send_command(CancelJob(job.id), label=f"cancel {self.name_of(job)}"):
+            self.notify(f"Cancelling {self.name_of(job)} ...")
 
     def action_cancel_run(self) -> None:
         if self._run is None or self._run.state not in RUN_ACTIVE:
             self.notify("This run is not active.", severity="warning")
-            return
-        if time.monotonic() > self._confirm_cancel_until:
-            self._confirm_cancel_until = time.monotonic() + CONFIRM_SECONDS
-            self.notify("Press C again to cancel the whole run.", severity="warning")
-            return
-        self._confirm_cancel_until = 0.0
-        if self.send_command(CancelRun(), label=f"cancel run {self.run_id}"):
+        elif self._pressed_twice(("cancel run", self.run_id), "Press C again to cancel the whole run.") and \
+                self.send_command(CancelRun(), label=f"cancel run {self.run_id}"):
             self.notify(f"Cancelling run {self.run_id} ...")
+
+    def _pressed_twice(self, what: object, prompt: str) -> bool:
+        """True on the second press for the same ``what`` within CONFIRM_SECONDS; the first press
+        shows ``prompt``. Work is lost only on two presses, and a press for something else (another
+        job selected meanwhile) starts over."""
+        pending, until = self._confirming
+        if pending == what and time.monotonic() <= until:
+            self._confirming = (None, 0.0)
+            return True
+        self._confirming = (what, time.monotonic() + CONFIRM_SECONDS)
+        self.notify(prompt, severity="warning")
+        return False
 
     def action_pause(self) -> None:
         if self._run is None:
@@ -120,17 +140,17 @@ class RunControls:
         """Send the requeue; a failed or cancelled job with checkpoints first gets the resume offer
         (its answer comes back here as ``start``)."""
         if job.state not in REQUEUEABLE:
-            self.notify(f"{job.key} is {job.state}; only ended jobs can be requeued.", severity="warning")
+            self.notify(f"{self.name_of(job)} is {job.state}; only ended jobs can be requeued.", severity="warning")
             return False
         if start is None and remedy is None and job.state in OFFER_RESUME:
             checkpoints = resumable_checkpoints(job.job_dir)
             if checkpoints:
                 from lat_tui.screens.resume_offer import ResumeOffer
 
-                self.app.push_screen(ResumeOffer(job, checkpoints),
+                self.app.push_screen(ResumeOffer(job, self.name_of(job), checkpoints),
                                      lambda picked: picked and self.requeue(job, start=picked))
                 return True
-        label = f"requeue {job.key}" + (f" with {remedy['key']}" if remedy else "") + (f" ({start})" if start else "")
+        label = f"requeue {self.name_of(job)}" + (f" with {remedy['key']}" if remedy else "") + (f" ({start})" if start else "")
         command = RequeueJob(job.id, start=start or None, remedy=remedy["key"] if remedy else None)
         if self.send_command(command, label=label):
             self.notify(f"{label} ...")
@@ -145,7 +165,7 @@ class RunControls:
             return
         from lat_tui.screens.requeue_failed import RequeueFailedConfirm
 
-        self.app.push_screen(RequeueFailedConfirm(jobs), lambda start: start and self._requeue_all(jobs, start))
+        self.app.push_screen(RequeueFailedConfirm(jobs, self.name_of), lambda start: start and self._requeue_all(jobs, start))
 
     def unfinished_jobs(self) -> list[JobSummary]:
         return sorted((job for job in self._jobs.values() if job.state in JOB_UNFINISHED), key=lambda job: job.id)

@@ -201,7 +201,7 @@ def test_unmeasured_job_waits_when_free_memory_is_below_its_prior(tmp_path):
 
 
 def test_a_second_prior_job_waits_for_what_the_first_still_claims(tmp_path):
-    from lat_core.engine.memory_prior import job_prior
+    from lat_core.config.memory_prior import job_prior
 
     jobs = [configured_job(tmp_path, f"c{i}", GLA_13B_BENCH, sleep=2.0) for i in range(2)]
     prior = job_prior(jobs[0]["job_dir"], {}).gpu_bytes

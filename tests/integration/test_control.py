@@ -88,7 +88,22 @@ def test_requeue_failed_job_runs_it_again(tmp_path):
     assert bad.attempts == 2 and bad.state == "failed"  # it fails again: the point is it ran again
     assert (tmp_path / "record" / "bad.log").read_text().count("start ") == 2
     history = job_history(store, run_id, bad.id)
-    assert ("queued", "requeued by user") in history and ("command:requeue", "done bad requeued") in history
+    assert ("queued", "requeued by user (as first launched)") in history
+    assert ("command:requeue", "done bad requeued") in history
+
+
+def test_the_history_says_whether_a_requeue_resumes_or_starts_fresh(tmp_path):
+    store, run_id = make_run(tmp_path, [fake_job(tmp_path, "bad", exit_code=4)])
+    drain(store)
+    bad = store.jobs(run_id)[0]
+    checkpoint = tmp_path / "out" / "bad" / "checkpoint-240"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "adapter_model.safetensors").write_bytes(b"weights")
+    for start, said in (("resume", "resume from checkpoint-240"), ("fresh", "fresh")):
+        store.add_command(run_id, RequeueJob(bad.id, start=start))
+        drain(store)
+        assert ("queued", f"requeued by user ({said})") in job_history(store, run_id, bad.id)
 
 
 def test_requeue_with_remedy_patches_config_and_env(tmp_path):

@@ -218,7 +218,7 @@ def test_a_run_whose_tick_raises_is_told_and_retried_and_other_runs_drain(tmp_pa
     told = "engine error: ValueError: could not convert string to float: 'lots'"
     status(["--state-dir", str(tmp_path / "state"), "--run", str(broken)])
     assert told in capsys.readouterr().out
-    progress = [progress_line(t, None, 0.0) for t in store.transitions(broken) if t.job_id is None]
+    progress = [progress_line(t, None, 0.0, "") for t in store.transitions(broken) if t.job_id is None]
     assert any(f"run {broken}: {told}" in line for line in progress)  # what headless prints
     store.add_command(broken, CancelRun())  # a broken run can always be cleared
     drain(store, engine)

@@ -76,6 +76,8 @@ def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base)
     assert len({a[0].pid for a in attempts.values()}) == 1  # one process for the three
     assert all(any(t.new_state == "fused" for t in store.transitions(run_id) if t.job_id == j.id)
                for j in fused.values())
+    said = {t.detail for t in store.transitions(run_id) if t.new_state == "fused"}  # one line for the group
+    assert len(said) == 1 and said.pop().endswith(f"one process for jobs {', '.join(str(j.id) for j in fused.values())} on cpu")
     alone_store, alone_id = make_run(tmp_path / "alone", base, "auto")   # the default: on the CPU, alone
     drain(Engine(alone_store))
     alone = by_key(alone_store, alone_id)

@@ -7,12 +7,13 @@ import time
 
 from textual.widgets import DataTable, Input, OptionList
 
-from lat_core.contract.commands import (AddJobs, Command, ExtendCountdown, PauseRun, RequeueJob, ResumeRun, SetSlots,
+from lat_core.contract.commands import (AddJobs, CancelJob, Command, ExtendCountdown, PauseRun, RequeueJob, ResumeRun, SetSlots,
                                         SkipCountdown)
 from lat_tui.screens.add_jobs import AddJobsScreen
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.screens.job_screen import JobScreen
 from lat_tui.screens.triage import TriageScreen
+from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
 from lat_tui.widgets.status import RunStatus
 
@@ -183,3 +184,47 @@ async def test_triage_without_failures_says_so(make_app, journal, tmp_path):
         assert "No failed jobs" in str(app.screen.query_one("#diagnosis").render())
         await pilot.press("1", "escape")
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+
+
+async def test_cancelling_a_running_job_asks_for_a_second_press(make_app, journal, tmp_path):
+    """``c`` on a running job loses its work: like ``C`` for the run, it acts on the second press
+    only; a queued job goes at once, and a press on another job in between starts over."""
+    run_id, (first, second) = make_run(journal, tmp_path / "out")
+    journal.set_run_state(run_id, "running")
+    for job in (first, second):
+        journal.set_job_state(job, "running", device="cpu", started=time.time(), attempts=1)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await on_dashboard(pilot, app)
+        await wait_for(pilot, lambda: app.screen.selected_job().state == "running")
+        await pilot.press("c")
+        assert sent(journal, run_id) == []
+        assert any("Press c again" in str(n.message) for n in app._notifications)
+        await pilot.press("down", "c", "up", "c")  # the other job in between: still no second press
+        assert sent(journal, run_id) == []
+        await pilot.press("c")
+        assert sent(journal, run_id) == [CancelJob(first)]
+
+
+async def test_a_job_has_the_tables_name_in_the_detail_line_the_log_title_and_triage(make_app, journal, tmp_path):
+    """One name per job (``mamba/gla_lora_r8_qkvo_long 2:glue-tvt_sst2``, as the job table names
+    it): never its key in the detail line or the log's title, and in triage whole above the
+    diagnosis (it was cut at 28 cells there)."""
+    keys = ("glue-tvt_sst2_seed1/gla_lora_r8_qkvo_long", "glue-tvt_sst2_seed2/gla_lora_r8_qkvo_long")
+    run_id, (first, second) = make_run(journal, tmp_path / "out", keys=keys)
+    for key in keys:
+        (tmp_path / "out" / key / "job.yaml").write_text("model: {family: mamba}\n")
+    journal.set_run_state(run_id, "finished")
+    fail(journal, second)
+    name = "mamba/gla_lora_r8_qkvo_long 2:glue-tvt_sst2"
+    for size in ((80, 24), (160, 48)):
+        app = make_app()
+        async with app.run_test(size=size) as pilot:
+            await on_dashboard(pilot, app)
+            await pilot.press("down")
+            await wait_for(pilot, lambda: name in text_of(app, JobDetail))
+            assert app.screen.query_one("#job-log").border_title == f"log · {name}"
+            await pilot.press("t")
+            await wait_for(pilot, lambda: isinstance(app.screen, TriageScreen))
+            assert str(app.screen.query_one("#diagnosis").render()).startswith(name)
+            await pilot.press("escape")

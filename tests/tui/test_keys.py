@@ -123,7 +123,8 @@ async def test_requeue_of_a_failed_job_with_checkpoints_offers_resume(make_app, 
         await on_dashboard(pilot, app)
         await pilot.press("r")
         assert isinstance(app.screen, ResumeOffer)
-        assert "checkpoint-40 (step 40)" in str(app.screen.query_one("Static").render())
+        offer = str(app.screen.query_one("Static").render())
+        assert "checkpoint-40 (step 40)" in offer and offer.startswith("Requeue a 1:tiny-sst2")  # the table's name
         await pilot.press("escape")  # nothing sent
         assert sent(journal, run_id) == []
         await pilot.press("r", "r")  # resume

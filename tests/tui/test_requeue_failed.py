@@ -51,8 +51,8 @@ async def test_the_key_asks_first_and_sends_one_command_for_every_failed_job(mak
         await wait_for(pilot, lambda: isinstance(app.screen, RequeueFailedConfirm))
         text = modal_text(app)
         assert "Requeue 2 failed or cancelled jobs" in text
-        assert f"{first} {KEYS[0]}  failed: resume from checkpoint-20" in text
-        assert f"{second} {KEYS[1]}  cancelled: fresh (no checkpoint)" in text and KEYS[2] not in text
+        assert f"{first} a 1:tiny-sst2  failed: resume from checkpoint-20" in text  # the table's names
+        assert f"{second} a 2:tiny-sst2  cancelled: fresh (no checkpoint)" in text and "a 3:tiny-sst2" not in text
         await pilot.press("escape")  # nothing is sent
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
         assert sent(journal, run_id) == []

@@ -10,7 +10,7 @@ from lat_core.config.job import parse_config
 from lat_core.config.fuse import fuse_key, refusal
 from lat_core.contract.devices import Device
 from lat_core.engine.admission import Admission, AdmissionPolicy
-from lat_core.engine.memory_prior import job_prior
+from lat_core.config.memory_prior import job_prior
 from lat_core.contract.jobdir import GroupLimit, GroupRef, JobDir
 from lat_core.engine.fusion import group_argv, job_fuse_key, smaller_limit
 from lat_core.monitor.gpu import GpuInfo, GpuSnapshot

@@ -9,7 +9,7 @@ import pytest
 
 from lat_core.contract.jobdir import (CheckpointSaved, Eval, EventTail, EventWriter, ExitRecord, Failed,
                                       Finished, GroupLimit, GroupRef, JobDir, Memory, OomKills, PeakUsage, PidRecord,
-                                      SpeedMode, Started, Step)
+                                      SpeedMode, Started, Step, TrackerRunOpened)
 from lat_core.contract.jobdir.event_reader import decode_text
 from lat_core.contract.jobdir.events import EVENT_TYPES, event_to_json
 from lat_core.safe_files import UnsafePathError
@@ -31,6 +31,8 @@ EVERY_EVENT = [
     Memory(t=5.0, peak_rss_bytes=2**31, peak_gpu_bytes=2**33),
     Finished(t=6.0, status="ok", steps=100, best={"step": 10, "metric": "accuracy", "value": 0.75}, elapsed_s=12.5),
     Failed(t=7.0, error_type="OutOfMemoryError", message="CUDA out of memory"),
+    TrackerRunOpened(t=8.0, id="a3f9", continued=True, replaced="b7", report_to=("wandb",),
+                     held={"step": 5, "eval": 3}),
 ]
 
 

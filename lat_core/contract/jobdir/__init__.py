@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from lat_core.contract.jobdir.event_reader import EventsRead, EventTail, Skips, decode_event, last_progress
     from lat_core.contract.jobdir.event_writer import EventWriter
     from lat_core.contract.jobdir.events import (AnyEvent, BadEvent, CheckpointSaved, Eval, Event, Failed, Finished,
-                                                 Memory, SpeedMode, Started, Step)
+                                                 Memory, SpeedMode, Started, Step, TrackerRunOpened)
     from lat_core.contract.jobdir.folder import JobDir
     from lat_core.contract.jobdir.outcome import describe_exit, last_log_line
     from lat_core.contract.jobdir.records import ExitRecord, GroupLimit, GroupRef, OomKills, PeakUsage, PidRecord
@@ -31,7 +31,7 @@ _HOME: dict[str, tuple[str, ...]] = {
     "event_reader": ("EventsRead", "EventTail", "Skips", "decode_event", "last_progress"),
     "event_writer": ("EventWriter",),
     "events": ("AnyEvent", "BadEvent", "CheckpointSaved", "Eval", "Event", "Failed", "Finished", "Memory", "SpeedMode",
-               "Started", "Step"),
+               "Started", "Step", "TrackerRunOpened"),
     "folder": ("JobDir",),
     "outcome": ("describe_exit", "last_log_line"),
     "records": ("ExitRecord", "GroupLimit", "GroupRef", "OomKills", "PeakUsage", "PidRecord"),
@@ -40,8 +40,8 @@ _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 __all__ = [
     "AnyEvent", "AttemptFiles", "BadEvent", "CheckpointSaved", "Eval", "Event", "EventTail", "EventWriter", "EventsRead",
     "ExitRecord", "Failed", "Finished", "GroupLimit", "GroupRef", "JobDir", "Memory", "OomKills", "PeakUsage",
-    "PidRecord", "Skips", "SpeedMode", "Started", "Step", "decode_event", "describe_exit", "last_log_line",
-    "last_progress",
+    "PidRecord", "Skips", "SpeedMode", "Started", "Step", "TrackerRunOpened", "decode_event", "describe_exit",
+    "last_log_line", "last_progress",
 ]
 
 

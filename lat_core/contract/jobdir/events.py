@@ -156,8 +156,23 @@ class Failed(Event):
     message: str | None = None
 
 
-AnyEvent = Union[Started, Step, Eval, CheckpointSaved, Memory, Finished, Failed]
-EVENT_TYPES: tuple[type[AnyEvent], ...] = (Started, Step, Eval, CheckpointSaved, Memory, Finished, Failed)
+@dataclass(frozen=True, kw_only=True)
+class TrackerRunOpened(Event):
+    """The experiment-tracker run this attempt logs to (lat_core/train/tracker_run.py): the job's
+    run ``continued`` by a resume, which already ``held`` the step and eval logs up to those steps,
+    or a new one (``replaced``: the job's earlier run, left behind)."""
+
+    kind: ClassVar[str] = "tracker_run"
+    id: str
+    continued: bool = False
+    replaced: str | None = None
+    report_to: tuple[str, ...] = ()
+    held: Mapping[str, Any] = field(default_factory=dict)  # "step" / "eval" -> the last step the run holds
+
+
+AnyEvent = Union[Started, Step, Eval, CheckpointSaved, Memory, Finished, Failed, TrackerRunOpened]
+EVENT_TYPES: tuple[type[AnyEvent], ...] = (Started, Step, Eval, CheckpointSaved, Memory, Finished, Failed,
+                                           TrackerRunOpened)
 
 
 # ------------------------------------------------------------------------------ writing

@@ -7,6 +7,7 @@ processes that may have crashed half-way, or from another version of LAT.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from lat_core.contract.jobdir import names
@@ -18,6 +19,9 @@ from lat_core.contract.jobdir.events import AnyEvent, Finished, Memory
 from lat_core.contract.jobdir.json_files import read_small_json, write_json
 from lat_core.contract.jobdir.records import ExitRecord, GroupLimit, PeakUsage
 from lat_core.safe_files import ensure_folder, remove_files, replace_file
+
+
+TRACKER_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")   # what W&B and SwanLab take as a run id
 
 
 class JobDir:
@@ -61,6 +65,20 @@ class JobDir:
     def incomplete_checkpoints(self) -> list[Path]:
         """Checkpoint folders whose save did not finish (a crash mid-save): never resumed from."""
         return [p for _, p in self.checkpoint_dirs() if not checkpoint_is_complete(p)]
+
+    # ------------------------------------------------------------------ the tracker run resumes continue
+    def tracker_run_id(self) -> str | None:
+        """The id of the tracker run the job's resumes continue; None when it has none (or the file
+        is unreadable, or holds no valid id: the job then starts a new run)."""
+        record = read_small_json(self.path / names.TRACKER_RUN)
+        run_id = record.get("id") if isinstance(record, dict) else None
+        return run_id if isinstance(run_id, str) and TRACKER_RUN_ID.match(run_id) else None
+
+    def write_tracker_run_id(self, run_id: str) -> None:
+        """Keep ``run_id`` as the job's tracker run (replaced whole, inside the job's real folder)."""
+        if not TRACKER_RUN_ID.match(run_id):
+            raise ValueError(f"not a tracker run id: {run_id!r}")
+        write_json(self.path / names.TRACKER_RUN, {"id": run_id})
 
     def requeue_start(self, asked: str | None) -> tuple[str, str]:
         """How a failed or cancelled job requeued with the others starts: ``(start, what it got)``.

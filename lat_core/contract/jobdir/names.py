@@ -22,13 +22,16 @@ FINAL = "final"
 BEST = "best"
 PREDICTIONS = "predictions"
 TOKENIZER = "tokenizer"
+INITIAL_ADAPTER = "adapter_init"   # the adapter as initialised, before any step (lat_core/train/portable.py)
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # what every resume path loads (peft's file name)
 RNG_STATE = "rng_state.pt"
 OPTIMIZER_STATE = "optimizer.pt"
+# the job's experiment-tracker run ({"id": ...}): every resume continues that run (lat_core/train/tracking.py)
+TRACKER_RUN = "tracker_run.json"
 # what --overwrite deletes besides the checkpoints: a run's outputs, never the planned files
-RUN_OUTPUTS = (EVENTS, TOKENIZER, PREDICTIONS, BEST, FINAL)
+RUN_OUTPUTS = (EVENTS, TOKENIZER, PREDICTIONS, BEST, FINAL, INITIAL_ADAPTER)
 
 # kept by the runner and the engine, per attempt
 RUNNER_DIR = ".lat"
