@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from lat_core.engine.loop import Engine  # noqa: E402
 from lat_core.contract.journal import Store  # noqa: E402
+from lat_core.contract.jobdir import Step  # noqa: E402
 from tests.helpers.fused import events_of, job_dir, saved_tiny_base  # noqa: E402
 
 CPU = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}
@@ -43,7 +44,7 @@ def run_side(root: Path, base: Path, fuse: str, jobs: int, steps: int) -> tuple[
     wall = time.perf_counter() - t0
     states = {j.key: j.state for j in store.jobs(run_id)}
     assert set(states.values()) == {"succeeded"}, states
-    return wall, {j.key: {e["step"]: e["loss"] for e in events_of(Path(j.job_dir), "step")} for j in store.jobs(run_id)}
+    return wall, {j.key: {e.step: e.loss for e in events_of(Path(j.job_dir), Step)} for j in store.jobs(run_id)}
 
 
 def main(argv=None) -> int:

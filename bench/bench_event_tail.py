@@ -1,4 +1,4 @@
-"""How fast, and in how much memory, the engine reads a job's events.jsonl (lat_core.contract.job_files).
+"""How fast, and in how much memory, the engine reads a job's events.jsonl (lat_core.contract.jobdir).
 
     python bench/bench_event_tail.py [--steps 200000] [--huge-mb 100]
 
@@ -17,7 +17,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from lat_core.contract.job_files import EventTail, last_progress
+from lat_core.contract.jobdir import EventTail, last_progress
 
 
 def write_events(path: Path, steps: int, huge_mb: int) -> None:
@@ -38,7 +38,7 @@ def measure(path: Path) -> tuple[float, int, tuple, int]:
     last_progress(EventTail(path).read())
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return wall, peak, last, tail.bad_lines
+    return wall, peak, last, tail.skipped.count
 
 
 def main() -> None:

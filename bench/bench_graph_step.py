@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_suite_throughput import MODEL_1B3  # noqa: E402
 from bench.suite_data import write_sst2  # noqa: E402
+from lat_core.contract.jobdir import JobDir, Memory, Started, Step  # noqa: E402
 
 CONFIG = ROOT / "configs/experiments/gla13b/rank/lora_qkvo_r8_a16.yaml"
 SIDES = {"eager": {"graphs": False, "pack": False}, "eager-again": {"graphs": False, "pack": False},
@@ -72,16 +74,16 @@ def run_side(out: Path, side: str, steps: int, data: str, env: dict, timeout: fl
             rc = f"timeout after {timeout} s"
     if rc != 0:
         return {"side": side, "error": f"{rc}: {log.read_text()[-1500:]}"}
-    events = [json.loads(line) for line in (out / side / "events.jsonl").read_text().splitlines() if line.strip()]
-    steps_ev = [e for e in events if e["event"] == "step"]
-    mid = [e for e in steps_ev if e["step"] >= FROM_STEP]
-    ms = (mid[-1]["t"] - mid[0]["t"]) / (mid[-1]["step"] - mid[0]["step"]) * 1000
-    tokens = sum(e["tokens"] for e in mid[1:])
-    started = next(e for e in events if e["event"] == "started")
-    peak = next((e["peak_gpu_bytes"] for e in events if e["event"] == "memory"), 0)
-    return {"side": side, "ms_per_step": round(ms, 1), "tokens_per_s": round(tokens / (mid[-1]["t"] - mid[0]["t"])),
-            "peak_gpu_gib": round(peak / 2**30, 2), "graphs": started.get("graphs"), "pack": started.get("pack"),
-            "losses": {e["step"]: e["loss"] for e in steps_ev}}
+    events = JobDir(out / side).read_events()
+    steps_ev = events.of(Step)
+    mid = [e for e in steps_ev if e.step >= FROM_STEP]
+    ms = (mid[-1].t - mid[0].t) / (mid[-1].step - mid[0].step) * 1000
+    tokens = sum(e.tokens for e in mid[1:])
+    started = events.of(Started)[0]
+    peak = next((e.peak_gpu_bytes or 0 for e in events.of(Memory)), 0)
+    return {"side": side, "ms_per_step": round(ms, 1), "tokens_per_s": round(tokens / (mid[-1].t - mid[0].t)),
+            "peak_gpu_gib": round(peak / 2**30, 2), "graphs": asdict(started.graphs) if started.graphs else None,
+            "pack": asdict(started.pack) if started.pack else None, "losses": {e.step: e.loss for e in steps_ev}}
 
 
 def loss_check(ref: dict, got: dict) -> dict:

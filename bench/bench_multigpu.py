@@ -29,6 +29,7 @@ from lat_core.front.devices import resolve_devices  # noqa: E402
 from lat_core.engine.loop import Engine  # noqa: E402
 from lat_core.monitor.gpu import GpuProbe  # noqa: E402
 from lat_core.front.plan import Plan  # noqa: E402
+from lat_core.contract.jobdir import JobDir, Step  # noqa: E402
 from lat_core.contract.journal import Store  # noqa: E402
 
 
@@ -73,8 +74,7 @@ def run_one(kind: str, gpus: list[int], out: Path, args) -> dict:
         time.sleep(0.2)
     job = store.jobs(run_id)[0]
     history = [f"{t.new_state}: {t.detail}" for t in store.transitions(run_id, job_id=job.id)]
-    events = [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines() if line.strip()]
-    rates = [e["tokens_per_s"] for e in events if e.get("event") == "step"][2:]
+    rates = [e.tokens_per_s for e in JobDir(job_dir).read_events().of(Step)][2:]
     total = statistics.median(rates) if rates else 0.0
     return {"kind": kind, "gpus": gpus, "state": job.state, "wall_s": round(time.time() - start, 1),
             "tokens_per_s": round(total), "tokens_per_s_per_gpu": round(total / world),

@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.old_scripts import run_in_rounds  # noqa: E402
 from bench.suite_data import write_sst2  # noqa: E402
+from lat_core.contract.jobdir import JobDir, Started, Step  # noqa: E402
 from lat_core.front.jobs import materialize  # noqa: E402
 from lat_core.monitor.gpu import GpuProbe  # noqa: E402
 from lat_core.config.paths import config_trees  # noqa: E402
@@ -191,24 +192,21 @@ def _kill_under(root: Path) -> None:
                 pass
 
 
-def _events(job_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines() if line.strip()]
-
-
 def _losses(job_dir: Path) -> list[float]:
-    return [e["loss"] for e in _events(job_dir) if e.get("event") == "step"]
+    return [e.loss for e in JobDir(job_dir).read_events().of(Step)]
 
 
 def _trained_tokens(job_dir: Path) -> int:
     """Non-padding tokens the trainer counted (its step events' ``tokens``); without them,
     steps x batch x accumulation x max_seq_len (exact for --data long, where every example fills
     the sequence)."""
-    counted = [e["tokens"] for e in _events(job_dir) if e.get("event") == "step" and "tokens" in e]
+    events = JobDir(job_dir).read_events()
+    counted = [e.tokens for e in events.of(Step) if e.tokens is not None]
     if counted:
         return sum(counted)
-    started = next(e for e in _events(job_dir) if e.get("event") == "started")
+    started = events.of(Started)[0]
     config = yaml.safe_load((job_dir / "job.yaml").read_text())
-    return started["max_steps"] * started["effective_batch_size"] * config["train"]["max_seq_len"]
+    return started.max_steps * started.effective_batch_size * config["train"]["max_seq_len"]
 
 
 def steady_state(job_dirs: list[Path]) -> dict:
@@ -216,15 +214,15 @@ def steady_state(job_dirs: list[Path]) -> dict:
     earliest last one (a step event's ``tokens`` were trained since the job's previous event, so a
     job's first event inside the window is left out).  Step events every step (log_every 1) make the
     window exact to a step."""
-    steps = {d: [e for e in _events(d) if e.get("event") == "step" and "tokens" in e] for d in job_dirs}
+    steps = {d: [e for e in JobDir(d).read_events().of(Step) if e.tokens is not None] for d in job_dirs}
     steps = {d: s for d, s in steps.items() if len(s) >= 2}
     if len(steps) != len(job_dirs):
         return {"steady_tokens_per_s": None, "steady_window_s": 0}
-    start = max(s[0]["t"] for s in steps.values())
-    end = min(s[-1]["t"] for s in steps.values())
+    start = max(s[0].t for s in steps.values())
+    end = min(s[-1].t for s in steps.values())
     if end - start <= 0:   # the jobs never all trained at once (e.g. rounds with a barrier)
         return {"steady_tokens_per_s": None, "steady_window_s": 0}
-    tokens = sum(e["tokens"] for s in steps.values() for e in s if start < e["t"] <= end)
+    tokens = sum(e.tokens for s in steps.values() for e in s if start < e.t <= end)
     return {"steady_tokens_per_s": round(tokens / (end - start)), "steady_window_s": round(end - start, 1)}
 
 

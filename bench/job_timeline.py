@@ -9,20 +9,23 @@ one side of a benchmark reads as one timeline.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lat_core.contract.jobdir import ExitRecord, JobDir, Started, Step  # noqa: E402
+
 
 def job_times(job_dir: Path) -> dict:
-    events = [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines() if line.strip()]
-    steps = [e["t"] for e in events if e.get("event") == "step"]
-    started = next((e["t"] for e in events if e.get("event") == "started"), None)
-    records = sorted((job_dir / ".lat").glob("attempt-*.exit.json")) if (job_dir / ".lat").is_dir() else []
-    exit_record = json.loads(records[-1].read_text()) if records else {}
-    return {"job": job_dir.name, "launch": exit_record.get("started", events[0]["t"] if events else None),
+    folder = JobDir(job_dir)
+    events = folder.read_events().events
+    steps = [e.t for e in events if isinstance(e, Step)]
+    started = next((e.t for e in events if isinstance(e, Started)), None)
+    record = folder.latest_exit_record() or ExitRecord(None)
+    return {"job": job_dir.name, "launch": record.started or (events[0].t if events else None),
             "setup_done": started, "first_step": steps[0] if steps else None,
-            "last_step": steps[-1] if steps else None, "end": exit_record.get("ended", events[-1]["t"] if events else None)}
+            "last_step": steps[-1] if steps else None, "end": record.ended or (events[-1].t if events else None)}
 
 
 def main(dirs: list[str]) -> None:

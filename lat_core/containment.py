@@ -26,6 +26,8 @@ from pathlib import Path
 
 import psutil
 
+from lat_core.contract.jobdir import OomKills
+
 TOKEN_VAR = "LAT_JOB_TREE"
 MODE_VAR = "LAT_CONTAINMENT"
 MODES = ("auto", "cgroup", "subreaper")
@@ -176,9 +178,9 @@ def stop_tree(containment: Containment | None, runner_pid: int, runner_start: fl
     return len(left)
 
 
-def job_oom_kills(containment: Containment | None) -> dict | None:
-    """``{"source", "count"}``: OOM kills inside the job's own cgroup (made for it, so counted from
-    0), for the exit record (read by :func:`lat_core.triage.hostoom.oom_kill_readings`); None where
+def job_oom_kills(containment: Containment | None) -> OomKills | None:
+    """OOM kills inside the job's own cgroup (made for it, so counted from 0), for the exit record
+    (read by :func:`lat_core.triage.hostoom.oom_kill_readings`); None where
     the group has no memory controller. Read here, not through ``lat_core.triage``, which would
     cost every job's end the import of the whole triage package."""
     if containment is None or containment.cgroup is None:
@@ -186,7 +188,7 @@ def job_oom_kills(containment: Containment | None) -> dict | None:
     events = Path(containment.cgroup, "memory.events")
     try:
         counts = dict(line.split(" ", 1) for line in events.read_text().splitlines() if " " in line)
-        return {"source": f"cgroup2:{events}", "count": int(counts["oom_kill"])}
+        return OomKills(f"cgroup2:{events}", int(counts["oom_kill"]))
     except (OSError, KeyError, ValueError):
         return None
 

@@ -69,7 +69,7 @@ def _refuse_owner(uid: int, where: Path, fix: str) -> UnsafePathError:
 # ------------------------------------------------------------------------------ folders
 def job_folder_of(path: Path) -> Path:
     """The job folder of one of its files: ``<job>/<name>`` or ``<job>/.lat/<name>``."""
-    from lat_core.contract.job_files import RUNNER_DIR  # job_files writes through this module
+    from lat_core.contract.jobdir.names import RUNNER_DIR  # the job folder writes through this module
 
     folder = Path(os.path.abspath(path)).parent
     return folder.parent if folder.name == RUNNER_DIR else folder

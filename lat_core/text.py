@@ -1,5 +1,5 @@
 """Small text helpers every layer shows people: a cut at a word, a signal's name. Torch-free and
-import-free, so the journal's readers (lat_core.contract.job_files) need not load triage to use them."""
+import-free, so the job folder's readers (lat_core.contract.jobdir) need not load triage to use them."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from lat_core.front.client import GpuProbe, GpuSnapshot, HostSnapshot, host_snapshot, tail_events
+from lat_core.front.client import GpuProbe, GpuSnapshot, HostSnapshot, host_snapshot, recent_events
 from lat_tui import fmt
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_OK
 from lat_tui.tail import TailState, read_tail
@@ -83,8 +83,8 @@ def follow(log: Path, interval: float, lines: int, poll: float, probe: GpuProbe)
 
 def trainer_ended(log: Path) -> bool:
     """The events.jsonl beside the log ends with the trainer's finished or failed event."""
-    events = tail_events(log.parent)
-    return bool(events) and events[-1].name in ENDED
+    events = recent_events(log.parent)
+    return bool(events) and events[-1].kind in ENDED
 
 
 def stats_lines(gpus: GpuSnapshot, host: HostSnapshot) -> list[str]:

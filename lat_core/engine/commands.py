@@ -15,7 +15,7 @@ from lat_core.contract.commands import (AddJobs, CancelJob, CancelRun, Command, 
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.remedy import apply_remedy
 from lat_core.engine.requeue import restart_argv, start_said
-from lat_core.contract.job_files import requeue_start
+from lat_core.contract.jobdir import JobDir
 from lat_core.contract.states import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 from lat_core.contract.journal import RunRow
 
@@ -146,7 +146,7 @@ class Commands:
         jobs, problem = self._unfinished(run, command.job_ids)
         if problem:
             return "rejected", f"nothing was requeued: {problem}"
-        got = [(job, *requeue_start(job.job_dir, start)) for job in jobs]
+        got = [(job, *JobDir(job.job_dir).requeue_start(start)) for job in jobs]
         with self.store.batch():
             for job, flag, said in got:
                 self._back_to_queue(run, job, flag, f"requeued by user with the failed ones: {said}")

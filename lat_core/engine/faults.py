@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import sqlite3
 import sys
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable, TypeGuard
 
-from lat_core.engine.fusion import runner_exit_path
 from lat_core.errors import JournalError
 from lat_core.contract.journal_faults import WalLost
-from lat_core.contract.job_files import ExitRecord, PidRecord, RUNNER_DIR, finished_since, read_exit, read_pid_record
+from lat_core.contract.jobdir import AttemptFiles, ExitRecord, JobDir, PidRecord
 from lat_core.contract.rows import JobRow
 from lat_core.contract.states import ENGINE_ERROR, ENGINE_RECOVERED
 from lat_core.contract.journal import Store
@@ -138,14 +135,18 @@ class EngineErrors:
 class LostAttempt:
     """An attempt the job's folder proves ran, that the journal does not know (lost WAL, tail)."""
 
-    exit_path: Path
+    attempt: AttemptFiles
     record: ExitRecord | None  # it ended
     pid: PidRecord | None  # it runs (alive) or ran (dead, no exit record)
     finished_at: float | None  # its events end with ``finished``
     alive: bool = False
 
+    @property
+    def exit_path(self) -> Path:
+        return self.attempt.exit_path
+
     def describe(self) -> str:
-        name = self.exit_path.name.removesuffix(".exit.json")
+        name = self.attempt.name
         pid = self.pid.pid if self.pid is not None else None  # set where it runs, or ran without a record
         if self.alive:
             return f"adopted {name}, still running as pid {pid}"
@@ -167,45 +168,24 @@ def find_lost_attempt(job: JobRow, since: float,
     """The newest attempt record in the job's folder written at or after ``since`` (when the journal
     got the job, or its last known attempt ended), or a ``finished`` event after it. ``alive`` checks
     a pid (None where pids are not local, e.g. Slurm: then pid files are not looked at)."""
-    runner_dir = Path(job.job_dir) / RUNNER_DIR
-    unknown = [p for p in _attempt_paths(runner_dir) if _attempt_number(p) > job.attempts]
+    folder = JobDir(job.job_dir)
+    unknown = [a for a in folder.attempts_on_disk() if (a.number or 0) > job.attempts]
     files_since = since - MTIME_SLACK_S
-    for exit_path in sorted(unknown, key=_attempt_number, reverse=True):
-        record = read_exit(exit_path) if _written_since(exit_path, files_since) else None
-        runner_exit = runner_exit_path(exit_path)
-        pid_written = alive is not None and _written_since(Path(f"{runner_exit}.pid"), files_since)
-        pid = read_pid_record(runner_exit) if pid_written else None
+    for attempt in reversed(unknown):
+        record = attempt.read_exit() if _written_since(attempt.exit_path, files_since) else None
+        runner = attempt.runner()
+        pid_written = alive is not None and _written_since(runner.pid_path, files_since)
+        pid = runner.read_pid() if pid_written else None
         if record is not None:
-            return LostAttempt(exit_path, record, pid, None)
+            return LostAttempt(attempt, record, pid, None)
         if pid is not None and alive is not None:  # a pid file is read only where pids are checked
-            return LostAttempt(exit_path, None, pid, None, alive=alive(pid.pid, pid.pid_start))
+            return LostAttempt(attempt, None, pid, None, alive=alive(pid.pid, pid.pid_start))
     # an event carries the trainer's own clock, no file-time lag: the last known attempt's own
     # `finished` (written just before it ended) must not count as a lost one
-    finished = finished_since(Path(job.job_dir), since)
+    finished = folder.finished_since(since)
     if finished is not None:
-        return LostAttempt(runner_dir / f"attempt-{job.attempts + 1}.exit.json", None, None, finished)
+        return LostAttempt(folder.attempt(job.attempts + 1), None, None, finished)
     return None
-
-
-def _attempt_paths(runner_dir: Path) -> set[Path]:
-    """Attempts the folder knows: an exit record, a runner's pid file, or a fused member's group
-    ref (written before its group launched; the member's runner is the group's). One listing of
-    the folder (every launch asks: three globs cost three)."""
-    try:
-        names = os.listdir(runner_dir)
-    except OSError:
-        return set()
-    return {runner_dir / (name[:name.rindex(EXIT_SUFFIX)] + EXIT_SUFFIX) for name in names
-            if any(fnmatchcase(name, pattern) for pattern in ATTEMPT_FILES)}
-
-
-EXIT_SUFFIX = ".exit.json"
-ATTEMPT_FILES = ("attempt-*.exit.json", "attempt-*.exit.json.pid", "attempt-*.exit.json.group")
-
-
-def _attempt_number(exit_path: Path) -> int:
-    digits = exit_path.name.removeprefix("attempt-").removesuffix(".exit.json")
-    return int(digits) if digits.isdigit() else -1
 
 
 def _written_since(path: Path, since: float) -> bool:

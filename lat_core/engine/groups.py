@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,18 +22,15 @@ from lat_core.contract.run_secrets import JobSecrets
 from lat_core.engine.admission import Admission
 from lat_core.engine.backends import Backend
 from lat_core.engine.faults import JOURNAL_ERRORS
-from lat_core.engine.launch import read_exit_record
-from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuses_on, group_argv, group_id,
-                                    group_exit_path, job_fuse_key, read_group_limit, read_group_ref, smaller_limit,
-                                    write_group_limit, write_group_ref)
+from lat_core.engine.fusion import GROUP_SIZE_LIMIT, MATE_SCAN, fuses_on, group_argv, job_fuse_key, smaller_limit
 from lat_core.engine.requeue import restart_argv
 from lat_core.engine.retries import backoff_hold
 from lat_core.engine.state import EngineState
 from lat_core.engine.warm import WarmStarts
-from lat_core.contract.job_files import ExitRecord, cancel_marker_path, exit_record_path, read_exit
+from lat_core.contract.jobdir import AttemptFiles, ExitRecord, GroupRef, JobDir
+from lat_core.errors import OutputPathError
 from lat_core.monitor.usage import JobUsage
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
-from lat_core.contract.jobdir import write_exit_record
 from lat_core.contract.states import JobState
 from lat_core.triage.classes import OOM_CLASSES
 
@@ -63,7 +61,7 @@ class GroupStarts:
         """(the job's fuse key, the most members its group may have), read once per attempt (a
         remedy between attempts may change job.yaml; a group out of memory lowers the limit)."""
         if (job.id, job.attempts) not in self._fuse_keys:
-            limit = read_group_limit(Path(job.job_dir))
+            limit = JobDir(job.job_dir).read_group_limit()
             size = GROUP_SIZE_LIMIT if limit is None else min(limit.size, GROUP_SIZE_LIMIT)
             self._fuse_keys[(job.id, job.attempts)] = (job_fuse_key(job) if size > 1 else None, size)
         return self._fuse_keys[(job.id, job.attempts)]
@@ -102,11 +100,11 @@ class GroupStarts:
         for job in jobs:
             if self._starts.adopted(job, device.id):
                 continue
-            exit_path = exit_record_path(Path(job.job_dir), job.attempts + 1)
+            exit_path = JobDir(job.job_dir).attempt(job.attempts + 1).exit_path
             attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path), started=self._clock())
             try:
-                cancel_marker_path(Path(job.job_dir)).unlink(missing_ok=True)  # an earlier attempt's cancel
-            except OSError as exc:  # its folder: it fails alone, the group goes on
+                JobDir(job.job_dir).clear_cancel()  # an earlier attempt's cancel
+            except (OSError, OutputPathError) as exc:  # its folder: it fails alone, the group goes on
                 self._starts.failed(job, attempt_id, exc)
                 continue
             members.append(job)
@@ -115,7 +113,7 @@ class GroupStarts:
         if ref is None:  # every member failed alone
             return
         leader, (_, leader_n, _) = members[0], attempts[0]
-        gid, ids = group_id(ref), ", ".join(str(j.id) for j in members)
+        gid, ids = ref.group_id, ", ".join(str(j.id) for j in members)
         self.store.start_group(gid, leader.run_id, device.id, len(members), [j.id for j in members])
         try:
             env = {**self._job_secrets.unmask(leader.run_id, leader.env), **device.env,
@@ -145,11 +143,12 @@ class GroupStarts:
         rest are written again without it (their group's ids, and its leader, changed)."""
         while members:
             leader_n = attempts[0][1]
-            ref = GroupRef(str(group_exit_path(members[0], leader_n)), tuple(j.id for j in members))
+            group_exit = JobDir(members[0].job_dir).group_attempt(leader_n).exit_path
+            ref = GroupRef(str(group_exit), tuple(j.id for j in members))
             refused: dict[int, OSError] = {}
             for k, (_, _, exit_path) in enumerate(attempts):
                 try:
-                    write_group_ref(exit_path, ref)
+                    AttemptFiles(exit_path).write_group_ref(ref)
                 except OSError as exc:
                     refused[k] = exc
             if not refused:
@@ -203,17 +202,15 @@ class FusedGroups:
     def cancel_member(self, job: JobRow, attempt: AttemptRow) -> bool:
         """Cancel a fused member through its marker (the group leaves it out before its next
         micro-batch); False for an attempt of its own."""
-        if read_group_ref(Path(attempt.exit_path)) is None:
+        if AttemptFiles(attempt.exit_path).read_group_ref() is None:
             return False
-        marker = cancel_marker_path(Path(job.job_dir))
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(f"{time.time()}\n")
+        JobDir(job.job_dir).request_cancel(time.time())
         return True
 
     def may_kill(self, attempt: AttemptRow) -> bool:
         """Whether a cancelled attempt's process may be killed after the grace: always for a process
         of its own; a fused group's only when every other open member of it is being cancelled too."""
-        if read_group_ref(Path(attempt.exit_path)) is None:
+        if AttemptFiles(attempt.exit_path).read_group_ref() is None:
             return True
         others = [a for a in self.store.open_attempts(self.store.job(attempt.job_id).run_id)
                   if a.pid == attempt.pid and a.id != attempt.id]
@@ -222,23 +219,24 @@ class FusedGroups:
     def settle_member(self, attempt: AttemptRow, backend: Backend) -> ExitRecord | None:
         """A fused member without an exit record whose group process is gone: its exit record,
         from the group's (the group's tree is stopped first where its runner vanished), with why."""
-        ref = read_group_ref(Path(attempt.exit_path))
+        member = AttemptFiles(attempt.exit_path)
+        ref = member.read_group_ref()
         if ref is None:
             return None
-        group = read_exit(Path(ref.exit_path))
+        runner = AttemptFiles(ref.exit_path)
+        group = runner.read_exit()
         if group is None and backend.reaps_process_tree and attempt.pid:  # (asked only once its pid is dead)
-            backend.stop_vanished(attempt.pid, attempt.pid_start, Path(ref.exit_path))
-            group = read_exit(Path(ref.exit_path))
+            backend.stop_vanished(attempt.pid, attempt.pid_start, runner.exit_path)
+            group = runner.read_exit()
         rc = group.returncode if group is not None and group.returncode != 0 else None
         code = "unknown" if group is None or group.returncode is None else group.returncode
         why = (f"the fused group's process ended (exit {code}) "
                "before this member left the group")
-        raw = read_exit_record(Path(ref.exit_path)) or {}  # its OOM-kill count and containment: for triage
-        write_exit_record(attempt.exit_path, {"returncode": rc, "signal": -rc if rc and rc < 0 else None,
-                                              "pid": attempt.pid, "ended": time.time(), "fused_group": True,
-                                              "why": why, **{k: raw[k] for k in ("oom_kills", "containment")
-                                                             if k in raw}})
-        return ExitRecord(rc, problem=why)
+        record = ExitRecord(rc, pid=attempt.pid, ended=time.time(), fused_group=True, why=why,
+                            # its OOM-kill count and containment: for triage
+                            oom_kills=group.oom_kills if group else None, containment=group.containment if group else None)
+        member.write_exit(record)
+        return replace(record, problem=why)
 
     def group_ending(self, attempt: AttemptRow, backend: Backend) -> bool:
         """A member that left its group, as the last of the group's open attempts, while the group's
@@ -246,8 +244,8 @@ class FusedGroups:
         the slot frees once the group's whole tree is gone, never while it may still hold memory.
         A group process still there GROUP_END_GRACE_S after its last member left is killed; a
         runner gone without its exit record has what is left of its tree stopped."""
-        ref = read_group_ref(Path(attempt.exit_path))
-        if ref is None or not attempt.pid or read_exit(Path(ref.exit_path)) is not None:
+        ref = AttemptFiles(attempt.exit_path).read_group_ref()
+        if ref is None or not attempt.pid or AttemptFiles(ref.exit_path).read_exit() is not None:
             return False
         if any(a.pid == attempt.pid and a.id != attempt.id
                for a in self.store.open_attempts(self.store.job(attempt.job_id).run_id)):
@@ -271,12 +269,12 @@ class FusedGroups:
         member that failed out of memory is requeued by its own failure; the others are untouched.
         The plan's ``on_oom`` retries and the remedies apply once the job ran alone."""
         job = self.store.job(attempt.job_id)
-        ref = read_group_ref(Path(attempt.exit_path))
+        ref = AttemptFiles(attempt.exit_path).read_group_ref()
         klass = (job.diagnosis or {}).get("class")
         if ref is None or len(ref.job_ids) < 2 or klass not in OOM_CLASSES:
             return False
-        limit = smaller_limit(Path(job.job_dir), len(ref.job_ids), klass)
-        write_group_limit(Path(job.job_dir), limit)
+        limit = smaller_limit(JobDir(job.job_dir), len(ref.job_ids), klass)
+        JobDir(job.job_dir).write_group_limit(limit)
         self.store.set_job_argv(job.id, restart_argv(job.argv, False, "fresh"))
         self.store.set_job_state(job.id, JobState.QUEUED, f"{limit.why}: {requeued_to(limit.size)}", ended=None,
                                  returncode=None, error=None, not_before=0)
@@ -294,7 +292,8 @@ class FusedGroups:
                 if job is not None and job.device and a.pid:
                     by_process.setdefault((job.device, a.pid), []).append(a)
         for (device, _), attempts in by_process.items():
-            members = [a for a in attempts if read_group_ref(Path(a.exit_path)) is not None] if len(attempts) > 1 else []
+            members = [a for a in attempts if AttemptFiles(a.exit_path).read_group_ref() is not None] \
+                if len(attempts) > 1 else []
             if members:
                 busy[device] -= len(members) - 1
         return busy

@@ -6,7 +6,6 @@ runner's pid with its start time (so a reused pid is never mistaken for the job)
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,12 +16,12 @@ from pathlib import Path
 
 import psutil
 
-from lat_core.contract.jobdir import write_exit_record
+from lat_core.contract.jobdir import AttemptFiles, ExitRecord
 from lat_core.containment import Containment, job_oom_kills, release, stop_tree
 from lat_core.engine.faults import disk_full
 from lat_core.errors import OutputPathError
-from lat_core.contract.job_files import TRAIN_LOG
-from lat_core.safe_files import job_folder_of, open_append, remove_files
+from lat_core.contract.jobdir.names import TRAIN_LOG
+from lat_core.safe_files import job_folder_of, open_append
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ def launch(argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path,
     ``show_env`` names the overrides the runner echoes (masked) at the top of the attempt's log.
     The runner creates the exit record's folder: a directory made here cost the engine, which
     launches every job, as much as the fork of the runner."""
-    remove_files(exit_path.parent, (exit_path.name, f"{exit_path.name}.pid"), job_dir=job_dir)
+    AttemptFiles(exit_path).clear_runner_files(job_dir)
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     runner = [sys.executable, "-m", "lat_core.runner", "--exit-file", str(exit_path),
               "--show-env", ",".join(show_env), "--", *argv]
@@ -117,15 +116,6 @@ def _boot_time() -> float:
     return value
 
 
-def read_exit_record(exit_path: Path) -> dict | None:
-    try:
-        return json.loads(exit_path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return None
-
-
 def signal_group(pid: int, signum: int = signal.SIGTERM) -> bool:
     """Signal the job's whole process group (runner, trainer, dataloader workers)."""
     try:
@@ -137,22 +127,22 @@ def signal_group(pid: int, signum: int = signal.SIGTERM) -> bool:
 
 def read_containment(exit_path: Path) -> Containment | None:
     """How the runner contained the attempt (its pid file), None where it wrote none."""
-    return Containment.from_json((read_exit_record(Path(f"{exit_path}.pid")) or {}).get("containment"))
+    record = AttemptFiles(exit_path).read_pid()
+    return Containment.from_json(record.containment) if record is not None else None
 
 
-def stop_vanished_tree(pid: int, pid_start: float | None, exit_path: Path) -> dict:
+def stop_vanished_tree(pid: int, pid_start: float | None, exit_path: Path) -> ExitRecord:
     """The runner died without an exit record (killed?): SIGKILL what is left of its job and wait
     until it is gone, so the slot is free for real; then write the exit record in its place (a
     restarted engine reads the same), and say so in the job's log."""
     containment = read_containment(exit_path)
     stopped = stop_tree(containment, pid, pid_start)
     note = f"the job's runner vanished (killed?); its {stopped} remaining processes were stopped"
-    record = {"returncode": None, "signal": None, "pid": pid, "started": None, "ended": time.time(),
-              "containment": containment.kind if containment else None, "stopped": stopped,
-              "oom_kills": job_oom_kills(containment), "vanished": note}
+    record = ExitRecord(None, pid=pid, ended=time.time(), containment=containment.kind if containment else None,
+                        stopped=stopped, oom_kills=job_oom_kills(containment), why=note)
     release(containment)
     try:
-        write_exit_record(exit_path, record)  # its folder made if the runner died before making it
+        AttemptFiles(exit_path).write_exit(record)  # its folder made if the runner died before making it
         _log_line(job_folder_of(exit_path) / TRAIN_LOG, f"[lat] {note}")
     except (OSError, OutputPathError) as exc:  # a planted symlink: the attempt ends without a record, as failed
         if disk_full(exc):

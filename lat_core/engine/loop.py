@@ -24,14 +24,13 @@ from lat_core.engine.backends import Backend
 from lat_core.engine.breaker import Breaker
 from lat_core.engine.commands import Commands
 from lat_core.engine.backends.local import LocalBackend
-from lat_core.contract.job_files import PidRecord, read_pid_record
+from lat_core.contract.jobdir import AttemptFiles, PidRecord
 from lat_core.engine.launch import Launched, launch
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
 from lat_core.engine.mps import RunMps
 from lat_core.engine.placement import free_slots, merge, placements, slots_used
 from lat_core.engine.notices import RunNotices
-from lat_core.engine.fusion import runner_exit_path
 from lat_core.engine.faults import EngineErrors, engine_must_stop, journal_locked
 from lat_core.engine.groups import FusedGroups, GroupStarts
 from lat_core.engine.job_faults import JobFaults
@@ -252,7 +251,7 @@ class Engine:
         for attempt in (a for r in local for a in self.store.open_attempts(r.id)):
             if not attempt.pid:
                 continue
-            record = self._pid_record(attempt.id, Path(attempt.exit_path))
+            record = self._pid_record(attempt.id, AttemptFiles(attempt.exit_path))
             if record is None:  # not yet written: a warm-started job's inherited memory is not known yet
                 continue
             pids[attempt.job_id], inherited[attempt.job_id] = attempt.pid, record.rss_at_fork
@@ -263,9 +262,9 @@ class Engine:
         alone = self._groups.record_usage(job_usage(pids, gpus, inherited))  # a fused group's is the group's
         self.store.record_usage({job_id: (u.rss_bytes, u.gpu_bytes) for job_id, u in alone.items()})
 
-    def _pid_record(self, attempt_id: int, exit_path: Path) -> PidRecord | None:
+    def _pid_record(self, attempt_id: int, files: AttemptFiles) -> PidRecord | None:
         """The attempt's runner's pid record, read until it is written, then kept while it runs."""
-        record = self._state.pid_records.get(attempt_id) or read_pid_record(runner_exit_path(exit_path))
+        record = self._state.pid_records.get(attempt_id) or files.runner().read_pid()
         if record is not None:
             self._state.pid_records[attempt_id] = record
         return record

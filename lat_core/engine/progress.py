@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from lat_core.contract.job_files import EventTail, events_path, last_progress
+from lat_core.contract.jobdir import EventTail, JobDir, last_progress
 from lat_core.contract.journal import Store
 from lat_core.contract.rows import JobRow
 
@@ -17,14 +16,15 @@ class Progress:
     def read(self, job: JobRow) -> tuple[int, float | None] | None:
         """Record the job's newest (step, loss) since the last read; returns it, None when none."""
         if job.id not in self._tails:
-            self._tails[job.id] = EventTail.near_end(events_path(Path(job.job_dir)))
+            self._tails[job.id] = JobDir(job.job_dir).event_tail()
         tail = self._tails[job.id]
-        bad_before = tail.bad_lines
+        bad_before = tail.skipped.count
         last = last_progress(tail.read())
         if last is not None:
             self.store.set_progress(job.id, *last)
-        if tail.bad_lines > bad_before:  # told once per job, then counted
-            detail = f"{tail.bad_lines} bad line(s) skipped; first: {tail.first_bad}"
-            if bad_before == 0 or tail.bad_lines >= 10 * bad_before:
+        skipped = tail.skipped
+        if skipped.count > bad_before:  # told once per job, then counted
+            detail = f"{skipped.count} bad line(s) skipped; first: {skipped.first}"
+            if bad_before == 0 or skipped.count >= 10 * bad_before:
                 self.store.add_transition(job.run_id, job.id, "bad events", detail)
         return last

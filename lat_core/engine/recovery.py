@@ -12,17 +12,15 @@ from pathlib import Path
 
 from lat_core.engine.breaker import Breaker
 from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, LostAttempt, find_lost_attempt
-from lat_core.engine.fusion import group_id, read_group_ref
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.job_faults import JobFaults
-from lat_core.engine.launch import Launched, read_exit_record
+from lat_core.engine.launch import Launched
 from lat_core.engine.notices import RunNotices
 from lat_core.engine.progress import Progress
 from lat_core.engine.remedy import still_effective
 from lat_core.engine.retries import maybe_retry
 from lat_core.engine.state import EngineState
-from lat_core.contract.job_files import (ExitRecord, PeakUsage, PidRecord, describe_exit, memory_event_peak,
-                                         read_exit, read_pid_record, write_peak_usage)
+from lat_core.contract.jobdir import AttemptFiles, ExitRecord, JobDir, PeakUsage, PidRecord, describe_exit
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.states import JobState
 from lat_core.triage import classify
@@ -61,16 +59,17 @@ class Recovery:
         our_child_runs = popen is not None and popen.poll() is None and popen.pid == attempt.pid
         if attempt.pid is None:
             attempt = self._recover_pid(attempt, run.id)
-        record = read_exit(Path(attempt.exit_path))
+        files = AttemptFiles(attempt.exit_path)
+        record = files.read_exit()
         backend = self._state.backend(run.id)
         if record is not None and self._groups.group_ending(attempt, backend):
             return  # the last member of a fused group: settled once the group's process is gone
         if record is None and attempt.pid and not our_child_runs \
                 and not backend.is_alive(attempt.pid, attempt.pid_start):
-            record = read_exit(Path(attempt.exit_path)) or self._groups.settle_member(attempt, backend)  # just written?
+            record = files.read_exit() or self._groups.settle_member(attempt, backend)  # just written?
             if record is None and backend.reaps_process_tree:  # the slot frees once the job's tree is gone
-                backend.stop_vanished(attempt.pid, attempt.pid_start, Path(attempt.exit_path))
-                record = read_exit(Path(attempt.exit_path))
+                backend.stop_vanished(attempt.pid, attempt.pid_start, files.exit_path)
+                record = files.read_exit()
             record = record or ExitRecord(None)
         if record is not None:
             self._record_exit(attempt, record.returncode, record.max_rss, record.problem)
@@ -86,12 +85,11 @@ class Recovery:
         if backend.recovers_from_queue:  # the runner's pid file holds a pid on another host: useless here
             started = backend.recover(Path(attempt.exit_path), attempt.launched)
         else:  # a fused member's runner is the group's, its pid file beside the group's exit record
-            ref = read_group_ref(Path(attempt.exit_path))
-            started = read_pid_record(Path(ref.exit_path if ref else attempt.exit_path))
+            started = AttemptFiles(attempt.exit_path).runner().read_pid()
         if started:
             self.store.set_attempt_pid(attempt.id, started.pid, started.pid_start)
             return next(a for a in self.store.attempts(attempt.job_id) if a.id == attempt.id)
-        if self._clock() - attempt.launched > LAUNCH_GRACE_S and read_exit(Path(attempt.exit_path)) is None:
+        if self._clock() - attempt.launched > LAUNCH_GRACE_S and AttemptFiles(attempt.exit_path).read_exit() is None:
             if attempt.cancel_at is not None:
                 why, state, error = "cancelled; its launch never happened", JobState.CANCELLED, "cancelled by user"
             else:
@@ -127,7 +125,7 @@ class Recovery:
                      problem: str | None) -> tuple[JobRow, JobState] | None:
         """Record how the attempt ended: (the job, its new state), None where the job had already
         been settled."""
-        group = read_group_ref(Path(attempt.exit_path))  # a fused member's peaks are its group process's
+        group = AttemptFiles(attempt.exit_path).read_group_ref()  # a fused member's peaks are its group process's
         job = self.store.job(attempt.job_id)
         if max_rss and group is None:  # the kernel's peak for the trainer: jobs shorter than a sampling interval have one too
             job = self._record_peak_rss(job, max_rss)
@@ -167,13 +165,13 @@ class Recovery:
     def _keep_peak_usage(self, job: JobRow) -> None:
         """The journal's peak memory of the job, into its folder for the results tables."""
         try:
-            write_peak_usage(Path(job.job_dir), PeakUsage(job.peak_rss, job.peak_gpu))
+            JobDir(job.job_dir).write_peak_usage(PeakUsage(job.peak_rss, job.peak_gpu))
         except OSError:  # a folder gone or read-only: the journal still has the number
             pass
 
     def _remember_peak(self, job: JobRow) -> None:
         """What this config needed, for memory-aware admission of its next jobs."""
-        event_peak = memory_event_peak(Path(job.job_dir))
+        event_peak = JobDir(job.job_dir).memory_event_peak()
         gpu = max(job.peak_gpu or 0, event_peak)
         if gpu or job.peak_rss:
             self.store.record_config_peak(job.profile_key, gpu, job.peak_rss or 0)
@@ -190,7 +188,7 @@ class Recovery:
                     self._faults.fail_job(job.id, "running without any attempt recorded (an engine crash); requeue it")
                     continue
                 last = attempts[-1]
-                record = read_exit(Path(last.exit_path))
+                record = AttemptFiles(last.exit_path).read_exit()
                 returncode = last.returncode if last.returncode is not None else (record.returncode if record else None)
                 self._record_exit(last, returncode)
 
@@ -209,8 +207,8 @@ class Recovery:
                                                  detail=detail)
         if lost.pid is not None:
             self.store.set_attempt_pid(attempt_id, lost.pid.pid, lost.pid.pid_start)
-        if (ref := read_group_ref(lost.exit_path)) is not None:  # its usage is its group's
-            self.store.start_group(group_id(ref), job.run_id, device_id, len(ref.job_ids), [job.id])
+        if (ref := lost.attempt.read_group_ref()) is not None:  # its usage is its group's
+            self.store.start_group(ref.group_id, job.run_id, device_id, len(ref.job_ids), [job.id])
         if not lost.alive:
             attempt = next(a for a in self.store.attempts(job.id) if a.id == attempt_id)
             self._record_exit(attempt, lost.returncode)
@@ -237,7 +235,8 @@ class Recovery:
         backend = self._state.job_backend(job)
         found = backend.diagnose(attempt.pid) if backend.diagnoses_failures and attempt.pid else None  # Slurm's verdict
         if found is None:
-            before, after = oom_kill_readings(read_exit_record(Path(attempt.exit_path)), attempt.oom_source,
+            record = AttemptFiles(attempt.exit_path).read_exit()
+            before, after = oom_kill_readings(record.oom_kills if record else None, attempt.oom_source,
                                               attempt.oom_before)
             found = classify(Path(job.job_dir), returncode, cancelled=attempt.cancel_at is not None,
                              oom_kills_before=before, oom_kills_after=after,

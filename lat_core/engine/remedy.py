@@ -17,6 +17,7 @@ import yaml
 from lat_core.contract.journal import JobRow, RunRow, Store
 from lat_core.triage.model import (AvoidDevice, BackendOption, Change, ConfigChange, Diagnosis, EnvChange, Remedy,
                                    Resume, SlotsChange)
+from lat_core.contract.jobdir.names import JOB_YAML
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def _backend_problem(run: RunRow, change: BackendOption) -> str | None:
 
 # ---------------------------------------------------------------- appliers, one per kind
 def _set_config(target: Target, change: ConfigChange) -> str:
-    path = Path(target.job.job_dir) / "job.yaml"
+    path = Path(target.job.job_dir) / JOB_YAML
     config = yaml.safe_load(path.read_text()) or {}
     node = config
     *parents, leaf = change.field.split(".")
@@ -175,7 +176,7 @@ def would_act(run: RunRow, job: JobRow, change: Change) -> bool:
 
 def _config_value(job: JobRow, dotted: str):
     try:
-        node = yaml.safe_load((Path(job.job_dir) / "job.yaml").read_text()) or {}
+        node = yaml.safe_load((Path(job.job_dir) / JOB_YAML).read_text()) or {}
     except (OSError, yaml.YAMLError):
         return None
     for part in dotted.split("."):

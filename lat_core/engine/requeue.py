@@ -6,14 +6,14 @@ start over (``--overwrite``, which also clears the old checkpoints and events). 
 chooses (``lat-tui requeue N --resume | --fresh``); the default for a succeeded job is a fresh
 attempt, for the others the job's own command as planned. ``lat-tui requeue --failed`` requeues
 a run's failed and cancelled jobs with one answer: each resumes where it left a checkpoint, else
-starts fresh, unless ``--fresh`` (:func:`lat_core.contract.job_files.requeue_start`).
+starts fresh, unless ``--fresh`` (:meth:`lat_core.contract.jobdir.JobDir.requeue_start`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lat_core.contract.job_files import resumable_checkpoints
+from lat_core.contract.jobdir import JobDir
 
 START_FLAGS = ("--resume", "--overwrite")
 STARTS = {"resume": "--resume", "fresh": "--overwrite"}
@@ -33,6 +33,6 @@ def start_said(argv: list[str], job_dir: str | Path) -> str:
     """How the attempt that ``argv`` launches starts, for the job's history: ``resume from
     checkpoint-240``, ``fresh``, or ``as first launched`` (the planned command, no start flag)."""
     if "--resume" in argv:
-        found = resumable_checkpoints(job_dir)
+        found = JobDir(job_dir).resumable_checkpoints()
         return f"resume from {found[-1][1].name}" if found else "resume (no checkpoint found)"
     return "fresh" if "--overwrite" in argv else "as first launched"

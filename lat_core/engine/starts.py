@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lat_core.contract.devices import Device
-from lat_core.contract.job_files import exit_record_path
+from lat_core.contract.jobdir import JobDir
 from lat_core.contract.rows import JobRow
 from lat_core.contract.run_secrets import JobSecrets
 from lat_core.contract.states import JobState
@@ -54,7 +54,7 @@ class Starts:
         if self.adopted(job, device.id):
             return
         job_dir = Path(job.job_dir)
-        exit_path = exit_record_path(job_dir, job.attempts + 1)
+        exit_path = JobDir(job_dir).attempt(job.attempts + 1).exit_path
         attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path), started=self._clock())
         env = {**self._job_secrets.unmask(job.run_id, job.env), **device.env, **self._mps.env(job.run_id),
                "LAT_JOB_ID": str(job.id), "LAT_ATTEMPT": str(n), "LAT_SUITE": job.suite}

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import yaml
 
-from lat_core.contract.job_files import PidRecord
+from lat_core.contract.jobdir import PidRecord
 from lat_core.contract.journal import Store
 from lat_core.contract.rows import JobRow
 from lat_core.engine.backends import Backend, get_backend

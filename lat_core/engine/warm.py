@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
 from lat_core.engine.launch import Launched, process_start_time
-from lat_core.contract.job_files import TRAIN_LOG
+from lat_core.contract.jobdir.names import TRAIN_LOG
 from lat_core.safe_files import ensure_folder, open_append, remove_files
 
 WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain", "lat_core.train.fused")  # fused: a group
@@ -130,7 +130,7 @@ class WarmStarter:
         ensure_folder(exit_path.parent, job_dir)
         remove_files(exit_path.parent, (exit_path.name, f"{exit_path.name}.pid"), job_dir=job_dir)
         os.close(open_append(job_dir / TRAIN_LOG, job_dir=job_dir))  # a planted link: refused here, with why
-        request = {"module": argv[2], "args": argv[3:], "cwd": str(job_dir), "log": str(job_dir / "train.log"),
+        request = {"module": argv[2], "args": argv[3:], "cwd": str(job_dir), "log": str(job_dir / TRAIN_LOG),
                    "exit_file": str(exit_path), "show_env": ",".join(show_env),
                    "env": {**os.environ, **env, "PYTHONUNBUFFERED": "1"}}
         reply = self._ask(request)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from lat_core import __version__ as LAT_VERSION
 from lat_core.contract.commands import Command, CommandRow
 from lat_core.errors import JournalError, NoJobError
-from lat_core.contract.job_files import last_log_line, requeue_start, resumable_checkpoints, tail_events
+from lat_core.contract.jobdir import AnyEvent, JobDir, last_log_line
+from lat_core.contract.jobdir.names import JOB_YAML
 from lat_core.contract.journal_faults import journal_faults
 from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
 from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store
@@ -56,7 +57,7 @@ __all__ = [
     "ensure_engine",
     "journal_faults_in", "plan_env_of", "resolve_state_dir", "LAT_VERSION",
     # job folders
-    "last_log_line", "requeue_start", "resumable_checkpoints", "tail_events",
+    "last_log_line", "recent_events", "requeue_start", "resumable_checkpoints",
     # configs, plans, reruns, notices
     "EMAIL_YAML_VAR", "EnvValueError", "KNOWN_DATASETS", "MASK", "OLD_EVENTS", "Plan", "SuiteRegistry", "mail_notice",
     "pair_from_env", "plan_from_mapping", "prepare_rerun", "read_plan_file", "suite_registry",
@@ -68,6 +69,23 @@ __all__ = [
     # words people read
     "display_name", "fmt_bytes",
 ]
+
+
+# ---------------------------------------------------------------------------- job folders
+def resumable_checkpoints(job_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, folder) of the job's complete checkpoints, oldest first: the ones ``--resume`` takes
+    (THE checkpoint rule, lat_core.contract.jobdir, which the trainer uses too)."""
+    return JobDir(job_dir).resumable_checkpoints()
+
+
+def requeue_start(job_dir: str | Path, asked: str | None) -> tuple[str, str]:
+    """How a failed or cancelled job requeued with the others starts: ``(start, what it got)``."""
+    return JobDir(job_dir).requeue_start(asked)
+
+
+def recent_events(job_dir: str | Path) -> tuple[AnyEvent, ...]:
+    """The job's valid events among the end of its events.jsonl: how it ends."""
+    return JobDir(job_dir).recent_events()
 
 
 class NoRunError(JournalError):
@@ -230,7 +248,7 @@ class Client:
             return job.family
         family = self._families.get(job.id)
         if family is None:
-            family = _read_model_family(Path(job.job_dir) / "job.yaml")
+            family = _read_model_family(Path(job.job_dir) / JOB_YAML)
             if family is not None:
                 self._families[job.id] = family
         return family or None

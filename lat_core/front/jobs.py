@@ -25,7 +25,8 @@ from lat_core.config import yaml_text
 from lat_core.config.suites import SuiteRegistry
 from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 from lat_core.errors import ConfigError, OutputPathError
-from lat_core.contract.job_files import events_path, has_finished
+from lat_core.contract.jobdir import JobDir
+from lat_core.contract.jobdir.names import COMMAND, JOB_YAML, OVERRIDES
 from lat_core.front.plan import Pair, Plan
 from lat_core.safe_files import escape_problem, write_files
 from lat_core.text import shorten
@@ -57,7 +58,7 @@ class JobSpec:
 
     def command(self) -> list[str]:
         flags = {"resume": ["--resume"], "overwrite": ["--overwrite"]}.get(self.mode, [])
-        return [sys.executable, "-m", "lat_core.train", "--cfg", str(self.job_dir / "job.yaml"), *flags]
+        return [sys.executable, "-m", "lat_core.train", "--cfg", str(self.job_dir / JOB_YAML), *flags]
 
 
 def safe_component(name: str, what: str) -> str:
@@ -135,9 +136,10 @@ def job_mode(job_dir: Path, resume: bool, overwrite: bool, strict: bool) -> str:
     that had started, so jobs the crash kept from starting begin normally."""
     if overwrite:
         return "overwrite"
-    if has_finished(job_dir):
+    folder = JobDir(job_dir)
+    if folder.has_finished():
         return "done"
-    if resume and (strict or events_path(job_dir).exists()):
+    if resume and (strict or folder.events_path.exists()):
         return "resume"
     return "fresh"
 
@@ -229,10 +231,10 @@ def typed_config(config: dict[str, Any], cfg_path: Path, job_dir: Path, origin: 
     key = _cache_key(config) if cache is not None else None
     if cache is not None and key is not None and key in cache:
         return cache[key].model_copy(update={  # shallow: the sections are shared, read-only
-            "data": config["data"], "seed": config["seed"], "cfg_path": job_dir / "job.yaml",
+            "data": config["data"], "seed": config["seed"], "cfg_path": job_dir / JOB_YAML,
             "output_dir": Path(config["output_dir"]).expanduser().resolve()})
     try:
-        typed = parse_config(config, job_dir / "job.yaml", environ={})
+        typed = parse_config(config, job_dir / JOB_YAML, environ={})
     except TrainConfigError as exc:
         where = _origin_of(exc.field, origin) or str(cfg_path)
         raise ConfigError(exc.message, where=where) from None
@@ -293,9 +295,9 @@ def materialize(job: JobSpec) -> None:
     """Create the job directory and write job.yaml, overrides.json and command.json."""
     record: dict[str, object] = {"argv": job.command(), "env": mask_env(job.env), "cwd": str(job.job_dir)}
     try:
-        write_files(job.job_dir, {"job.yaml": yaml_text.dump(job.config).encode(),
-                                  "overrides.json": _json_rows(job.provenance).encode(),
-                                  "command.json": _json_rows(record).encode()})
+        write_files(job.job_dir, {JOB_YAML: yaml_text.dump(job.config).encode(),
+                                  OVERRIDES: _json_rows(job.provenance).encode(),
+                                  COMMAND: _json_rows(record).encode()})
     except OSError as exc:  # read-only file system, disk full, a file where a directory should be
         raise OutputPathError(f"cannot write the job directory: {exc.strerror or exc}", where=str(job.job_dir)) from exc
 

@@ -22,6 +22,7 @@ from pydantic_core import ErrorDetails
 from lat_core.config.env import MASK, shell_overrides
 from lat_core.config.job import TrainConfigError, parse_config
 from lat_core.config.yaml_files import YamlMapping
+from lat_core.contract.jobdir.names import COMMAND, ENV_RECORD, JOB_YAML, OVERRIDES
 from lat_core.front.devices import resolve_devices
 from lat_core.errors import ConfigError, OutputPathError, PlanError
 from lat_core.front.jobs import JobSpec, safe_component
@@ -73,7 +74,7 @@ def _read_job_yaml(path: Path) -> object:
 
 def resolved_config(job_dir: Path) -> YamlMapping:
     """The job's resolved config, as the engine wrote it into job.yaml."""
-    path = job_dir / "job.yaml"
+    path = job_dir / JOB_YAML
     config = _read_job_yaml(path)
     if not isinstance(config, dict):
         raise ConfigError(f"expected a mapping of config fields, got {type(config).__name__}", where=str(path))
@@ -92,14 +93,14 @@ def resolved_config(job_dir: Path) -> YamlMapping:
 def job_env(job_dir: Path, environ: dict[str, str], keep: tuple[str, ...] = ()) -> RerunEnv:
     """command.json's env: the seeds' variables (and the ``keep`` names) as saved, masked values taken
     from ``environ``; every other saved name dropped."""
-    saved = _read_json(job_dir / "command.json", dict, {}).get("env") or {}
+    saved = _read_json(job_dir / COMMAND, dict, {}).get("env") or {}
     if not isinstance(saved, dict):
         raise ConfigError(f"field 'env': expected a mapping, got {type(saved).__name__}",
-                          where=str(job_dir / "command.json"))
+                          where=str(job_dir / COMMAND))
     unknown = [name for name in keep if name not in saved]
     if unknown:
         raise ConfigError(f"--keep-env {','.join(unknown)}: not in the job's saved env "
-                          f"(it holds {', '.join(sorted(saved)) or 'nothing'})", where=str(job_dir / "command.json"))
+                          f"(it holds {', '.join(sorted(saved)) or 'nothing'})", where=str(job_dir / COMMAND))
     seeds = shell_overrides(saved)
     out = RerunEnv()
     for name, value in saved.items():
@@ -134,7 +135,7 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus: str | li
     job_dir = Path(job_dir).expanduser().resolve()
     environ = environ or {}
     config = resolved_config(job_dir)
-    record = _read_json(job_dir / "env.json", dict, {})
+    record = _read_json(job_dir / ENV_RECORD, dict, {})
     root = check_output_root(Path(output_root).expanduser().resolve() if output_root else default_output_root(job_dir))
     data, seed, stem = config["data"], config["seed"], job_dir.name
     new_dir = root / f"{safe_component(data, 'dataset')}_seed{seed}" / stem
@@ -142,20 +143,20 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus: str | li
         raise OutputPathError("the rerun's folder exists already; pick another --output-root", where=str(new_dir))
     config = {**config, "output_dir": str(new_dir), "resolved": True}
     try:
-        typed = parse_config(config, new_dir / "job.yaml", environ={})
+        typed = parse_config(config, new_dir / JOB_YAML, environ={})
     except TrainConfigError as exc:
-        raise ConfigError(str(exc), where=str(job_dir / "job.yaml")) from None
+        raise ConfigError(str(exc), where=str(job_dir / JOB_YAML)) from None
     rerun_env = job_env(job_dir, environ, keep_env)
     env = rerun_env.env
-    world = _world_size(record, job_dir / "env.json")
+    world = _world_size(record, job_dir / ENV_RECORD)
     if gpus is None:
         accelerator = record.get("accelerator")
         ran_on_gpus = isinstance(accelerator, dict) and bool(accelerator.get("gpus"))
         gpus = list(range(world)) if ran_on_gpus else "cpu"
     plan = _plan(seed, data, gpus, env, root, world)
-    provenance = _read_json(job_dir / "overrides.json", list, []) + [
+    provenance = _read_json(job_dir / OVERRIDES, list, []) + [
         {"field": "*", "value": str(job_dir), "source": "rerun of"}]
-    job = JobSpec(f"{new_dir.parent.name}/{stem}", SUITE, 1, str(job_dir / "job.yaml"), stem, seed, data,
+    job = JobSpec(f"{new_dir.parent.name}/{stem}", SUITE, 1, str(job_dir / JOB_YAML), stem, seed, data,
                   new_dir, config, provenance, env, "fresh", world, True, typed)
     devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
     return PreparedRun(plan, [job], devices), rerun_env

@@ -7,9 +7,7 @@ each folder that is not in a table is listed with the reason, and no folder can 
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import re
 import time
@@ -22,19 +20,18 @@ from typing import Any, SupportsIndex, SupportsInt, TypedDict
 import yaml
 
 from lat_core.errors import LatError
-from lat_core.contract.job_files import read_peak_usage
+from lat_core.contract.jobdir import CheckpointSaved, Eval, Failed, Finished, JobDir, Memory, Started, Step
+from lat_core.contract.jobdir.event_reader import decode_text
+from lat_core.contract.jobdir.names import EVENTS as EVENTS_FILE
+from lat_core.contract.jobdir.names import JOB_YAML as CONFIG_FILE
 from lat_core.results.best import choose_best, scored_steps
 from lat_core.results.metrics import Metrics, dataset_key, spec_for
 
 log = logging.getLogger(__name__)
 
-EVENTS_FILE = "events.jsonl"
-CONFIG_FILE = "job.yaml"
 FOREIGN_REASON = "foreign folder: no job.yaml or events.jsonl"
 _PAIR_DIR = re.compile(r"^(?P<data>.+)_seed(?P<seed>-?\d+)$")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-#: One events.jsonl record as JSON gives it.
-Record = dict[str, Any]
 
 
 class ResultsError(LatError):
@@ -98,10 +95,10 @@ class Report:
 class ParsedEvents:
     """What an events.jsonl says, keyed for lookups (evals and checkpoints by step)."""
 
-    started: Record = field(default_factory=dict)
-    finished: Record | None = None
-    failed: Record | None = None
-    memory: Record = field(default_factory=dict)
+    started: Started = field(default_factory=Started)  # no started event: every field unknown
+    finished: Finished | None = None
+    failed: Failed | None = None
+    memory: Memory = field(default_factory=Memory)
     losses: list[tuple[int, float]] = field(default_factory=list)
     evals: dict[str, dict[int, Metrics]] = field(default_factory=dict)  # split -> step -> metrics
     checkpoints: dict[int, str] = field(default_factory=dict)
@@ -109,74 +106,37 @@ class ParsedEvents:
     last_event: str | None = None
 
 
-def _step_of(record: Record) -> int | None:
-    step = record.get("step")
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
+def _on_step(parsed: ParsedEvents, event: Step) -> None:
+    if event.loss is not None:
+        parsed.losses.append((event.step, event.loss))
 
 
-def _on_step(parsed: ParsedEvents, record: Record) -> None:
-    # the hottest path of a scan (one call per logged step), so the checks are inlined
-    step, loss = record.get("step"), record.get("loss")
-    if type(step) is int and (type(loss) is float or type(loss) is int) and math.isfinite(loss):
-        parsed.losses.append((step, float(loss)))
+def _on_eval(parsed: ParsedEvents, event: Eval) -> None:
+    parsed.evals.setdefault(event.split, {})[event.step] = dict(event.metrics)
 
 
-def _on_eval(parsed: ParsedEvents, record: Record) -> None:
-    step, metrics = _step_of(record), record.get("metrics")
-    if step is not None and isinstance(metrics, dict):
-        split = str(record.get("split") or "validation")
-        parsed.evals.setdefault(split, {})[step] = metrics
+def _on_checkpoint(parsed: ParsedEvents, event: CheckpointSaved) -> None:
+    parsed.checkpoints[event.step] = event.folder_name
 
 
-def _on_checkpoint(parsed: ParsedEvents, record: Record) -> None:
-    step = _step_of(record)
-    if step is not None:
-        parsed.checkpoints[step] = str(record.get("path") or f"checkpoint-{step}")
-
-
-_HANDLERS: dict[str, Callable[[ParsedEvents, Record], None]] = {
-    "started": lambda p, r: setattr(p, "started", r),
-    "finished": lambda p, r: setattr(p, "finished", r),
-    "failed": lambda p, r: setattr(p, "failed", r),
-    "memory": lambda p, r: p.memory.update(r),
-    "step": _on_step,
-    "eval": _on_eval,
-    "checkpoint": _on_checkpoint,
+_HANDLERS: dict[type, Callable[[ParsedEvents, Any], None]] = {
+    Started: lambda p, e: setattr(p, "started", e),
+    Finished: lambda p, e: setattr(p, "finished", e),
+    Failed: lambda p, e: setattr(p, "failed", e),
+    Memory: lambda p, e: setattr(p, "memory", e),
+    Step: _on_step,
+    Eval: _on_eval,
+    CheckpointSaved: _on_checkpoint,
 }
 
 
-def _records(text: str) -> tuple[list[Any], int]:
-    """(decoded lines, bad line count). Why the array trick: one C-level parse of the whole file
-    is several times faster than a json.loads per line; a file with a bad line falls back."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    try:
-        records = json.loads("[" + ",".join(lines) + "]")
-    except ValueError:
-        records = None
-    if records is not None and len(records) == len(lines):
-        return records, 0
-    records, bad = [], 0
-    for line in lines:  # slow path: one line at a time, counting the bad ones
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            bad += 1
-    return records, bad
-
-
 def parse_events(text: str) -> ParsedEvents:
-    """Parse events.jsonl text; lines that are not JSON objects with an ``event`` are counted bad."""
-    parsed = ParsedEvents()
-    records, parsed.bad_lines = _records(text)
-    for record in records:
-        event = record.get("event") if isinstance(record, dict) else None
-        if not isinstance(event, str):
-            parsed.bad_lines += 1
-            continue
-        handler = _HANDLERS.get(event)
-        if handler is not None:
-            handler(parsed, record)
-        parsed.last_event = event
+    """Parse events.jsonl text (the contract's reader); the lines it skips are counted bad."""
+    read = decode_text(text)
+    parsed = ParsedEvents(bad_lines=read.skipped.count)
+    for event in read.events:
+        _HANDLERS[type(event)](parsed, event)
+        parsed.last_event = event.kind
     return parsed
 
 
@@ -207,12 +167,12 @@ def _int_or_none(value: str | bytes | SupportsInt | SupportsIndex | None) -> int
         return None
 
 
-def _identity(job_dir: Path, config: dict[str, Any], started: Record) -> tuple[str, str, int | None]:
+def _identity(job_dir: Path, config: dict[str, Any], started: Started) -> tuple[str, str, int | None]:
     """(config name, data, seed): the started event, then job.yaml, then folder names."""
     pair = _PAIR_DIR.match(job_dir.parent.name)
-    name = started.get("config") or config.get("name") or job_dir.name
-    data = started.get("data") or config.get("data") or (pair["data"] if pair else "unknown")
-    seed = started.get("seed", config.get("seed"))
+    name = started.config or config.get("name") or job_dir.name
+    data = started.data or config.get("data") or (pair["data"] if pair else "unknown")
+    seed = started.seed if started.seed is not None else config.get("seed")
     if seed is None and pair:
         seed = pair["seed"]
     return str(name), str(data), _int_or_none(seed)
@@ -221,14 +181,13 @@ def _identity(job_dir: Path, config: dict[str, Any], started: Record) -> tuple[s
 def _status_problem(parsed: ParsedEvents) -> str | None:
     """Why a job's events rule it out of the tables (failed, unfinished), or None."""
     if parsed.failed is not None:
-        kind = parsed.failed.get("error_type") or "error"
-        message = str(parsed.failed.get("message") or "").strip().splitlines()
+        kind = parsed.failed.error_type or "error"
+        message = (parsed.failed.message or "").strip().splitlines()
         return f"failed: {kind}" + (f": {message[0][:160]}" if message else "")
     if parsed.finished is None:
         return f"unfinished: no finished event (last event: {parsed.last_event or 'none'})"
-    status = parsed.finished.get("status", "ok")
-    if status != "ok":
-        return f"failed: finished with status {status!r}"
+    if parsed.finished.status != "ok":
+        return f"failed: finished with status {parsed.finished.status!r}"
     return None
 
 
@@ -242,9 +201,9 @@ def _no_best_reason(parsed: ParsedEvents, metric: str) -> str:
     return prefix + f"no validation eval at a checkpointed step (checkpoints: {len(parsed.checkpoints)})"
 
 
-def _needs_config(started: Record) -> bool:
+def _needs_config(started: Started) -> bool:
     """job.yaml is parsed only when the started event lacks the identity (YAML parsing is slow)."""
-    return not (started.get("config") and started.get("data") and "seed" in started)
+    return not (started.config and started.data and started.seed is not None)
 
 
 class PeakMemory(TypedDict):
@@ -255,11 +214,10 @@ class PeakMemory(TypedDict):
 def _peak_memory(job_dir: Path, parsed: ParsedEvents) -> PeakMemory:
     """The engine's measure of the job's trainer process tree (the number status shows), from the
     folder's usage record; the trainer's own report only for a folder the engine never ran."""
-    usage = read_peak_usage(job_dir)
+    usage = JobDir(job_dir).read_peak_usage()
     if usage is not None:
         return {"peak_gpu_bytes": usage.gpu_bytes, "peak_rss_bytes": usage.rss_bytes}
-    return {"peak_gpu_bytes": _int_or_none(parsed.memory.get("peak_gpu_bytes")),
-            "peak_rss_bytes": _int_or_none(parsed.memory.get("peak_rss_bytes"))}
+    return {"peak_gpu_bytes": parsed.memory.peak_gpu_bytes, "peak_rss_bytes": parsed.memory.peak_rss_bytes}
 
 
 def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobResult | Skipped:
@@ -277,8 +235,7 @@ def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobRe
         losses=tuple(sorted(parsed.losses)),
         curve=tuple(scored_steps(parsed.evals.get("validation", {}), spec.main)),
         **_peak_memory(job_dir, parsed),
-        trainable_params=_int_or_none(parsed.started.get("trainable_params")),
-        total_params=_int_or_none(parsed.started.get("total_params")),
+        trainable_params=parsed.started.trainable_params, total_params=parsed.started.total_params,
         config_path=job_dir / CONFIG_FILE if has_config else None, bad_lines=parsed.bad_lines)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from lat_core.containment import (TERM_GRACE_S, Containment, ContainmentError, contain, enter, job_oom_kills,
                                   release, stop_tree)
-from lat_core.contract.jobdir import write_exit_record
+from lat_core.contract.jobdir import AttemptFiles, ExitRecord, PidRecord
 from lat_core.errors import OutputPathError
 from lat_core.safe_files import ensure_folder, job_folder_of
 from lat_core.titles import runner_title, set_title
@@ -95,8 +95,8 @@ def start_containment(exit_file: str, started: float) -> Containment | None:
         return contain(tag)
     except (ContainmentError, OSError) as exc:
         print(f"[lat] cannot contain the job: {exc}", flush=True)
-        write_exit_record(exit_file, {"returncode": 2, "signal": None, "pid": None, "started": started,
-                                      "ended": time.time(), "error": f"cannot contain the job: {exc}"})
+        AttemptFiles(exit_file).write_exit(ExitRecord(2, started=started, ended=time.time(),
+                                                      why=f"cannot contain the job: {exc}"))
         return None
 
 
@@ -105,10 +105,7 @@ def write_pid_file(exit_file: str, containment: Containment, rss_at_fork: int = 
     engine that lost the launch or finds the runner gone. ``rss_at_fork``: a warm-started job's
     resident memory when it was forked from the preloaded process, which the engine does not count
     as the job's (see lat_core.monitor.usage)."""
-    record = {"pid": os.getpid(), "pid_start": _own_start_time(), "containment": containment.to_json()}
-    if rss_at_fork:
-        record["rss_at_fork"] = rss_at_fork
-    write_exit_record(f"{exit_file}.pid", record)
+    AttemptFiles(exit_file).write_pid(PidRecord(os.getpid(), _own_start_time(), rss_at_fork, containment.to_json()))
 
 
 def own_rss() -> int:
@@ -152,10 +149,11 @@ def _finish(exit_file: str, pid: int, started: float, containment: Containment |
     stopped = stop_tree(containment, os.getpid(), _own_start_time(), grace_s=TERM_GRACE_S)
     if stopped:
         print(f"[lat] the trainer ended; stopped the {stopped} process(es) it left running", flush=True)
-    extra = {"containment": containment.kind if containment else None, "stopped": stopped,
-             "oom_kills": job_oom_kills(containment)}
+    oom_kills = job_oom_kills(containment)
     release(containment)
-    _record_exit(exit_file, pid, started, returncode, max_rss, extra)
+    AttemptFiles(exit_file).write_exit(ExitRecord(
+        returncode, pid=pid, started=started, ended=time.time(), max_rss=max_rss, stopped=stopped,
+        containment=containment.kind if containment else None, oom_kills=oom_kills))
 
 
 def _wait(pid: int) -> tuple[int, int]:
@@ -164,18 +162,3 @@ def _wait(pid: int) -> tuple[int, int]:
     still has a true one."""
     _, status, usage = os.wait4(pid, 0)
     return os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024  # Linux reports KiB
-
-
-def _record_exit(exit_file: str, pid: int, started: float, returncode: int, max_rss: int | None,
-                 extra: dict) -> None:
-    record = {
-        "returncode": returncode,
-        "signal": -returncode if returncode < 0 else None,
-        "pid": pid,
-        "started": started,
-        "ended": time.time(),
-        "max_rss": max_rss,
-        **extra,
-    }
-    write_exit_record(exit_file, record)
-

@@ -50,7 +50,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     set_title(f"lat: {job_label(args.cfg)}")
     from lat_core.config.job import TrainConfigError, load_config
-    from .events import EventWriter
+    from lat_core.contract.jobdir import JobDir
+    from lat_core.errors import OutputPathError
     from .checkpoints import prepare_output_dir
     from .loop import failed, log, run
 
@@ -58,10 +59,10 @@ def main(argv=None) -> int:
     try:
         cfg = load_config(args.cfg)
         prepare_output_dir(cfg.output_dir, args.resume, args.overwrite)
-        events = EventWriter(cfg.output_dir / "events.jsonl")
+        events = JobDir(cfg.output_dir).event_writer()
         run(cfg, events, resume=args.resume, debug=args.debug,
             argv=list(sys.argv[1:] if argv is None else argv))
-    except TrainConfigError as exc:
+    except (TrainConfigError, OutputPathError) as exc:  # OutputPathError: a planted events.jsonl symlink
         failed(events, exc)
         print(f"error: {adapter_spec_hint(args.cfg) or exc}", file=sys.stderr, flush=True)
         return 2

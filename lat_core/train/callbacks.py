@@ -17,6 +17,7 @@ from transformers import TrainerCallback
 from . import data as D
 from .checkpoints import best_checkpoint_step, checkpoints, copy_adapter, rotate_checkpoints, save_checkpoint
 from .evaluation import evaluate_split, write_predictions
+from lat_core.contract.jobdir import CheckpointSaved, Eval, Step
 from .events import log
 
 
@@ -127,8 +128,8 @@ class EventsCallback(TrainerCallback):
         gpu = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
         logs["tokens_per_s"] = tps                     # the report_to callbacks come after this one
         if state.is_world_process_zero:
-            self.run.events.emit("step", step=step, loss=loss, lr=lr, tokens_per_s=round(tps, 1), tokens=tokens,
-                                 peak_gpu_bytes=gpu)
+            self.run.events.write(Step(step=step, loss=loss, lr=lr, tokens_per_s=round(tps, 1), tokens=tokens,
+                                       peak_gpu_bytes=gpu))
             log(f"step {step}/{state.max_steps} loss {loss:.4f} lr {lr:.1e} {tps:,.0f} tok/s")
         self.t_log, t.step_tokens, t.pause_s = now, 0, 0.0
 
@@ -136,7 +137,7 @@ class EventsCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         for split, m in self.run.last_eval:
-            self.run.events.emit("eval", step=state.global_step, split=split, metrics=m)
+            self.run.events.write(Eval(step=state.global_step, split=split, metrics=m))
             log(f"eval step {state.global_step} {split}: " + " ".join(
                 f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in m.items()))
 
@@ -145,7 +146,7 @@ class EventsCallback(TrainerCallback):
         if not state.is_world_process_zero or path is None:
             return
         saved = not args.save_only_model
-        self.run.events.emit("checkpoint", step=state.global_step, path=path.name, optimizer_saved=saved)
+        self.run.events.write(CheckpointSaved(step=state.global_step, path=path.name, optimizer_saved=saved))
         log(f"saved {path.name}" + ("" if saved else " (without optimizer state)"))
 
 

@@ -18,14 +18,11 @@ from pathlib import Path
 import torch
 
 from lat_core.config.job import TrainConfigError
-from lat_core.contract.jobdir import CHECKPOINT_NAME, OPTIMIZER_STATE, RNG_STATE, JobDir
+from lat_core.contract.jobdir import Finished, JobDir
+from lat_core.contract.jobdir.names import CHECKPOINT, OPTIMIZER_STATE, RNG_STATE, RUN_OUTPUTS
 from lat_core.errors import OutputPathError
 from lat_core.safe_files import remove_outputs
-from .events import read_events
-from .portable import INITIAL_ADAPTER, make_portable
-
-# what --overwrite deletes besides the checkpoints: the outputs of a run, never other files of the folder
-OVERWRITTEN = ("events.jsonl", "tokenizer", "predictions", "best", "final", INITIAL_ADAPTER)
+from .portable import make_portable
 
 
 def checkpoints(out: Path) -> list[tuple[int, Path]]:
@@ -35,12 +32,12 @@ def checkpoints(out: Path) -> list[tuple[int, Path]]:
 
 def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
     """Apply --resume / --overwrite rules before any heavy import, so refusals are instant."""
-    events = out / "events.jsonl"
+    job = JobDir(out)
     if resume and overwrite:
         raise TrainConfigError("--resume and --overwrite exclude each other")
     if overwrite:
         try:  # only what a run writes, inside the real folder: a job folder that is a symlink is refused
-            remove_outputs(out, OVERWRITTEN, CHECKPOINT_NAME)
+            remove_outputs(out, RUN_OUTPUTS, CHECKPOINT)
         except OutputPathError as exc:
             raise TrainConfigError(f"--overwrite: {exc}") from None
         return
@@ -49,8 +46,8 @@ def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
             raise TrainConfigError(f"--resume: no checkpoint-* directory in {out} holds a complete save"
                                    f"{_incomplete_note(out)}")
         return
-    if any(e.get("event") == "finished" for e in read_events(events)):
-        raise TrainConfigError(f"{events} already holds a finished run; "
+    if job.read_events().of(Finished):
+        raise TrainConfigError(f"{job.events_path} already holds a finished run; "
                                "pass --overwrite to start again or --resume to continue")
 
 

@@ -1,16 +1,17 @@
-"""Machine-readable progress events: one JSON object per line in events.jsonl.
+"""The trainer's side of the events: the human log line, and the events that a job alone and a
+fused member build alike (their ``started``, ``memory`` and ``failed``), each built here once.
 
-Why: the engine and TUI tail this file while the job runs, so each line is
-written whole and flushed at once, and always carries `t` (unix time) and
-`event` so readers never need the human log.
+The types, the one writer and the one reader are the contract's (lat_core.contract.jobdir): the
+engine, the front ends, triage and results read what is written here.
 """
 from __future__ import annotations
 
-import json
-import math
-import time
-from pathlib import Path
+import os
+import resource
+from collections.abc import Mapping
 from typing import Any
+
+from lat_core.contract.jobdir import Failed, Memory, SpeedMode, Started
 
 
 def log(msg: str) -> None:
@@ -18,53 +19,38 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def _clean(value: Any) -> Any:
-    """Make values JSON-safe: NaN/inf become None (strict JSON has no NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
+def started_event(cfg, *, device: str, trainable: int, total: int, train_examples: int, lr_scheduler: str,
+                  warmup_steps: int, logits_to_keep: int | str, resumed_from: int | None,
+                  optimizer_state: str | None, report_to: list[str], modes, **own: Any) -> Started:
+    """The ``started`` event of a job alone and of a fused member: what the job is (from its
+    config), where it runs and how it was set up. ``modes``: the speed modes chosen
+    (lat_core.train.graphs.SpeedModes); ``own``: the fields only one of them has (a job alone's
+    loader and set-up, a member's ``fused_group``; see Started)."""
+    tr = cfg.train
+    chosen = modes.event(cfg)
+    return Started(pid=os.getpid(), config=cfg.name, model=cfg.model.family, device=device, seed=cfg.seed,
+                   data=cfg.data, name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
+                   dtype=cfg.model.dtype, trainable_params=trainable, total_params=total, resumed_from=resumed_from,
+                   max_steps=tr.max_steps, batch_size=tr.batch_size, grad_accum=tr.grad_accum,
+                   effective_batch_size=tr.batch_size * tr.grad_accum, epochs=tr.epochs,
+                   train_examples=train_examples, lr_scheduler=lr_scheduler, warmup_steps=warmup_steps,
+                   logits_to_keep=logits_to_keep, save_optimizer_state=tr.save_optimizer_state,
+                   optimizer_state=optimizer_state, report_to=tuple(report_to),
+                   graphs=_speed_mode(chosen["graphs"]), pack=_speed_mode(chosen["pack"]), **own)
 
 
-class EventWriter:
-    """Appends events to `<output_dir>/events.jsonl`, flushing after every line."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a", buffering=1)
-
-    def emit(self, event: str, **fields: Any) -> dict:
-        """Write one event and return it."""
-        record = {"t": time.time(), "event": event, **_clean(fields)}
-        self._fh.write(json.dumps(record) + "\n")
-        self._fh.flush()
-        return record
-
-    def close(self) -> None:
-        """Close the file (safe to call twice)."""
-        if not self._fh.closed:
-            self._fh.close()
-
-    def __enter__(self) -> "EventWriter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+def _speed_mode(chosen: Mapping[str, Any]) -> SpeedMode:
+    return SpeedMode(chosen["setting"], chosen["on"], chosen["why"])
 
 
-def read_events(path: Path) -> list[dict]:
-    """Parse an events file, skipping a torn last line if the writer was killed mid-write."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+def memory_event() -> Memory:
+    """Peak RSS of this process (ru_maxrss is KiB on Linux) and torch's peak CUDA allocation."""
+    import torch
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    gpu = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+    return Memory(peak_rss_bytes=rss, peak_gpu_bytes=gpu)
+
+
+def failed_event(exc: BaseException) -> Failed:
+    """The trainer's own account of the exception that ends it (the message cut to 2,000 characters)."""
+    return Failed(error_type=type(exc).__name__, message=str(exc)[:2000])

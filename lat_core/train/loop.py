@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import resource
 import sys
 import time
 
@@ -20,20 +19,14 @@ import torch.nn.functional as F
 from . import data as D
 from lat_core.config.job import JobConfig, TrainConfigError
 from lat_core.results.metrics import spec_for
-from .events import EventWriter, log
+from lat_core.contract.jobdir import EventWriter, Finished
+from .events import failed_event, log, memory_event, started_event
 from .checkpoints import checkpoints, load_checkpoint, save_final
 from .portable import moves_base_weights, save_initial_adapter
 from .record import add_data, write_env
 from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
     batch_loss, mean_loss_fn, set_logits_to_keep,
 )
-
-def peak_memory() -> dict:
-    """Peak RSS of this process (ru_maxrss is KiB on Linux) and peak CUDA allocation."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    gpu = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
-    return {"peak_rss_bytes": rss, "peak_gpu_bytes": gpu}
-
 
 def lr_schedule(cfg: JobConfig, max_steps: int) -> tuple:
     """(lr_of_step, description, name, warmup_steps); lr_of_step(s) is the rate of step s (1-based).
@@ -147,7 +140,7 @@ def _process_start() -> float:
 
 
 def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
-        argv: list[str] | None = None) -> dict:
+        argv: list[str] | None = None) -> Finished | None:
     """Train one job end to end with the HF Trainer (hf_trainer.LatTrainer); returns the finished event."""
     from transformers.trainer_callback import PrinterCallback
 
@@ -158,7 +151,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     from .hf_trainer import LatTrainer, build_scheduler, finish_distributed, training_arguments, world_size
     from .models import (build_base_model, count_params, load_tokenizer, mamba_fast_path_available,
                          mamba_fast_path_note, wrap_peft)
-    from .tracker_run import EVENT as TRACKER_RUN_EVENT, attach as attach_tracker_run
+    from .tracker_run import attach as attach_tracker_run
     from .tracking import Trackers, public_config
 
     t0 = time.time()
@@ -286,20 +279,14 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     events_cb.trainer = trainer
     setup.lap("trainer")
     if is_main:
-        events.emit("started", pid=os.getpid(), config=cfg.name, model=cfg.model.family,
-                    device=device.type, trainable_params=trainable, total_params=total,
-                    seed=cfg.seed, data=cfg.data, resumed_from=start if resume else None,
-                    max_steps=tr.max_steps, name_or_path=cfg.model.name_or_path,
-                    peft_method=cfg.peft.method, batch_size=tr.batch_size, grad_accum=tr.grad_accum,
-                    effective_batch_size=tr.batch_size * tr.grad_accum, dtype=cfg.model.dtype,
-                    epochs=tr.epochs, train_examples=len(train_ex), lr_scheduler=sched_name,
-                    warmup_steps=warm, gradient_checkpointing=tr.gradient_checkpointing,
-                    logits_to_keep=model._lat_ltk[0], dataloader=loader_cfg,
-                    save_optimizer_state=tr.save_optimizer_state, optimizer_state=optimizer_state,
-                    report_to=trackers.active, setup_s=setup.phases,
-                    mamba_fast_path=mamba_fast, slow_path_warning=fast_note, **modes.event(cfg))
+        events.write(started_event(
+            cfg, device=device.type, trainable=trainable, total=total, train_examples=len(train_ex),
+            lr_scheduler=sched_name, warmup_steps=warm, logits_to_keep=model._lat_ltk[0],
+            resumed_from=start if resume else None, optimizer_state=optimizer_state, report_to=trackers.active,
+            modes=modes, gradient_checkpointing=tr.gradient_checkpointing, dataloader=loader_cfg,
+            setup_s=setup.phases, mamba_fast_path=mamba_fast, slow_path_warning=fast_note))
     if tracker_run is not None:
-        events.emit(TRACKER_RUN_EVENT, **tracker_run.event(trackers.active))
+        events.write(tracker_run.event(trackers.active))
         log(tracker_run.line(trackers.active))
     log(f"started {cfg.name}: {cfg.model.family} {cfg.model.name_or_path} on {device.type}, "
         f"{cfg.peft.method} trainable {trainable:,} / {total:,} params, data {cfg.data} "
@@ -312,11 +299,10 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     step, best = max(trainer.state.global_step, start), run_state.best
     finish_distributed()
     if not is_main:
-        return {}
+        return None
     save_final(model, cfg.output_dir)   # the adapter as training left it
-    events.emit("memory", **peak_memory())
-    done = events.emit("finished", status="ok", steps=step, best=best,
-                       elapsed_s=round(time.time() - t0, 2))
+    events.write(memory_event())
+    done = events.write(Finished(steps=step, best=best, elapsed_s=round(time.time() - t0, 2)))
     log(f"finished {cfg.name}: {step} steps, best {best}, {time.time() - t0:.1f}s")
     return done
 
@@ -326,6 +312,6 @@ def failed(events: EventWriter | None, exc: BaseException) -> None:
     if events is None:
         return
     try:
-        events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000])
+        events.write(failed_event(exc))
     except Exception:  # noqa: BLE001 - the original error matters more
         print("could not write failed event", file=sys.stderr)

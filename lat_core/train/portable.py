@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from lat_core.config.job import JobConfig, TrainConfigError
+from lat_core.contract.jobdir.names import INITIAL_ADAPTER  # in the job folder: the adapter as initialised
 
-INITIAL_ADAPTER = "adapter_init"   # in the job folder: the adapter as initialised, before any step
 WEIGHTS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
 

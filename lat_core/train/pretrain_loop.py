@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lat_core.train.events import EventWriter
+from lat_core.contract.jobdir import CheckpointSaved, Eval, Event, EventWriter, Finished, JobDir, Memory, Started, Step
 from lat_core.train.pretrain_config import VOCAB, PretrainConfig
 
 
@@ -81,10 +81,10 @@ def run(cfg: PretrainConfig, accum: int, out: Path) -> int:
     if cfg.compile:  # TORCH_COMPILE=1: the first steps pay for the compilation
         ddp = torch.compile(ddp)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    events = EventWriter(out / "events.jsonl") if rank == 0 else None
+    events = JobDir(out).event_writer() if rank == 0 else None
     tracker = _wandb_run(cfg, out) if rank == 0 else None
-    _emit(events, "started", pid=os.getpid(), config="pretrain", model="gla", device=device.type, world=world,
-          total_params=params, trainable_params=params, grad_accum=accum, **cfg.to_dict())
+    _write(events, Started(pid=os.getpid(), config="pretrain", model="gla", device=device.type, world=world,
+                           total_params=params, trainable_params=params, grad_accum=accum, pretrain=cfg.to_dict()))
     if rank == 0:
         print(f"pretrain: {params / 1e6:.1f}M params, world {world}, grad_accum {accum}, "
               f"{cfg.total_batch_size} tokens/step, torch.compile {'on' if cfg.compile else 'off'}, "
@@ -92,21 +92,22 @@ def run(cfg: PretrainConfig, accum: int, out: Path) -> int:
     for step in range(cfg.num_iterations):
         loss, seconds = _train_step(ddp, opt, tokens, step, rank, world, accum, cfg, device)
         tok_s = cfg.total_batch_size / seconds
-        _emit(events, "step", step=step + 1, loss=loss, lr=lr_at(cfg, step), tokens_per_s=tok_s)
+        _write(events, Step(step=step + 1, loss=loss, lr=lr_at(cfg, step), tokens_per_s=tok_s))
         if tracker is not None:
             tracker.log({"train/loss": loss, "train/lr": lr_at(cfg, step), "train/tokens_per_s": tok_s}, step=step + 1)
         if rank == 0:
             print(f"step {step + 1}/{cfg.num_iterations} loss {loss:.4f} {tok_s:,.0f} tok/s", flush=True)
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.num_iterations:
-            _emit(events, "eval", step=step + 1, split="validation", metrics={"loss": _eval(model, tokens, cfg, device)})
+            _write(events, Eval(step=step + 1, metrics={"loss": _eval(model, tokens, cfg, device)}))
         if rank == 0 and (step + 1) % cfg.save_every == 0:
             ckpt = out / f"checkpoint-{step + 1}"
             ckpt.mkdir(parents=True, exist_ok=True)
             torch.save(model.state_dict(), ckpt / "model.pt")
-            _emit(events, "checkpoint", step=step + 1, path=ckpt.name)
+            _write(events, CheckpointSaved(step=step + 1, path=ckpt.name))
     peak_gpu = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
-    _emit(events, "memory", peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, peak_gpu_bytes=peak_gpu)
-    _emit(events, "finished", status="ok", steps=cfg.num_iterations)
+    _write(events, Memory(peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                          peak_gpu_bytes=peak_gpu))
+    _write(events, Finished(steps=cfg.num_iterations))
     if tracker is not None:
         tracker.finish()
     if world > 1:
@@ -155,6 +156,7 @@ def _wandb_run(cfg: PretrainConfig, out: Path):
                       config=cfg.to_dict(), dir=str(out))
 
 
-def _emit(events, kind, **fields):
+def _write(events: EventWriter | None, event: Event) -> None:
+    """Only rank 0 writes events."""
     if events is not None:
-        events.emit(kind, **fields)
+        events.write(event)

@@ -25,12 +25,9 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lat_core.contract.job_files import events_path
-from lat_core.contract.jobdir import JobDir
-from .events import read_events
+from lat_core.contract.jobdir import Eval, JobDir, Started, Step, TrackerRunOpened
 
-EVENT = "tracker_run"
-HELD_KINDS = ("step", "eval")    # the events whose logs a continued run already holds
+HELD_KINDS = (Step, Eval)    # the events whose logs a continued run already holds
 # the trackers that take a run id to resume, and the variables their transformers callbacks read
 RESUMED_BY = {"wandb": ("WANDB_RUN_ID", "WANDB_RESUME"), "swanlab": ("SWANLAB_RUN_ID", "SWANLAB_RESUME")}
 
@@ -56,9 +53,9 @@ class TrackerRun:
                 out.update({id_var: self.id, resume_var: "allow"})
         return out
 
-    def event(self, active: list[str]) -> dict:
-        return {"id": self.id, "continued": self.continued, "replaced": self.replaced, "report_to": list(active),
-                "held": dict(self.held)}
+    def event(self, active: list[str]) -> TrackerRunOpened:
+        return TrackerRunOpened(id=self.id, continued=self.continued, replaced=self.replaced,
+                                report_to=tuple(active), held=dict(self.held))
 
     def line(self, active: list[str]) -> str:
         """The train.log line that says whether this attempt continues the job's run or starts one."""
@@ -88,28 +85,27 @@ def open_tracker_run(job_dir: Path, resume: bool) -> TrackerRun:
     folder = JobDir(job_dir)
     kept = folder.tracker_run_id()
     if resume and kept:
-        return TrackerRun(kept, True, held=held_steps(events_path(job_dir)))
+        return TrackerRun(kept, True, held=held_steps(folder))
     run = TrackerRun(secrets.token_hex(8), False, replaced=kept)
     folder.write_tracker_run_id(run.id)
     return run
 
 
-def held_steps(events: Path) -> dict[str, int]:
+def held_steps(job: JobDir) -> dict[str, int]:
     """The last step of each HELD_KINDS event of the attempts that logged to the job's current run:
     from the ``tracker_run`` event that began it, each attempt counted from its own (one that ran
     without trackers sent nothing)."""
     held: dict[str, int] = {}
     logging = False
-    for e in read_events(events):
-        name = e.get("event")
-        if name == "started":
+    for e in job.read_events().events:
+        if isinstance(e, Started):
             logging = False
-        elif name == EVENT:
+        elif isinstance(e, TrackerRunOpened):
             logging = True
-            if not e.get("continued"):
+            if not e.continued:
                 held = {}
-        elif logging and name in HELD_KINDS and isinstance(e.get("step"), int):
-            held[name] = max(held.get(name, 0), e["step"])
+        elif logging and isinstance(e, HELD_KINDS):
+            held[e.kind] = max(held.get(e.kind, 0), e.step)
     return held
 
 

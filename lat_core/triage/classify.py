@@ -15,6 +15,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from lat_core.contract.jobdir import Failed, Finished
 from lat_core.text import fmt_bytes, signal_name
 from lat_core.triage import known
 from lat_core.triage import remedies as fix
@@ -61,7 +62,7 @@ def classify_files(files: JobFiles, returncode: int | None, *, cancelled: bool =
 
 # ---------------------------------------------------------------- rules, in order
 def _ok(facts: Facts) -> Diagnosis | None:
-    finished = facts.files.last_event("finished")
+    finished = facts.files.last_event(Finished)
     if facts.returncode == 0 or (facts.returncode is None and finished and not facts.cancelled):
         note = "" if finished else " It wrote no 'finished' event, so check its outputs."
         return make_diagnosis(facts, F.OK, "Finished", f"The job exited cleanly.{note}")
@@ -92,8 +93,8 @@ def _host_oom_proven(facts: Facts) -> Diagnosis | None:
 
 def _cuda_oom(facts: Facts) -> Diagnosis | None:
     hit = facts.first_hit(F.CUDA_OOM)
-    failed = facts.files.last_event("failed") or {}
-    message = hit[1].text if hit else str(failed.get("message", ""))
+    failed = facts.files.last_event(Failed)
+    message = hit[1].text if hit else failed.message or "" if failed else ""
     sizes = parse_cuda_oom(message)
     if sizes is None:
         return None
@@ -193,11 +194,11 @@ def _host_oom(facts: Facts, cause: str, evidence: list[str]) -> Diagnosis:
 
 def _python_exception(facts: Facts) -> Diagnosis | None:
     exc = decisive_exception(tracebacks(facts.lines), facts.base.get("rank"))
-    failed = facts.files.last_event("failed")
+    failed = facts.files.last_event(Failed)
     if exc is None and failed is None:
         return None
-    kind = exc.type if exc else str((failed or {}).get("error_type", "Exception"))
-    message = exc.message if exc else str((failed or {}).get("message", ""))
+    kind = exc.type if exc else (failed.error_type if failed else None) or "Exception"
+    message = exc.message if exc else (failed.message if failed else None) or ""
     where = ("The traceback in train.log shows where." if exc else "train.log holds no traceback for it; "
              "the trainer recorded it in events.jsonl.")
     first_line = message.split("\n", 1)[0]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from lat_core.contract.jobdir import Memory
+
 from lat_core.triage.classes import FailureClass
 from lat_core.text import shorten, signal_name
 from lat_core.triage.explain import signal_of
@@ -77,8 +79,7 @@ def gather(files: JobFiles, returncode: int | None, cancelled: bool, timed_out: 
 
 def _returncode(files: JobFiles, given: int | None) -> int | None:
     """The exit status the caller saw, else the exit record's; None for a record not the runner's."""
-    code = files.exit_record.get("returncode") if given is None and files.exit_record else given
-    return code if isinstance(code, int) and not isinstance(code, bool) else None
+    return files.exit_record.returncode if given is None and files.exit_record else given
 
 
 def _base_numbers(files: JobFiles, lines: list[LogLine], returncode: int | None, signum: int | None,
@@ -89,11 +90,11 @@ def _base_numbers(files: JobFiles, lines: list[LogLine], returncode: int | None,
         base["rank"] = cause["rank"]
     if "rank_exitcode" in cause:
         base["rank_exitcode"] = cause["rank_exitcode"]
-    memory = files.last_event("memory") or {}
-    if isinstance(memory.get("peak_rss_bytes"), int):
-        base["peak_rss_bytes"] = memory["peak_rss_bytes"]
-    if isinstance(memory.get("peak_gpu_bytes"), int):
-        base["peak_gpu_bytes"] = memory["peak_gpu_bytes"]
+    memory = files.last_event(Memory) or Memory()
+    if memory.peak_rss_bytes is not None:
+        base["peak_rss_bytes"] = memory.peak_rss_bytes
+    if memory.peak_gpu_bytes is not None:
+        base["peak_gpu_bytes"] = memory.peak_gpu_bytes
     if oom_kills is not None:
         base["oom_kills"] = oom_kills
     return base

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from lat_core.config.hub_cache import LOCAL_DIR_VARS
+from lat_core.contract.jobdir import Failed
 from lat_core.triage import remedies as fix
 from lat_core.triage.classes import FailureClass as F
 from lat_core.triage.facts import Facts, make_diagnosis
@@ -210,8 +211,8 @@ _NONFINITE = re.compile(r"loss is (-?(?:nan|inf)) at step (\d+)")
 
 def nonfinite_loss(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "nonfinite")
-    failed = facts.files.last_event("failed") or {}
-    message = found[1].text if found else str(failed.get("message", ""))
+    failed = facts.files.last_event(Failed)
+    message = found[1].text if found else failed.message or "" if failed else ""
     match = _NONFINITE.search(message)
     if match is None:
         return None

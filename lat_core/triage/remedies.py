@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from lat_core.contract.jobdir import AnyEvent, CheckpointSaved
 from lat_core.triage.model import Remedy
 from lat_core.triage.sources import RawConfig, RawEnv, config_value, whole_number
 
@@ -122,8 +123,8 @@ def device_fault_remedies(kind: str) -> list[Remedy]:
                    {"CUDA_LAUNCH_BLOCKING": "1"})]
 
 
-def resume_remedy(events: Iterable[Mapping[str, object]]) -> list[Remedy]:
-    steps = [e.get("step") for e in events if e.get("event") == "checkpoint"]
+def resume_remedy(events: Iterable[AnyEvent]) -> list[Remedy]:
+    steps = [e.step for e in events if isinstance(e, CheckpointSaved)]
     if not steps:
         return []
     return [Remedy("resume", f"resume from the last checkpoint (step {steps[-1]}) with a longer "

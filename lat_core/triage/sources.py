@@ -13,11 +13,16 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
+from lat_core.contract.jobdir import AnyEvent, Event, JobDir
+from lat_core.contract.jobdir.names import COMMAND
+from lat_core.contract.jobdir.records import ExitRecord
 from lat_core.errors import LatError
+
+E = TypeVar("E", bound=Event)
 
 #: Only the end of a log decides a death; reading 256 KiB keeps triage fast on multi-GB logs.
 TAIL_BYTES = 256 * 1024
@@ -39,8 +44,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 RawConfig = Mapping[str, object]
 #: A job's environment: the journal's, or command.json's read unchecked, so values are checked too.
 RawEnv = Mapping[str, object]
-#: One events.jsonl record, or an exit record, as JSON gives it.
-JsonRecord = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,14 @@ class JobFiles:
     """The parsed contents of a job folder (or of a bare log, with the rest left empty)."""
 
     lines: tuple[str, ...] = ()
-    events: tuple[JsonRecord, ...] = ()
+    events: tuple[AnyEvent, ...] = ()
     config: RawConfig = field(default_factory=dict)
     env: RawEnv = field(default_factory=dict)
-    exit_record: JsonRecord | None = None
+    exit_record: ExitRecord | None = None
 
-    def last_event(self, name: str) -> JsonRecord | None:
+    def last_event(self, kind: type[E]) -> E | None:
         for event in reversed(self.events):
-            if event.get("event") == name:
+            if isinstance(event, kind):
                 return event
         return None
 
@@ -98,21 +101,6 @@ def read_tail_lines(path: Path, limit: int = TAIL_BYTES) -> list[str]:
     return lines[1:] if cut and lines else lines
 
 
-def read_events(path: Path, limit: int = EVENTS_TAIL_BYTES) -> list[JsonRecord]:
-    """Every well-formed event of the file's tail; a torn or corrupt line is skipped, never fatal."""
-    data, cut = read_tail(path, limit)
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    events: list[JsonRecord] = []
-    for line in lines[1:] if cut else lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
-
-
 def read_mapping(path: Path, loader: Callable[[str], object]) -> dict[str, Any]:
     """A small file LAT wrote, parsed: anything else (too large, not parsed, not a mapping) is empty."""
     raw, cut = read_tail(path, MAPPING_BYTES)
@@ -125,31 +113,19 @@ def read_mapping(path: Path, loader: Callable[[str], object]) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def latest_exit_record(job_dir: Path) -> JsonRecord | None:
-    """The exit record of the highest-numbered attempt (``.lat/attempt-N.exit.json``)."""
-    records = sorted(job_dir.glob(".lat/attempt-*.exit.json"), key=_attempt_number)
-    if not records:
-        return None
-    return read_mapping(records[-1], json.loads) or None
-
-
-def _attempt_number(path: Path) -> int:
-    match = re.search(r"attempt-(\d+)\.exit\.json$", path.name)
-    return int(match.group(1)) if match else -1
-
-
 def read_job_dir(job_dir: Path, env: RawEnv | None = None) -> JobFiles:
     """``env``: the job's live environment; ``command.json`` (written at planning) only stands in
     for it when triage runs by hand on a folder."""
+    folder = JobDir(job_dir)
     if env is None:
-        saved = read_mapping(job_dir / "command.json", json.loads).get("env")
+        saved = read_mapping(job_dir / COMMAND, json.loads).get("env")
         env = saved if isinstance(saved, dict) else {}
     return JobFiles(
-        lines=tuple(read_tail_lines(job_dir / "train.log")),
-        events=tuple(read_events(job_dir / "events.jsonl")),
-        config=read_mapping(job_dir / "job.yaml", yaml.safe_load),
+        lines=tuple(read_tail_lines(folder.train_log)),
+        events=folder.read_events(EVENTS_TAIL_BYTES).events,
+        config=read_mapping(folder.job_yaml, yaml.safe_load),
         env=env,
-        exit_record=latest_exit_record(job_dir),
+        exit_record=folder.latest_exit_record(),
     )
 
 

@@ -55,6 +55,7 @@ def test_graphed_group_matches_the_eager_group_and_resumes(tmp_path):
     member leaving changes the key), checkpoints hold the graphed optimizer's state and a member
     resumed from one continues the uninterrupted curve."""
     from lat_core.train.fused.__main__ import main
+    from lat_core.contract.jobdir import Started, Step
     from tests.helpers.fused import events_of
     from tests.integration.test_fused_runner import folders
     base = saved_tiny_base(tmp_path / "base")
@@ -63,9 +64,9 @@ def test_graphed_group_matches_the_eager_group_and_resumes(tmp_path):
     graphed = _graphed_folders(tmp_path / "graphed", base, a=constant)
     assert main([str(d) for d in eager]) == 0 and main([str(d) for d in graphed]) == 0
     for e, g in zip(eager, graphed):
-        assert events_of(g, "started")[0]["graphs"]["on"] is True
-        mine = {x["step"]: x["loss"] for x in events_of(g, "step")}
-        theirs = {x["step"]: x["loss"] for x in events_of(e, "step")}
+        assert events_of(g, Started)[0].graphs.on is True
+        mine = {x.step: x.loss for x in events_of(g, Step)}
+        theirs = {x.step: x.loss for x in events_of(e, Step)}
         assert sorted(mine) == sorted(theirs)
         for step, loss in theirs.items():
             assert mine[step] == pytest.approx(loss, rel=1e-3), (g.name, step)
@@ -76,10 +77,10 @@ def test_graphed_group_matches_the_eager_group_and_resumes(tmp_path):
     a = part[0]
     (a / "job.yaml").write_text((a / "job.yaml").read_text().replace("max_steps: 3", "max_steps: 6"))
     assert main(["--resume", str(a)]) == 0
-    started = events_of(a, "started")[-1]
-    assert started["resumed_from"] == 3 and started["optimizer_state"] == "restored"
-    resumed = {x["step"]: x["loss"] for x in events_of(a, "step") if x["t"] >= started["t"]}
-    whole = {x["step"]: x["loss"] for x in events_of(graphed[0], "step")}
+    started = events_of(a, Started)[-1]
+    assert started.resumed_from == 3 and started.optimizer_state == "restored"
+    resumed = {x.step: x.loss for x in events_of(a, Step) if x.t >= started.t}
+    whole = {x.step: x.loss for x in events_of(graphed[0], Step)}
     assert sorted(resumed) == [4, 5, 6]
     for step, loss in resumed.items():
         assert loss == pytest.approx(whole[step], rel=1e-4), step

@@ -157,11 +157,8 @@ def main() -> int:
 
 
 def _finished_before() -> bool:
-    try:
-        with open("events.jsonl") as fh:
-            return any(json.loads(line).get("event") == "finished" for line in fh if line.strip())
-    except OSError:
-        return False
+    from lat_core.contract.jobdir import Finished, JobDir
+    return bool(JobDir(".").read_events().of(Finished))
 
 
 if __name__ == "__main__":

@@ -67,11 +67,11 @@ def saved_tiny_base(path: Path) -> Path:
 
 def run_alone(cfg) -> dict[int, float]:
     """The job trained by the single-job trainer (loop.run, the HF Trainer); its step losses."""
-    from lat_core.train.events import EventWriter, read_events
+    from lat_core.contract.jobdir import JobDir, Step
     from lat_core.train.loop import run
-    with EventWriter(cfg.output_dir / "events.jsonl") as ev:
+    with JobDir(cfg.output_dir).event_writer() as ev:
         run(cfg, ev, resume=False, argv=["--cfg", "x.yaml"])
-    return {e["step"]: e["loss"] for e in read_events(cfg.output_dir / "events.jsonl") if e["event"] == "step"}
+    return {e.step: e.loss for e in events_of(cfg.output_dir, Step)}
 
 
 def job_dir(root: Path, name: str, base: Path, peft: dict | None = None, train: dict | None = None,
@@ -90,6 +90,7 @@ def job_dir(root: Path, name: str, base: Path, peft: dict | None = None, train: 
     return folder
 
 
-def events_of(folder: Path, name: str | None = None) -> list[dict]:
-    from lat_core.train.events import read_events
-    return [e for e in read_events(folder / "events.jsonl") if name is None or e["event"] == name]
+def events_of(folder: Path, kind: type | None = None) -> list:
+    """The job's events (of one kind: Step, Started, ...), as the contract's reader reads them."""
+    from lat_core.contract.jobdir import JobDir
+    return [e for e in JobDir(folder).read_events().events if kind is None or isinstance(e, kind)]

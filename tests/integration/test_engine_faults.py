@@ -19,8 +19,7 @@ from lat_core.engine.backends.local import LocalBackend
 from lat_core.engine.launch import Launched, launch, process_start_time
 from lat_core.engine.loop import Engine
 from lat_core.engine.recovery import LAUNCH_GRACE_S
-from lat_core.contract.job_files import exit_record_path
-from lat_core.contract.jobdir import write_exit_record
+from lat_core.contract.jobdir import AttemptFiles, ExitRecord, JobDir
 from lat_core.contract.states import JOB_FINAL, JobState, RunState
 from lat_core.contract.journal import Store
 from lat_tui.format import progress_line
@@ -147,14 +146,19 @@ def stand_in():
     proc.wait()
 
 
-def recorded_exit(log: Path, stand_in, record=lambda argv: {"returncode": -int(argv[-1]), "max_rss": 0}):
+def recorded_exit(log: Path, stand_in, record=lambda argv: ExitRecord(-int(argv[-1]))):
     """A launch that writes the runner's exit record (for returncode -N, N from the argv) at once:
-    all 64 signals cheaply, through the same exit-record path the runner uses."""
+    all 64 signals cheaply, through the same exit-record writer the runner uses (a dict: a record
+    not of the runner's shape, written as it is)."""
     def launch_fn(argv, env, job_dir, exit_path, show_env=()):
         exit_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as fh:
             fh.write(f"{argv[-1]}\n")
-        write_exit_record(str(exit_path), record(argv))
+        written = record(argv)
+        if isinstance(written, ExitRecord):
+            AttemptFiles(exit_path).write_exit(written)
+        else:
+            exit_path.write_text(json.dumps(written))
         return Launched(stand_in.pid, process_start_time(stand_in.pid) or 0.0)
     return launch_fn
 
@@ -226,13 +230,13 @@ def test_a_run_whose_tick_raises_is_told_and_retried_and_other_runs_drain(tmp_pa
 def crash_after_attempt_row(store, run_id):
     """The engine recorded the attempt (and running, in the same transaction) and died before launching."""
     job = store.jobs(run_id)[0]
-    store.start_attempt(job.id, "cpu", str(exit_record_path(Path(job.job_dir), 1)))
+    store.start_attempt(job.id, "cpu", str(JobDir(job.job_dir).attempt(1).exit_path))
 
 
 def crash_after_launch(store, run_id):
     """...launched, and died before recording the runner's pid."""
     job = store.jobs(run_id)[0]
-    exit_path = exit_record_path(Path(job.job_dir), 1)
+    exit_path = JobDir(job.job_dir).attempt(1).exit_path
     store.start_attempt(job.id, "cpu", str(exit_path))
     launch(job.argv, {}, Path(job.job_dir), exit_path)
     deadline = time.time() + 30
@@ -244,7 +248,7 @@ def crash_after_launch(store, run_id):
 def crash_after_pid(store, run_id):
     """...recorded the pid, and died while the job ran (and ended)."""
     job = store.jobs(run_id)[0]
-    exit_path = exit_record_path(Path(job.job_dir), 1)
+    exit_path = JobDir(job.job_dir).attempt(1).exit_path
     attempt_id, _ = store.start_attempt(job.id, "cpu", str(exit_path))
     launched = launch(job.argv, {}, Path(job.job_dir), exit_path)
     store.set_attempt_pid(attempt_id, launched.pid, launched.pid_start)
@@ -264,7 +268,7 @@ def crash_with_a_stray_open_attempt_after_success(store, run_id):
     crash_after_pid(store, run_id)
     drain(store)
     job = store.jobs(run_id)[0]
-    store.start_attempt(job.id, "cpu", str(exit_record_path(Path(job.job_dir), 2)))
+    store.start_attempt(job.id, "cpu", str(JobDir(job.job_dir).attempt(2).exit_path))
     store.set_job_state(job.id, JobState.SUCCEEDED, "exit 0")
     store.set_run_state(run_id, RunState.RUNNING, "stray attempt")
 
@@ -357,9 +361,9 @@ def test_a_journal_that_lost_its_tail_relaunches_nothing(tmp_path):
 
 def test_records_of_an_earlier_run_in_the_same_folder_do_not_count(tmp_path):
     job = fake_job(tmp_path, "again")
-    old = exit_record_path(Path(job["job_dir"]), 1)
+    old = JobDir(job["job_dir"]).attempt(1).exit_path
     old.parent.mkdir(parents=True)
-    write_exit_record(str(old), {"returncode": 0})
+    AttemptFiles(old).write_exit(ExitRecord(0))
     (Path(job["job_dir"]) / "events.jsonl").write_text(json.dumps({"t": 1.0, "event": "finished"}) + "\n")
     time.sleep(1.2)  # older than the job by more than file times' slack
     store, run_id = make_run(tmp_path, [job])

@@ -11,10 +11,9 @@ import pytest
 
 from lat_core.contract.commands import AddJobs, CancelJob, CancelRun
 from lat_core.engine import groups
-from lat_core.engine.fusion import read_group_limit, read_group_ref
 from lat_core.engine.launch import launch
 from lat_core.engine.loop import Engine
-from lat_core.contract.job_files import events_path
+from lat_core.contract.jobdir import AttemptFiles, JobDir, Started, Step
 from lat_core.contract.journal import Store
 from tests.conftest import fake_job
 from tests.helpers.fused import events_of, job_dir, saved_tiny_base
@@ -61,11 +60,11 @@ def by_key(store, run_id):
     return {j.key: j for j in store.jobs(run_id)}
 
 def losses(job):
-    return {e["step"]: e["loss"] for e in events_of(Path(job.job_dir), "step")}
+    return {e.step: e.loss for e in events_of(Path(job.job_dir), Step)}
 
 def stepped(job, n=2) -> bool:
     """The job has logged n steps: its group's process is training."""
-    return events_path(Path(job.job_dir)).is_file() and len(events_of(Path(job.job_dir), "step")) >= n
+    return JobDir(job.job_dir).events_path.is_file() and len(events_of(Path(job.job_dir), Step)) >= n
 
 def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base):
     store, run_id = make_run(tmp_path / "fused", base, "true")
@@ -149,7 +148,7 @@ def test_a_member_whose_folder_does_not_take_its_group_file_fails_alone(tmp_path
     assert jobs_["b"].error.startswith("launch failed: ") and f"{b.job_dir}/.lat/attempt-1.exit.json.group" \
         in jobs_["b"].error, jobs_["b"].error
     a, c = (store.attempts(jobs_[k].id)[0] for k in "ac")
-    assert a.pid == c.pid and read_group_ref(Path(a.exit_path)).job_ids == (jobs_["a"].id, jobs_["c"].id)
+    assert a.pid == c.pid and AttemptFiles(a.exit_path).read_group_ref().job_ids == (jobs_["a"].id, jobs_["c"].id)
 
 def test_kill_9_of_the_group_settles_every_member_with_a_reason(tmp_path, base):
     store, run_id = make_run(tmp_path, base, "true", **{k: LONG for k in MEMBERS})
@@ -178,7 +177,7 @@ def oom_group_launch(argv, env, job_dir, exit_path, show_env=()):
 
 def group_sizes(store, job) -> list[int]:
     """Each attempt's group size, from its group ref file (1: it ran alone)."""
-    return [len(ref.job_ids) if (ref := read_group_ref(Path(a.exit_path))) else 1 for a in store.attempts(job.id)]
+    return [len(ref.job_ids) if (ref := AttemptFiles(a.exit_path).read_group_ref()) else 1 for a in store.attempts(job.id)]
 
 
 def test_a_group_out_of_memory_is_retried_in_halves_down_to_jobs_alone(tmp_path, base):
@@ -198,7 +197,7 @@ def test_a_group_out_of_memory_is_retried_in_halves_down_to_jobs_alone(tmp_path,
         assert ("its fused group of 4 ran out of memory (cuda_oom): requeued to train in groups of at most 2"
                 in history), history
         assert "its fused group of 2 ran out of memory (cuda_oom): requeued to run alone" in history, history
-        assert read_group_limit(Path(job.job_dir)).size == 1
+        assert JobDir(job.job_dir).read_group_limit().size == 1
         assert job.argv[-1] == "--overwrite" and job.attempts == 3
     assert store.run(run_id).state == "finished"
 
@@ -210,8 +209,8 @@ def test_a_member_that_did_not_run_out_of_memory_is_not_requeued(tmp_path, base)
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
     assert {k: group_sizes(store, j) for k, j in jobs_.items()} == {"a": [3], "b": [3, 1], "c": [3, 1]}
-    assert read_group_limit(Path(jobs_["a"].job_dir)) is None and jobs_["a"].argv[-1] != "--overwrite"
-    assert read_group_limit(Path(jobs_["b"].job_dir)).size == 1
+    assert JobDir(jobs_["a"].job_dir).read_group_limit() is None and jobs_["a"].argv[-1] != "--overwrite"
+    assert JobDir(jobs_["b"].job_dir).read_group_limit().size == 1
 
 
 def test_a_group_takes_one_slot(tmp_path, base):
@@ -303,7 +302,7 @@ def test_a_journal_that_lost_a_finished_groups_attempts_launches_no_member_again
     assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "failed", "c": "succeeded"}
     assert "exit code 1" in jobs_["b"].error, jobs_["b"].error
     for job in jobs_.values():
-        assert len(store.attempts(job.id)) == 1 and len(events_of(Path(job.job_dir), "started")) == 1
+        assert len(store.attempts(job.id)) == 1 and len(events_of(Path(job.job_dir), Started)) == 1
         assert "settled from attempt-1's exit record (the journal had lost it): not launched again" \
             in told(store, run_id, job)
 
@@ -326,7 +325,7 @@ def test_a_journal_that_lost_a_running_groups_attempts_adopts_the_group(tmp_path
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
     for job in jobs_.values():
-        assert len(store.attempts(job.id)) == 1 and len(events_of(Path(job.job_dir), "started")) == 1
+        assert len(store.attempts(job.id)) == 1 and len(events_of(Path(job.job_dir), Started)) == 1
         assert any(d.startswith("adopted attempt-1, still running as pid ") for d in told(store, run_id, job)), \
             told(store, run_id, job)
     assert len({store.attempts(j.id)[0].pid for j in jobs_.values()}) == 1

@@ -4,7 +4,7 @@ exactly the losses they have alone."""
 import pytest
 
 from lat_core.config.job import load_config
-from lat_core.contract.job_files import exit_record_path, read_exit
+from lat_core.contract.jobdir import Failed, Finished, JobDir, Started, Step
 from lat_core.train.fused.__main__ import main
 from tests.helpers.fused import events_of, job_dir, run_alone, saved_tiny_base
 
@@ -40,8 +40,8 @@ def train_with_b_failing(dirs) -> None:
 
 def assert_others_trained_as_alone(dirs, alone) -> None:
     for d in (dirs[0], dirs[2]):
-        assert read_exit(exit_record_path(d, 1)).returncode == 0 and events_of(d, "finished")
-        mine = {e["step"]: e["loss"] for e in events_of(d, "step")}
+        assert JobDir(d).attempt(1).read_exit().returncode == 0 and events_of(d, Finished)
+        mine = {e.step: e.loss for e in events_of(d, Step)}
         assert sorted(mine) == sorted(alone[d.name])
         assert all(mine[s] == pytest.approx(v, rel=1e-5) for s, v in alone[d.name].items()), d.name
 
@@ -77,12 +77,12 @@ def test_a_member_that_cannot_start_fails_alone_with_its_reason(tmp_path, base, 
         breaks(dirs[1])
     train_with_b_failing(dirs)
     b = dirs[1]
-    assert read_exit(exit_record_path(b, 1)).returncode == rc
+    assert JobDir(b).attempt(1).read_exit().returncode == rc
     assert f"error: {b}: " in capfd.readouterr().err and reason in (b / "train.log").read_text()
     if breaks is not make_events_a_folder:
-        failed, = events_of(b, "failed")
-        assert reason in failed["message"] or reason == failed["error_type"]
-        assert not events_of(b, "started")
+        failed, = events_of(b, Failed)
+        assert reason in failed.message or reason == failed.error_type
+        assert not events_of(b, Started)
     assert_others_trained_as_alone(dirs, alone)
 
 
@@ -94,10 +94,10 @@ def test_a_member_whose_own_end_fails_fails_alone(tmp_path, base, alone, steps):
     (dirs[1] / "final").write_text("not a folder\n")
     train_with_b_failing(dirs)
     b = dirs[1]
-    assert read_exit(exit_record_path(b, 1)).returncode == 1
-    failed, = events_of(b, "failed")
-    assert failed["error_type"] == "FileExistsError" and "final" in failed["message"]
-    assert [e["step"] for e in events_of(b, "step")] == list(range(1, steps + 1)) and not events_of(b, "finished")
+    assert JobDir(b).attempt(1).read_exit().returncode == 1
+    failed, = events_of(b, Failed)
+    assert failed.error_type == "FileExistsError" and "final" in failed.message
+    assert [e.step for e in events_of(b, Step)] == list(range(1, steps + 1)) and not events_of(b, Finished)
     assert "error: FileExistsError" in (b / "train.log").read_text()
     assert_others_trained_as_alone(dirs, alone)
 
@@ -111,9 +111,9 @@ def test_when_no_member_can_start_each_fails_with_its_own_reason_and_the_group_e
     assert main(["--attempt", "1", str(a), str(b), str(c)]) == 2
     reasons = {a: "cannot fill grad_accum 500", b: "no linear module named 'nope_proj'", c: "train.jsonl:2: bad example"}
     for folder, reason in reasons.items():
-        failed, = events_of(folder, "failed")
-        assert reason in failed["message"] and read_exit(exit_record_path(folder, 1)).returncode == 2
-        assert not any(other in failed["message"] for other in reasons.values() if other != reason)
+        failed, = events_of(folder, Failed)
+        assert reason in failed.message and JobDir(folder).attempt(1).read_exit().returncode == 2
+        assert not any(other in failed.message for other in reasons.values() if other != reason)
 
 
 def test_a_member_whose_checkpoint_cannot_be_restored_fails_alone_and_the_others_resume(tmp_path, base):
@@ -133,15 +133,15 @@ def test_a_member_whose_checkpoint_cannot_be_restored_fails_alone_and_the_others
     state = dirs[1] / "checkpoint-3" / "optimizer.pt"
     state.write_bytes(state.read_bytes()[:100])   # a crash mid-write
     assert main(["--resume", "--attempt", "2", *map(str, dirs)]) == 1
-    failed, = events_of(dirs[1], "failed")
-    assert read_exit(exit_record_path(dirs[1], 2)).returncode == 2 and failed["error_type"] == "TrainConfigError"
-    assert "optimizer.pt: not a readable checkpoint file (damaged or cut short" in failed["message"]
+    failed, = events_of(dirs[1], Failed)
+    assert JobDir(dirs[1]).attempt(2).read_exit().returncode == 2 and failed.error_type == "TrainConfigError"
+    assert "optimizer.pt: not a readable checkpoint file (damaged or cut short" in failed.message
     for d in (dirs[0], dirs[2]):
         p, t, s = GOOD[d.name]
         alone = run_alone(load_config(str(job_dir(tmp_path / "alone", d.name, base, dict(p), {**t, **const}, s)
                                           / "job.yaml")))
-        started = events_of(d, "started")[-1]
-        assert started["resumed_from"] == 3 and read_exit(exit_record_path(d, 2)).returncode == 0
-        resumed = {e["step"]: e["loss"] for e in events_of(d, "step") if e["t"] >= started["t"]}
+        started = events_of(d, Started)[-1]
+        assert started.resumed_from == 3 and JobDir(d).attempt(2).read_exit().returncode == 0
+        resumed = {e.step: e.loss for e in events_of(d, Step) if e.t >= started.t}
         assert sorted(resumed) == [s for s in sorted(alone) if s > 3]
         assert all(resumed[s] == pytest.approx(alone[s], rel=1e-5) for s in resumed), d.name

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lat_core.config.job import load_config
-from lat_core.contract.job_files import cancel_marker_path, exit_record_path, read_exit
+from lat_core.contract.jobdir import Eval, Failed, Finished, JobDir, SpeedMode, Started, Step
 from lat_core.train.fused.__main__ import main, open_members, parse_args, start_group
 from lat_core.train.fused.runner import train_group
 from tests.helpers.fused import events_of, job_dir, run_alone, saved_tiny_base
@@ -38,21 +38,21 @@ def test_group_writes_each_members_files_and_matches_single_jobs(tmp_path, base)
         alone_cfg = load_config(str(job_dir(tmp_path / "alone", d.name, base, peft=dict(MEMBERS[d.name][0]),
                                             train=dict(MEMBERS[d.name][1]), seed=MEMBERS[d.name][2]) / "job.yaml"))
         alone = run_alone(alone_cfg)
-        mine = {e["step"]: e["loss"] for e in events_of(d, "step")}
+        mine = {e.step: e.loss for e in events_of(d, Step)}
         assert sorted(mine) == sorted(alone)
         assert all(mine[s] == pytest.approx(v, rel=1e-5) for s, v in alone.items())
-        theirs = events_of(alone_cfg.output_dir, "eval")
-        ours = events_of(d, "eval")
-        assert [(e["step"], e["split"]) for e in ours] == [(e["step"], e["split"]) for e in theirs]
+        theirs = events_of(alone_cfg.output_dir, Eval)
+        ours = events_of(d, Eval)
+        assert [(e.step, e.split) for e in ours] == [(e.step, e.split) for e in theirs]
         for e, f in zip(ours, theirs):
-            assert e["metrics"]["accuracy"] == f["metrics"]["accuracy"]
-            assert e["metrics"]["loss"] == pytest.approx(f["metrics"]["loss"], rel=1e-5)
-        ours_started, theirs_started = events_of(d, "started")[0], events_of(alone_cfg.output_dir, "started")[0]
-        assert ours_started["pack"] == {"setting": "auto", "on": True, "why": "one row a pass, fla varlen (cu_seqlens)"}
+            assert e.metrics["accuracy"] == f.metrics["accuracy"]
+            assert e.metrics["loss"] == pytest.approx(f.metrics["loss"], rel=1e-5)
+        ours_started, theirs_started = events_of(d, Started)[0], events_of(alone_cfg.output_dir, Started)[0]
+        assert ours_started.pack == SpeedMode("auto", True, "one row a pass, fla varlen (cu_seqlens)")
         for key in ("trainable_params", "total_params", "max_steps", "batch_size", "grad_accum", "seed",
                     "lr_scheduler", "warmup_steps", "train_examples", "logits_to_keep", "effective_batch_size"):
-            assert ours_started[key] == theirs_started[key], key
-        names = [e["event"] for e in events_of(d)]
+            assert getattr(ours_started, key) == getattr(theirs_started, key), key
+        names = [e.kind for e in events_of(d)]
         assert names[0] == "started" and names[-2:] == ["memory", "finished"]
         last = MEMBERS[d.name][1].get("max_steps", 6)
         kept = sorted(p.name for p in d.glob("checkpoint-*"))   # the last and the best, as alone
@@ -63,7 +63,7 @@ def test_group_writes_each_members_files_and_matches_single_jobs(tmp_path, base)
         assert (ckpt / "optimizer.pt").is_file() and (d / "final/adapter_model.safetensors").is_file()
         assert (d / "best").is_dir() and (d / "env.json").is_file()
         assert f"step {last}/{last} loss" in (d / "train.log").read_text()
-        assert read_exit(exit_record_path(d, 1)).returncode == 0
+        assert JobDir(d).attempt(1).read_exit().returncode == 0
         # the member's saved adapter is the single job's format: same keys, same optimizer state layout
         ours_opt = torch.load(ckpt / "optimizer.pt", weights_only=True)
         theirs_opt = torch.load(alone_cfg.output_dir / f"checkpoint-{last}/optimizer.pt", weights_only=True)
@@ -73,7 +73,7 @@ def test_group_writes_each_members_files_and_matches_single_jobs(tmp_path, base)
 
 
 def _evals(d):
-    return [(e["step"], e["split"], e["metrics"]) for e in events_of(d, "eval")]
+    return [(e.step, e.split, e.metrics) for e in events_of(d, Eval)]
 
 
 def test_members_due_together_evaluate_in_one_pass_with_their_own_results(tmp_path, base, monkeypatch):
@@ -111,7 +111,7 @@ def test_a_shared_evaluation_that_fails_falls_back_to_each_member_alone(tmp_path
     same = {"batch_size": 8}
     dirs = folders(tmp_path, base, a=same, b=same, c=same)
     assert main(["--attempt", "1", *map(str, dirs)]) == 0
-    assert all(read_exit(exit_record_path(d, 1)).returncode == 0 and _evals(d) for d in dirs)
+    assert all(JobDir(d).attempt(1).read_exit().returncode == 0 and _evals(d) for d in dirs)
     assert "evaluation of 3 members in one pass failed (RuntimeError: shared pass broke); each evaluates alone" \
         in capfd.readouterr().out   # the group's own lines: its first member's train.log when launched
 
@@ -141,9 +141,9 @@ def test_a_plain_logging_steps_event_is_written_after_the_next_pass_is_queued(tm
     for name in "abc":   # one step a pass; evaluation and checkpoints at 3 and 6 (the last)
         assert [passes_before[(name, s)] for s in range(1, 7)] == [2, 3, 3, 5, 6, 6]
     for d in dirs:   # each step event before its step's evaluation and checkpoint; failed/finished last
-        names = [(e["event"], e.get("step")) for e in events_of(d) if e["event"] in ("step", "eval", "checkpoint")]
+        names = [(e.kind, getattr(e, "step", None)) for e in events_of(d) if e.kind in ("step", "eval", "checkpoint")]
         assert names[:4] == [("step", 1), ("step", 2), ("step", 3), ("eval", 3)]
-        assert [e["event"] for e in events_of(d)][-1] == "finished"
+        assert [e.kind for e in events_of(d)][-1] == "finished"
 
 
 def test_member_resumes_from_its_checkpoint(tmp_path, base):
@@ -155,10 +155,10 @@ def test_member_resumes_from_its_checkpoint(tmp_path, base):
     raw = (a / "job.yaml").read_text().replace("max_steps: 3", "max_steps: 6")
     (a / "job.yaml").write_text(raw)
     assert main(["--resume", str(a)]) == 0
-    started = events_of(a, "started")[-1]
-    assert started["resumed_from"] == 3 and started["optimizer_state"] == "restored"
-    resumed = {e["step"]: e["loss"] for e in events_of(a, "step") if e["t"] >= started["t"]}
-    uninterrupted = {e["step"]: e["loss"] for e in events_of(whole[0], "step")}
+    started = events_of(a, Started)[-1]
+    assert started.resumed_from == 3 and started.optimizer_state == "restored"
+    resumed = {e.step: e.loss for e in events_of(a, Step) if e.t >= started.t}
+    uninterrupted = {e.step: e.loss for e in events_of(whole[0], Step)}
     assert sorted(resumed) == [4, 5, 6]
     assert all(resumed[s] == pytest.approx(uninterrupted[s], rel=1e-5) for s in resumed)
 
@@ -171,30 +171,29 @@ def test_failing_members_leave_and_the_others_finish(tmp_path, base):
     for ex in group.runs[2].train_ex[:]:                # c: a label its dataset does not have
         ex["label"] = 9
     train_group(group, members)
-    rc = {d.name: read_exit(exit_record_path(d, 1)).returncode for d in dirs}
+    rc = {d.name: JobDir(d).attempt(1).read_exit().returncode for d in dirs}
     assert rc == {"a": 0, "b": 1, "c": 1}
-    failed_b, = events_of(dirs[1], "failed")
-    assert failed_b["error_type"] == "FloatingPointError"
-    assert events_of(dirs[2], "failed")[0]["error_type"] == "IndexError" and not events_of(dirs[2], "step")
-    assert [e["step"] for e in events_of(dirs[0], "step")] == [1, 2, 3, 4, 5, 6]
-    assert events_of(dirs[0], "finished")
+    failed_b, = events_of(dirs[1], Failed)
+    assert failed_b.error_type == "FloatingPointError"
+    assert events_of(dirs[2], Failed)[0].error_type == "IndexError" and not events_of(dirs[2], Step)
+    assert [e.step for e in events_of(dirs[0], Step)] == [1, 2, 3, 4, 5, 6]
+    assert events_of(dirs[0], Finished)
 
 
 def test_cancel_marker_stops_one_member(tmp_path, base):
     dirs = folders(tmp_path, base, b={"max_steps": 400, "eval_every": 1000, "save_every": 1000})
     proc = subprocess.Popen([sys.executable, "-m", "lat_core.train.fused", "--attempt", "2", *map(str, dirs)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    while proc.poll() is None and len(events_of(dirs[1], "step")) < 2:
+    while proc.poll() is None and len(events_of(dirs[1], Step)) < 2:
         time.sleep(0.2)
-    cancel_marker_path(dirs[1]).parent.mkdir(parents=True, exist_ok=True)
-    cancel_marker_path(dirs[1]).touch()
+    JobDir(dirs[1]).request_cancel(time.time())
     out = proc.communicate(timeout=600)[0].decode()
     assert proc.returncode == 1, out
-    rc = {d.name: read_exit(exit_record_path(d, 2)).returncode for d in dirs}
+    rc = {d.name: JobDir(d).attempt(2).read_exit().returncode for d in dirs}
     assert rc == {"a": 0, "b": -15, "c": 0}, out
-    assert events_of(dirs[1], "step")[-1]["step"] < 400 and not events_of(dirs[1], "finished")
+    assert events_of(dirs[1], Step)[-1].step < 400 and not events_of(dirs[1], Finished)
     assert "cancelled: its cancel marker" in (dirs[1] / "train.log").read_text()
-    assert events_of(dirs[0], "finished") and events_of(dirs[2], "finished")
+    assert events_of(dirs[0], Finished) and events_of(dirs[2], Finished)
 
 
 def test_sigterm_to_the_group_cancels_every_member(tmp_path, base):
@@ -202,10 +201,10 @@ def test_sigterm_to_the_group_cancels_every_member(tmp_path, base):
                                       for n in MEMBERS})
     proc = subprocess.Popen([sys.executable, "-m", "lat_core.train.fused", "--attempt", "1", *map(str, dirs)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    while proc.poll() is None and len(events_of(dirs[0], "step")) < 2:
+    while proc.poll() is None and len(events_of(dirs[0], Step)) < 2:
         time.sleep(0.2)
     proc.terminate()
     out = proc.communicate(timeout=600)[0].decode()
     assert proc.returncode == 1, out
-    assert {d.name: read_exit(exit_record_path(d, 1)).returncode for d in dirs} == {n: -15 for n in MEMBERS}
+    assert {d.name: JobDir(d).attempt(1).read_exit().returncode for d in dirs} == {n: -15 for n in MEMBERS}
     assert all("cancelled: SIGTERM to the group" in (d / "train.log").read_text() for d in dirs)

@@ -2,6 +2,7 @@
 run its job alone gets (name, group, tags, config, keys, step axis), written while the group trains,
 read back with the trackers' own readers; a member that leaves closes its run with its state."""
 import json
+import time
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 from lat_core.config.job import load_config
-from lat_core.contract.job_files import cancel_marker_path, exit_record_path, read_exit
+from lat_core.contract.jobdir import Eval, Failed, Finished, JobDir, Started, Step
 from lat_core.train.fused.__main__ import main
 from lat_core.train.tracking import run_naming
 from tests.helpers.fused import ROOT, events_of, job_dir, run_alone, saved_tiny_base
@@ -51,7 +52,7 @@ def naming(d):
 
 
 def step_losses(d) -> dict[int, float]:
-    return {e["step"]: e["loss"] for e in events_of(d, "step")}
+    return {e.step: e.loss for e in events_of(d, Step)}
 
 
 def test_each_member_gets_the_tensorboard_run_its_job_alone_gets(tmp_path, base, tracker_env):
@@ -60,14 +61,14 @@ def test_each_member_gets_the_tensorboard_run_its_job_alone_gets(tmp_path, base,
     for d in dirs:
         run = d / "tensorboard" / naming(d).folder()
         scalars = tensorboard_scalars(run)
-        assert events_of(d, "started")[0]["report_to"] == ["tensorboard"]
+        assert events_of(d, Started)[0].report_to == ("tensorboard",)
         assert json.loads(tensorboard_text(run, "args/text_summary"))["run_name"] == naming(d).name
         losses = dict(scalars["train/loss"])
         assert sorted(losses) == sorted(step_losses(d))
         if MEMBERS[d.name][1].get("log_every", 1) == 1:   # else the mean since the last log, as alone
             assert losses == pytest.approx(step_losses(d), rel=1e-6)
         assert scalars["eval/validation_accuracy"] == [
-            (e["step"], pytest.approx(e["metrics"]["accuracy"])) for e in events_of(d, "eval")]
+            (e.step, pytest.approx(e.metrics["accuracy"])) for e in events_of(d, Eval)]
     # member a logs every 2 steps: its run equals the one the same job alone writes, key by key
     a = dirs[0]
     alone = load_config(str(job_dir(tmp_path / "alone", "a", base, peft=dict(MEMBERS["a"][0]),
@@ -88,10 +89,9 @@ def test_each_member_gets_its_wandb_run_and_closes_it_with_its_own_end(tmp_path,
     before its first step; each run holds its own curve and ends with its member's state."""
     os.environ["WANDB_MODE"] = "offline"
     dirs = folders(tmp_path, base, ["wandb"], b={"lr": 1e30})
-    cancel_marker_path(dirs[2]).parent.mkdir(parents=True, exist_ok=True)
-    cancel_marker_path(dirs[2]).touch()
+    JobDir(dirs[2]).request_cancel(time.time())
     assert main(["--attempt", "1", *map(str, dirs)]) == 1
-    assert {d.name: read_exit(exit_record_path(d, 1)).returncode for d in dirs} == {"a": 0, "b": 1, "c": -15}
+    assert {d.name: JobDir(d).attempt(1).read_exit().returncode for d in dirs} == {"a": 0, "b": 1, "c": -15}
     exit_codes = {}
     for d in dirs:
         run, = wandb_runs(d)   # its own run, in its own folder (WANDB_DIR: the job's output dir, as alone)
@@ -103,7 +103,7 @@ def test_each_member_gets_its_wandb_run_and_closes_it_with_its_own_end(tmp_path,
             assert logged == pytest.approx(step_losses(d), rel=1e-6)
         exit_codes[d.name] = run["exit_code"]
     assert exit_codes == {"a": 0, "b": 1, "c": 143}
-    assert sorted(step_losses(dirs[0])) == [1, 2, 4, 6] and events_of(dirs[0], "finished")
+    assert sorted(step_losses(dirs[0])) == [1, 2, 4, 6] and events_of(dirs[0], Finished)
     assert sorted(step_losses(dirs[1])) == [1]
 
 
@@ -114,12 +114,12 @@ def test_a_tracker_not_installed_is_the_members_own_note_or_config_error(tmp_pat
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     a, b, _ = folders(tmp_path, base, ["tensorboard"], a={"report_to": ["wandb"]})
     assert main(["--attempt", "1", str(a), str(b)]) == 1
-    assert read_exit(exit_record_path(a, 1)).returncode == 2 and not events_of(a, "step")
-    failed, = events_of(a, "failed")
-    assert "wandb package is not installed" in failed["message"]
+    assert JobDir(a).attempt(1).read_exit().returncode == 2 and not events_of(a, Step)
+    failed, = events_of(a, Failed)
+    assert "wandb package is not installed" in failed.message
     assert "wandb package is not installed" in (a / "train.log").read_text()
-    assert read_exit(exit_record_path(b, 1)).returncode == 0
-    assert events_of(b, "started")[0]["report_to"] == []
+    assert JobDir(b).attempt(1).read_exit().returncode == 0
+    assert events_of(b, Started)[0].report_to == ()
     assert "report_to tensorboard skipped" in (b / "train.log").read_text()
     assert not (b / "tensorboard").exists()
 
@@ -131,11 +131,11 @@ def test_a_tracker_writer_that_dies_fails_its_member_and_the_others_go_on(tmp_pa
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(tmp_path / "a-file" / "tb")
     a, b, _ = folders(tmp_path, base, [], a={"report_to": ["tensorboard"]})
     assert main(["--attempt", "1", str(a), str(b)]) == 1
-    assert read_exit(exit_record_path(a, 1)).returncode == 1
-    failed, = events_of(a, "failed")
-    assert failed["error_type"] == "TrackerWriterError" and "tensorboard" in failed["message"]
+    assert JobDir(a).attempt(1).read_exit().returncode == 1
+    failed, = events_of(a, Failed)
+    assert failed.error_type == "TrackerWriterError" and "tensorboard" in failed.message
     assert "tracker runs (tensorboard): the writer exited with 1" in (a / "train.log").read_text()
-    assert read_exit(exit_record_path(b, 1)).returncode == 0 and sorted(step_losses(b)) == [1, 2, 3, 4, 5, 6]
+    assert JobDir(b).attempt(1).read_exit().returncode == 0 and sorted(step_losses(b)) == [1, 2, 3, 4, 5, 6]
 
 
 def test_runs_of_a_group_that_dies_close_as_crashed(tmp_path, base, tracker_env):

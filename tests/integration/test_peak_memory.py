@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from lat_core.contract.job_files import read_peak_usage
+from lat_core.contract.jobdir import JobDir
 from lat_core.results import aggregate
 from tests.conftest import fake_job
 from tests.integration.test_engine import drain, make_run
@@ -55,7 +55,7 @@ def test_status_show_and_results_show_the_engines_peak(tmp_path):
     state = tmp_path / "state"
     assert lat(state, "status", "--json")["jobs"][0]["peak_rss"] == done.peak_rss
     assert lat(state, "show", str(done.id), "--json")["job"]["peak_rss"] == done.peak_rss
-    assert read_peak_usage(Path(done.job_dir)).rss_bytes == done.peak_rss
+    assert JobDir(done.job_dir).read_peak_usage().rss_bytes == done.peak_rss
     (result,) = aggregate(tmp_path / "out").results
     assert result.peak_rss_bytes == done.peak_rss and not result.peak_gpu_bytes
 
@@ -85,4 +85,4 @@ def test_a_forked_job_that_dies_at_once_is_not_charged_the_preloaded_process(tmp
     assert MARK in (job_dir / "train.log").read_text() and job.state == "failed"
     assert preloaded and max(preloaded) > 150 << 20  # torch, transformers and peft imported
     assert (job.peak_rss or 0) < 64 << 20  # the job's own: a trainer that failed at its first line
-    assert read_peak_usage(job_dir).rss_bytes == job.peak_rss
+    assert JobDir(job_dir).read_peak_usage().rss_bytes == job.peak_rss

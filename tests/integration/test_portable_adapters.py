@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from lat_core.train.events import EventWriter, read_events
+from lat_core.contract.jobdir import Eval, Finished, JobDir
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "configs" / "experiments"
@@ -45,9 +45,9 @@ def train_tiny(out: Path, experiment: str, environ: dict) -> tuple[Path, list[di
     job_yaml = out / "job.yaml"
     job_yaml.write_text(yaml.safe_dump(raw))
     cfg = parse_config(raw, environ=environ)
-    with EventWriter(out / "events.jsonl") as events:
-        assert run(cfg, events, resume=False, argv=[])["status"] == "ok"
-    return job_yaml, read_events(out / "events.jsonl")
+    with JobDir(out).event_writer() as events:
+        assert run(cfg, events, resume=False, argv=[]).status == "ok"
+    return job_yaml, list(JobDir(out).read_events().events)
 
 
 def plain_peft_metrics(job_yaml: Path, *folders: Path) -> dict[str, dict]:
@@ -59,9 +59,8 @@ def plain_peft_metrics(job_yaml: Path, *folders: Path) -> dict[str, dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def recorded(events: list[dict], step: int) -> dict:
-    (metrics,) = [e["metrics"] for e in events if e["event"] == "eval" and e["split"] == "validation"
-                  and e["step"] == step]
+def recorded(events: list, step: int) -> dict:
+    (metrics,) = [e.metrics for e in events if isinstance(e, Eval) and e.split == "validation" and e.step == step]
     return metrics
 
 
@@ -70,9 +69,9 @@ def test_best_and_final_reload_in_plain_peft_with_the_recorded_metrics(tmp_path,
     experiment, environ = METHODS[method]
     job = tmp_path / method
     job_yaml, events = train_tiny(job, experiment, environ)
-    (finished,) = [e for e in events if e["event"] == "finished"]
+    (finished,) = [e for e in events if isinstance(e, Finished)]
     loaded = plain_peft_metrics(job_yaml, job / "best", job / "final")
-    for folder, step in (("best", finished["best"]["step"]), ("final", finished["steps"])):
+    for folder, step in (("best", finished.best["step"]), ("final", finished.steps)):
         want, got = recorded(events, step), loaded[str(job / folder)]
         assert got["accuracy"] == want["accuracy"], (folder, got, want)
         assert got["loss"] == pytest.approx(want["loss"], rel=1e-5), (folder, got, want)
@@ -121,10 +120,10 @@ def test_fused_members_best_and_final_reload_in_plain_peft(tmp_path):
             job_dir(tmp_path, "b", base, peft={"r": 8, "alpha": 16, "use_rslora": True}, train={"lr": 5e-3}, seed=5)]
     assert main(["--attempt", "1", *map(str, dirs)]) == 0
     for job in dirs:
-        events = read_events(job / "events.jsonl")
-        (finished,) = [e for e in events if e["event"] == "finished"]
+        events = list(JobDir(job).read_events().events)
+        (finished,) = [e for e in events if isinstance(e, Finished)]
         loaded = plain_peft_metrics(job / "job.yaml", job / "best", job / "final")
-        for folder, step in (("best", finished["best"]["step"]), ("final", finished["steps"])):
+        for folder, step in (("best", finished.best["step"]), ("final", finished.steps)):
             want, got = recorded(events, step), loaded[str(job / folder)]
             assert got["accuracy"] == want["accuracy"], (job.name, folder, got, want)
             assert got["loss"] == pytest.approx(want["loss"], rel=1e-5), (job.name, folder, got, want)

@@ -166,7 +166,7 @@ def test_a_warm_started_job_is_contained_the_same_way(tmp_path, containment):
                 os.kill(launched.pid, signal.SIGKILL)
                 wait_for(lambda: not backend.is_alive(launched.pid, launched.pid_start))
                 record = backend.stop_vanished(launched.pid, launched.pid_start, exit_path)
-                assert record["stopped"] == 3, record
+                assert record.stopped == 3, record
             wait_for(lambda: exit_path.exists())
             assert json.loads(exit_path.read_text())["containment"] == containment
             assert not any(alive(pid) for pid in pids_of(tmp_path, name))

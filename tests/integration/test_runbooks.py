@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lat_core.contract.jobdir import JobDir
 from lat_core.front.client import Client
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import ConfigError, PlanError
@@ -194,8 +195,8 @@ def test_batch_command_means_what_the_runbook_says(section, env, flags, configs,
             assert job.config["seed"] == 87
 
 
-def _events(job_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines()]
+def _events(job_dir: Path) -> tuple:
+    return JobDir(job_dir).read_events().events
 
 
 @pytest.mark.slow
@@ -214,9 +215,9 @@ def test_glue_cola_command_trains_with_the_runbook_env_on_the_cpu(configs, tmp_p
     job_dir = tmp_path / "runs" / "glue-tvt_cola_seed87" / "E4_tiny"
     events = _events(job_dir)
     started = events[0]
-    assert started["event"] == "started" and started["logits_to_keep"] == 1
-    assert started["gradient_checkpointing"] is True and started["dataloader"]["num_workers"] == 2
-    assert events[-1]["event"] == "finished" and any(e["event"] == "eval" for e in events)
+    assert started.kind == "started" and started.logits_to_keep == 1
+    assert started.gradient_checkpointing is True and started.dataloader["num_workers"] == 2
+    assert events[-1].kind == "finished" and any(e.kind == "eval" for e in events)
     log = (job_dir / "train.log").read_text()
     assert "logits_to_keep: 1 (train.logits_to_keep; at least the positions the loss needs)" in log
 
@@ -235,7 +236,7 @@ def test_glue_cola_command_trains_with_the_runbook_env_on_the_cpu(configs, tmp_p
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    steps = [e["step"] for e in _events(job_dir) if e["event"] == "step"]
+    steps = [e.step for e in _events(job_dir) if e.kind == "step"]
     assert steps[-1] == 6 and "resumed from checkpoint-4 at step 4" in done.stdout + done.stderr
 
 
@@ -254,8 +255,8 @@ def test_spider_tvt_command_trains_on_the_cpu(configs, tmp_path, monkeypatch, ca
     assert code == 0, out
     job_dir = tmp_path / "runs" / "spider-tvt_seed87" / "E5_tiny"
     events = _events(job_dir)
-    assert events[0]["data"] == "spider-tvt" and events[-1]["event"] == "finished"
-    assert events[0]["lr_scheduler"] == "cosine"
+    assert events[0].data == "spider-tvt" and events[-1].kind == "finished"
+    assert events[0].lr_scheduler == "cosine"
     record = json.loads((job_dir / "env.json").read_text())
     assert any(p.endswith("train_spider.json") for p in record["data"]["files"])
 
@@ -327,7 +328,7 @@ def test_dual_gpu_config_form_runs_a_tiny_pretraining_under_the_monitor(tmp_path
                               stdout=out, stderr=subprocess.STDOUT, text=True, timeout=600)
     assert done.returncode == 0, log.read_text()[-2000:]
     events = _events(tmp_path / "runs" / "pretrain_conservative")
-    assert (events[0]["compile"], events[0]["wandb_run"], events[-1]["event"]) == (False, "dummy", "finished")
+    assert (events[0].pretrain["compile"], events[0].pretrain["wandb_run"], events[-1].kind) == (False, "dummy", "finished")
     assert "torch.compile off, W&B run none (WANDB_RUN=dummy)" in log.read_text()
 
     seen = _read_until(monitor, "step 2/2 loss", timeout=60)
@@ -696,4 +697,4 @@ def test_data_single_shot_command_trains_on_the_cpu(configs, tmp_path, monkeypat
     assert main(["E5", "all", "--configs", str(configs), "--output-root", str(tmp_path / "runs"),
                  "--state-dir", str(engine_reaper)]) == 0, capsys.readouterr().out
     events = _events(tmp_path / "runs" / "glue-tvt_cola_seed87" / "E5_tiny")
-    assert (events[0]["data"], events[0]["seed"], events[-1]["event"]) == ("glue-tvt_cola", 87, "finished")
+    assert (events[0].data, events[0].seed, events[-1].kind) == ("glue-tvt_cola", 87, "finished")

@@ -15,11 +15,10 @@ import yaml
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import OutputPathError
 from lat_core.front.jobs import expand, materialize
-from lat_core.contract.job_files import PeakUsage, exit_record_path, write_peak_usage
+from lat_core.contract.jobdir import AttemptFiles, ExitRecord, JobDir, PeakUsage
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.front.plan import plan_from_mapping
-from lat_core.contract.jobdir import write_exit_record
 from lat_core.front.service import open_store, prepare_run
 from tests.unit.test_plan import configs  # noqa: F401  (fixture)
 
@@ -88,17 +87,17 @@ def test_the_engines_json_files_never_go_through_a_symlinked_runner_folder(tmp_p
     job_dir.mkdir(parents=True)
     (job_dir / ".lat").symlink_to(outside)
     with pytest.raises(OutputPathError, match="is a symlink"):
-        write_peak_usage(job_dir, PeakUsage(1, 2))
+        JobDir(job_dir).write_peak_usage(PeakUsage(1, 2))
     assert untouched(outside)
 
 
 def test_an_exit_record_replaces_a_planted_temp_link(tmp_path, outside):
-    exit_path = exit_record_path(tmp_path / "o" / "tiny-sst2_seed1" / "a", 1)
+    exit_path = JobDir(tmp_path / "o" / "tiny-sst2_seed1" / "a").attempt(1).exit_path
     exit_path.parent.mkdir(parents=True)
     Path(f"{exit_path}.tmp").symlink_to(outside / "precious")
     Path(exit_path.parent / f".{exit_path.name}.tmp").symlink_to(outside / "precious")
-    write_exit_record(str(exit_path), {"returncode": 0})
-    assert json.loads(exit_path.read_text()) == {"returncode": 0}
+    AttemptFiles(exit_path).write_exit(ExitRecord(0))
+    assert AttemptFiles(exit_path).read_exit() == ExitRecord(0)
     assert untouched(outside)
 
 
@@ -106,7 +105,7 @@ def test_the_runner_writes_no_record_through_a_symlinked_runner_folder(tmp_path,
     job_dir = tmp_path / "o" / "tiny-sst2_seed1" / "a"
     job_dir.mkdir(parents=True)
     (job_dir / ".lat").symlink_to(outside)
-    out = subprocess.run([sys.executable, "-m", "lat_core.runner", "--exit-file", str(exit_record_path(job_dir, 1)),
+    out = subprocess.run([sys.executable, "-m", "lat_core.runner", "--exit-file", str(JobDir(job_dir).attempt(1).exit_path),
                           "--", sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2 and "[lat] cannot keep the exit record" in out.stdout and "is a symlink" in out.stdout
@@ -120,7 +119,7 @@ def test_launch_never_appends_to_a_planted_log(tmp_path, outside):
     job_dir.mkdir(parents=True)
     (job_dir / "train.log").symlink_to(outside / "precious")
     with pytest.raises(OutputPathError, match="is a symlink"):
-        launch([sys.executable, "-c", "print('from the job')"], {}, job_dir, exit_record_path(job_dir, 1))
+        launch([sys.executable, "-c", "print('from the job')"], {}, job_dir, JobDir(job_dir).attempt(1).exit_path)
     assert untouched(outside)
 
 
@@ -132,7 +131,7 @@ def test_launch_refuses_a_fifo_as_its_log(tmp_path):
     job_dir.mkdir(parents=True)
     os.mkfifo(job_dir / "train.log")
     with pytest.raises(OutputPathError, match="not a regular file"):
-        launch([sys.executable, "-c", "pass"], {}, job_dir, exit_record_path(job_dir, 1))
+        launch([sys.executable, "-c", "pass"], {}, job_dir, JobDir(job_dir).attempt(1).exit_path)
 
 
 def test_a_planted_log_fails_that_job_alone_and_the_engine_goes_on(tmp_path, outside):

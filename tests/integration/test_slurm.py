@@ -18,7 +18,7 @@ from lat_core.engine.backends.slurm_states import (elapsed_seconds, parse_sacct,
                                                    slurm_failure)
 from lat_core.engine.loop import Engine
 from lat_core.errors import PlanError
-from lat_core.engine.launch import read_exit_record
+from lat_core.contract.jobdir import AttemptFiles, JobDir
 from lat_core.contract.journal import Store
 from tests.conftest import ROOT, fake_job
 
@@ -217,7 +217,7 @@ def test_backend_runs_the_runner_under_sbatch(slurm_cluster, overtime, tmp_path)
     assert launched.pid > 0 and backend.is_alive(launched.pid, launched.pid_start)
     assert backend.launch(job["argv"], {}, job_dir, exit_path).pid == launched.pid  # adopted, not resubmitted
     wait_dead(backend, launched.pid)
-    assert read_exit_record(exit_path)["returncode"] == 0
+    assert AttemptFiles(exit_path).read_exit().returncode == 0
     log = (job_dir / "train.log").read_text()
     assert "[lat]" in log and "fake trainer direct done" in log and "HP_LR=1e-4" in log
     assert "s3cr3t" not in log and "s3cr3t" not in exit_path.with_name("attempt-1.sbatch").read_text()
@@ -241,7 +241,7 @@ def test_gres_requests_reach_slurm(slurm_cluster, tmp_path):
         else:
             assert "gres/" not in shown
         wait_dead(backend, launched.pid)
-        assert read_exit_record(exit_path)["returncode"] == 0
+        assert AttemptFiles(exit_path).read_exit().returncode == 0
 
 
 @pytest.mark.slow
@@ -271,7 +271,7 @@ def test_engine_cancel_goes_through_scancel(slurm_cluster, tmp_path):
     drain(engine, timeout=30)
     job = store.job(job.id)
     assert job.state == "cancelled" and job.error == "cancelled by user"
-    assert read_exit_record(Path(store.attempts(job.id)[0].exit_path))["signal"] == signal.SIGTERM
+    assert AttemptFiles(Path(store.attempts(job.id)[0].exit_path)).read_exit().signal == signal.SIGTERM
     deadline = time.time() + 10  # the runner has exited; Slurm may still show the job COMPLETING a moment
     while SlurmBackend().is_alive(slurm_id, None):
         assert time.time() < deadline, "Slurm still runs the cancelled job"
@@ -287,7 +287,7 @@ def test_pending_job_cancelled_before_its_runner_starts(slurm_cluster, tmp_path)
     assert backend.queue_state(launched.pid) == "PENDING" and backend.is_alive(launched.pid, None)
     assert backend.signal(launched.pid, signal.SIGTERM)
     wait_dead(backend, launched.pid)
-    assert read_exit_record(exit_path) is None  # the runner never ran: Slurm's state tells why
+    assert AttemptFiles(exit_path).read_exit() is None  # the runner never ran: Slurm's state tells why
     final = backend.final_state(launched.pid, wait_s=10)
     assert final["state"] == "CANCELLED" and slurm_failure(final["state"])[0] == "cancelled"
     assert backend.diagnose(launched.pid).cls == "cancelled"
@@ -334,9 +334,9 @@ def test_a_slurm_time_limit_kill_is_triaged_as_timeout_from_its_log():
     from lat_core.triage import classify
 
     job_dir = FIXTURES / "timeout_job"
-    record = read_exit_record(job_dir / ".lat" / "attempt-1.exit.json")
-    assert record["signal"] == signal.SIGTERM
-    assert classify(job_dir, record["returncode"]).cls == "timeout"
+    record = JobDir(job_dir).attempt(1).read_exit()
+    assert record.signal == signal.SIGTERM
+    assert classify(job_dir, record.returncode).cls == "timeout"
 
 
 @pytest.mark.slow
@@ -425,7 +425,7 @@ def test_array_runs_each_job_in_its_own_task(slurm_cluster, tmp_path):
     assert array_tasks(array_id, 3) == pids
     for i, job in enumerate(store.jobs(run_id)):
         job_dir = Path(job.job_dir)
-        assert job.state == "succeeded" and read_exit_record(job_dir / ".lat" / "attempt-1.exit.json")["returncode"] == 0
+        assert job.state == "succeeded" and JobDir(job_dir).attempt(1).read_exit().returncode == 0
         assert (job_dir / "env.txt").read_text().strip() == f"x{i}"  # its own env, in its own directory
         log = (job_dir / "train.log").read_text()
         assert log.count(f"fake trainer a{i} done") == 1 and "fake trainer a" not in log.replace(f"a{i}", "")
@@ -460,11 +460,11 @@ def test_array_task_failure_and_cancel_stay_in_their_task(slurm_cluster, tmp_pat
     assert backend.final_state(pids["ok"], wait_s=10)["state"] == "COMPLETED"
     # scancel --signal=TERM only signals the task: the runner records the trainer's SIGTERM and exits 0,
     # so Slurm may call the task COMPLETED; the engine's own record is what says "cancelled"
-    slow_exit = read_exit_record(Path(store.attempts(by_key["slow"].id)[0].exit_path))
-    assert slow_exit is None or slow_exit["returncode"] == -15
+    slow_exit = AttemptFiles(Path(store.attempts(by_key["slow"].id)[0].exit_path)).read_exit()
+    assert slow_exit is None or slow_exit.returncode == -15
     assert backend.final_state(pids["slow"], wait_s=10)["state"] in ("CANCELLED", "COMPLETED")
     assert backend.final_state(pids["bad"], wait_s=10)["job_id"] == pids["bad"]  # the runner recorded the 3
-    assert read_exit_record(Path(store.attempts(by_key["bad"].id)[0].exit_path))["returncode"] == 3
+    assert AttemptFiles(Path(store.attempts(by_key["bad"].id)[0].exit_path)).read_exit().returncode == 3
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from lat_core.contract.jobdir import JobDir
+from lat_core.contract.jobdir import JobDir, Step, TrackerRunOpened
 from lat_core.train.fused.__main__ import main as fused_main
 from lat_core.train.tracking import run_naming
 from tests.helpers.fused import ROOT, events_of, job_dir, saved_tiny_base
@@ -72,20 +72,20 @@ def logged(runs, key: str) -> list[int]:
 
 def check_one_run(d, name: str) -> str:
     """The job's W&B run and TensorBoard curve after a kill at KILL_AT and a resume: one run."""
-    first, again = events_of(d, "tracker_run")
-    assert not first["continued"] and again["continued"] and first["id"] == again["id"]
-    assert again["held"] == {"step": KILL_AT, "eval": 3}
-    assert JobDir(d).tracker_run_id() == first["id"]
+    first, again = events_of(d, TrackerRunOpened)
+    assert not first.continued and again.continued and first.id == again.id
+    assert again.held == {"step": KILL_AT, "eval": 3}
+    assert JobDir(d).tracker_run_id() == first.id
     runs = wandb_runs(d)
-    assert [r["id"] for r in runs] == [first["id"]] * 2 and runs[1]["name"] == runs[0]["name"]
+    assert [r["id"] for r in runs] == [first.id] * 2 and runs[1]["name"] == runs[0]["name"]
     assert logged(runs, "train/loss") == STEPS             # 4 and 5 are trained again, not logged again
     assert logged(runs, "eval/validation_accuracy") == [3, 6]
     assert [r["exit_code"] for r in runs] == [1, 0]         # the crashed or killed attempt closed as failed
     tb = tensorboard_scalars(d / "tensorboard" / name)
     assert [s for s, _ in tb["train/loss"]] == STEPS and [s for s, _ in tb["eval/validation_accuracy"]] == [3, 6]
-    steps = [e["step"] for e in events_of(d, "step")]
+    steps = [e.step for e in events_of(d, Step)]
     assert steps == [1, 2, 3, 4, 5, 4, 5, 6]               # the job's own events keep what it trained
-    return first["id"]
+    return first.id
 
 
 def test_a_job_resumed_after_a_kill_is_one_tracker_run_and_a_fresh_start_a_new_one(tmp_path, base, tracker_env):
@@ -97,14 +97,14 @@ def test_a_job_resumed_after_a_kill_is_one_tracker_run_and_a_fresh_start_a_new_o
     assert f"tracker run {run_id} (wandb, tensorboard): continued" in resumed.stdout
 
     fresh = train(d, "--overwrite")
-    new, = events_of(d, "tracker_run")                      # --overwrite cleared the earlier events
-    assert not new["continued"] and new["replaced"] == run_id and new["id"] != run_id
-    assert JobDir(d).tracker_run_id() == new["id"]
+    new, = events_of(d, TrackerRunOpened)                   # --overwrite cleared the earlier events
+    assert not new.continued and new.replaced == run_id and new.id != run_id
+    assert JobDir(d).tracker_run_id() == new.id
     assert f"the earlier run {run_id} is not continued" in fresh.stdout
     runs = wandb_runs(d)
-    assert [r["id"] for r in runs] == [run_id, run_id, new["id"]] and logged(runs[2:], "train/loss") == STEPS
+    assert [r["id"] for r in runs] == [run_id, run_id, new.id] and logged(runs[2:], "train/loss") == STEPS
     tb = tensorboard_scalars(d / "tensorboard" / name)     # the earlier run's events hidden
-    assert tb["train/loss"] == [(e["step"], pytest.approx(e["loss"])) for e in events_of(d, "step")]
+    assert tb["train/loss"] == [(e.step, pytest.approx(e.loss)) for e in events_of(d, Step)]
 
 
 def test_a_fused_member_resumed_after_a_kill_is_one_tracker_run(tmp_path, base, tracker_env):

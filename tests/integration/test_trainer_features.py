@@ -12,7 +12,7 @@ import yaml
 
 from lat_core.train import data as D
 from lat_core.config.job import TrainConfigError, parse_config
-from lat_core.train.events import EventWriter, read_events
+from lat_core.contract.jobdir import Eval, JobDir, Started, Step
 from lat_core.train.loop import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,13 +34,14 @@ def cfg_for(tmp: Path, family="gla", environ=None, **over):
 
 
 def train(cfg, resume=False):
-    with EventWriter(cfg.output_dir / "events.jsonl") as ev:
+    job = JobDir(cfg.output_dir)
+    with job.event_writer() as ev:
         run(cfg, ev, resume=resume, argv=["--cfg", "x.yaml"])
-    return read_events(cfg.output_dir / "events.jsonl")
+    return list(job.read_events().events)
 
 
 def losses(evs, after=0):
-    return {e["step"]: e["loss"] for e in evs if e["event"] == "step" and e["step"] > after}
+    return {e.step: e.loss for e in evs if isinstance(e, Step) and e.step > after}
 
 
 def test_grad_accum_matches_full_batch(tmp_path):
@@ -50,7 +51,7 @@ def test_grad_accum_matches_full_batch(tmp_path):
     assert len(a) == 6 and a.keys() == b.keys()
     for s in a:
         assert b[s] == pytest.approx(a[s], rel=1e-4), (s, a, b)
-    assert evs[0]["effective_batch_size"] == 8 and evs[0]["grad_accum"] == 2
+    assert evs[0].effective_batch_size == 8 and evs[0].grad_accum == 2
 
 
 def test_hp_grad_accum_env_and_validation(tmp_path):
@@ -171,7 +172,7 @@ def test_sdlora_trains_only_selected_channels(tmp_path):
     base = build_base_model(cfg, D.build_tokenizer(D.load_dataset("tiny-sst2")))
     before = {n: p.detach().clone() for n, p in base.named_parameters() if n.endswith(("A_log", ".D"))}
     evs = train(cfg)
-    assert evs[-1]["event"] == "finished"
+    assert evs[-1].kind == "finished"
     from safetensors.torch import load_file
     saved = load_file(str(tmp_path / "checkpoint-3" / "extra_trainable.safetensors"))
     a_logs = [k for k in saved if k.endswith("A_log")]
@@ -192,11 +193,11 @@ def test_datasets_end_to_end(tmp_path, monkeypatch, data, keys):
         monkeypatch.setenv(var, str(FIX / sub))
     cfg = cfg_for(tmp_path, data=data, train={"max_steps": 2, "eval_every": 2}, eval={"gen_max_length": 4})
     evs = train(cfg)
-    ev = {e["split"]: e for e in evs if e["event"] == "eval"}
+    ev = {e.split: e for e in evs if isinstance(e, Eval)}
     assert set(ev) == {"validation", "test"}
-    assert keys <= set(ev["validation"]["metrics"]) and keys <= set(ev["test"]["metrics"])
+    assert keys <= set(ev["validation"].metrics) and keys <= set(ev["test"].metrics)
     if data == "glue-tvt_mnli":
-        assert "accuracy_mm" in ev["test"]["metrics"]
+        assert "accuracy_mm" in ev["test"].metrics
     assert (tmp_path / "predictions" / "step-2-test.jsonl").is_file()
     assert (tmp_path / "predictions" / "step-2-validation.jsonl").is_file()
 
@@ -213,7 +214,7 @@ def make_cfg(tmp: Path, environ=None, drop=(), **train):
 
 
 def step_events(evs):
-    return {e["step"]: e for e in evs if e["event"] == "step"}
+    return {e.step: e for e in evs if isinstance(e, Step)}
 
 
 def test_workers_equal_in_process_and_adaptive_settings(tmp_path, capsys):
@@ -221,22 +222,22 @@ def test_workers_equal_in_process_and_adaptive_settings(tmp_path, capsys):
     a = train(make_cfg(tmp_path / "a", drop=("num_workers",), large_dataset_threshold=100))
     out = capsys.readouterr().out
     assert "dataloader: large training set (200 >= train.large_dataset_threshold 100)" in out
-    dl = a[0]["dataloader"]
+    dl = a[0].dataloader
     assert dl["large_dataset"] and dl["source"] == dict.fromkeys(
         ["num_workers", "pin_memory", "persistent_workers", "prefetch_factor"], "auto")
     assert (dl["num_workers"], dl["pin_memory"], dl["persistent_workers"]) == (0, False, False)
     env = {"NUM_DATA_WORKERS": "2", "DATALOADER_PERSISTENT_WORKERS": "1", "DATALOADER_PREFETCH_FACTOR": "3"}
     b = train(make_cfg(tmp_path / "b", env, drop=("num_workers",), large_dataset_threshold=100))
-    dl = b[0]["dataloader"]
+    dl = b[0].dataloader
     assert (dl["num_workers"], dl["persistent_workers"], dl["prefetch_factor"]) == (2, True, 3)
     assert dl["source"] == {"num_workers": "user", "persistent_workers": "user", "prefetch_factor": "user",
                             "pin_memory": "auto"}
     sa, sb = step_events(a), step_events(b)
     assert sorted(sa) == sorted(sb) == [1, 2, 3, 4, 5, 6]
-    assert [sa[s]["loss"] for s in sa] == [sb[s]["loss"] for s in sb]   # bit-identical with 2 workers
+    assert [sa[s].loss for s in sa] == [sb[s].loss for s in sb]   # bit-identical with 2 workers
     for e in list(sa.values()) + list(sb.values()):
-        assert e["tokens_per_s"] > 0 and e["tokens"] > 0 and e["peak_gpu_bytes"] == 0 and "lr" in e
-    assert a[-1]["event"] == b[-1]["event"] == "finished"
+        assert e.tokens_per_s > 0 and e.tokens > 0 and e.peak_gpu_bytes == 0 and e.lr is not None
+    assert a[-1].kind == b[-1].kind == "finished"
 
 
 @pytest.mark.parametrize("env, expect", [
@@ -247,23 +248,23 @@ def test_workers_equal_in_process_and_adaptive_settings(tmp_path, capsys):
 ])
 def test_schedules_in_step_events(tmp_path, env, expect):
     evs = train(make_cfg(tmp_path, env, lr=0.01))
-    got = [e["lr"] / 0.01 for e in step_events(evs).values()]
+    got = [e.lr / 0.01 for e in step_events(evs).values()]
     assert got == pytest.approx(expect, abs=1e-9)
-    assert evs[0]["lr_scheduler"] == env["LR_SCHEDULER_TYPE"]
+    assert evs[0].lr_scheduler == env["LR_SCHEDULER_TYPE"]
 
 
 def test_epochs_and_resume_without_optimizer_state(tmp_path, capsys):
     # 200 examples / effective batch 8 x 0.16 epochs = 4 steps; HP_EPOCHS beats the YAML max_steps
     env = {"HP_EPOCHS": "0.16", "SAVE_OPTIMIZER_STATE": "0", "HP_SAVE_STEPS": "2", "HP_LOGGING_STEPS": "2"}
     first = train(make_cfg(tmp_path, env))
-    assert first[0]["max_steps"] == 4 and first[0]["epochs"] == 0.16
-    assert first[-1]["steps"] == 4 and sorted(step_events(first)) == [1, 2, 4]  # first step, then every 2
+    assert first[0].max_steps == 4 and first[0].epochs == 0.16
+    assert first[-1].steps == 4 and sorted(step_events(first)) == [1, 2, 4]  # first step, then every 2
     ck = tmp_path / "checkpoint-4"
     assert (ck / "adapter_model.safetensors").is_file() and not (ck / "optimizer.pt").exists()
     capsys.readouterr()
     resumed = train(make_cfg(tmp_path, {**env, "HP_EPOCHS": "0.24"}), resume=True)   # 6 steps in all
     log = capsys.readouterr().out
-    start = [e for e in resumed if e["event"] == "started"][-1]
-    assert start["resumed_from"] == 4 and start["optimizer_state"] == "fresh"
+    start = [e for e in resumed if isinstance(e, Started)][-1]
+    assert start.resumed_from == 4 and start.optimizer_state == "fresh"
     assert "optimizer restarts fresh" in log
-    assert resumed[-1]["event"] == "finished" and resumed[-1]["steps"] == 6
+    assert resumed[-1].kind == "finished" and resumed[-1].steps == 6

@@ -1,7 +1,6 @@
 """The containment record and the job cgroup's OOM counter cross files (pid file, exit record): each
 is read back by the side that did not write it."""
 
-import json
 import os
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import pytest
 
 from lat_core.containment import Containment, ContainmentError, cgroup2_mount, contain, job_oom_kills
 from lat_core.engine.launch import read_containment
-from lat_core.contract.jobdir import write_exit_record
+from lat_core.contract.jobdir import AttemptFiles, ExitRecord, OomKills, PidRecord
 from lat_core.triage.hostoom import oom_kill_readings
 
 
@@ -21,7 +20,7 @@ from lat_core.triage.hostoom import oom_kill_readings
 ])
 def test_the_runner_pid_files_containment_reads_back_the_same(tmp_path, containment):
     exit_path = tmp_path / "attempt-1.exit.json"
-    write_exit_record(f"{exit_path}.pid", {"pid": 1, "pid_start": 2.0, "containment": containment.to_json()})
+    AttemptFiles(exit_path).write_pid(PidRecord(1, 2.0, containment=containment.to_json()))
     assert read_containment(exit_path) == containment
 
 
@@ -41,8 +40,8 @@ def test_the_runner_refuses_an_unknown_mode_and_starts_nothing(tmp_path):
                           "touch", str(touched)], env={**os.environ, "LAT_CONTAINMENT": "bogus"},
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and not touched.exists()
-    record = json.loads(exit_file.read_text())
-    assert record["returncode"] == 2 and "LAT_CONTAINMENT='bogus'" in record["error"]
+    record = AttemptFiles(exit_file).read_exit()
+    assert record.returncode == 2 and "LAT_CONTAINMENT='bogus'" in record.why
     assert "cannot contain the job" in out.stdout
 
 
@@ -51,18 +50,18 @@ def test_the_job_cgroups_oom_count_in_the_exit_record_is_what_triage_uses(tmp_pa
     group.mkdir()
     (group / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\noom_group_kill 0\n")
     exit_path = tmp_path / "attempt-1.exit.json"
-    write_exit_record(str(exit_path), {"returncode": -9, "oom_kills": job_oom_kills(Containment("cgroup", "t", str(group)))})
-    record = json.loads(exit_path.read_text())
-    assert oom_kill_readings(record, "vmstat", 40, root=tmp_path) == (0, 2)  # the job's own, not the host's
+    AttemptFiles(exit_path).write_exit(ExitRecord(-9, oom_kills=job_oom_kills(Containment("cgroup", "t", str(group)))))
+    record = AttemptFiles(exit_path).read_exit()
+    assert record.oom_kills == OomKills(f"cgroup2:{group / 'memory.events'}", 2)
+    assert oom_kill_readings(record.oom_kills, "vmstat", 40, root=tmp_path) == (0, 2)  # the job's own, not the host's
 
 
 def test_without_the_jobs_own_counter_triage_rereads_the_launch_time_source(tmp_path):
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc" / "vmstat").write_text("pgfault 9\noom_kill 43\n")
     no_memory_controller = Containment("cgroup", "t", str(tmp_path))
-    record = {"returncode": -9, "oom_kills": job_oom_kills(no_memory_controller)}
-    assert record["oom_kills"] is None
-    assert oom_kill_readings(record, "vmstat", 40, root=tmp_path) == (40, 43)
+    assert job_oom_kills(no_memory_controller) is None
+    assert oom_kill_readings(None, "vmstat", 40, root=tmp_path) == (40, 43)
     assert oom_kill_readings(None, None, None, root=tmp_path) == (None, None)
 
 

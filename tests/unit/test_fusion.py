@@ -11,8 +11,8 @@ from lat_core.config.fuse import fuse_key, refusal
 from lat_core.contract.devices import Device
 from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.config.memory_prior import job_prior
-from lat_core.engine.fusion import (GroupLimit, GroupRef, group_argv, group_limit_path, job_fuse_key, old_runs_alone_path,
-                                    read_group_limit, read_group_ref, smaller_limit, write_group_limit, write_group_ref)
+from lat_core.contract.jobdir import GroupLimit, GroupRef, JobDir
+from lat_core.engine.fusion import group_argv, job_fuse_key, smaller_limit
 from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
 from lat_core.contract.rows import JobRow
 from lat_core.contract.journal import Store
@@ -88,39 +88,42 @@ def test_group_command_gives_each_member_its_attempt_and_the_trainer_reads_them(
 
 
 def test_group_ref_round_trips_and_a_bad_one_reads_as_none(tmp_path):
-    exit_path = tmp_path / ".lat" / "attempt-2.exit.json"
-    assert read_group_ref(exit_path) is None
-    ref = GroupRef(str(tmp_path / "group.exit.json"), (3, 5, 8))
-    write_group_ref(exit_path, ref)
-    assert read_group_ref(exit_path) == ref
+    attempt = JobDir(tmp_path).attempt(2)
+    assert attempt.read_group_ref() is None and attempt.runner() == attempt
+    group = JobDir(tmp_path).group_attempt(1)
+    ref = GroupRef(str(group.exit_path), (3, 5, 8))
+    attempt.write_group_ref(ref)
+    assert attempt.read_group_ref() == ref and ref.group_id == "3.1" and attempt.runner() == group
     for bad in ('{"exit_path": 3, "job_ids": []}', '{"exit_path": "x", "job_ids": [true]}', "[", "{}"):
-        Path(f"{exit_path}.group").write_text(bad)
-        assert read_group_ref(exit_path) is None, bad
+        attempt.group_ref_path.write_text(bad)
+        assert attempt.read_group_ref() is None, bad
 
 
 def test_group_limit_round_trips_and_only_shrinks(tmp_path):
-    assert read_group_limit(tmp_path) is None  # no file: no limit
+    job = JobDir(tmp_path)
+    assert job.read_group_limit() is None  # no file: no limit
     limit = GroupLimit(4, "its fused group of 8 ran out of memory (cuda_oom)")
-    write_group_limit(tmp_path, limit)
-    assert read_group_limit(tmp_path) == limit
-    assert smaller_limit(tmp_path, 8, "cuda_oom") == limit
-    assert smaller_limit(tmp_path, 3, "cuda_oom") == GroupLimit(1, "its fused group of 3 ran out of memory (cuda_oom)")
-    write_group_limit(tmp_path, GroupLimit(2, "x"))
-    assert smaller_limit(tmp_path, 8, "host_oom").size == 2  # never grows back
+    job.write_group_limit(limit)
+    assert job.read_group_limit() == limit
+    assert smaller_limit(job, 8, "cuda_oom") == limit
+    assert smaller_limit(job, 3, "cuda_oom") == GroupLimit(1, "its fused group of 3 ran out of memory (cuda_oom)")
+    job.write_group_limit(GroupLimit(2, "x"))
+    assert smaller_limit(job, 8, "host_oom").size == 2  # never grows back
 
 
 def test_a_corrupt_or_old_group_limit_reads_as_running_alone(tmp_path):
-    path = group_limit_path(tmp_path)
+    job = JobDir(tmp_path)
+    path = job.runner_dir / "fuse-limit.json"
     path.parent.mkdir(parents=True)
     for bad in ("[", "{}", '{"size": 0, "why": "x"}', '{"size": true, "why": "x"}', '{"size": 2}', "null"):
         path.write_text(bad)
-        limit = read_group_limit(tmp_path)
+        limit = job.read_group_limit()
         assert limit.size == 1 and "is not a group limit" in limit.why, bad
     path.write_bytes(b"\xff\xfe")
-    assert read_group_limit(tmp_path).size == 1
+    assert job.read_group_limit().size == 1
     path.unlink()
-    old_runs_alone_path(tmp_path).write_text("its fused group of 3 ran out of memory (cuda_oom)\n")
-    assert read_group_limit(tmp_path) == GroupLimit(1, "its fused group of 3 ran out of memory (cuda_oom)")
+    (job.runner_dir / "fuse-alone").write_text("its fused group of 3 ran out of memory (cuda_oom)\n")
+    assert job.read_group_limit() == GroupLimit(1, "its fused group of 3 ran out of memory (cuda_oom)")
 
 
 class Probe:

@@ -1,4 +1,4 @@
-"""The event schema and the bounded readers of a job's folder (lat_core.contract.job_files)."""
+"""The event schema and the bounded readers of a job's folder (lat_core.contract.jobdir)."""
 
 import json
 import signal
@@ -6,26 +6,26 @@ import tracemalloc
 
 import pytest
 
-from lat_core.contract.job_files import (
-    MAX_EVENT_BYTES, BadEvent, EventTail, MemoryEvent, StepEvent, describe_exit, exit_record_path, finished_since,
-    has_finished, last_progress, memory_event_peak, parse_event, read_exit, read_pid_record, signal_name,
-)
-from lat_core.train.events import EventWriter
+from lat_core.contract.jobdir import (BadEvent, EventTail, EventWriter, Finished, JobDir, Memory, Started, Step,
+                                     decode_event, describe_exit, last_progress)
+from lat_core.contract.jobdir.event_reader import MAX_EVENT_BYTES
+from lat_core.text import signal_name
 
 
 def test_events_the_trainer_writes_read_back_typed(tmp_path):
     with EventWriter(tmp_path / "events.jsonl") as w:
-        w.emit("started", pid=1)
-        w.emit("step", step=3, loss=0.5)
-        w.emit("step", step=4, loss=float("nan"))  # the writer turns NaN into null
-        w.emit("memory", peak_gpu_bytes=123)
-        w.emit("finished")
+        w.write(Started(pid=1))
+        w.write(Step(step=3, loss=0.5))
+        w.write(Step(step=4, loss=float("nan")))  # the writer turns NaN into null
+        w.write(Memory(peak_gpu_bytes=123))
+        w.write(Finished())
     tail = EventTail(tmp_path / "events.jsonl")
     events = list(tail.read())
-    assert [e.name for e in events] == ["started", "step", "step", "memory", "finished"]
-    assert events[1] == StepEvent("step", events[1].t, step=3, loss=0.5)
+    assert [e.kind for e in events] == ["started", "step", "step", "memory", "finished"]
+    assert events[1] == Step(t=events[1].t, step=3, loss=0.5)
     assert last_progress(events) == (4, None)
-    assert tail.bad_lines == 0 and memory_event_peak(tmp_path) == 123 and has_finished(tmp_path)
+    job = JobDir(tmp_path)
+    assert tail.skipped.count == 0 and job.memory_event_peak() == 123 and job.has_finished()
 
 
 @pytest.mark.parametrize("line, reason", [
@@ -42,15 +42,15 @@ def test_events_the_trainer_writes_read_back_typed(tmp_path):
 ])
 def test_a_bad_event_is_rejected_with_a_reason_that_never_quotes_the_line(line, reason):
     with pytest.raises(BadEvent) as err:
-        parse_event(line.encode("latin-1"))
+        decode_event(line.encode("latin-1"))
     assert reason in str(err.value)
     assert "garbage" not in str(err.value) and "lots" not in str(err.value)
 
 
 def test_non_finite_losses_read_as_unknown_not_as_errors():
-    assert parse_event(b'{"event": "step", "step": 2, "loss": NaN}').loss is None
-    assert parse_event(b'{"event": "step", "step": 2, "loss": 1e400}').loss is None
-    assert parse_event(b'{"event": "step", "step": 2, "loss": -Infinity}').loss is None
+    assert decode_event(b'{"event": "step", "step": 2, "loss": NaN}').loss is None
+    assert decode_event(b'{"event": "step", "step": 2, "loss": 1e400}').loss is None
+    assert decode_event(b'{"event": "step", "step": 2, "loss": -Infinity}').loss is None
 
 
 def test_bad_lines_are_skipped_and_counted_and_good_ones_still_read(tmp_path):
@@ -59,7 +59,7 @@ def test_bad_lines_are_skipped_and_counted_and_good_ones_still_read(tmp_path):
                      b'\x89PNG\r\n\x1a\n\x00\x00\n{"event": "step", "step": 2, "loss": 0.5}\n')
     tail = EventTail(path)
     assert last_progress(tail.read()) == (2, 0.5)
-    assert tail.bad_lines == 4 and tail.first_bad.startswith("line 2: step event: 'step'")
+    assert tail.skipped.count == 4 and tail.skipped.first.startswith("line 2: step event: 'step'")
 
 
 def test_a_torn_last_line_waits_for_its_end(tmp_path):
@@ -69,7 +69,7 @@ def test_a_torn_last_line_waits_for_its_end(tmp_path):
     assert len(list(tail.read())) == 1
     with open(path, "ab") as fh:
         fh.write(b'ep": 2, "loss": 0.25}\n')
-    assert last_progress(tail.read()) == (2, 0.25) and tail.bad_lines == 0
+    assert last_progress(tail.read()) == (2, 0.25) and tail.skipped.count == 0
 
 
 def test_a_100_mb_line_is_skipped_in_bounded_memory(tmp_path):
@@ -85,25 +85,25 @@ def test_a_100_mb_line_is_skipped_in_bounded_memory(tmp_path):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 4 * MAX_EVENT_BYTES, peak
-    assert last_progress(events) == (7, 0.7) and tail.bad_lines == 1 and "over 1024 KiB" in tail.first_bad
+    assert last_progress(events) == (7, 0.7) and tail.skipped.count == 1 and "over 1024 KiB" in tail.skipped.first
     assert tail.offset == path.stat().st_size
-    assert memory_event_peak(tmp_path) == 0 and not has_finished(tmp_path)
+    assert JobDir(tmp_path).memory_event_peak() == 0 and not JobDir(tmp_path).has_finished()
 
 
 def test_an_overlong_line_still_being_written_is_skipped_across_reads(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"y" * (MAX_EVENT_BYTES + 10))
     tail = EventTail(path)
-    assert list(tail.read()) == [] and tail.bad_lines == 1
+    assert list(tail.read()) == [] and tail.skipped.count == 1
     with open(path, "ab") as fh:
         fh.write(b'yyy\n{"event": "step", "step": 3, "loss": 0.3}\n')
-    assert last_progress(tail.read()) == (3, 0.3) and tail.bad_lines == 1
+    assert last_progress(tail.read()) == (3, 0.3) and tail.skipped.count == 1
 
 
 def test_finished_since_ignores_an_older_attempts_finish(tmp_path):
     (tmp_path / "events.jsonl").write_text(json.dumps({"t": 100.0, "event": "finished"}) + "\n")
-    assert finished_since(tmp_path, 50.0) == 100.0
-    assert finished_since(tmp_path, 150.0) is None
+    assert JobDir(tmp_path).finished_since(50.0) == 100.0
+    assert JobDir(tmp_path).finished_since(150.0) is None
 
 
 @pytest.mark.parametrize("signum", range(1, 65))
@@ -130,28 +130,29 @@ def test_real_time_signals_are_named_from_sigrtmin():
 
 
 def test_exit_records_round_trip_and_bad_ones_say_why(tmp_path):
-    path = exit_record_path(tmp_path, 2)
-    assert path.name == "attempt-2.exit.json" and read_exit(path) is None
+    attempt = JobDir(tmp_path).attempt(2)
+    path = attempt.exit_path
+    assert path.name == "attempt-2.exit.json" and attempt.read_exit() is None
     path.parent.mkdir()
     path.write_text(json.dumps({"returncode": -40, "max_rss": 2048, "ended": 5.0}))
-    assert read_exit(path).returncode == -40 and read_exit(path).max_rss == 2048
+    assert attempt.read_exit().returncode == -40 and attempt.read_exit().max_rss == 2048
     path.write_text(json.dumps({"returncode": "oops"}))
-    assert read_exit(path).returncode is None and "returncode is str" in read_exit(path).problem
+    assert attempt.read_exit().returncode is None and "returncode is str" in attempt.read_exit().problem
     path.write_text(json.dumps({"returncode": 10**30}))
-    assert read_exit(path).returncode is None and "out of range" in read_exit(path).problem
+    assert attempt.read_exit().returncode is None and "out of range" in attempt.read_exit().problem
     path.write_bytes(b"\x00garbage")
-    assert read_exit(path).problem == "the exit record is unreadable"
+    assert attempt.read_exit().problem == "the exit record is unreadable"
     (tmp_path / ".lat" / "attempt-2.exit.json.pid").write_text(json.dumps({"pid": 42, "pid_start": 1.5}))
-    assert read_pid_record(path).pid == 42
+    assert attempt.read_pid().pid == 42
     (tmp_path / ".lat" / "attempt-2.exit.json.pid").write_text(json.dumps({"pid": "42"}))
-    assert read_pid_record(path) is None
+    assert attempt.read_pid() is None
 
 
 def test_memory_event_peak_takes_the_last_valid_memory_event(tmp_path):
     (tmp_path / "events.jsonl").write_text('{"event": "memory", "peak_gpu_bytes": 10}\n'
                                            '{"event": "memory", "peak_gpu_bytes": "x"}\n')
-    assert memory_event_peak(tmp_path) == 10
-    assert isinstance(parse_event(b'{"event": "memory"}'), MemoryEvent)
+    assert JobDir(tmp_path).memory_event_peak() == 10
+    assert isinstance(decode_event(b'{"event": "memory"}'), Memory)
 
 
 def test_states_keep_their_journal_text_and_rows_are_typed_however_built(tmp_path):
@@ -182,5 +183,5 @@ def test_a_tail_near_the_end_finds_the_latest_progress_of_a_long_file(tmp_path):
     assert path.stat().st_size > 2 * MAX_EVENT_BYTES
     tail = EventTail.near_end(path)
     assert tail.offset > 0 and last_progress(tail.read()) == (40_000, 1 / 40_000)
-    assert tail.bad_lines == 0 and tail.offset == path.stat().st_size
+    assert tail.skipped.count == 0 and tail.offset == path.stat().st_size
     assert EventTail.near_end(tmp_path / "missing.jsonl").offset == 0

@@ -266,6 +266,7 @@ def test_results_import_is_light():
 
 
 def test_parse_events_fast_and_slow_paths():
+    from lat_core.contract.jobdir import Finished
     from lat_core.results.scan import parse_events
 
     good = '{"event": "step", "step": 1, "loss": 0.5}\n\n{"event": "step", "step": 2, "loss": NaN}\n'
@@ -273,7 +274,7 @@ def test_parse_events_fast_and_slow_paths():
     assert parsed.losses == [(1, 0.5)] and parsed.bad_lines == 0
     split_object = '{"event": "eval", "step": 1, "split": "validation", "metrics": {"a": [1\n2]}}\n'
     parsed = parse_events(split_object + '{"event": "finished"}\n"just a string"\n')
-    assert parsed.bad_lines == 3 and parsed.evals == {} and parsed.finished == {"event": "finished"}
+    assert parsed.bad_lines == 3 and parsed.evals == {} and parsed.finished == Finished()
 
 
 def test_identity_without_yaml_and_from_yaml(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from lat_core.engine.backends.slurm_states import slurm_diagnosis
-from lat_core.contract.job_files import LAST_LINE_CHARS, last_log_line
+from lat_core.contract.jobdir.outcome import LAST_LINE_CHARS, last_log_line
 from lat_core.triage import OOM_CLASSES, Diagnosis, FailureClass, classify
 from lat_tui.triage_cli import main as triage_main
 

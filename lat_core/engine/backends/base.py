@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lat_core.contract.jobdir import ExitRecord
 from lat_core.engine.launch import Launched, LaunchSpec
 
 
@@ -58,7 +59,7 @@ class Backend:
         backend with ``overrides`` for one job."""
         raise NotImplementedError(f"the {self.name} backend takes no per-job options")
 
-    def stop_vanished(self, pid: int, pid_start: float | None, exit_path: Path) -> dict | None:
+    def stop_vanished(self, pid: int, pid_start: float | None, exit_path: Path) -> ExitRecord | None:
         """Only where :attr:`reaps_process_tree`: the runner ``pid`` is gone without an exit record;
         stop what is left of its job and return the exit record written for it."""
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lat_core.contract.jobdir import ExitRecord
 from lat_core.engine.backends.base import Backend
 from lat_core.engine.launch import Launched, is_same_process, launch, signal_group, stop_vanished_tree
 
@@ -27,5 +28,5 @@ class LocalBackend(Backend):
     def signal(self, pid, signum) -> bool:
         return signal_group(pid, signum)
 
-    def stop_vanished(self, pid, pid_start, exit_path) -> dict | None:
+    def stop_vanished(self, pid, pid_start, exit_path) -> ExitRecord | None:
         return stop_vanished_tree(pid, pid_start, Path(exit_path))

@@ -32,12 +32,14 @@ import sys
 import time
 from pathlib import Path
 
+from lat_core.contract.jobdir import AttemptFiles
 from lat_core.engine.backends.slurm_array import array_script, marker_path, read_marker, split_envs, task_id
 from lat_core.config.slurm_options import SlurmOptions, validate_options
 from lat_core.engine.backends.slurm_states import (is_active, parse_sacct, parse_scontrol_job, slurm_diagnosis,
                                                    slurm_failure)
 from lat_core.engine.launch import Launched, LaunchSpec
 from lat_core.engine.backends.base import Backend
+from lat_core.contract.jobdir.names import TRAIN_LOG
 
 __all__ = ["SlurmBackend", "SlurmError", "find_submitted", "job_name_for", "slurm_failure"]
 
@@ -133,8 +135,7 @@ class SlurmBackend(Backend):
         if existing is not None:  # submitted before an engine crash: adopt, never submit twice
             return Launched(existing, time.time())
         exit_path.parent.mkdir(parents=True, exist_ok=True)
-        exit_path.unlink(missing_ok=True)
-        Path(f"{exit_path}.pid").unlink(missing_ok=True)
+        AttemptFiles(exit_path).clear_runner_files(job_dir)
         script = exit_path.with_name(exit_path.name.replace(".exit.json", ".sbatch"))
         script.write_text(self.batch_script(argv, exit_path, show_env))
         command = [f"--comment=lat {exit_path}", f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}",
@@ -172,14 +173,13 @@ class SlurmBackend(Backend):
             marker_path(exit_path).write_text(f"{name} {i}\n")
             link = tasks_dir / f"{i}.log"
             link.unlink(missing_ok=True)
-            link.symlink_to(job_dir / "train.log")
+            link.symlink_to(job_dir / TRAIN_LOG)
             commands.append(self.runner_command(spec.argv, exit_path, spec.show_env))
         existing = find_submitted(name, run=self._run)
         if existing is not None:  # submitted before an engine crash: adopt, never submit twice
             return [Launched(task_id(existing, i), time.time()) for i in range(len(specs))]
         for spec in specs:
-            Path(spec.exit_path).unlink(missing_ok=True)
-            Path(f"{spec.exit_path}.pid").unlink(missing_ok=True)
+            AttemptFiles(spec.exit_path).clear_runner_files(Path(spec.job_dir))
         script = tasks_dir / "array.sbatch"
         script.write_text(array_script(commands, [Path(s.job_dir) for s in specs], tasks))
         env = {**shared, **{k: v for task in tasks for k, v in task.exported.items()}}

@@ -50,8 +50,8 @@ def open_members(args, argv):
     """(configs, outs) of the members whose config and folder can run; each of the others fails
     here, alone, with its own reason (failed_to_start)."""
     from lat_core.config.job import load_config
+    from lat_core.contract.jobdir import JobDir
     from ..checkpoints import prepare_output_dir
-    from ..events import EventWriter
     from ..record import write_env
     from .member_io import MemberOut
     from .trackers import MemberTrackers
@@ -61,7 +61,7 @@ def open_members(args, argv):
         try:
             out.cfg = load_config(str(job_dir / "job.yaml"))
             prepare_output_dir(out.cfg.output_dir, args.resume, args.overwrite)
-            out.events = EventWriter(out.cfg.output_dir / "events.jsonl")
+            out.events = JobDir(out.cfg.output_dir).event_writer()
             write_env(out.cfg, argv, args.resume)
             out.trackers = MemberTrackers(out.cfg)   # a tracker asked for and not installed: a config error, as alone
         except Exception as exc:  # noqa: BLE001 - its config or its folder: its own failure

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from lat_core.contract.job_files import TRAIN_LOG, cancel_marker_path, exit_record_path
+from lat_core.contract.jobdir import ExitRecord, JobDir
+from lat_core.contract.jobdir.names import TRAIN_LOG
 from . import members as M
 from .stacked import BatchLayout
 
@@ -49,10 +50,11 @@ class MemberOut:
 
     def __init__(self, cfg, job_dir: Path, events, attempt: int | None, trackers=None):
         self.cfg, self.job_dir, self.events, self.attempt = cfg, Path(job_dir), events, attempt
+        self.folder = JobDir(self.job_dir)
         self.trackers = trackers   # fused.trackers.MemberTrackers; None for a config that did not load
         self.t0 = time.time()
         try:
-            self._log = (self.job_dir / TRAIN_LOG).open("a", buffering=1)
+            self._log = self.folder.train_log.open("a", buffering=1)
         except OSError as exc:
             self._log = None
             self._lost(TRAIN_LOG, exc)
@@ -76,19 +78,20 @@ class MemberOut:
         exit); a refused config's line reads as a job alone's refusal (the triage of exit 2)."""
         from lat_core.config.job import TrainConfigError
 
-        from ..events import EventWriter
+        from lat_core.errors import OutputPathError
+
+        from ..events import failed_event
         if self.events is None:   # no config read: its events beside its job.yaml
             try:
-                self.events = EventWriter(self.job_dir / "events.jsonl")
-            except OSError as err:
+                self.events = self.folder.event_writer()
+            except (OSError, OutputPathError) as err:
                 self._lost("events", err)
         if self.events is not None:
-            self._tried(lambda: self.events.emit("failed", error_type=type(exc).__name__, message=str(exc)[:2000]),
-                        "failed event")
+            self._tried(lambda: self.events.write(failed_event(exc)), "failed event")
         self.log(f"error: {exc}" if isinstance(exc, TrainConfigError) else f"error: {type(exc).__name__}: {exc}")
 
     def cancel_requested(self) -> bool:
-        return cancel_marker_path(self.job_dir).exists()
+        return self.folder.cancel_requested()
 
     def exit(self, returncode: int, why: str) -> None:
         """The member's exit record (as lat_core.runner writes one for a process of its own), when
@@ -101,14 +104,10 @@ class MemberOut:
         self.close()
 
     def _write_exit_record(self, returncode: int, why: str) -> None:
-        from lat_core.contract.jobdir import write_exit_record
-        path = exit_record_path(self.job_dir, self.attempt)
-        path.parent.mkdir(parents=True, exist_ok=True)
         peak = int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else 0
-        write_exit_record(str(path), {
-            "returncode": returncode, "signal": -returncode if returncode < 0 else None,
-            "pid": os.getpid(), "started": self.t0, "ended": time.time(), "max_rss": _rss(),
-            "fused_group": True, "why": why, "peak_gpu_bytes": peak})
+        self.folder.attempt(self.attempt).write_exit(ExitRecord(
+            returncode, pid=os.getpid(), started=self.t0, ended=time.time(), max_rss=_rss(), why=why,
+            fused_group=True, peak_gpu_bytes=peak))
 
     def close(self) -> None:
         if self.events is not None:

@@ -15,7 +15,6 @@ while the GPU runs the last one, instead of the two taking turns at every logged
 from __future__ import annotations
 
 import math
-import os
 import signal
 import time
 from dataclasses import dataclass
@@ -23,9 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from ..callbacks import LatRun
-from ..events import log
-from ..loop import lr_schedule, peak_memory
-from ..tracker_run import EVENT as TRACKER_RUN_EVENT
+from lat_core.contract.jobdir import CheckpointSaved, Eval, Finished, Step
+from ..events import log, memory_event, started_event
+from ..loop import lr_schedule
 from .member_io import CANCELLED_RC, MemberOut, MemberView, trainer_state
 from .step import MemberRun, micro_step
 from .trackers import model_facts
@@ -76,19 +75,13 @@ def started(m: Member, group, resumed: bool) -> None:
     tracked = m.out.trackers
     for note in tracked.notes:   # a tracker skipped (not installed), as a job alone logs it
         m.out.log(note)
-    m.out.events.emit("started", pid=os.getpid(), config=cfg.name, model=cfg.model.family,
-                      device=group.device.type, trainable_params=trainable, total_params=frozen + trainable,
-                      seed=cfg.seed, data=cfg.data, lr_scheduler=sched_name, warmup_steps=warm,
-                      epochs=tr.epochs, save_optimizer_state=tr.save_optimizer_state,
-                      logits_to_keep=m.view._lat_ltk[0],
-                      resumed_from=run.step if resumed else None, max_steps=tr.max_steps,
-                      name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
-                      batch_size=tr.batch_size, grad_accum=tr.grad_accum,
-                      effective_batch_size=tr.batch_size * tr.grad_accum, dtype=cfg.model.dtype,
-                      train_examples=len(run.train_ex), fused_group=len(group.runs), report_to=tracked.active,
-                      **group.modes.event(cfg),
-                      optimizer_state=None if not resumed else
-                      ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh"))
+    optimizer_state = None if not resumed else \
+        ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh")
+    m.out.events.write(started_event(
+        cfg, device=group.device.type, trainable=trainable, total=frozen + trainable,
+        train_examples=len(run.train_ex), lr_scheduler=sched_name, warmup_steps=warm,
+        logits_to_keep=m.view._lat_ltk[0], resumed_from=run.step if resumed else None,
+        optimizer_state=optimizer_state, report_to=tracked.active, modes=group.modes, fused_group=len(group.runs)))
     m.out.log(f"started {cfg.name} in a fused group of {len(group.runs)}: {cfg.model.family} "
               f"{cfg.model.name_or_path} on {group.device.type}, {cfg.peft.method} r{cfg.peft.r} trainable "
               f"{trainable:,} params, data {cfg.data} ({len(run.train_ex)} train), batch {tr.batch_size} x "
@@ -99,7 +92,7 @@ def started(m: Member, group, resumed: bool) -> None:
         tracked.begin(m.out.job_dir, run.step, model_facts(group.base, run.member, trainable, frozen + trainable,
                                                             group.device.type, len(run.train_ex)), resumed)
     if tracked.run is not None:   # as a job alone says which run it logs to
-        m.out.events.emit(TRACKER_RUN_EVENT, **tracked.run.event(tracked.active))
+        m.out.events.write(tracked.run.event(tracked.active))
         m.out.log(tracked.run.line(tracked.active))
 
 
@@ -129,13 +122,13 @@ def after_step(m: Member, evaluated=None) -> None:
             raise evaluated
         results = m.lat.evaluate(m.view, step) if evaluated is None else evaluated
         for split, metrics in results:
-            m.out.events.emit("eval", step=step, split=split, metrics=metrics)
+            m.out.events.write(Eval(step=step, split=split, metrics=metrics))
             m.out.log(f"eval step {step} {split}: " + " ".join(
                 f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
         m.out.trackers.log_eval(step, results)
     if saves:
         path = m.lat.save(m.view, trainer_state(step, tr.max_steps, run.cfg), tr.save_optimizer_state)
-        m.out.events.emit("checkpoint", step=step, path=path.name, optimizer_saved=tr.save_optimizer_state)
+        m.out.events.write(CheckpointSaved(step=step, path=path.name, optimizer_saved=tr.save_optimizer_state))
         m.out.log(f"saved {path.name}" + ("" if tr.save_optimizer_state else " (without optimizer state)"))
     m.pause += time.perf_counter() - t0
 
@@ -152,8 +145,8 @@ def write_step_log(m: Member) -> None:
     now = time.perf_counter()
     tps = entry.tokens / max(now - m.t_log - m.pause, 1e-9)
     gpu = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
-    m.out.events.emit("step", step=entry.step, loss=value, lr=entry.lr, tokens_per_s=round(tps, 1),
-                      tokens=entry.tokens, peak_gpu_bytes=gpu)
+    m.out.events.write(Step(step=entry.step, loss=value, lr=entry.lr, tokens_per_s=round(tps, 1),
+                            tokens=entry.tokens, peak_gpu_bytes=gpu))
     m.out.log(f"step {entry.step}/{m.run.cfg.train.max_steps} loss {value:.4f} lr {entry.lr:.1e} {tps:,.0f} tok/s")
     m.out.trackers.log_step(entry.step, entry.lr, tps)
     m.t_log, m.pause = now, 0.0
@@ -174,10 +167,10 @@ def finish(m: Member) -> None:
     from ..checkpoints import save_final
     write_step_log(m)
     save_final(m.view, m.run.cfg.output_dir)
-    m.out.events.emit("memory", **peak_memory())
+    m.out.events.write(memory_event())
     m.out.trackers.log_summary(m.run.step)
     elapsed = time.time() - m.out.t0
-    m.out.events.emit("finished", status="ok", steps=m.run.step, best=m.lat.best, elapsed_s=round(elapsed, 2))
+    m.out.events.write(Finished(steps=m.run.step, best=m.lat.best, elapsed_s=round(elapsed, 2)))
     m.out.log(f"finished {m.run.cfg.name}: {m.run.step} steps, best {m.lat.best}, {elapsed:.1f}s")
     leave(m, 0, "finished")
 

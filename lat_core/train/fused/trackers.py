@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from lat_core.contract.job_files import TRAIN_LOG
+from lat_core.contract.jobdir.names import JOB_YAML, TRAIN_LOG
 from ..tracker_run import TrackerRun
 from ..tracking import Trackers
 
@@ -76,7 +76,7 @@ class MemberTrackers:
                                          stdout=subprocess.PIPE, stderr=log, text=True,
                                          env={**self.env, "CUDA_VISIBLE_DEVICES": ""})
         self.open, self.ready = True, False
-        self._send({"begin": {"job_yaml": str(Path(job_dir) / "job.yaml"), "report_to": self.active,
+        self._send({"begin": {"job_yaml": str(Path(job_dir) / JOB_YAML), "report_to": self.active,
                               "run_name": self.trackers.run_name, "max_steps": self.cfg.train.max_steps,
                               "start": start, "tracker_run": self.run.as_dict(), **facts}})
 

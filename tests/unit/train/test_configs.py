@@ -27,7 +27,7 @@ def test_suite_loads(name):
 
 
 def test_tiny_adapters_suite_runs(tmp_path):
-    from lat_core.train.events import EventWriter
+    from lat_core.contract.jobdir import JobDir
     from lat_core.train.loop import run
     suite = SuiteRegistry(CONFIGS).get("tiny_adapters")
     methods = set()
@@ -35,8 +35,8 @@ def test_tiny_adapters_suite_runs(tmp_path):
         raw = yaml.safe_load((CONFIGS / "experiments" / path).read_text())
         raw["train"].update(max_steps=2, eval_every=2, save_every=2)
         cfg = parse_config({**raw, "output_dir": str(tmp_path / str(i))}, environ={})
-        with EventWriter(cfg.output_dir / "events.jsonl") as ev:
+        with JobDir(cfg.output_dir).event_writer() as ev:
             done = run(cfg, ev, resume=False, argv=[])
-        assert done["status"] == "ok" and done["steps"] == 2
+        assert done.status == "ok" and done.steps == 2
         methods.add(cfg.peft.method)
     assert methods == {"lora", "dora", "rslora", "pissa", "loraga", "sdlora"}

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from lat_core.config.job import TrainConfigError, parse_config
-from lat_core.train.events import EventWriter, read_events
+from lat_core.contract.jobdir import Eval, JobDir
 
 ROOT = Path(__file__).resolve().parents[3]
 GLA = ROOT / "configs/experiments/gla/tiny_lora_qkvo.yaml"
@@ -19,14 +19,14 @@ def _train(tmp_path: Path, resume=False, **train) -> Path:
     raw = yaml.safe_load(GLA.read_text())
     raw["train"].update({"max_steps": 4, "eval_every": 1, "save_every": 1, **train})
     cfg = parse_config({**raw, "output_dir": str(tmp_path / "job")}, environ={})
-    with EventWriter(cfg.output_dir / "events.jsonl") as ev:
-        assert run(cfg, ev, resume=resume, argv=[])["status"] == "ok"
+    with JobDir(cfg.output_dir).event_writer() as ev:
+        assert run(cfg, ev, resume=resume, argv=[]).status == "ok"
     return cfg.output_dir
 
 
 def _val_scores(out: Path) -> dict[int, float]:
-    return {e["step"]: e["metrics"]["accuracy"] for e in read_events(out / "events.jsonl")
-            if e.get("event") == "eval" and e.get("split") == "validation"}
+    return {e.step: e.metrics["accuracy"] for e in JobDir(out).read_events().events
+            if isinstance(e, Eval) and e.split == "validation"}
 
 
 def _adapter(path: Path) -> dict:

@@ -9,7 +9,7 @@ import yaml
 
 from lat_core.train import data as D
 from lat_core.config.job import parse_config, resolve_max_steps
-from lat_core.train.events import EventWriter, read_events
+from lat_core.contract.jobdir import JobDir, Step
 
 ROOT = Path(__file__).resolve().parents[3]
 GLA = ROOT / "configs/experiments/gla/tiny_lora_qkvo.yaml"
@@ -103,13 +103,13 @@ def test_debug_run_uses_a_few_examples_for_one_epoch(tmp_path, monkeypatch, caps
         seen["trainer"] = self
     monkeypatch.setattr(hf_trainer.LatTrainer, "__init__", spy)
     c = cfg(tmp_path, log_every=5)
-    with EventWriter(tmp_path / "events.jsonl") as ev:
+    with JobDir(tmp_path).event_writer() as ev:
         run(c, ev, resume=False, debug=True, argv=["--cfg", "x.yaml"])
-    evs = read_events(tmp_path / "events.jsonl")
+    evs = JobDir(tmp_path).read_events().events
     steps = DEBUG_EXAMPLES // 8
-    assert evs[0]["train_examples"] == DEBUG_EXAMPLES and evs[0]["max_steps"] == steps
-    assert [e["step"] for e in evs if e["event"] == "step"] == list(range(1, steps + 1))   # every step
-    assert evs[-1]["event"] == "finished" and evs[-1]["steps"] == steps
+    assert evs[0].train_examples == DEBUG_EXAMPLES and evs[0].max_steps == steps
+    assert [e.step for e in evs if isinstance(e, Step)] == list(range(1, steps + 1))   # every step
+    assert evs[-1].kind == "finished" and evs[-1].steps == steps
     assert "debug: 32 train / 32 validation examples, one epoch = 4 steps" in capsys.readouterr().out
     t = seen["trainer"]
     from transformers import Trainer

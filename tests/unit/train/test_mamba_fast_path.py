@@ -2,6 +2,7 @@
 
 import pytest
 
+from lat_core.contract.jobdir import JobDir
 from lat_core.train import models
 
 
@@ -28,7 +29,6 @@ def test_note_says_cost_and_install_command_only_where_it_applies():
 def test_started_event_records_the_fast_path(tmp_path, monkeypatch):
     """A tiny Mamba job on the CPU: the started event says whether the kernels were usable, and no
     warning is logged (the CPU has no fast path to miss)."""
-    import json
 
     import yaml
 
@@ -41,5 +41,5 @@ def test_started_event_records_the_fast_path(tmp_path, monkeypatch):
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(cfg))
     monkeypatch.setattr(models, "mamba_fast_path_available", lambda: False)
     assert main(["--cfg", str(tmp_path / "job.yaml")]) == 0
-    started = json.loads((tmp_path / "job" / "events.jsonl").read_text().splitlines()[0])
-    assert started["mamba_fast_path"] is False and started["slow_path_warning"] is None
+    started = JobDir(tmp_path / "job").read_events().events[0]
+    assert started.mamba_fast_path is False and started.slow_path_warning is None

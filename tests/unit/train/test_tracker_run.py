@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from lat_core.contract.jobdir import TRACKER_RUN, JobDir
-from lat_core.train.events import EventWriter
-from lat_core.train.tracker_run import EVENT, SkipHeld, TrackerRun, held_steps, log_kind, open_tracker_run
+from lat_core.contract.jobdir import Eval, EventWriter, JobDir, Started, Step
+from lat_core.contract.jobdir.names import TRACKER_RUN
+from lat_core.train.tracker_run import SkipHeld, TrackerRun, held_steps, log_kind, open_tracker_run
 
 
 def test_the_job_folder_keeps_one_valid_run_id(tmp_path):
@@ -23,13 +23,13 @@ def test_the_job_folder_keeps_one_valid_run_id(tmp_path):
 
 
 def _attempt(events: EventWriter, run: TrackerRun | None, steps, evals=()) -> None:
-    events.emit("started")
+    events.write(Started())
     if run is not None:
-        events.emit(EVENT, **run.event(["wandb"]))
+        events.write(run.event(["wandb"]))
     for step in steps:
-        events.emit("step", step=step, loss=1.0)
+        events.write(Step(step=step, loss=1.0))
     for step in evals:
-        events.emit("eval", step=step, split="validation", metrics={})
+        events.write(Eval(step=step, metrics={}))
 
 
 def test_a_resume_continues_the_kept_run_and_a_fresh_start_makes_a_new_one(tmp_path):
@@ -52,8 +52,8 @@ def test_held_steps_count_the_attempts_that_logged_to_the_current_run(tmp_path):
         _attempt(events, new, [1, 2, 3], evals=[2])
         _attempt(events, None, [3, 4, 5, 6, 7])                         # resumed without trackers: sent nothing
         _attempt(events, TrackerRun("new", True), [3, 4])
-    assert held_steps(path) == {"step": 4, "eval": 2}
-    assert held_steps(tmp_path / "absent.jsonl") == {}
+    assert held_steps(JobDir(tmp_path)) == {"step": 4, "eval": 2}
+    assert held_steps(JobDir(tmp_path / "absent")) == {}
 
 
 def test_a_continued_run_skips_only_what_it_holds():

@@ -1,0 +1,40 @@
+"""How an attempt ended, in one line for the job table: its exit, the triage class, the log's last words."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lat_core.contract.jobdir.names import TRAIN_LOG
+from lat_core.text import shorten, signal_name
+
+LAST_LINE_CHARS = 300  # the job row's reason stays one line; triage's diagnosis keeps the full text
+
+
+def describe_exit(returncode: int | None, job_dir: Path, diagnosis: Any = None) -> str:
+    """One line for the job row: how it ended, the triage class (``diagnosis``: a triage
+    Diagnosis), and the log's last words (unless triage already names the cause precisely)."""
+    if returncode is None:
+        what = "the job's runner vanished without an exit record"
+    elif returncode < 0:
+        what = f"killed by {signal_name(-returncode)}"
+    else:
+        what = f"exit code {returncode}"
+    told = diagnosis.one_line() if diagnosis is not None else ""
+    if told and what.lower() not in told.lower():  # "killed: Killed by SIGKILL" would say it twice
+        what = f"{what}: {told}"
+    precise = diagnosis is not None and diagnosis.cls.info.names_cause
+    last = "" if precise else last_log_line(Path(job_dir) / TRAIN_LOG)
+    return f"{what}: {last}" if last else what
+
+
+def last_log_line(log: Path) -> str:
+    """The last non-blank line of a log (its last 4 KiB read), shortened to one row."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return shorten(lines[-1], LAST_LINE_CHARS) if lines else ""
