@@ -27,8 +27,8 @@ from lat_core.contract.job_files import ExitRecord, PidRecord, RUNNER_DIR, finis
 from lat_core.contract.rows import JobRow
 from lat_core.contract.states import ENGINE_ERROR, ENGINE_RECOVERED
 from lat_core.contract.journal import Store
-from lat_core.triage.classes import FailureClass
-from lat_core.triage.model import Diagnosis
+from lat_core.contract.failure_classes import FailureClass
+from lat_core.contract.diagnosis import Diagnosis
 
 JOURNAL_ERRORS = (sqlite3.Error, JournalError)  # the journal itself: retried, never blamed on a job
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)

@@ -25,7 +25,7 @@ from lat_core.monitor.usage import JobUsage
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.jobdir import write_exit_record
 from lat_core.contract.states import JobState
-from lat_core.triage.classes import OOM_CLASSES
+from lat_core.contract.failure_classes import OOM_CLASSES
 
 GROUP_END_GRACE_S = 30.0  # a group process's own end after its last member left (frees its memory)
 

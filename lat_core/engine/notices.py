@@ -18,7 +18,7 @@ from lat_core.notify import Notices
 from lat_core.contract.run_secrets import RunSecrets
 from lat_core.contract.states import JobState, RunState
 from lat_core.contract.journal import JobRow, RunRow, Store
-from lat_core.triage.classes import OOM_CLASSES
+from lat_core.contract.failure_classes import OOM_CLASSES
 
 log = logging.getLogger(__name__)
 FLUSH_TIMEOUT_S = 30.0  # a notifier's own timeout is 10 s; a few notices may be in flight at once

@@ -16,7 +16,7 @@ from lat_core.engine.retries import maybe_retry
 from lat_core.contract.job_files import ExitRecord, PeakUsage, describe_exit, read_exit, read_pid_record, write_peak_usage
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.states import JobState
-from lat_core.triage.classes import FailureClass
+from lat_core.contract.failure_classes import FailureClass
 
 
 LAUNCH_GRACE_S = 30.0

@@ -1,6 +1,6 @@
 """Apply a triage remedy to a job before it is requeued: one applier per change kind.
 
-A remedy is a list of typed changes (:mod:`lat_core.triage.model`). Every kind has exactly one
+A remedy is a list of typed changes (:mod:`lat_core.contract.diagnosis`). Every kind has exactly one
 applier here and :data:`APPLIERS` is the only dispatch, so a kind without an applier is an error
 (and a failing test), never a silent no-op. All changes of a remedy are checked before any is
 applied, so a rejected remedy leaves the job as it was.
@@ -15,7 +15,7 @@ from typing import Callable
 import yaml
 
 from lat_core.contract.journal import JobRow, RunRow, Store
-from lat_core.triage.model import (AvoidDevice, BackendOption, Change, ConfigChange, Diagnosis, EnvChange, Remedy,
+from lat_core.contract.diagnosis import (AvoidDevice, BackendOption, Change, ConfigChange, Diagnosis, EnvChange, Remedy,
                                    Resume, SlotsChange)
 
 

@@ -27,8 +27,8 @@ from lat_core.engine.remedy import Target, apply_change, apply_remedy
 from lat_core.contract.rows import JobRow, RunRow
 from lat_core.contract.states import JobState
 from lat_core.contract.journal import Store
-from lat_core.triage.classes import OOM_CLASSES
-from lat_core.triage.model import Resume
+from lat_core.contract.failure_classes import OOM_CLASSES
+from lat_core.contract.diagnosis import Resume
 
 TAG = "auto-retry with remedy "
 FAILURE_TAG = "auto-retry after "

@@ -1,6 +1,6 @@
 """``on_failure:`` of a plan: which failure classes are retried as they are, how often, how late.
 
-Classes are checked against the one list triage produces (:class:`lat_core.triage.classes.FailureClass`);
+Classes are checked against the one list triage produces (:class:`lat_core.contract.failure_classes.FailureClass`);
 OOM classes belong to ``on_oom`` (retried with a remedy), and a clean or cancelled job is never
 retried. The engine side is :mod:`lat_core.engine.retries`.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lat_core.triage.classes import OOM_CLASSES, FailureClass
+from lat_core.contract.failure_classes import OOM_CLASSES, FailureClass
 
 NEVER_RETRIED = (FailureClass.OK, FailureClass.CANCELLED)
 

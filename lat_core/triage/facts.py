@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lat_core.triage.classes import FailureClass
+from lat_core.contract.failure_classes import FailureClass
 from lat_core.text import shorten, signal_name
 from lat_core.triage.explain import signal_of
-from lat_core.triage.model import Diagnosis
+from lat_core.contract.diagnosis import Diagnosis
 from lat_core.triage.patterns import LogLine, root_cause, signature_hits, split_lines
 from lat_core.triage.sources import JobFiles
 

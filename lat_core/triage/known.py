@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from lat_core.triage import remedies as fix
-from lat_core.triage.classes import FailureClass as F
+from lat_core.contract.failure_classes import FailureClass as F
 from lat_core.triage.facts import Facts, make_diagnosis
 from lat_core.triage.sources import config_value
 

@@ -6,7 +6,7 @@ the allocator setting present) is not offered: a retry with it would fail the sa
 
 from __future__ import annotations
 
-from lat_core.triage.model import Remedy
+from lat_core.contract.diagnosis import Remedy
 from lat_core.triage.sources import config_value, whole_number
 
 EXPANDABLE = "expandable_segments:True"

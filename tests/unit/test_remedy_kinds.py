@@ -9,7 +9,7 @@ import yaml
 from lat_core.engine.remedy import APPLIERS, Target, apply_change, apply_remedy, would_act
 from lat_core.front.plan import Plan
 from lat_core.contract.journal import Store
-from lat_core.triage.model import (CHANGE_KINDS, AvoidDevice, BackendOption, ConfigChange, Diagnosis, EnvChange,
+from lat_core.contract.diagnosis import (CHANGE_KINDS, AvoidDevice, BackendOption, ConfigChange, Diagnosis, EnvChange,
                                    Remedy, Resume, SlotsChange, change_from_json, change_to_json)
 
 EXAMPLES = {
