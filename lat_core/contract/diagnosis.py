@@ -99,7 +99,17 @@ def change_from_json(data: object) -> Change:
     missing = [f.name for f in fields(cls) if f.name not in data]
     if missing:
         raise DiagnosisError(f"remedy change {cls.kind!r} lacks {', '.join(missing)}")
+    wrong = [f.name for f in fields(cls) if not _of_type(data[f.name], str(f.type))]
+    if wrong:
+        raise DiagnosisError(f"remedy change {cls.kind!r}: {', '.join(wrong)} of the wrong type")
     return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+def _of_type(value: object, annotation: str) -> bool:
+    """Whether a stored value fits a change field's annotation (``str``, ``int`` or ``Any``)."""
+    if annotation == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, str) if annotation == "str" else True
 
 
 def _object(data: object, what: str) -> JsonObject:
@@ -187,7 +197,7 @@ class Remedy:
             return cls(key, change, cost, {}, changes)
         try:
             return cls(key, change, cost, dict(_object(data.get("patch") or {}, f"remedy {key!r} patch")))
-        except ValueError as exc:  # a patch key with no meaning
+        except (ValueError, TypeError) as exc:  # a patch key with no meaning, a value of the wrong type
             raise DiagnosisError(str(exc)) from None
 
 
@@ -212,10 +222,6 @@ class Diagnosis:
     def one_line(self) -> str:
         """A short reason for the journal's job row (the title is already cut at a word boundary)."""
         return f"{self.cls}: {self.title}"
-
-    def remedy(self, key: str) -> Remedy | None:
-        """The offered remedy named ``key``, or None."""
-        return next((r for r in self.remedies if r.key == key), None)
 
     def to_json(self) -> JsonObject:
         return {

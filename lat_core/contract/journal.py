@@ -10,9 +10,10 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, TypedDict, Unpack
 
 from lat_core.contract.devices import Device
+from lat_core.contract.diagnosis import Diagnosis
 from lat_core.errors import JournalError
 from lat_core.contract.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.contract.rows import (
@@ -250,7 +251,7 @@ class Store:
             raise JournalError(f"no job {job_id}", where=str(self.path))
         return job_row(row)
 
-    def set_job_state(self, job_id: int, state: JobState, detail: str = "", **fields) -> None:
+    def set_job_state(self, job_id: int, state: JobState, detail: str = "", **fields: Unpack[JobFields]) -> None:
         with self._tx() as db:
             _set_job_state(db, job_id, JobState(state), detail, fields)
 
@@ -434,8 +435,8 @@ class Store:
                 "INSERT INTO attempts (job_id, n, device, launched, exit_path) VALUES (?,?,?,?,?)",
                 (job_id, n, device, time.time(), exit_path),
             )
-            fields = {"attempts": n, "device": device, "started": started or time.time(), "ended": None,
-                      "returncode": None, "error": None, "fused_group": None}  # a group sets its own after
+            fields = JobFields(attempts=n, device=device, started=started or time.time(), ended=None,
+                               returncode=None, error=None, fused_group=None)  # a group sets its own after
             _set_job_state(db, job_id, JobState.RUNNING, detail or f"attempt {n} on {device}", fields)
         return cur.lastrowid, n
 
@@ -449,7 +450,7 @@ class Store:
                 db.execute("UPDATE attempts SET oom_source=?, oom_before=? WHERE id=?", (*oom_counter, attempt_id))
 
     def finish_attempt(self, attempt_id: int, returncode: int | None, state: JobState, detail: str,
-                       **fields) -> bool:
+                       **fields: Unpack[EndFields]) -> bool:
         """End an attempt and set its job's final state in one transaction. Only a job still
         ``running`` changes state (a success, or a cancel already recorded, is never overwritten);
         the attempt ends either way. True when the job's state was set."""
@@ -459,7 +460,7 @@ class Store:
             job_id = db.execute("SELECT job_id FROM attempts WHERE id=?", (attempt_id,)).fetchone()[0]
             if db.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()[0] != JobState.RUNNING:
                 return False
-            _set_job_state(db, job_id, JobState(state), detail, {"returncode": returncode, **fields})
+            _set_job_state(db, job_id, JobState(state), detail, JobFields(returncode=returncode, **fields))
         return True
 
     def running_without_attempt(self, run_id: int) -> list[JobRow]:
@@ -594,18 +595,45 @@ class _Transaction:
         self.db.execute("RELEASE lat_tx")
 
 
-_JOB_FIELDS = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json", "not_before",
-               "fused_group"}
+class EndFields(TypedDict, total=False):
+    """Columns a job's state change may set with it; the diagnosis as its type (encoded here, the
+    one writer of ``diagnosis_json``). An attempt's end takes its return code apart."""
+    device: str | None
+    started: float | None
+    ended: float | None
+    error: str | None
+    attempts: int
+    diagnosis: Diagnosis | None
+    not_before: float
+    fused_group: str | None
 
 
-def _set_job_state(db: sqlite3.Connection, job_id: int, state: JobState, detail: str, fields: dict) -> None:
+class JobFields(EndFields, total=False):
+    returncode: int | None
+
+
+_JOB_FIELDS = JobFields.__optional_keys__
+
+
+def _set_job_state(db: sqlite3.Connection, job_id: int, state: JobState, detail: str, fields: JobFields) -> None:
     unknown = set(fields) - _JOB_FIELDS
     if unknown:
         raise ValueError(f"unknown job fields {sorted(unknown)}")
+    columns = _job_columns(fields)
     row = db.execute("SELECT run_id, state FROM jobs WHERE id=?", (job_id,)).fetchone()
-    sets = ", ".join(f"{k}=?" for k in ["state", *fields])
-    db.execute(f"UPDATE jobs SET {sets} WHERE id=?", (state, *fields.values(), job_id))
+    sets = ", ".join(f"{k}=?" for k in ["state", *columns])
+    db.execute(f"UPDATE jobs SET {sets} WHERE id=?", (state, *columns.values(), job_id))
     _transition(db, row["run_id"], job_id, row["state"], state, detail)
+
+
+def _job_columns(fields: JobFields) -> dict[str, object]:
+    """The ``jobs`` columns and values for ``fields``."""
+    columns: dict[str, object] = dict(fields)
+    if "diagnosis" in columns:
+        diagnosis = fields["diagnosis"]
+        del columns["diagnosis"]
+        columns["diagnosis_json"] = None if diagnosis is None else json.dumps(diagnosis.to_json())
+    return columns
 
 
 def _transition(db, run_id, job_id, old, new, detail) -> None:

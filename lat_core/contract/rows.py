@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field, fields
 
 from lat_core.contract.devices import Device
-
+from lat_core.contract.diagnosis import Diagnosis, DiagnosisError
 from lat_core.contract.states import JobState, RunState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class JobRow(JobSummary):
     """A whole job: the summary plus what the engine launches it with and what triage found."""
     argv: list
     env: dict
-    diagnosis: dict | None = None
+    diagnosis: Diagnosis | None = None  # what triage found when the job last failed
     use_libuv: int = 1
     avoid_devices: tuple = ()  # device ids a remedy excluded for this job (placement skips them)
     backend_options: dict = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
@@ -160,9 +163,31 @@ def job_row(row) -> JobRow:
     data["env"] = json.loads(columns["env_json"])
     data["avoid_devices"] = tuple(json.loads(columns["avoid_devices_json"]))
     data["backend_options"] = json.loads(columns["backend_options_json"])
-    diagnosis = columns["diagnosis_json"]
-    data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
+    data["diagnosis"] = _diagnosis(columns["diagnosis_json"], f"jobs.diagnosis_json of job {data['id']}")
     return JobRow(**data)
+
+
+def _diagnosis(text: str | None, where: str) -> Diagnosis | None:
+    """The job's stored diagnosis. A damaged one (not JSON, or not what ``Diagnosis.to_json``
+    writes: a hand edit, a newer LAT's failure class) reads as None, logged once with what is wrong:
+    the job's other columns still read (its ``error`` keeps the one-line reason), and the engine,
+    which reads jobs every tick, goes on."""
+    if not text:
+        return None
+    try:
+        return Diagnosis.from_json(json.loads(text))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and DiagnosisError are ValueErrors
+        if (where, hash(text)) not in _TOLD:
+            _TOLD.add((where, hash(text)))
+            log.warning("%s is damaged, read as no diagnosis: %s", where, _why(exc))
+        return None
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, DiagnosisError) else f"not JSON ({type(exc).__name__}: {exc})"
+
+
+_TOLD: set[tuple[str, int]] = set()  # damaged diagnoses (where, hash of the text) this process logged
 
 
 def _known(row, names: frozenset[str]) -> dict:

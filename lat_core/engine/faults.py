@@ -9,7 +9,6 @@ journal busy) is recorded in that run's history as ``engine error`` and retried 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import sqlite3
 import sys
@@ -57,14 +56,14 @@ def disk_full_pause(output_root: str) -> str:
     return f"disk full at {output_root}: free space, then `lat-tui resume`"
 
 
-def disk_full_failure(exc: OSError, output_root: str) -> tuple[str, str]:
-    """(error, diagnosis json) of a job whose files the engine could not write on a full disk."""
+def disk_full_failure(exc: OSError, output_root: str) -> tuple[str, Diagnosis]:
+    """(error, diagnosis) of a job whose files the engine could not write on a full disk."""
     where = f" ({exc.filename})" if exc.filename else ""
     error = f"disk full at {output_root}{where}: free space, then requeue it"
     diagnosis = Diagnosis(FailureClass.DISK_FULL, "Disk full", f"The disk of {output_root} filled up: the engine "
                           f"could not write this job's files{where}. Nothing is wrong with the job; free space "
                           "(`df -h`, `du -sh` on the output root), then requeue it.", evidence=(reason_of(exc),))
-    return error, json.dumps(diagnosis.to_json())
+    return error, diagnosis
 
 
 def reason_of(exc: BaseException) -> str:

@@ -226,7 +226,7 @@ class FusedGroups:
         The plan's ``on_oom`` retries and the remedies apply once the job ran alone."""
         job = self.store.job(attempt.job_id)
         ref = read_group_ref(Path(attempt.exit_path))
-        klass = (job.diagnosis or {}).get("class")
+        klass = job.diagnosis.cls if job.diagnosis else None
         if ref is None or len(ref.job_ids) < 2 or klass not in OOM_CLASSES:
             return False
         limit = smaller_limit(Path(job.job_dir), len(ref.job_ids), klass)

@@ -59,8 +59,9 @@ class RunNotices:
                    "\n".join([f"Run {run.id} {verb}; outputs in {run.output_root}.", *lines]))
 
     def job_failed(self, run: RunRow, job: JobRow) -> None:
-        kind = "oom" if (job.diagnosis or {}).get("class") in OOM_CLASSES else "failure"
-        body = "\n".join([f"{job.key} failed in run {run.id}: {job.error}", "", (job.diagnosis or {}).get("diagnosis", "")])
+        kind = "oom" if job.diagnosis and job.diagnosis.cls in OOM_CLASSES else "failure"
+        explained = job.diagnosis.diagnosis if job.diagnosis else ""
+        body = "\n".join([f"{job.key} failed in run {run.id}: {job.error}", "", explained])
         self._emit(run, job.id, kind, f"LAT job failed: {job.key}", body.strip())
 
     def _emit(self, run: RunRow, job_id: int | None, kind: str, subject: str, body: str) -> None:

@@ -4,7 +4,6 @@ lost journal tail or a fault in the engine's own handling of a job left half-way
 
 from __future__ import annotations
 
-import json
 import signal
 from contextlib import nullcontext
 from dataclasses import replace
@@ -88,7 +87,7 @@ class Recovery:
         job, state = ended
         if state is JobState.FAILED:
             run = self.store.run(job.run_id)
-            if (job.diagnosis or {}).get("class") == FailureClass.DISK_FULL:  # the trainer's own write failed
+            if job.diagnosis and job.diagnosis.cls is FailureClass.DISK_FULL:  # the trainer's own write failed
                 self._pause_for_full_disk(run)
             self._notices.job_failed(run, job)
 
@@ -107,12 +106,12 @@ class Recovery:
             progress = self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
             if progress is not None:
                 job = replace(job, last_step=progress[0], last_loss=progress[1])
-        state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
+        state, error, diagnosis = self._judge(job, attempt, returncode, problem)
         # the end and the retry the plan asks for are one commit: an engine dying between them
         # would leave the job failed, its retry lost
         with self.store.batch():
             if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
-                                             error=error, diagnosis_json=diagnosis_json):
+                                             error=error, diagnosis=diagnosis):
                 return None
             ended = self.store.job(job.id)  # as failed, before a retry queues it again
             if state is JobState.FAILED and not self._split_after_oom(attempt):
@@ -178,7 +177,7 @@ class Recovery:
             self._record_exit(attempt, lost.returncode)
 
     def _judge(self, job: JobRow, attempt: AttemptRow, returncode: int | None, problem: str | None):
-        """(state, error, diagnosis json) of an ended attempt. Triage reads what the job left, so
+        """(state, error, diagnosis) of an ended attempt. Triage reads what the job left, so
         whatever goes wrong in it is part of this job's reason, never the engine's end."""
         if returncode == 0:
             return JobState.SUCCEEDED, None, None
@@ -187,13 +186,12 @@ class Recovery:
         try:
             diagnosis = self._triage(job, attempt, returncode)
             error = describe_exit(returncode, Path(job.job_dir), diagnosis)
-            diagnosis_json = json.dumps(diagnosis.to_json()) if diagnosis else None
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - a triage bug fails this job with its reason
             error = f"{describe_exit(returncode, Path(job.job_dir))} (triage failed: {type(exc).__name__}: {exc})"
-            diagnosis_json = None
-        return JobState.FAILED, f"{error} ({problem})" if problem else error, diagnosis_json
+            diagnosis = None
+        return JobState.FAILED, f"{error} ({problem})" if problem else error, diagnosis
 
     def _job_fault(self, job_id: int, reason: str, **fields) -> None:
         """Fail one job for something the engine could not handle about it; its process (if any)

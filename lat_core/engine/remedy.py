@@ -46,7 +46,7 @@ def backend_of(run: RunRow) -> str:
 
 
 def find_remedy(job: JobRow, key: str) -> Remedy:
-    remedies = Diagnosis.from_json(job.diagnosis or {}).remedies
+    remedies = job.diagnosis.remedies if job.diagnosis else ()
     match = next((r for r in remedies if r.key == key), None)
     if match is None:
         offered = ", ".join(r.key for r in remedies) or "none"

@@ -57,12 +57,12 @@ def backoff_hold(job: JobRow, now: float) -> str | None:
 
 def _retry_oom(store: Store, run: RunRow, job: JobRow) -> bool:
     settings = on_oom_settings(run)
-    if not settings or (job.diagnosis or {}).get("class") not in OOM_CLASSES:
+    if not settings or job.diagnosis is None or job.diagnosis.cls not in OOM_CLASSES:
         return False
     used = _remedies_used(store, job)
     if len(used) >= int(settings.get("max_retries", 2)):
         return False
-    offered = [r["key"] for r in job.diagnosis.get("remedies", [])]
+    offered = [r.key for r in job.diagnosis.remedies]
     choice = next((k for k in settings.get("remedies", []) if k in offered and k not in used), None)
     if choice is None:
         return False
@@ -77,7 +77,7 @@ def _retry_oom(store: Store, run: RunRow, job: JobRow) -> bool:
 
 def _retry_failure_class(store: Store, run: RunRow, job: JobRow, now: float) -> bool:
     settings = _plan_section(run, "on_failure")
-    cls = (job.diagnosis or {}).get("class")
+    cls = job.diagnosis.cls if job.diagnosis else None
     if not settings or cls not in settings.get("classes", []):
         return False
     done = _failure_retries(store, job)

@@ -10,6 +10,7 @@ import time
 
 from lat_core.front.client import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
 from lat_core.errors import LatError
+from lat_core.contract.diagnosis import Remedy
 from lat_core.contract.rows import JobSummary, RunRow
 from lat_tui.context import AppContext
 
@@ -115,7 +116,7 @@ class RunControls:
         if job is not None:
             self.requeue(job)
 
-    def requeue(self, job: JobSummary, remedy: dict | None = None, start: str | None = None) -> bool:
+    def requeue(self, job: JobSummary, remedy: Remedy | None = None, start: str | None = None) -> bool:
         """Send the requeue; a failed or cancelled job with checkpoints first gets the resume offer
         (its answer comes back here as ``start``)."""
         if job.state not in REQUEUEABLE:
@@ -129,10 +130,10 @@ class RunControls:
                 self.app.push_screen(ResumeOffer(job, checkpoints),
                                      lambda picked: picked and self.requeue(job, start=picked))
                 return True
-        args = {"remedy": remedy["key"]} if remedy else {}
+        args = {"remedy": remedy.key} if remedy else {}
         if start:
             args["start"] = start
-        label = f"requeue {job.key}" + (f" with {remedy['key']}" if remedy else "") + (f" ({start})" if start else "")
+        label = f"requeue {job.key}" + (f" with {remedy.key}" if remedy else "") + (f" ({start})" if start else "")
         if self.send_command("requeue", job.id, label=label, **args):
             self.notify(f"{label} ...")
             return True

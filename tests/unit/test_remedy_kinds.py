@@ -83,8 +83,7 @@ def test_every_change_kind_has_an_applier_that_acts(kind, target):
 
 def test_a_remedy_with_a_change_that_cannot_act_applies_nothing(target):
     remedies = [Remedy("both", "", "", changes=(EnvChange("A", "1"), BackendOption("time", "two hours")))]
-    target.store.set_job_state(target.job.id, "failed", "", diagnosis_json=json.dumps(
-        Diagnosis("timeout", "", "", tuple(remedies)).to_json()))
+    target.store.set_job_state(target.job.id, "failed", "", diagnosis=Diagnosis("timeout", "", "", tuple(remedies)))
     job = target.store.job(target.job.id)
     with pytest.raises(ValueError, match="slurm.time"):
         apply_remedy(target.store, target.run, job, "both")
