@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 
 from lat_core.contract.devices import Device
 from lat_core.contract.diagnosis import Diagnosis, DiagnosisError
+from lat_core.contract.saved_plan import SavedPlan
 from lat_core.contract.states import JobState, RunState
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ class RunRow:
     id: int
     created: float
     state: RunState
-    plan_yaml: str
+    plan: SavedPlan  # its text as saved: plan.text
     output_root: str
     devices: list[Device]
     countdown_until: float
@@ -147,6 +148,7 @@ def run_row(row) -> RunRow:
     where = f"runs.devices_json of run {data['id']}"
     data["devices"] = [Device.from_json(d, where=where) for d in json.loads(row["devices_json"])]
     data["paused"] = bool(data["paused"])
+    data["plan"] = SavedPlan.from_text(row["plan_yaml"])
     return RunRow(**data)
 
 

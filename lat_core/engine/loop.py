@@ -16,7 +16,6 @@ import time
 import traceback
 from pathlib import Path
 
-import yaml
 
 from lat_core.contract.devices import Device
 from lat_core.engine.remedy import still_effective
@@ -45,6 +44,8 @@ from lat_core.triage import classify, read_oom_kill_count
 from lat_core.triage.hostoom import oom_kill_readings
 from lat_core.engine.warm import WarmStarts
 from lat_core.contract.run_secrets import JobSecrets
+from lat_core.contract.saved_plan import SavedPlan
+from lat_core.errors import JournalError
 
 CANCEL_GRACE_S = 10.0
 SAMPLE_EVERY_S = 2.0
@@ -57,7 +58,7 @@ class Engine(Recovery, FusedGroups):
         self.store = store
         self._default_backend = backend or LocalBackend(launch_fn)
         self._backends: dict[int, object] = {}
-        self._plans: dict[int, dict] = {}
+        self._plans: dict[int, SavedPlan] = {}
         self._clock = clock
         self._secrets = dict(os.environ if secrets is None else secrets)
         self._popens: dict[int, object] = {}  # attempt id -> Popen, only to reap our own children
@@ -84,16 +85,14 @@ class Engine(Recovery, FusedGroups):
         if run_id not in self._backends:
             self._backends[run_id] = self._default_backend
             plan = self.plan_of(run_id)
-            name = plan.get("backend", "local")
-            if name != "local":
-                self._backends[run_id] = get_backend(name, **(plan.get(name) or {}))
+            if plan.backend != "local":
+                self._backends[run_id] = get_backend(plan.backend, **plan.slurm)
         return self._backends[run_id]
 
-    def plan_of(self, run_id: int) -> dict:
-        """The run's saved plan as a mapping (read once per run)."""
+    def plan_of(self, run_id: int) -> SavedPlan:
+        """The run's saved plan (read once per run)."""
         if run_id not in self._plans:
-            plan = yaml.safe_load(self.store.run(run_id).plan_yaml) or {}
-            self._plans[run_id] = plan if isinstance(plan, dict) else {}
+            self._plans[run_id] = self.store.run(run_id).plan
         return self._plans[run_id]
 
     def now(self) -> float:
@@ -155,11 +154,18 @@ class Engine(Recovery, FusedGroups):
             self.store.set_run_state(run.id, RunState.RUNNING, "countdown over")
             run = self.store.run(run.id)
         if run.state in (RunState.COUNTDOWN, RunState.RUNNING):
+            self._refuse_damaged_plan(run)
             self._warm.prepare(run)
         if run.state is RunState.RUNNING:
             self._notices.run_started(run)
             self._admit(self.store.run(run.id))  # as reaping left it: a full disk pauses admission
         self._finish_if_drained(run)
+
+    def _refuse_damaged_plan(self, run: RunRow) -> None:
+        """Nothing starts on settings guessed from a damaged saved plan: the run's tick fails with
+        that one reason in its history; its running jobs are still reaped, and cancelling it works."""
+        if run.plan.problem:
+            raise JournalError(f"run {run.id}'s saved plan is damaged: {run.plan.problem}", where=str(self.store.path))
 
     def _finish_if_drained(self, run: RunRow) -> None:
         if not self.store.has_unfinished_jobs(run.id) and not self.store.open_attempts(run.id):
@@ -188,7 +194,7 @@ class Engine(Recovery, FusedGroups):
             self.store.set_waiting_after(run.id, 0, no_slot)  # none could start: none is read
             return
         local = self.backend(run.id).samples_local_processes
-        self._admission.begin(run.devices if local else None, min_free_gb=float(self.plan_of(run.id).get("min_free_gb", 0)))
+        self._admission.begin(run.devices if local else None, min_free_gb=self.plan_of(run.id).min_free_gb)
         batch = [] if self._submits_arrays(run.id) else None
         taken: set[int] = set()  # started this pass as members of a fused group
         for job in self.store.iter_queued(run.id):
@@ -280,7 +286,7 @@ class Engine(Recovery, FusedGroups):
     def _mps_env(self, run_id: int) -> dict:
         """The client env of the run's private MPS daemon (plan ``mps: true``), started on first use;
         where MPS cannot run, the history says why and jobs run without it."""
-        if not self.plan_of(run_id).get("mps") or not self.backend(run_id).samples_local_processes:
+        if not self.plan_of(run_id).mps or not self.backend(run_id).samples_local_processes:
             return {}
         if run_id not in self._mps:
             gpus = [d for d in self.store.run(run_id).devices if not d.is_cpu]

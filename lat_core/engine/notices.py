@@ -12,8 +12,6 @@ import os
 import threading
 import time
 
-import yaml
-
 from lat_core.notify import Notices
 from lat_core.contract.run_secrets import RunSecrets
 from lat_core.contract.states import JobState, RunState
@@ -35,9 +33,8 @@ class RunNotices:
 
     def _notices(self, run: RunRow) -> Notices:
         if run.id not in self._by_run:
-            plan = yaml.safe_load(run.plan_yaml) or {}
             secrets = self._secrets_of(run.id)
-            notify = secrets.notify or (plan.get("notify") if isinstance(plan, dict) else None)
+            notify = secrets.notify or run.plan.notify
             self._by_run[run.id] = Notices.from_config(notify, {**self._environ, **secrets.notify_env})
         return self._by_run[run.id]
 

@@ -32,17 +32,12 @@ class Target:
 
     @property
     def backend(self) -> str:
-        return backend_of(self.run)
+        return self.run.plan.backend
 
 
 def devices_of(job: JobRow) -> list[str]:
     """The devices the job last ran on (a multi-GPU job's ``gpu0+gpu1`` is two)."""
     return job.device.split("+") if job.device else []
-
-
-def backend_of(run: RunRow) -> str:
-    plan = yaml.safe_load(run.plan_yaml) or {}
-    return plan.get("backend", "local") if isinstance(plan, dict) else "local"
 
 
 def find_remedy(job: JobRow, key: str) -> Remedy:
@@ -89,8 +84,8 @@ def check_change(run: RunRow, job: JobRow, change: Change) -> str | None:
 
 
 def _backend_problem(run: RunRow, change: BackendOption) -> str | None:
-    if backend_of(run) != "slurm":
-        return f"backend option {change.name}: this run's backend is {backend_of(run)}, not slurm"
+    if run.plan.backend != "slurm":
+        return f"backend option {change.name}: this run's backend is {run.plan.backend}, not slurm"
     from lat_core.config.slurm_options import option_problems
 
     problems = option_problems({change.name: change.value})

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import time
 
-import yaml
-
 from lat_core.contract.jobdir import JobDir
 from lat_core.engine.remedy import Target, apply_change, apply_remedy
 from lat_core.contract.rows import JobRow, RunRow
@@ -32,15 +30,6 @@ from lat_core.contract.diagnosis import Resume
 
 TAG = "auto-retry with remedy "
 FAILURE_TAG = "auto-retry after "
-
-
-def _plan_section(run: RunRow, name: str) -> dict:
-    plan = yaml.safe_load(run.plan_yaml) or {}
-    return (plan.get(name) or {}) if isinstance(plan, dict) else {}
-
-
-def on_oom_settings(run: RunRow) -> dict:
-    return _plan_section(run, "on_oom")
 
 
 def maybe_retry(store: Store, run: RunRow, job: JobRow, now: float | None = None) -> bool:
@@ -56,14 +45,14 @@ def backoff_hold(job: JobRow, now: float) -> str | None:
 
 
 def _retry_oom(store: Store, run: RunRow, job: JobRow) -> bool:
-    settings = on_oom_settings(run)
-    if not settings or job.diagnosis is None or job.diagnosis.cls not in OOM_CLASSES:
+    settings = run.plan.on_oom
+    if settings is None or job.diagnosis is None or job.diagnosis.cls not in OOM_CLASSES:
         return False
     used = _remedies_used(store, job)
-    if len(used) >= int(settings.get("max_retries", 2)):
+    if len(used) >= settings.max_retries:
         return False
     offered = [r.key for r in job.diagnosis.remedies]
-    choice = next((k for k in settings.get("remedies", []) if k in offered and k not in used), None)
+    choice = next((k for k in settings.remedies if k in offered and k not in used), None)
     if choice is None:
         return False
     try:
@@ -76,20 +65,20 @@ def _retry_oom(store: Store, run: RunRow, job: JobRow) -> bool:
 
 
 def _retry_failure_class(store: Store, run: RunRow, job: JobRow, now: float) -> bool:
-    settings = _plan_section(run, "on_failure")
+    settings = run.plan.on_failure
     cls = job.diagnosis.cls if job.diagnosis else None
-    if not settings or cls not in settings.get("classes", []):
+    if settings is None or cls not in settings.classes:
         return False
     done = _failure_retries(store, job)
-    limit = int(settings.get("max_retries", 2))
+    limit = settings.max_retries
     if done >= limit:
         return False
-    backoff = float(settings.get("backoff_s", 30))
+    backoff = settings.backoff_s
     how = "from the start"
     if _has_checkpoint(job):
         apply_change(Target(store, run, job), Resume())
         how = "resuming from its last checkpoint"
-    store.set_job_state(job.id, "queued", f"{FAILURE_TAG}{cls} ({done + 1}/{limit}): in {backoff:g}s, {how}",
+    store.set_job_state(job.id, JobState.QUEUED, f"{FAILURE_TAG}{cls} ({done + 1}/{limit}): in {backoff:g}s, {how}",
                         ended=None, returncode=None, not_before=now + backoff)
     return True
 

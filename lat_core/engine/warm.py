@@ -228,7 +228,7 @@ class WarmStarts:
     def _for(self, job) -> WarmStarter | None:
         """The preloaded process, where this job may use it: plan ``warm_start`` (default on), the
         a backend that supports it, the real launcher, one process, and variables read after import."""
-        if not (self._allowed and self._plan_of(job.run_id).get("warm_start", True)
+        if not (self._allowed and self._plan_of(job.run_id).warm_start
                 and self._warm_capable(job.run_id) and job.world == 1 and can_fork(job.argv, job.env)):
             return None
         if self._starter is None:

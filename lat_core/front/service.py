@@ -156,12 +156,12 @@ def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry,
     (same GPUs, env, output root) and with their directories written; PlanError when invalid.
     With ``state_dir``, RunConflictError (nothing written) when a live run, this one included,
     already owns one of their folders: writing its job.yaml would change a running job's config."""
-    import yaml
-
     from lat_core.front.jobs import expand
     from lat_core.front.plan import plan_from_mapping
 
-    data = yaml.safe_load(run.plan_yaml)
+    if run.plan.problem:
+        raise PlanError([f"the run's saved plan is damaged: {run.plan.problem}"], where=f"run {run.id}")
+    data = run.plan.mapping()
     data["suites"] = [{"name": n, "rounds": rounds} for n in suites]
     data["pairs"] = pairs
     plan = plan_from_mapping(data, registry, where="jobs to add")

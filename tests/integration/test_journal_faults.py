@@ -78,7 +78,7 @@ def test_secrets_stay_out_of_the_journal_and_reach_a_job_after_an_engine_restart
         path = state / name
         assert not path.exists() or SECRET.encode() not in path.read_bytes(), name
         assert not path.exists() or HOOK_TOKEN.encode() not in path.read_bytes(), name
-    saved = store.run(run_id).plan_yaml
+    saved = store.run(run_id).plan.text
     assert SECRET not in saved and HOOK_TOKEN not in saved and "WANDB_API_KEY: '***'" in saved
     assert store.jobs(run_id)[1].env["WANDB_API_KEY"] == "***"
 
