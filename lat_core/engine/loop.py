@@ -165,7 +165,7 @@ class Engine(Recovery, FusedGroups):
         """Nothing starts on settings guessed from a damaged saved plan: the run's tick fails with
         that one reason in its history; its running jobs are still reaped, and cancelling it works."""
         if run.plan.problem:
-            raise JournalError(f"run {run.id}'s saved plan is damaged: {run.plan.problem}", where=str(self.store.path))
+            raise JournalError(f"run {run.id}'s saved plan is damaged: {run.plan.problem}")
 
     def _finish_if_drained(self, run: RunRow) -> None:
         if not self.store.has_unfinished_jobs(run.id) and not self.store.open_attempts(run.id):

@@ -36,8 +36,8 @@ def test_a_run_whose_saved_plan_is_damaged_waits_with_one_reason_and_the_others_
         engine.tick()
         time.sleep(0.05)
     errors = [t.detail for t in store.transitions(damaged) if t.new_state == "engine error"]
-    assert errors == [f"JournalError: {store.path}: run {damaged}'s saved plan is damaged: field 'fuse': expected "
-                      "auto, true or false, got str 'sometimes' (retrying with backoff)"]
+    assert errors == [f"JournalError: run {damaged}'s saved plan is damaged: field 'fuse': expected auto, true or "
+                      "false, got str 'sometimes' (retrying with backoff)"]
     assert [j.state for j in store.jobs(damaged)] == [JobState.QUEUED]  # nothing started on a guess
     engine.close()
 

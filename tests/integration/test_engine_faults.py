@@ -209,8 +209,9 @@ def test_a_run_whose_tick_raises_is_told_and_retried_and_other_runs_drain(tmp_pa
         engine.tick()
         time.sleep(0.05)
     errors = [d for s, d in history(store, broken) if s == "engine error"]
-    assert len(errors) == 1 and errors[0].startswith("ValueError: could not convert string to float: 'lots'")
-    told = "engine error: ValueError: could not convert string to float: 'lots'"
+    told = f"JournalError: run {broken}'s saved plan is damaged: field 'min_free_gb': expected a number, got str 'lots'"
+    assert len(errors) == 1 and errors[0].startswith(told)
+    told = f"engine error: {told}"
     status(["--state-dir", str(tmp_path / "state"), "--run", str(broken)])
     assert told in capsys.readouterr().out
     progress = [progress_line(t, None, 0.0) for t in store.transitions(broken) if t.job_id is None]
