@@ -20,7 +20,7 @@ from lat_core.contract.rows import (
     GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition, job_row,
     job_summary, run_row,
 )
-from lat_core.contract.states import ENGINE_ERROR, ENGINE_RECOVERED, JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
+from lat_core.contract.states import JOB_FINAL, RUN_ACTIVE, RUN_ENDED, HistoryKind, JobState, RunState, history_entry
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -201,12 +201,13 @@ class Store:
         history and is what every queued job of the paused run says it waits for (:meth:`pause_reason`)."""
         with self._tx() as db:
             db.execute("UPDATE runs SET paused=? WHERE id=?", (int(paused), run_id))
-            _transition(db, run_id, None, None, "paused" if paused else "resumed", reason or "admission")
+            _transition(db, run_id, None, None, HistoryKind.PAUSED if paused else HistoryKind.RESUMED,
+                        reason or "admission")
 
     def pause_reason(self, run_id: int) -> str:
         """Why the run's admission is paused: the reason its last pause was given."""
-        row = self._db.execute("SELECT detail FROM transitions WHERE run_id=? AND job_id IS NULL AND new_state='paused'"
-                               " ORDER BY id DESC LIMIT 1", (run_id,)).fetchone()
+        row = self._db.execute("SELECT detail FROM transitions WHERE run_id=? AND job_id IS NULL AND new_state=?"
+                               " ORDER BY id DESC LIMIT 1", (run_id, HistoryKind.PAUSED)).fetchone()
         return PAUSED_BY_USER if row is None or row[0] == "admission" else row[0]
 
     def set_devices(self, run_id: int, devices: list[Device]) -> None:
@@ -503,13 +504,15 @@ class Store:
         """Why the engine cannot serve the run right now (its last tick failed), else None."""
         row = self._db.execute(
             "SELECT new_state, detail FROM transitions WHERE run_id=? AND job_id IS NULL AND new_state IN (?,?)"
-            " ORDER BY id DESC LIMIT 1", (run_id, ENGINE_ERROR, ENGINE_RECOVERED)).fetchone()
-        return row["detail"] if row and row["new_state"] == ENGINE_ERROR else None
+            " ORDER BY id DESC LIMIT 1", (run_id, HistoryKind.ENGINE_ERROR, HistoryKind.ENGINE_RECOVERED)).fetchone()
+        return row["detail"] if row and row["new_state"] == HistoryKind.ENGINE_ERROR else None
 
-    def add_transition(self, run_id: int, job_id: int | None, what: str, detail: str = "") -> None:
-        """History entries that are not state changes (notices sent, ...)."""
+    def add_transition(self, run_id: int, job_id: int | None, kind: HistoryKind, detail: str = "",
+                       about: str | None = None) -> None:
+        """History entries that are not state changes (notices sent, ...); ``about``: what a notice
+        or command entry is about (:func:`lat_core.contract.states.history_entry`)."""
         with self._tx() as db:
-            _transition(db, run_id, job_id, None, what, detail)
+            _transition(db, run_id, job_id, None, history_entry(HistoryKind(kind), about), detail)
 
     def add_command(self, run_id: int, verb: str, job_id: int | None = None, **args) -> int:
         with self._tx() as db:
@@ -536,7 +539,8 @@ class Store:
             row = db.execute("SELECT run_id, job_id, verb FROM commands WHERE id=?", (command_id,)).fetchone()
             db.execute("UPDATE commands SET status=?, handled=?, result=? WHERE id=?",
                        (status, time.time(), result, command_id))
-            _transition(db, row["run_id"], row["job_id"], None, f"command:{row['verb']}", f"{status} {result}".strip())
+            _transition(db, row["run_id"], row["job_id"], None, history_entry(HistoryKind.COMMAND, row["verb"]),
+                        f"{status} {result}".strip())
 
 
 def _connect(path: Path, timeout_s: float) -> sqlite3.Connection:

@@ -24,7 +24,7 @@ from lat_core.errors import JournalError
 from lat_core.contract.journal_faults import WalLost
 from lat_core.contract.job_files import ExitRecord, PidRecord, RUNNER_DIR, finished_since, read_exit, read_pid_record
 from lat_core.contract.rows import JobRow
-from lat_core.contract.states import ENGINE_ERROR, ENGINE_RECOVERED
+from lat_core.contract.states import HistoryKind
 from lat_core.contract.journal import Store
 from lat_core.contract.failure_classes import FailureClass
 from lat_core.contract.diagnosis import Diagnosis
@@ -101,7 +101,7 @@ class EngineErrors:
             if self._failures.pop(run_id, 0):
                 self._retry_at.pop(run_id, None)
                 self._told.pop(run_id, None)
-                self.store.add_transition(run_id, None, ENGINE_RECOVERED, "the run is served again")
+                self.store.add_transition(run_id, None, HistoryKind.ENGINE_RECOVERED, "the run is served again")
 
     def _failed(self, run_id: int, exc: Exception) -> None:
         traceback.print_exc(file=sys.stderr)  # the engine's log keeps the whole traceback
@@ -112,7 +112,7 @@ class EngineErrors:
         if self._told.get(run_id) == reason:
             return
         try:
-            self.store.add_transition(run_id, None, ENGINE_ERROR, f"{reason} (retrying with backoff)")
+            self.store.add_transition(run_id, None, HistoryKind.ENGINE_ERROR, f"{reason} (retrying with backoff)")
             self._told[run_id] = reason
         except JOURNAL_ERRORS as again:
             print(f"engine error: {reason}; not recorded: {reason_of(again)}", file=sys.stderr, flush=True)

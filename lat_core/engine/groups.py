@@ -24,7 +24,7 @@ from lat_core.contract.job_files import ExitRecord, cancel_marker_path, exit_rec
 from lat_core.monitor.usage import JobUsage
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.jobdir import write_exit_record
-from lat_core.contract.states import JobState
+from lat_core.contract.states import HistoryKind, JobState
 from lat_core.contract.failure_classes import OOM_CLASSES
 
 GROUP_END_GRACE_S = 30.0  # a group process's own end after its last member left (frees its memory)
@@ -105,7 +105,7 @@ class FusedGroups:
         if launched.popen is not None:
             self._group_popens.append(launched.popen)
         for job, (attempt_id, _, _) in zip(members, attempts):
-            self.store.add_transition(job.run_id, job.id, "fused", f"in one process with {names} on {device.id}")
+            self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, f"in one process with {names} on {device.id}")
             self._launched(job, attempt_id, launched)
 
     def _write_group_refs(self, members: list[JobRow], attempts: list[tuple]) -> tuple[list, list, GroupRef | None]:
@@ -215,7 +215,7 @@ class FusedGroups:
             if attempt.id not in self._groups_killed:
                 self._groups_killed.add(attempt.id)
                 job = self.store.job(attempt.job_id)
-                self.store.add_transition(job.run_id, job.id, "fused", f"the group's process was still running "
+                self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, f"the group's process was still running "
                                           f"{GROUP_END_GRACE_S:g} s after its last member left: killed")
         return True
 

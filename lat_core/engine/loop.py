@@ -38,7 +38,7 @@ from lat_core.engine.faults import (JOURNAL_ERRORS, EngineErrors, disk_full, dis
                                    engine_must_stop, journal_locked)
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.recovery import Recovery
-from lat_core.contract.states import JobState, RunState
+from lat_core.contract.states import HistoryKind, JobState, RunState
 from lat_core.contract.journal import AttemptRow, JobRow, RunRow, Store
 from lat_core.triage import classify, read_oom_kill_count
 from lat_core.triage.hostoom import oom_kill_readings
@@ -218,7 +218,7 @@ class Engine(Recovery, FusedGroups):
                 busy[device.id] = busy.get(device.id, 0) + (job.world if len(chosen) == 1 else 1)
             note = self._admission.prior_note(job, chosen[0])
             if note:  # the history says why unmeasured jobs started together
-                self.store.add_transition(run.id, job.id, "admission", note)
+                self.store.add_transition(run.id, job.id, HistoryKind.ADMISSION, note)
             mates = self._fuse_mates(run, job, chosen[0], running, taken) if len(chosen) == 1 else []
             if mates:  # one process, one slot, for the job and its mates (plan ``fuse: auto``)
                 with self._errors.job_guard(job.id, "engine error starting this fused group", self._job_fault):
@@ -295,7 +295,7 @@ class Engine(Recovery, FusedGroups):
                 base = Path(self.store.path).parent / "mps" / f"run{run_id}"
                 daemon, why = start_mps(base, ",".join(d.uuid or str(d.index) for d in gpus))
             self._mps[run_id] = daemon
-            self.store.add_transition(run_id, None, "mps", why if daemon else f"not used: {why}")
+            self.store.add_transition(run_id, None, HistoryKind.MPS, why if daemon else f"not used: {why}")
         daemon = self._mps[run_id]
         return daemon.client_env() if daemon is not None else {}
 
@@ -358,7 +358,7 @@ class Engine(Recovery, FusedGroups):
         if job.world == 1:
             return argv, env
         port, tries = find_free_port()
-        self.store.add_transition(job.run_id, job.id, "rendezvous", f"port {port} after {tries} probe(s)")
+        self.store.add_transition(job.run_id, job.id, HistoryKind.RENDEZVOUS, f"port {port} after {tries} probe(s)")
         return distributed_argv(argv, job.world, port), {**env, **distributed_env(job.world, port, bool(job.use_libuv))}
 
     def _remember_peak(self, job: JobRow) -> None:
@@ -429,7 +429,7 @@ class Engine(Recovery, FusedGroups):
         if tail.bad_lines > bad_before:  # told once per job, then counted
             detail = f"{tail.bad_lines} bad line(s) skipped; first: {tail.first_bad}"
             if bad_before == 0 or tail.bad_lines >= 10 * bad_before:
-                self.store.add_transition(job.run_id, job.id, "bad events", detail)
+                self.store.add_transition(job.run_id, job.id, HistoryKind.BAD_EVENTS, detail)
         return last
 
     # ------------------------------------------------------------------ commands

@@ -14,7 +14,7 @@ import time
 
 from lat_core.notify import Notices
 from lat_core.contract.run_secrets import RunSecrets
-from lat_core.contract.states import JobState, RunState
+from lat_core.contract.states import HistoryKind, JobState, RunState, history_entry
 from lat_core.contract.journal import JobRow, RunRow, Store
 from lat_core.contract.failure_classes import OOM_CLASSES
 
@@ -65,7 +65,7 @@ class RunNotices:
         notices = self._notices(run)
         if not notices.notifiers or kind not in notices.on or self._already_sent(run.id, job_id, kind):
             return
-        self.store.add_transition(run.id, job_id, f"notice:{kind}", subject)
+        self.store.add_transition(run.id, job_id, HistoryKind.NOTICE, subject, about=kind)
         thread = threading.Thread(target=notices.emit, args=(kind, subject, body), daemon=True)
         thread.start()
         self._sending = [t for t in self._sending if t.is_alive()] + [thread]
@@ -89,6 +89,6 @@ class RunNotices:
         self._sent.add(key)
         history = self.store.transitions(run_id, job_id=job_id) if job_id else self.store.transitions(run_id)
         attempts = self.store.job(job_id).attempts if job_id else 0
-        sent = [t for t in history if t.new_state == f"notice:{kind}"]
+        sent = [t for t in history if t.new_state == history_entry(HistoryKind.NOTICE, kind)]
         # a job notice is per attempt: a requeued job that fails again is news again
         return len(sent) >= max(1, attempts) if job_id else bool(sent)

@@ -14,7 +14,7 @@ from lat_core.engine.fusion import group_id, read_group_ref
 from lat_core.engine.retries import maybe_retry
 from lat_core.contract.job_files import ExitRecord, PeakUsage, describe_exit, read_exit, read_pid_record, write_peak_usage
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
-from lat_core.contract.states import JobState
+from lat_core.contract.states import HistoryKind, JobState
 from lat_core.contract.failure_classes import FailureClass
 
 
@@ -145,7 +145,7 @@ class Recovery:
         for job in self.store.running_without_attempt(run.id):
             with self._errors.job_guard(job.id, "engine error settling this job", self._job_fault):
                 attempts = self.store.attempts(job.id)
-                self.store.add_transition(run.id, job.id, "recovered", "running with no open attempt: settled from "
+                self.store.add_transition(run.id, job.id, HistoryKind.RECOVERED, "running with no open attempt: settled from "
                                           + (f"attempt {attempts[-1].n}" if attempts else "nothing (no attempt)"))
                 if not attempts:
                     self._job_fault(job.id, "running without any attempt recorded (an engine crash); requeue it")

@@ -23,7 +23,7 @@ import time
 from lat_core.contract.jobdir import JobDir
 from lat_core.engine.remedy import Target, apply_change, apply_remedy
 from lat_core.contract.rows import JobRow, RunRow
-from lat_core.contract.states import JobState
+from lat_core.contract.states import HistoryKind, JobState
 from lat_core.contract.journal import Store
 from lat_core.contract.failure_classes import OOM_CLASSES
 from lat_core.contract.diagnosis import Resume
@@ -58,7 +58,7 @@ def _retry_oom(store: Store, run: RunRow, job: JobRow) -> bool:
     try:
         applied = apply_remedy(store, run, job, choice)
     except ValueError as exc:  # the remedy cannot act on this job: it stays failed, the history says why
-        store.add_transition(run.id, job.id, "auto-retry", f"not retried: {exc}")
+        store.add_transition(run.id, job.id, HistoryKind.AUTO_RETRY, f"not retried: {exc}")
         return False
     store.set_job_state(job.id, JobState.QUEUED, f"{TAG}{choice}: {applied}", ended=None, returncode=None)
     return True
