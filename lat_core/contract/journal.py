@@ -10,7 +10,9 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Iterable, Iterator, TypedDict, Unpack
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, TypedDict, Unpack
 
 from lat_core.contract.devices import Device
 from lat_core.contract.diagnosis import Diagnosis
@@ -131,7 +133,7 @@ class Store:
         with self._tx():
             pass
 
-    def _tx(self):
+    def _tx(self) -> _Transaction:
         return _Transaction(self._db, self._wal.check)
 
     def batch(self) -> _Transaction:
@@ -141,7 +143,8 @@ class Store:
         return self._tx()
 
     # ------------------------------------------------------------------ runs
-    def create_run(self, plan_yaml: str, output_root: str, devices: list[Device], countdown_until: float) -> int:
+    def create_run(self, plan_yaml: str, output_root: str, devices: Iterable[Device | Mapping[str, Any]],
+                   countdown_until: float) -> int:
         now = time.time()
         state = RunState.COUNTDOWN if countdown_until > now else RunState.RUNNING
         with self._tx() as db:
@@ -151,7 +154,7 @@ class Store:
                 (now, state, plan_yaml, output_root, _devices_json(devices), countdown_until,
                  now if state is RunState.RUNNING else None),
             )
-            run_id = cur.lastrowid
+            run_id = _new_id(cur)
             _transition(db, run_id, None, None, state, "run created")
         return run_id
 
@@ -210,12 +213,12 @@ class Store:
                                " ORDER BY id DESC LIMIT 1", (run_id, HistoryKind.PAUSED)).fetchone()
         return PAUSED_BY_USER if row is None or row[0] == "admission" else row[0]
 
-    def set_devices(self, run_id: int, devices: list[Device]) -> None:
+    def set_devices(self, run_id: int, devices: Iterable[Device | Mapping[str, Any]]) -> None:
         with self._tx() as db:
             db.execute("UPDATE runs SET devices_json=? WHERE id=?", (_devices_json(devices), run_id))
 
     # ------------------------------------------------------------------ jobs
-    def add_jobs(self, run_id: int, jobs: Iterable[dict]) -> list[int]:
+    def add_jobs(self, run_id: int, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Insert jobs in order (dicts with key, suite, round, stem, seed, dataset, job_dir, argv, env;
         optional state, world, use_libuv and family)."""
         ids = []
@@ -230,9 +233,9 @@ class Store:
                      job["dataset"], job["job_dir"], json.dumps(job["argv"]), json.dumps(job["env"]),
                      state, job.get("world", 1), int(job.get("use_libuv", True)), time.time(), job.get("family")),
                 )
-                ids.append(cur.lastrowid)
+                ids.append(_new_id(cur))
                 detail = "already succeeded earlier; overwrite reruns it" if state is JobState.SUCCEEDED else ""
-                _transition(db, run_id, cur.lastrowid, None, state, detail)
+                _transition(db, run_id, ids[-1], None, state, detail)
         return ids
 
     def jobs(self, run_id: int) -> list[JobRow]:
@@ -256,11 +259,11 @@ class Store:
         with self._tx() as db:
             _set_job_state(db, job_id, JobState(state), detail, fields)
 
-    def set_job_env(self, job_id: int, env: dict) -> None:
+    def set_job_env(self, job_id: int, env: Mapping[str, str]) -> None:
         from lat_core.config.env import mask_env
 
         with self._tx() as db:
-            db.execute("UPDATE jobs SET env_json=? WHERE id=?", (json.dumps(mask_env(env)), job_id))
+            db.execute("UPDATE jobs SET env_json=? WHERE id=?", (json.dumps(mask_env(dict(env))), job_id))
 
     def set_job_argv(self, job_id: int, argv: list[str]) -> None:
         with self._tx() as db:
@@ -271,16 +274,16 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE jobs SET avoid_devices_json=? WHERE id=?", (json.dumps(sorted(set(devices))), job_id))
 
-    def set_job_backend_options(self, job_id: int, options: dict) -> None:
+    def set_job_backend_options(self, job_id: int, options: Mapping[str, Any]) -> None:
         """Per-job backend options (Slurm ``time``, ``mem``) that override the plan's for this job."""
         with self._tx() as db:
-            db.execute("UPDATE jobs SET backend_options_json=? WHERE id=?", (json.dumps(options), job_id))
+            db.execute("UPDATE jobs SET backend_options_json=? WHERE id=?", (json.dumps(dict(options)), job_id))
 
     def set_progress(self, job_id: int, step: int | None, loss: float | None) -> None:
         with self._tx() as db:
             db.execute("UPDATE jobs SET last_step=?, last_loss=? WHERE id=?", (step, loss, job_id))
 
-    def record_usage(self, usage: dict) -> None:
+    def record_usage(self, usage: Mapping[int, tuple[int | None, int | None]]) -> None:
         """Latest and peak RSS / GPU memory per job, plus a sample row for later plots."""
         now = time.time()
         with self._tx() as db:
@@ -380,9 +383,9 @@ class Store:
         rows = self._db.execute("SELECT members, peak_gpu, peak_rss FROM group_peaks WHERE key=?", (key,))
         return {r[0]: (r[1], r[2]) for r in rows}
 
-    def samples(self, job_id: int) -> list[tuple[float, int, int]]:
+    def samples(self, job_id: int) -> list[tuple[float, int | None, int | None]]:
         rows = self._db.execute("SELECT ts, rss, gpu_mem FROM samples WHERE job_id=? ORDER BY id", (job_id,))
-        return [tuple(r) for r in rows]
+        return [(r[0], r[1], r[2]) for r in rows]
 
     # The engine's per-tick reads: each touches only the active jobs (index jobs_run), so a tick
     # costs the same with 10 or 10,000 jobs queued behind the busy slots.
@@ -439,7 +442,7 @@ class Store:
             fields = JobFields(attempts=n, device=device, started=started or time.time(), ended=None,
                                returncode=None, error=None, fused_group=None)  # a group sets its own after
             _set_job_state(db, job_id, JobState.RUNNING, detail or f"attempt {n} on {device}", fields)
-        return cur.lastrowid, n
+        return _new_id(cur), n
 
     def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float,
                         oom_counter: tuple[str, int | None] | None = None) -> None:
@@ -494,7 +497,7 @@ class Store:
     # ------------------------------------------------------------------ history and commands
     def transitions(self, run_id: int, after_id: int = 0, job_id: int | None = None) -> list[Transition]:
         sql = "SELECT * FROM transitions WHERE run_id=? AND id>?"
-        args: list = [run_id, after_id]
+        args: list[object] = [run_id, after_id]
         if job_id is not None:
             sql += " AND job_id=?"
             args.append(job_id)
@@ -574,7 +577,7 @@ class _Transaction:
     another (:meth:`Store.batch`) it is a savepoint: its writes stay all-or-nothing and reach the
     journal with the enclosing transaction's one commit."""
 
-    def __init__(self, db: sqlite3.Connection, check_wal):
+    def __init__(self, db: sqlite3.Connection, check_wal: Callable[[], None]):
         self.db = db
         self.nested = False
         self._check_wal = check_wal
@@ -590,7 +593,8 @@ class _Transaction:
                 raise
         return self.db
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if not self.nested:
             self.db.execute("ROLLBACK" if exc_type else "COMMIT")
             return
@@ -640,13 +644,21 @@ def _job_columns(fields: JobFields) -> dict[str, object]:
     return columns
 
 
-def _transition(db, run_id, job_id, old, new, detail) -> None:
+def _transition(db: sqlite3.Connection, run_id: int, job_id: int | None, old: str | None, new: str,
+                detail: str) -> None:
     db.execute(
         "INSERT INTO transitions (ts, run_id, job_id, old_state, new_state, detail) VALUES (?,?,?,?,?,?)",
         (time.time(), run_id, job_id, old, new, detail),
     )
 
 
-def _devices_json(devices) -> str:
+def _devices_json(devices: Iterable[Device | Mapping[str, Any]]) -> str:
     """Devices as the journal keeps them (a mapping is checked as a Device on the way in)."""
-    return json.dumps([Device.from_json(d).to_json() for d in devices])
+    return json.dumps([(d if isinstance(d, Device) else Device.from_json(d)).to_json() for d in devices])
+
+
+def _new_id(cursor: sqlite3.Cursor) -> int:
+    """The id SQLite gave the row ``cursor`` just inserted."""
+    if cursor.lastrowid is None:
+        raise JournalError("SQLite gave an inserted row no id")
+    return cursor.lastrowid

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from lat_core.contract.devices import Device
 from lat_core.contract.diagnosis import Diagnosis, DiagnosisError
@@ -28,7 +31,7 @@ class RunRow:
     ended: float | None
     paused: bool
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunState(self.state))  # typed however the row was built
 
 
@@ -66,7 +69,7 @@ class JobSummary:
     family: str | None = None  # the resolved config's model.family (None: a journal from before it was kept)
     fused_group: str | None = None  # the fused group its current attempt trains in (its usage is the group's)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # typed however the row was built
 
     @property
@@ -83,12 +86,12 @@ class JobSummary:
 @dataclass(frozen=True, kw_only=True)
 class JobRow(JobSummary):
     """A whole job: the summary plus what the engine launches it with and what triage found."""
-    argv: list
-    env: dict
+    argv: list[str]
+    env: dict[str, str]
     diagnosis: Diagnosis | None = None  # what triage found when the job last failed
     use_libuv: int = 1
-    avoid_devices: tuple = ()  # device ids a remedy excluded for this job (placement skips them)
-    backend_options: dict = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
+    avoid_devices: tuple[str, ...] = ()  # device ids a remedy excluded for this job (placement skips them)
+    backend_options: dict[str, Any] = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
 
 
 SUMMARY_COLUMNS = tuple(f.name for f in fields(JobSummary))  # in order: JobSummary(*row) takes them
@@ -142,7 +145,7 @@ class AttemptRow:
     oom_before: int | None = None
 
 
-def run_row(row) -> RunRow:
+def run_row(row: sqlite3.Row) -> RunRow:
     """A ``runs`` row (sqlite3.Row) with its JSON columns decoded."""
     data = _known(row, _RUN_FIELDS)
     where = f"runs.devices_json of run {data['id']}"
@@ -152,12 +155,12 @@ def run_row(row) -> RunRow:
     return RunRow(**data)
 
 
-def job_summary(row: tuple) -> JobSummary:
+def job_summary(row: tuple[Any, ...]) -> JobSummary:
     """A row of ``SELECT <SUMMARY_COLUMNS> FROM jobs`` (a plain tuple, in that order)."""
     return JobSummary(*row)
 
 
-def job_row(row) -> JobRow:
+def job_row(row: sqlite3.Row) -> JobRow:
     """A ``jobs`` row (sqlite3.Row) with its JSON columns decoded."""
     columns = dict(zip(row.keys(), row))  # by name once: a sqlite3.Row looks each name up among all its columns
     data = _known(columns, _JOB_FIELDS)
@@ -192,7 +195,7 @@ def _why(exc: BaseException) -> str:
 _TOLD: set[tuple[str, int]] = set()  # damaged diagnoses (where, hash of the text) this process logged
 
 
-def _known(row, names: frozenset[str]) -> dict:
+def _known(row: Mapping[str, Any] | sqlite3.Row, names: frozenset[str]) -> dict[str, Any]:
     """The row's columns (a sqlite3.Row or a mapping) that are fields of the row type: a journal
     that a newer LAT gave more columns (its schema grows by ``ALTER TABLE ADD COLUMN``) still reads
     here."""
