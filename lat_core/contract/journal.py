@@ -517,24 +517,24 @@ class Store:
         with self._tx() as db:
             _transition(db, run_id, job_id, None, history_entry(HistoryKind(kind), about), detail)
 
-    def add_command(self, run_id: int, verb: str, job_id: int | None = None, **args) -> int:
+    def add_command(self, run_id: int, verb: str, job_id: int | None = None, **args: Any) -> int:
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO commands (ts, run_id, job_id, verb, args_json) VALUES (?,?,?,?,?)",
                 (time.time(), run_id, job_id, verb, json.dumps(args)),
             )
-        return cur.lastrowid
+        return _new_id(cur)
 
     def runs_with_pending_commands(self) -> list[int]:
         return [r[0] for r in self._db.execute("SELECT DISTINCT run_id FROM commands WHERE status='pending'")]
 
-    def pending_commands(self, run_id: int) -> list[dict]:
+    def pending_commands(self, run_id: int) -> list[dict[str, Any]]:
         rows = self._db.execute(
             "SELECT * FROM commands WHERE run_id=? AND status='pending' ORDER BY id", (run_id,)
         )
         return [{**dict(r), "args": json.loads(r["args_json"])} for r in rows]
 
-    def command(self, command_id: int) -> dict:
+    def command(self, command_id: int) -> dict[str, Any]:
         return dict(self._db.execute("SELECT * FROM commands WHERE id=?", (command_id,)).fetchone())
 
     def finish_command(self, command_id: int, status: str, result: str = "") -> None:
