@@ -80,6 +80,9 @@ class BackendOption:
 Change = Union[ConfigChange, EnvChange, SlotsChange, AvoidDevice, Resume, BackendOption]
 CHANGE_KINDS: tuple[type[Change], ...] = (ConfigChange, EnvChange, SlotsChange, AvoidDevice, Resume, BackendOption)
 _BY_KIND: dict[str, type[Change]] = {cls.kind: cls for cls in CHANGE_KINDS}
+# each kind's (field, annotation), read once: a run's jobs list decodes thousands of stored changes
+_FIELDS_OF: dict[str, tuple[tuple[str, str], ...]] = {
+    cls.kind: tuple((f.name, str(f.type)) for f in fields(cls)) for cls in CHANGE_KINDS}
 JsonObject = dict[str, Any]
 
 
@@ -96,13 +99,14 @@ def change_from_json(data: object) -> Change:
     cls = _BY_KIND.get(str(data.get("kind")))
     if cls is None:
         raise DiagnosisError(f"unknown remedy change kind {data.get('kind')!r} (known: {', '.join(_BY_KIND)})")
-    missing = [f.name for f in fields(cls) if f.name not in data]
+    spec = _FIELDS_OF[cls.kind]
+    missing = [name for name, _ in spec if name not in data]
     if missing:
         raise DiagnosisError(f"remedy change {cls.kind!r} lacks {', '.join(missing)}")
-    wrong = [f.name for f in fields(cls) if not _of_type(data[f.name], str(f.type))]
+    wrong = [name for name, annotation in spec if not _of_type(data[name], annotation)]
     if wrong:
         raise DiagnosisError(f"remedy change {cls.kind!r}: {', '.join(wrong)} of the wrong type")
-    return cls(**{f.name: data[f.name] for f in fields(cls)})
+    return cls(**{name: data[name] for name, _ in spec})
 
 
 def _of_type(value: object, annotation: str) -> bool:
