@@ -41,6 +41,13 @@ class JournalError(LatError):
     title = "Journal problem"
 
 
+class NoJobError(JournalError):
+    """A job id the journal does not hold (a mistyped id, or one of another run): the user's slip,
+    worded as such; a JournalError still, so code that treats journal reads alike goes on doing so."""
+
+    title = "No such job"
+
+
 class OutputPathError(LatError):
     title = "Cannot use output path"
 

@@ -19,16 +19,17 @@ import socket
 import ssl
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from email.message import EmailMessage
-from typing import Protocol
+from http.client import HTTPMessage
+from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
 from lat_core.errors import LatError
 
 log = logging.getLogger(__name__)
 
-KINDS = ("start", "finish", "interrupt", "failure", "oom")
+KINDS = ("start", "finish", "interrupt", "failure", "oom", "paused")  # paused: the circuit breaker stopped admission
 MASK = "***"
 DEFAULT_TIMEOUT_S = 10.0
 SECRET_HEADER_WORDS = ("auth", "token", "key", "secret", "password", "cookie")
@@ -42,7 +43,7 @@ class Notifier(Protocol):
     def send(self, kind: str, subject: str, body: str) -> bool: ...
 
 
-def scrub(text: str, secrets) -> str:
+def scrub(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with every non-empty secret replaced by ``***``."""
     for secret in secrets:
         if secret:
@@ -61,9 +62,9 @@ class SmtpNotifier:
     Why STARTTLS is required by default: a login over plain text hands the password to anyone on the
     path, and a server (or a man in the middle) that does not offer STARTTLS must not get it."""
 
-    def __init__(self, host: str, port: int, sender: str, to, username: str | None = None,
+    def __init__(self, host: str, port: int, sender: str, to: str | Iterable[str], username: str | None = None,
                  password: str | None = None, starttls: bool = True,
-                 timeout: float = DEFAULT_TIMEOUT_S, ssl: bool = False):
+                 timeout: float = DEFAULT_TIMEOUT_S, ssl: bool = False) -> None:
         self.host, self.port, self.sender = host, int(port), sender
         self.to = [to] if isinstance(to, str) else list(to)
         self.username, self._password = username, password
@@ -135,7 +136,8 @@ class _CredentialSafeRedirect(urllib.request.HTTPRedirectHandler):
     """Follows a redirect as urllib does, but sends the credential headers (Authorization, API keys,
     cookies) only to the webhook's own origin: a 302 to another host must not collect them."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: HTTPMessage, newurl: str) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None and _origin(newurl) != _origin(req.full_url):
             for name in [k for k in new.headers if _is_secret_header(k)]:
@@ -147,7 +149,7 @@ class WebhookNotifier:
     """POSTs ``{"kind", "subject", "body", "time", "host"}`` as JSON with urllib."""
 
     def __init__(self, url: str, headers: Mapping[str, str] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S):
+                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
         if urlsplit(url).scheme not in ("http", "https"):
             raise NoticeError(f"expected an http(s) URL, got {mask_url(url)!r}", where="notify.webhook.url")
         self._url, self._headers, self.timeout = url, dict(headers or {}), timeout
@@ -184,7 +186,7 @@ class WebhookNotifier:
 class Notices:
     """The notifiers of a run and the kinds of notice they are sent (``on``)."""
 
-    def __init__(self, notifiers=(), on=KINDS):
+    def __init__(self, notifiers: Iterable[Notifier] = (), on: str | Iterable[str] = KINDS) -> None:
         self.notifiers = list(notifiers)
         self.on = frozenset(_check_kinds(on))
 
@@ -202,13 +204,13 @@ class Notices:
         return [_send_guarded(n, kind, subject, body) for n in self.notifiers]
 
     @classmethod
-    def from_config(cls, notify: Mapping | None, environ: Mapping[str, str] | None = None) -> "Notices":
+    def from_config(cls, notify: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None) -> Notices:
         """From a plan's ``notify:`` mapping, with ``LAT_*`` environment variables filling gaps."""
         notify = dict(notify or {})
         environ = os.environ if environ is None else environ
         email = {**_email_from_env(environ), **dict(notify.get("email") or {})}
         webhook = {**_webhook_from_env(environ), **dict(notify.get("webhook") or {})}
-        notifiers = []
+        notifiers: list[Notifier] = []
         if email.get("host") or notify.get("email"):
             notifiers.append(smtp_from_mapping(email, environ))
         if webhook.get("url") or notify.get("webhook"):
@@ -217,11 +219,11 @@ class Notices:
         return cls(notifiers, on=KINDS if on is None else on)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Notices":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Notices:
         return cls.from_config(None, environ)
 
 
-def _send_guarded(notifier, kind: str, subject: str, body: str) -> bool:
+def _send_guarded(notifier: Notifier, kind: str, subject: str, body: str) -> bool:
     """A notifier's send, with any non-OSError surprise logged as a failed notice."""
     try:
         return bool(notifier.send(kind, subject, body))
@@ -230,7 +232,7 @@ def _send_guarded(notifier, kind: str, subject: str, body: str) -> bool:
         return False
 
 
-def _check_kinds(kinds) -> list[str]:
+def _check_kinds(kinds: str | Iterable[str]) -> list[str]:
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
@@ -239,27 +241,27 @@ def _check_kinds(kinds) -> list[str]:
     return kinds
 
 
-def _email_from_env(environ: Mapping[str, str]) -> dict:
+def _email_from_env(environ: Mapping[str, str]) -> dict[str, str]:
     names = {"host": "LAT_SMTP_HOST", "port": "LAT_SMTP_PORT", "username": "LAT_SMTP_USER",
              "password": "LAT_SMTP_PASSWORD", "to": "LAT_NOTIFY_TO", "sender": "LAT_SMTP_FROM",
              "starttls": "LAT_SMTP_STARTTLS"}
     return {key: environ[name] for key, name in names.items() if environ.get(name)}
 
 
-def _webhook_from_env(environ: Mapping[str, str]) -> dict:
+def _webhook_from_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {"url": environ["LAT_WEBHOOK_URL"]} if environ.get("LAT_WEBHOOK_URL") else {}
 
 
-def _truthy(value) -> bool:
+def _truthy(value: object) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def _recipients(value) -> list[str]:
+def _recipients(value: str | Iterable[object] | None) -> list[str]:
     items = value.split(",") if isinstance(value, str) else list(value or [])
     return [str(i).strip() for i in items if str(i).strip()]
 
 
-def smtp_from_mapping(cfg: Mapping, environ: Mapping[str, str]) -> SmtpNotifier:
+def smtp_from_mapping(cfg: Mapping[str, Any], environ: Mapping[str, str]) -> SmtpNotifier:
     """``{host, port, sender|from, to, username, password | password_env, starttls, ssl}``; STARTTLS
     unless ``ssl`` or an explicit ``starttls: false``."""
     if not cfg.get("host"):
@@ -278,7 +280,7 @@ def smtp_from_mapping(cfg: Mapping, environ: Mapping[str, str]) -> SmtpNotifier:
                         password=password, starttls=_truthy(cfg.get("starttls", not use_ssl)), ssl=use_ssl)
 
 
-def webhook_from_mapping(cfg: Mapping) -> WebhookNotifier:
+def webhook_from_mapping(cfg: Mapping[str, Any]) -> WebhookNotifier:
     """``{url, headers}``."""
     if not cfg.get("url"):
         raise NoticeError("missing url (or LAT_WEBHOOK_URL)", where="notify.webhook.url")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 MAX_TITLE = 160  # a title stays one readable line in `ps` and nvitop
 PR_SET_NAME = 15  # linux/prctl.h
@@ -79,7 +80,7 @@ def job_label(job_yaml: str | Path) -> str:
     return display_name(str(family) if family else None, str(name), raw.get("seed", 1), dataset)
 
 
-def _read_yaml(path: Path) -> dict:
+def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
     try:

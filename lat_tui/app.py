@@ -12,11 +12,8 @@ from typing import Callable
 from textual.app import App
 from textual.binding import Binding
 
-from lat_core.config.paths import config_trees
-from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import LatError
-from lat_core.monitor.gpu import GpuProbe
-from lat_core.front.client import RUN_ACTIVE, Client, ensure_engine
+from lat_core.front.client import RUN_ACTIVE, Client, GpuProbe, SuiteRegistry, ensure_engine, suite_registry
 from lat_tui.context import AppContext
 from lat_tui.screens.dashboard import DashboardScreen
 
@@ -77,8 +74,7 @@ class LatApp(App[int | None]):
 
 def run_tui(state_dir: Path, configs_dir: Path | None = None) -> int:
     """Entry point for ``lat-tui`` without a plan; returns the process exit code."""
-    registry = SuiteRegistry(config_trees(configs_dir))
-    app = LatApp(state_dir, registry, GpuProbe())
+    app = LatApp(state_dir, suite_registry(configs_dir), GpuProbe())
     run_id = app.run()
     if app.return_code:
         return app.return_code

@@ -29,12 +29,12 @@ FLAG_FIELDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lat_core import __version__
+    from lat_core.front.client import LAT_VERSION
     from lat_tui.verbs import verbs_help
 
     p = argparse.ArgumentParser(prog="lat-tui", description="LAT control center" + __doc__.split("\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=verbs_help())
-    p.add_argument("--version", action="version", version=f"lat-tui {__version__}")
+    p.add_argument("--version", action="version", version=f"lat-tui {LAT_VERSION}")
     p.add_argument("old_form", nargs="*", metavar="SUITE [ROUND]",
                    help="the old launch scripts' form: `lat-tui E5 all` is `lat-tui --suite E5 --round all`")
     p.add_argument("--plan", help="plan YAML to run headless")
@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", default=None,
                    help="restart jobs that had started from their last checkpoint-* (strict)")
     p.add_argument("--overwrite", action="store_true", default=None, help="rerun jobs that already succeeded")
+    p.add_argument("--allow-cpu", action="store_true", default=None,
+                   help="train a model too big for the CPU there anyway (the preflight refuses it otherwise)")
     p.add_argument("--save-plan", metavar="FILE", help="write the plan to FILE and exit")
     p.add_argument("--state-dir", help="journal and engine state (default $LAT_STATE_DIR or ~/.local/state/lat)")
     p.add_argument("--configs", help="your config tree (suites/, experiments/, peft/, plans/), searched before "
@@ -75,19 +77,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _on_journal(argv: list[str], run, *args) -> int:
     """``run(*args)``, with SQLite and disk errors turned into a JournalError naming the journal."""
-    from lat_core.contract.journal_faults import journal_faults
+    from lat_core.front.client import journal_faults_in, resolve_state_dir
 
-    with journal_faults(_journal_path(argv)):
+    with journal_faults_in(resolve_state_dir(_given_state_dir(argv))):
         return run(*args)
 
 
-def _journal_path(argv: list[str]) -> Path:
-    from lat_core.front.service import JOURNAL_NAME, default_state_dir
-
+def _given_state_dir(argv: list[str]) -> str | None:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--state-dir")
-    given = parser.parse_known_args(argv)[0].state_dir
-    return (Path(given).expanduser() if given else default_state_dir()) / JOURNAL_NAME
+    return parser.parse_known_args(argv)[0].state_dir
 
 
 def _route(argv: list[str]) -> int:
@@ -121,22 +120,19 @@ def _dispatch(args) -> int:
 
 
 def _registry(args):
-    from lat_core.config.paths import config_trees
-    from lat_core.config.suites import SuiteRegistry
+    from lat_core.front.client import suite_registry
 
-    return SuiteRegistry(config_trees(args.configs))
+    return suite_registry(args.configs)
 
 
 def plan_from_args(args):
     """The plan from --plan (if given) with the seeds' flags layered on top, validated."""
-    from lat_core.front.plan import plan_from_mapping
+    from lat_core.front.client import plan_from_mapping, read_plan_file
 
     data, where, base = {}, "command line", Path.cwd()
     if args.plan:
-        from lat_core.config.paths import config_trees, find_plan
-
-        plan_path = find_plan(args.plan, config_trees(args.configs))
-        data, where, base = _read_plan_mapping(plan_path), str(plan_path), plan_path.parent
+        plan_path, data = read_plan_file(args.plan, args.configs)
+        where, base = str(plan_path), plan_path.parent
     flags = flags_to_mapping(args)
     if flags:
         where = f"{where} + flags" if args.plan else where
@@ -149,12 +145,6 @@ def plan_from_args(args):
         return plan_from_mapping(data, _registry(args), where=where, base=base if args.plan else Path.cwd())
     except PlanError as exc:
         raise PlanError([_name_flags(p, set(flags)) for p in exc.problems], where=exc.where) from None
-
-
-def _read_plan_mapping(path: Path) -> dict:
-    from lat_core.front.plan import load_plan_mapping
-
-    return load_plan_mapping(path)
 
 
 def _take_old_form(args) -> None:
@@ -178,7 +168,7 @@ def _take_old_form(args) -> None:
 
 def _pair_from_shell() -> str | None:
     """No pairs given: the round script's ``DATA`` and ``HP_SEED`` from the launching shell are the pair."""
-    from lat_core.config.env import EnvValueError, pair_from_env
+    from lat_core.front.client import EnvValueError, pair_from_env
 
     try:
         return pair_from_env(os.environ)
@@ -209,7 +199,7 @@ def flags_to_mapping(args) -> dict:
         data["output_root"] = args.output_root
     if args.env:
         data["env"] = _parse_env_flags(args.env)
-    for flag in ("resume", "overwrite"):
+    for flag in ("resume", "overwrite", "allow_cpu"):
         if getattr(args, flag):
             data[flag] = True
     return data

@@ -4,15 +4,16 @@ same way in each (model, config, seed and dataset, never the job key)."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from lat_core.contract.rows import GroupUsage, JobSummary
-from lat_core.text import fmt_bytes
-from lat_core.titles import display_name
+from lat_core.front.client import display_name, fmt_bytes
 from lat_tui import fmt
 
+SEPARATORS = "-_./"  # where a shared start of config or dataset names may end
 MIN_STEM = 8  # below this the model family gives way to the config name
 MEMBER_INDENT = "  "  # a fused member's name, under its group's line
 WHOLE_NAME = 10**6  # plain text: names are never cut
@@ -27,11 +28,14 @@ class Shown:
     families: Mapping[int, str] = field(default_factory=dict)
     one_dataset: bool = False
     name_width: int = WHOLE_NAME
+    shared: Shared | None = None
 
     @classmethod
     def of(cls, jobs: list[JobSummary], families: Mapping[int, str] | None = None, now: float | None = None,
            name_width: int = WHOLE_NAME) -> Shown:
-        return cls(now or time.time(), families or {}, len({j.dataset for j in jobs}) <= 1, name_width)
+        families = families or {}
+        return cls(now or time.time(), families, len({j.dataset for j in jobs}) <= 1, name_width,
+                   Shared.of(jobs, families))
 
 
 @dataclass(frozen=True)
@@ -55,10 +59,9 @@ def usage_cells(job: JobSummary) -> tuple[str, str]:
 
 
 def name_cell(job: JobSummary, shown: Shown) -> str:
-    if job.fused_group:  # under its group's line
-        return MEMBER_INDENT + job_name(job, shown.families.get(job.id), shown.name_width - len(MEMBER_INDENT),
-                                        with_dataset=not shown.one_dataset)
-    return job_name(job, shown.families.get(job.id), shown.name_width, with_dataset=not shown.one_dataset)
+    indent = MEMBER_INDENT if job.fused_group else ""  # a member: under its group's line
+    return indent + job_name(job, shown.families.get(job.id), shown.name_width - len(indent),
+                             with_dataset=not shown.one_dataset, shared=shown.shared)
 
 
 def member_usage_cells(job: JobSummary) -> tuple[str, str]:
@@ -144,27 +147,67 @@ def plain_table(jobs: list[JobSummary], families: Mapping[int, str] | None = Non
     return "\n".join(line.format(*row).rstrip() for row in zip(*columns))
 
 
-def job_name(job: JobSummary, family: str | None, width: int = WHOLE_NAME, with_dataset: bool = True) -> str:
+def job_name(job: JobSummary, family: str | None, width: int = WHOLE_NAME, with_dataset: bool = True,
+             shared: Shared | None = None) -> str:
     """``mamba/tiny_lora 1:tiny-sst2``: model family, config, seed and dataset in ``width`` cells.
 
     Jobs of one run mostly differ in their config, so the config keeps the most room. When the
-    name does not fit, the dataset is cut first (or dropped for ``config@seed`` when every job of
-    the run has the same one), then the middle of the config, then the model family.
+    name does not fit, what every job of the table shares goes first (``shared``: the model family,
+    the start of the config and dataset names), so ``tiny_lora_qkvo 1:glue-tvt_cola`` beside
+    ``tiny_lora_q 1:glue-tvt_rte`` reads ``qkvo 1:cola`` and ``q 1:rte``; then the dataset is cut
+    (or dropped for ``config@seed`` when every job of the run has the same one), then the middle of
+    the config, then the model family.
     """
-    model = f"{family}/" if family else ""
     full = display_name(family, job.stem, job.seed, job.dataset)
     if len(full) <= width:
         return full
-    seed = str(job.seed)
+    stem, dataset = job.stem, job.dataset
+    if shared is not None:
+        family = None if family and family == shared.family else family
+        stem, dataset = stem[len(shared.stem_prefix):], dataset[len(shared.dataset_prefix):]
+        short = display_name(family, stem, job.seed, dataset)
+        if len(short) <= width:
+            return short
+    return _fit(family, stem, str(job.seed), dataset, width, with_dataset)
+
+
+def _fit(family: str | None, stem: str, seed: str, dataset: str, width: int, with_dataset: bool) -> str:
+    model = f"{family}/" if family else ""
     if with_dataset:
-        pair_min = len(seed) + 1 + min(len(job.dataset), 5)
-        tail = " " + _keep_start(f"{seed}:{job.dataset}", max(pair_min, width - len(model) - 1 - len(job.stem)))
+        pair_min = len(seed) + 1 + min(len(dataset), 5)
+        tail = " " + _keep_start(f"{seed}:{dataset}", max(pair_min, width - len(model) - 1 - len(stem)))
     else:
         tail = "@" + seed
     stem_room = width - len(model) - len(tail)
-    if model and stem_room < min(MIN_STEM, len(job.stem)):
-        return job_name(job, None, width, with_dataset)
-    return model + _keep_both_ends(job.stem, max(stem_room, 1)) + tail
+    if model and stem_room < min(MIN_STEM, len(stem)):
+        return _fit(None, stem, seed, dataset, width, with_dataset)
+    return model + _keep_both_ends(stem, max(stem_room, 1)) + tail
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every job of a table has in common, which a name short of room leaves out: the model
+    family, and the start of the config and the dataset names up to a separator (``glue-tvt_``)."""
+
+    family: str | None = None
+    stem_prefix: str = ""
+    dataset_prefix: str = ""
+
+    @classmethod
+    def of(cls, jobs: list[JobSummary], families: Mapping[int, str]) -> Shared:
+        found = {families.get(job.id) for job in jobs}
+        family = found.pop() if len(found) == 1 else None
+        return cls(family, shared_start({job.stem for job in jobs}), shared_start({job.dataset for job in jobs}))
+
+
+def shared_start(names: set[str]) -> str:
+    """The start every name has, up to and with its last separator, leaving each name something;
+    "" for fewer than two names."""
+    if len(names) < 2:
+        return ""
+    start = os.path.commonprefix(sorted(names))
+    cut = max(start.rfind(sep) for sep in SEPARATORS) + 1
+    return start[:cut] if cut and all(len(name) > cut for name in names) else ""
 
 
 def _keep_start(text: str, width: int) -> str:

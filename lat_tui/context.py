@@ -6,9 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lat_core.front.client import Client
-from lat_core.config.suites import SuiteRegistry
-from lat_core.monitor.gpu import GpuProbe
+from lat_core.front.client import Client, GpuProbe, SuiteRegistry
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lat_core.contract.commands import (FRESH, RESUME, AddJobs, CancelJob, CancelRun, Command, ExtendCountdown, PauseRun,
+                                        RequeueJob, RequeueJobs, ResumeRun, SetSlots, SkipCountdown)
 from lat_core.front.client import Client, resumable_checkpoints
 from lat_core.contract.rows import JobSummary, RunRow
+from lat_tui.columns import job_name
 from lat_tui.cli_common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
 
 VERBS = ("cancel", "pause", "resume", "requeue", "slots", "countdown", "add")
@@ -43,9 +46,9 @@ def build_parser(verb: str) -> argparse.ArgumentParser:
                             "from its newest checkpoint-* where it has one, else starts fresh")
         p.add_argument("--remedy", help="apply this triage remedy (see `lat-tui triage`) first")
         start = p.add_mutually_exclusive_group()
-        start.add_argument("--resume", action="store_const", const="resume", dest="start",
+        start.add_argument("--resume", action="store_const", const=RESUME, dest="start",
                            help="continue from the job's newest checkpoint-* (with --failed: the default)")
-        start.add_argument("--fresh", action="store_const", const="fresh", dest="start",
+        start.add_argument("--fresh", action="store_const", const=FRESH, dest="start",
                            help="start over from step 0 (old checkpoints and events are cleared)")
     elif verb == "slots":
         p.add_argument("device", help="device id as shown (gpu0, gpu3, cpu)")
@@ -77,33 +80,31 @@ def main(argv: list[str]) -> int:
     if args.verb == "requeue" and args.failed:
         return requeue_failed(client, run, args)
     if args.verb == "requeue" and args.remedy is None:   # a remedy decides how the job starts, as in the TUI
-        offer = resume_offer(client.job(args.job), args.start)
+        job = client.job(args.job, run.id)
+        offer = resume_offer(job, job_name(job, client.model_family(job)), args.start)
         if offer:
             print(offer)
             return EXIT_FAILED
-    verb, job_id, extra = command_for(args, client, run)
-    command_id = client.send(run, verb, job_id, **extra)
+    command_id = client.send(run, command_for(args, client, run))
     return EXIT_OK if args.no_wait else report(client, command_id)
 
 
-def command_for(args, client: Client, run: RunRow) -> tuple[str, int | None, dict]:
+def command_for(args, client: Client, run: RunRow) -> Command:
+    """The command a control verb's arguments ask for (a job id is checked against the journal)."""
     if args.verb == "cancel":
-        return ("cancel_run", None, {}) if args.all else ("cancel_job", client.job(args.job).id, {})
+        return CancelRun() if args.all else CancelJob(client.job(args.job, run.id).id)
     if args.verb in ("pause", "resume"):
-        return args.verb, None, {}
+        return PauseRun() if args.verb == "pause" else ResumeRun()
     if args.verb == "requeue":
-        extra = {"remedy": args.remedy} if args.remedy else {}
-        return "requeue", client.job(args.job).id, {**extra, **({"start": args.start} if args.start else {})}
+        return RequeueJob(client.job(args.job, run.id).id, start=args.start, remedy=args.remedy or None)
     if args.verb == "slots":
-        return "set_slots", None, {"device": args.device, "slots": args.count}
+        return SetSlots(args.device, args.count)
     if args.verb == "countdown":
-        return ("skip_countdown", None, {}) if args.action == "skip" else ("extend_countdown", None, {"minutes": args.minutes})
-    from lat_core.config.paths import config_trees
-    from lat_core.config.suites import SuiteRegistry
+        return SkipCountdown() if args.action == "skip" else ExtendCountdown(args.minutes)
+    from lat_core.front.client import suite_registry
 
     names = [n for chunk in args.suite for n in chunk.split()]
-    return "add_jobs", None, {"jobs": client.jobs_to_add(run, names, args.round, args.pairs,
-                                                         SuiteRegistry(config_trees(args.configs)))}
+    return AddJobs(tuple(client.jobs_to_add(run, names, args.round, args.pairs, suite_registry(args.configs))))
 
 
 def requeue_usage(args) -> str:
@@ -122,12 +123,11 @@ def requeue_failed(client: Client, run: RunRow, args) -> int:
     if not jobs:
         print(f"run {run.id} has no failed or cancelled job; nothing was requeued")
         return EXIT_FAILED
-    command_id = client.send(run, "requeue_jobs", jobs=[job.id for job in jobs],
-                             **({"start": args.start} if args.start else {}))
+    command_id = client.send(run, RequeueJobs(tuple(job.id for job in jobs), start=args.start))
     return EXIT_OK if args.no_wait else report(client, command_id)
 
 
-def resume_offer(job: JobSummary, start: str | None) -> str | None:
+def resume_offer(job: JobSummary, name: str, start: str | None) -> str | None:
     """A failed or cancelled job with checkpoints could continue where it stopped: say so and send
     nothing until the user picks --resume or --fresh."""
     if start is not None or job.state not in ("failed", "cancelled"):
@@ -136,7 +136,7 @@ def resume_offer(job: JobSummary, start: str | None) -> str | None:
     if not found:
         return None
     step, path = found[-1]
-    return (f"job {job.id} {job.key} has {len(found)} checkpoint(s), the newest {path.name} (step {step}); "
+    return (f"job {job.id} {name} has {len(found)} checkpoint(s), the newest {path.name} (step {step}); "
             f"nothing was requeued.\n"
             f"  lat-tui requeue {job.id} --resume   continue from {path.name}\n"
             f"  lat-tui requeue {job.id} --fresh    start over from step 0 (checkpoints are cleared)")
@@ -147,5 +147,5 @@ def report(client: Client, command_id: int, timeout: float = 15.0) -> int:
     if row is None:
         print("sent; the engine has not answered yet (is it running? `lat-tui status`)")
         return EXIT_OK
-    print(f"{row.verb}: {row.status} {row.result}".rstrip())
+    print(f"{row.kind}: {row.status} {row.result}".rstrip())
     return EXIT_OK if row.status == "done" else EXIT_FAILED

@@ -19,11 +19,12 @@ def fmt_loss(loss: float | None) -> str:
     return "-" if loss is None else f"{loss:.4f}"
 
 
-def progress_line(t: Transition, job: JobRow | None, started: float) -> str:
+def progress_line(t: Transition, job: JobRow | None, started: float, name: str) -> str:
+    """One history entry; a job is named ``name``, the job table's name for it."""
     stamp = fmt_elapsed(t.ts - started)
     if job is None and t.new_state == HistoryKind.ENGINE_ERROR:
         return f"[{stamp}] run {t.run_id}: engine error: {t.detail}"
     if job is None:
         return f"[{stamp}] run {t.run_id}: {t.old_state or '-'} -> {t.new_state}  {t.detail}".rstrip()
     arrow = t.new_state if t.old_state is None else f"{t.old_state} -> {t.new_state}"
-    return f"[{stamp}] job {job.id} {job.key}: {arrow}  {t.detail}".rstrip()
+    return f"[{stamp}] job {job.id} {name}: {arrow}  {t.detail}".rstrip()

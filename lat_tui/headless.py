@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from lat_core.front.client import Client, plan_env_of
 from lat_core.contract.rows import RunRow
+from lat_core.contract.states import HistoryKind
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK
 from lat_tui.columns import job_name, plain_table
 from lat_tui.format import progress_line
 
 if TYPE_CHECKING:  # a plan means pydantic: `wait` and `follow` never build one
-    from lat_core.front.plan import Plan
+    from lat_core.front.client import Plan
 
 RUN_ENDED = ("finished", "cancelled")
 
@@ -49,9 +50,15 @@ def follow_detachable(client: Client, run_id: int, *, out: TextIO, poll: float =
 def follow(client: Client, run_id: int, *, out: TextIO, poll: float, after_id: int = 0) -> int:
     """Print transitions until the run ends; restart the engine if it died (it adopts running jobs)."""
     started = client.run(run_id).created
+    said: set[str] = set()  # what a fused group's members share, said at the first of them
     for t in stream_history(client, run_id, poll=poll, after_id=after_id):
+        if t.new_state == HistoryKind.FUSED:
+            if t.detail in said:
+                continue
+            said.add(t.detail)
         job = client.job(t.job_id) if t.job_id else None
-        print(progress_line(t, job, started), file=out, flush=True)
+        name = job_name(job, client.model_family(job)) if job else ""
+        print(progress_line(t, job, started, name), file=out, flush=True)
     return summarize(client, run_id, out)
 
 

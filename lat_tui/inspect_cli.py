@@ -17,7 +17,7 @@ import yaml
 from lat_core.front.client import JOB_FINAL, Client
 from lat_core.contract.rows import AttemptRow, JobRow
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK, cli_entry, client_for, state_flags
-from lat_tui.columns import state_text
+from lat_tui.columns import job_name, state_text
 from lat_tui.format import fmt_elapsed
 from lat_tui.json_views import dumps, event_view, job_view, run_view
 from lat_tui.status import job_notes
@@ -89,7 +89,7 @@ def show(client: Client, args) -> int:
                      "history": [event_view(t) for t in history],
                      "diagnosis": job.diagnosis.to_json() if job.diagnosis else None}))
         return EXIT_OK
-    print(f"job {job.id}  {job.key}  ({job.state}, run {job.run_id})")
+    print(f"job {job.id}  {job_name(job, client.model_family(job))}  ({job.state}, run {job.run_id})")
     print(f"folder: {job.job_dir}")
     print(f"command: {' '.join(job.argv)}")
     for note in job_notes(job):

@@ -17,9 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from lat_core.contract.job_files import tail_events
-from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
-from lat_core.monitor.host import HostSnapshot, host_snapshot
+from lat_core.front.client import GpuProbe, GpuSnapshot, HostSnapshot, host_snapshot, tail_events
 from lat_tui import fmt
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_OK
 from lat_tui.tail import TailState, read_tail

@@ -13,9 +13,7 @@ import os
 import socket
 import sys
 
-from lat_core.front.client import mail_notice
-from lat_core.config.email_yaml import OLD_EVENTS
-from lat_core.config.env import EMAIL_YAML_VAR
+from lat_core.front.client import EMAIL_YAML_VAR, OLD_EVENTS, mail_notice
 from lat_tui.cli_common import EXIT_FAILED, EXIT_OK, cli_entry
 
 HELP = "mail one notice with a SwanLab e-mail YAML (the old email_notify script), to check its settings"

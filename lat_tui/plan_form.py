@@ -12,13 +12,9 @@ from pathlib import Path
 from typing import Callable
 
 
-from lat_core.config.env import MASK
-from lat_core.config.suites import SuiteRegistry
 from lat_core.contract.saved_plan import SavedPlan
 from lat_core.errors import LatError, PlanError
-from lat_core.monitor.gpu import GpuProbe
-from lat_core.front.plan import Plan, plan_from_mapping
-from lat_core.front.client import Client
+from lat_core.front.client import MASK, Client, GpuProbe, Plan, SuiteRegistry, plan_from_mapping
 
 CPU = "cpu"
 WHERE = "plan form"

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
-from lat_core.monitor.host import HostSnapshot, host_snapshot
-from lat_core.front.client import JOB_FINAL, Client, CommandRow
+from lat_core.front.client import JOB_FINAL, Client, CommandRow, GpuProbe, GpuSnapshot, HostSnapshot, host_snapshot
 from lat_core.contract.rows import GroupUsage, JobSummary, RunRow
 from lat_tui.tail import TailState, read_tail
 

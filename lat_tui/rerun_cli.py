@@ -45,8 +45,7 @@ def main(argv: list[str]) -> int:
 
 
 def _rerun(args) -> int:
-    from lat_core.front.client import Client
-    from lat_core.front.rerun import prepare_rerun
+    from lat_core.front.client import Client, prepare_rerun
     from lat_tui.headless import follow_detachable
 
     client = Client(args.state_dir)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from lat_core.errors import LatError
-from lat_core.results.scan import FOREIGN_REASON
+from lat_core.front.client import FOREIGN_REASON
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 SKIPPED_SHOWN = 20
@@ -46,8 +46,7 @@ def print_skipped(report, stream=None) -> None:
 
 
 def run(args) -> int:
-    from lat_core.results import aggregate, build_tables, check_formats, write_report
-    from lat_core.results.render import table_markdown
+    from lat_core.front.client import aggregate, build_tables, check_formats, table_markdown, write_report
 
     formats = check_formats(args.format.split(","))
     root = Path(args.output_root).expanduser() if args.output_root else latest_output_root(args.state_dir)

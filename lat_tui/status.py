@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from lat_core.errors import JournalError
-from lat_core.contract.job_files import last_log_line
+from lat_core.front.client import last_log_line
 from lat_tui.cli_common import EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
 from lat_tui.columns import job_name, plain_table
 from lat_tui.format import fmt_elapsed
@@ -38,6 +38,8 @@ def main(argv: list[str]) -> int:
           f"engine {engine}; outputs in {run.output_root}")
     if error := client.engine_error(run.id):
         print(f"engine error: {error}")
+    if run.paused and run.state in ("countdown", "running"):  # said once here; each queued job waits on it too
+        print(f"paused: {client.pause_reason(run.id)}")
     if run.state == "countdown":
         print(f"countdown: {fmt_elapsed(max(0.0, run.countdown_until - time.time()))} left")
     families = client.model_families(jobs)
@@ -71,7 +73,7 @@ def job_notes(job) -> list[str]:
 
 def split_last_log_line(error: str, job_dir: Path) -> tuple[str, str]:
     """The stored reason ends with the log's last line when triage did not pin the cause
-    (``killed by SIGKILL: killed: ...: step 305/400 loss 2.6676``); (cause, that line), or
+    (``killed by SIGKILL: step 305/400 loss 2.6676``); (cause, that line), or
     (error, "") when it does not end with it."""
     last = last_log_line(job_dir / "train.log")
     if last and error.endswith(f": {last}"):

@@ -23,12 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from lat_core.config.paths import config_trees
-    from lat_core.config.suites import SuiteRegistry
+    from lat_core.front.client import suite_registry
 
     args = build_parser().parse_args(argv)
     try:
-        registry = SuiteRegistry(config_trees(args.configs))
+        registry = suite_registry(args.configs)
         rows = [_row(registry, entry) for entry in registry.entries()]
     except LatError as exc:
         print(f"lat-tui suites: {exc.title}: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ import time
 
 from lat_core.front.client import JOB_FINAL, Client, plan_env_of
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK, cli_entry, client_for, state_flags
+from lat_tui.columns import job_name
 from lat_tui.headless import RUN_ENDED, follow_detachable
 
 HELP = {
@@ -48,7 +49,7 @@ def main(argv: list[str]) -> int:
 
 def wait(client: Client, args) -> int:
     if args.jobs:
-        jobs = [client.job(j) for j in args.jobs]
+        jobs = [client.job(j, args.run_id) for j in args.jobs]
         run = client.run(jobs[0].run_id)
         if any(j.run_id != run.id for j in jobs):
             raise_mixed(jobs)
@@ -67,7 +68,7 @@ def wait(client: Client, args) -> int:
     if not args.quiet:
         print(f"{len(jobs) - len(bad)}/{len(jobs)} jobs succeeded")
         for job in bad:
-            print(f"  job {job.id} {job.state}: {job.key}  {job.error or ''}".rstrip())
+            print(f"  job {job.id} {job.state}: {job_name(job, client.model_family(job))}  {job.error or ''}".rstrip())
     return EXIT_OK if not bad else EXIT_FAILED
 
 

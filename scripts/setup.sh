@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh machine.
 #   bash scripts/setup.sh demo   install, then run the demo plan (4 tiny CPU jobs, headless)
-#   bash scripts/setup.sh test   install with test extras, then ruff, the import contracts, mypy on the contract and the test suite (GPU tests skipped)
+#   bash scripts/setup.sh test   install with test extras, then ruff, the import contracts, mypy on the contract and the front end and the test suite (GPU tests skipped)
 # Creates .venv in the repository. Where no NVIDIA GPU is visible the CPU build of torch is
 # installed first, so the dependency range never pulls a multi-GB CUDA build.
 set -euo pipefail
@@ -25,6 +25,21 @@ fi
 # An editable install leaves the sources uncompiled; where PYTHONDONTWRITEBYTECODE is set, every
 # engine, runner and trainer process would compile them again (pip compiles what it installs).
 compile_sources() { python -m compileall -q lat_core lat_tui >/dev/null; }
+# METEOR's WordNet 3.0 (lat_core/train/nltk_data.py): no PyPI package carries it, Debian's
+# wordnet-base does. Without it METEOR is left out of DART's metrics (said in the job's log and
+# under the results table) and its parity tests skip. A half-configured dpkg (an image built with
+# one) is finished first when apt refuses for that.
+install_wordnet() {
+  [[ -e /usr/share/wordnet/data.noun || -n "${WNSEARCHDIR:-}" ]] && return 0
+  if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "==> no WordNet: METEOR left out (sudo apt-get install wordnet-base, or python -m nltk.downloader wordnet)" >&2
+    return 0
+  fi
+  echo "==> apt-get install wordnet-base (METEOR's WordNet 3.0)" >&2
+  apt_wordnet() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wordnet-base >/dev/null; }
+  { apt-get update -qq && { apt_wordnet || { dpkg --configure -a && apt_wordnet; }; }; } \
+    || echo "==> wordnet-base not installed: METEOR left out, its tests skip" >&2
+}
 case "$what" in
   demo)
     pip install -e .
@@ -35,6 +50,7 @@ case "$what" in
   test)
     pip install -e ".[test]"
     python -c "import lat_core, lat_tui, pytest"
+    install_wordnet
     compile_sources
     echo "==> ruff: pyflakes and the layering rules (banned-api)" >&2
     ruff check .  # the layering rules (banned-api) and pyflakes, before the tests
@@ -42,6 +58,8 @@ case "$what" in
     lint-imports
     echo "==> mypy --strict on the contract (lat_core/contract: what crosses a process)" >&2
     mypy --strict lat_core/contract
+    echo "==> mypy --strict on the front end (lat_core/front, and the config, triage, monitor and notice code it calls)" >&2
+    mypy --strict lat_core/front
     echo "==> the test suite in 4 workers (GPU tests skipped where no GPU is)" >&2
     # most tests wait on real processes (engines, trainers, tmux), so 4 workers fit 2 cores;
     # tests sharing one thing of the host are kept in one worker (tests/conftest.py)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -37,7 +38,7 @@ class EmailYamlError(LatError):
     title = "Invalid e-mail notice settings"
 
 
-def read_email_yaml(path: str | Path) -> dict:
+def read_email_yaml(path: str | Path) -> dict[str, Any]:
     """The file's settings as a ``notify.email`` mapping; EmailYamlError naming the file otherwise."""
     path = Path(path).expanduser()
     where = f"{path} ({EMAIL_YAML_VAR})"
@@ -57,7 +58,7 @@ def read_email_yaml(path: str | Path) -> dict:
     return _to_notify_email(dict(data), where)
 
 
-def _to_notify_email(data: dict, where: str) -> dict:
+def _to_notify_email(data: dict[str, Any], where: str) -> dict[str, Any]:
     unknown = sorted(set(data) - set(SWANLAB_FIELDS) - set(LAT_FIELDS) - set(IGNORED))
     if unknown:
         known = ", ".join([*SWANLAB_FIELDS, *LAT_FIELDS, *IGNORED])
@@ -83,7 +84,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
 
 
-def with_env_notices(notify: Mapping | None, environ: Mapping[str, str]) -> dict:
+def with_env_notices(notify: Mapping[str, Any] | None, environ: Mapping[str, str]) -> dict[str, Any]:
     """A plan's ``notify:`` with the environment's SWANLAB_EMAIL_YAML (its ``email:``) and
     SWANLAB_EMAIL_ON_* switches (its ``on:``) laid over it; unchanged when none is set."""
     notify = dict(notify or {})

@@ -9,7 +9,9 @@ a shell string. Secret values are masked wherever they are shown.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from lat_core.config import values as V
 from lat_core.config.values import Kind
@@ -136,7 +138,7 @@ def mask_env(env: dict[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret(k) else v) for k, v in env.items()}
 
 
-def parse_env_value(name: str, value: str):
+def parse_env_value(name: str, value: str) -> object:
     """Typed, range-checked value of a known variable (ENV_FIELDS, PRETRAIN_ENV_FIELDS, TRACKER_SWITCHES,
     HP_PISSA_FAST or NOTICE_SWITCHES)."""
     tables = (ENV_FIELDS, PRETRAIN_ENV_FIELDS)
@@ -153,7 +155,8 @@ def is_config_variable(name: str) -> bool:
     return name in ENV_FIELDS or name in TRACKER_SWITCHES or name in ("HP_DATA", PISSA_FAST[0])
 
 
-def apply_env(raw: dict, environ: dict, sources: dict, label: str = "env") -> dict:
+def apply_env(raw: Mapping[str, object], environ: Mapping[str, str], sources: dict[str, str],
+              label: str = "env") -> dict[str, Any]:
     """``raw`` (a job-config mapping) with the known variables of ``environ`` laid over it.
 
     ``sources`` gets ``field -> "env:NAME"`` for every field set; ``label`` says where ``environ``
@@ -174,22 +177,23 @@ def apply_env(raw: dict, environ: dict, sources: dict, label: str = "env") -> di
                 sources["train.report_to"] = f"env:{name}"
     name, plain, fast = PISSA_FAST
     if environ.get(name, "") != "" and parse_env_value(name, environ[name]):
-        peft = raw.get("peft") if isinstance(raw.get("peft"), dict) else {}
-        if peft.get("init_lora_weights") == plain:
+        peft = raw.get("peft")
+        if isinstance(peft, dict) and peft.get("init_lora_weights") == plain:
             _set_field(raw, "peft.init_lora_weights", fast)
             sources["peft.init_lora_weights"] = f"env:{name}"
     return raw
 
 
-def _current_trackers(raw: dict) -> list:
-    train = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+def _current_trackers(raw: dict[str, Any]) -> list[object]:
+    train = raw.get("train")
     try:
-        return V.TRACKER_LIST.check(train.get("report_to", "none"))
+        trackers = V.TRACKER_LIST.check(train.get("report_to", "none") if isinstance(train, dict) else "none")
     except ValueError:
         return []  # the schema names the bad train.report_to when the config is built
+    return trackers if isinstance(trackers, list) else []
 
 
-def _set_field(raw: dict, dotted: str, value) -> None:
+def _set_field(raw: dict[str, Any], dotted: str, value: object) -> None:
     section, _, key = dotted.rpartition(".")
     if not section:
         raw[key] = value
@@ -199,7 +203,7 @@ def _set_field(raw: dict, dotted: str, value) -> None:
     raw[section][key] = value
 
 
-def pair_from_env(environ) -> str | None:
+def pair_from_env(environ: Mapping[str, str]) -> str | None:
     """``HP_SEED:DATA`` when the launching shell sets DATA (None when it does not); EnvValueError
     naming the variable for a DATA without a usable HP_SEED."""
     dataset = environ.get(DATASET_VAR, "").strip()
@@ -212,7 +216,7 @@ def pair_from_env(environ) -> str | None:
     return f"{parse_env_value(SEED_VAR, seed)}:{dataset}"
 
 
-def notice_kinds(environ) -> list[str] | None:
+def notice_kinds(environ: Mapping[str, str]) -> list[str] | None:
     """The notice kinds the SWANLAB_EMAIL_ON_* switches ask for (unset ones at NOTICE_DEFAULTS); None
     when neither a switch nor SWANLAB_EMAIL_YAML is set."""
     if not any(environ.get(name, "").strip() for name in (EMAIL_YAML_VAR, *NOTICE_SWITCHES)):
@@ -225,18 +229,18 @@ def notice_kinds(environ) -> list[str] | None:
     return kinds
 
 
-def pretrain_env(environ) -> dict:
+def pretrain_env(environ: Mapping[str, str]) -> dict[str, object]:
     """PretrainConfig field -> typed value, for the pretraining variables the environment sets."""
     return {spec.field: parse_env_value(name, environ[name])
             for name, spec in PRETRAIN_ENV_FIELDS.items() if environ.get(name, "").strip()}
 
 
-def dataset_overrides(environ) -> list[tuple[str, str]]:
+def dataset_overrides(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     """(variable, dataset) for each of the seeds' dataset variables the environment sets: HP_DATA (the
     trainer's) and DATA (the round script's); both must agree with the plan's pairs."""
     return [(name, environ[name].strip()) for name in ("HP_DATA", DATASET_VAR) if environ.get(name, "").strip()]
 
 
-def shell_overrides(environ: dict[str, str]) -> dict[str, str]:
+def shell_overrides(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of the launching shell that the seeds' scripts honoured."""
     return {k: v for k, v in environ.items() if k.startswith(ENV_PREFIXES) or k in EXTRA_NAMES}

@@ -17,7 +17,7 @@ FUSABLE_INITS = (True, "gaussian")  # PiSSA, LoRA-GA, ... rewrite the base weigh
 GENERATION_DATASETS = ("samsum", "dart", "spider")
 
 
-def base_key(cfg: JobConfig) -> tuple:
+def base_key(cfg: JobConfig) -> tuple[object, ...]:
     """What decides the base weights: family, checkpoint, dtype; for tiny-random also sizes and seed."""
     m = cfg.model
     tiny = (tuple(sorted(m.tiny.items())), cfg.seed) if m.name_or_path == TINY else None
@@ -49,7 +49,7 @@ def refusal(cfg: JobConfig) -> str | None:
     return None
 
 
-def fuse_key(cfg: JobConfig) -> tuple | None:
+def fuse_key(cfg: JobConfig) -> tuple[object, ...] | None:
     """Jobs with equal keys can train in one fused group; None: this job trains alone."""
     if refusal(cfg) is not None:
         return None

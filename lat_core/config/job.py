@@ -1,7 +1,7 @@
 """The job config: the one typed schema of a training job (``job.yaml``), torch-free.
 
 Why here and in pydantic: the engine resolves every override into ``job.yaml`` and validates it by
-building this model (lat_core.front.jobs), admission reads it (lat_core.engine.memory_prior) and the trainer
+building this model (lat_core.front.jobs), admission reads it (lat_core.config.memory_prior) and the trainer
 trains it (lat_core.train); all three must agree on every field, type and range. Each field's check is
 a kind shared with the environment table (lat_core.config.values), and every error is one line naming
 the field (or the variable) and what was expected; the trainer CLI prints it as ``error: <message>``.
@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from lat_core.config import values as V
 from lat_core.config.env import ENV_FIELDS, EnvValueError, apply_env
 from lat_core.config.peft_specs import PeftSpecError, resolve_peft
-from lat_core.config.yaml_files import YamlFileError, read_yaml
+from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml
 from lat_core.errors import ConfigError
 
 PEFT_METHODS = ("lora", "dora", "rslora", "pissa", "loraga", "sdlora")
@@ -47,7 +48,7 @@ class TrainConfigError(ConfigError, ValueError):
         self.field = field
 
 
-def _kind(kind: V.Kind, optional: bool = False):
+def _kind(kind: V.Kind, optional: bool = False) -> BeforeValidator:
     return BeforeValidator(lambda v: v if optional and v is None else kind.check(v))
 
 
@@ -67,7 +68,7 @@ class ModelConfig(_Section):
     """Which model to fine-tune; ``tiny`` sizes apply only to name_or_path == tiny-random."""
     family: Annotated[str, _kind(V.FAMILY)] = "gla"
     name_or_path: str = TINY
-    tiny: dict = Field(default_factory=dict)
+    tiny: YamlMapping = Field(default_factory=dict)  # sizes by name: _family_fits names a wrong key
     dtype: Annotated[str, _kind(V.DTYPE)] = "float32"
 
 
@@ -168,12 +169,12 @@ class JobConfig(_Section):
     resolved: bool = False  # written by the engine: the file is final, no environment applies
     cfg_path: Optional[Path] = Field(default=None, exclude=True)
     # field -> where its value came from when not the file ("env:HP_LR", "peft.spec" -> spec name)
-    sources: dict = Field(default_factory=dict, exclude=True)
+    sources: dict[str, str] = Field(default_factory=dict, exclude=True)
     # dotted keys the user set (file or env), e.g. "train.num_workers"; defaults are not listed
-    explicit: set = Field(default_factory=set, exclude=True)
+    explicit: set[str] = Field(default_factory=set, exclude=True)
 
     @model_validator(mode="after")
-    def _family_fits(self):
+    def _family_fits(self) -> JobConfig:
         allowed = TINY_KEYS[self.model.family]
         for key in self.model.tiny:
             if key not in allowed:
@@ -192,7 +193,7 @@ _TYPE_WORDS = {"string_type": "expected a string", "dict_type": "expected a mapp
                "list_type": "expected a list", "path_type": "expected a path", "string_too_short": "expected a name"}
 
 
-def parse_config(raw: Any, cfg_path: Path | None = None, environ: dict | None = None) -> JobConfig:
+def parse_config(raw: object, cfg_path: Path | None = None, environ: dict[str, str] | None = None) -> JobConfig:
     """The typed JobConfig of a loaded job mapping; the environment (default: this process's) is laid
     over it unless the mapping says ``resolved: true``."""
     if not isinstance(raw, dict):
@@ -200,7 +201,7 @@ def parse_config(raw: Any, cfg_path: Path | None = None, environ: dict | None = 
     for key in raw:
         if key not in FILE_KEYS:
             raise TrainConfigError(f"unknown key '{key}' (allowed: {', '.join(FILE_KEYS)})", field=str(key))
-    sources: dict = {}
+    sources: dict[str, str] = {}
     raw = _with_peft_resolved(dict(raw), sources)
     if raw.get("resolved") is not True:
         raw = _with_env(raw, dict(os.environ) if environ is None else environ, sources)
@@ -229,7 +230,7 @@ def load_config(path: str | Path) -> JobConfig:
     return parse_config(raw, path)
 
 
-def _with_peft_resolved(raw: dict, sources: dict) -> dict:
+def _with_peft_resolved(raw: dict[str, Any], sources: dict[str, str]) -> dict[str, Any]:
     if raw.get("peft") is None or isinstance(raw.get("peft"), dict):
         try:
             raw["peft"] = resolve_peft(dict(raw.get("peft") or {}), sources)
@@ -238,7 +239,7 @@ def _with_peft_resolved(raw: dict, sources: dict) -> dict:
     return raw
 
 
-def _with_env(raw: dict, environ: dict, sources: dict) -> dict:
+def _with_env(raw: dict[str, Any], environ: dict[str, str], sources: dict[str, str]) -> dict[str, Any]:
     try:
         return apply_env(raw, environ, sources)
     except EnvValueError as exc:
@@ -250,7 +251,7 @@ def env_field(name: str) -> str:
     return ENV_FIELDS[name].field if name in ENV_FIELDS else "data" if name == "HP_DATA" else "train.report_to"
 
 
-def _output_dir(value, cfg_path: Path | None) -> Path:
+def _output_dir(value: object, cfg_path: Path | None) -> Path:
     if value:
         if not isinstance(value, str):
             raise TrainConfigError(f"output_dir: expected a path, got {value!r}", field="output_dir")
@@ -260,9 +261,10 @@ def _output_dir(value, cfg_path: Path | None) -> Path:
     return cfg_path.resolve().parent
 
 
-def describe(error: dict) -> tuple[str, str]:
+def describe(error: ErrorDetails) -> tuple[str, str]:
     """(dotted field, one-line message) of a pydantic error of JobConfig."""
-    parts, cls = [], JobConfig
+    parts: list[str] = []
+    cls: type[BaseModel] | None = JobConfig
     for part in error["loc"]:
         if cls is None or not isinstance(part, str) or part not in cls.model_fields:
             break

@@ -10,6 +10,7 @@ names shadow shipped ones, and everything it does not define still comes from th
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -39,7 +40,7 @@ def shipped_configs() -> Path:
     return packaged if packaged.is_dir() else _CHECKOUT_CONFIGS
 
 
-def user_configs(override: str | os.PathLike | None = None) -> Path | None:
+def user_configs(override: str | os.PathLike[str] | None = None) -> Path | None:
     """The user's tree from ``--configs`` (override) or ``$LAT_CONFIGS``; None when neither is set."""
     source, raw = ("--configs", override) if override else (ENV_VAR, os.environ.get(ENV_VAR))
     if not raw:
@@ -50,7 +51,7 @@ def user_configs(override: str | os.PathLike | None = None) -> Path | None:
     return path
 
 
-def config_trees(override: str | os.PathLike | None = None) -> tuple[ConfigTree, ...]:
+def config_trees(override: str | os.PathLike[str] | None = None) -> tuple[ConfigTree, ...]:
     """The trees to search, in order: the user's (if any), then the shipped one."""
     shipped = ConfigTree(shipped_configs(), SHIPPED)
     user = user_configs(override)
@@ -59,7 +60,7 @@ def config_trees(override: str | os.PathLike | None = None) -> tuple[ConfigTree,
     return (ConfigTree(user, USER), shipped)
 
 
-def find_in_trees(trees, kind: str, relative: str) -> Path | None:
+def find_in_trees(trees: Iterable[ConfigTree], kind: str, relative: str) -> Path | None:
     """The first tree's ``<kind>/<relative>``; None when no tree has it."""
     for tree in trees:
         found = tree.find(kind, relative)
@@ -68,7 +69,7 @@ def find_in_trees(trees, kind: str, relative: str) -> Path | None:
     return None
 
 
-def find_plan(arg: str, trees) -> Path:
+def find_plan(arg: str, trees: Iterable[ConfigTree]) -> Path:
     """``--plan`` as given when it is a file or looks like a path; a bare name (``demo``) is
     ``plans/<name>.yaml`` of the config trees, so an installed LAT runs its shipped plans."""
     given = Path(arg).expanduser()

@@ -7,9 +7,10 @@ must see the final fields to check them once.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from lat_core.config.paths import config_trees
-from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
+from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 
 # Named target sets usable in peft.target_modules (expanded before PEFT sees them).
 TARGET_SETS = {
@@ -26,7 +27,7 @@ class PeftSpecError(ValueError):
     """A spec that cannot be used; the message starts with ``peft.spec:``."""
 
 
-def load_peft_spec(name: str) -> dict:
+def load_peft_spec(name: str) -> YamlMapping:
     """A named spec from peft/<name>.yaml|yml|json of the config trees (the user's first), or a
     path to such a file; the engine pins a user tree's spec as its path in job.yaml."""
     path = Path(name).expanduser()
@@ -48,13 +49,13 @@ def load_peft_spec(name: str) -> dict:
     return raw
 
 
-def expand_targets(targets) -> list:
+def expand_targets(targets: object) -> object:
     """Named sets (QKVO, G, GK, MLP, HEAD, MAMBA_PROJ) -> module names; order kept, no repeats."""
     if isinstance(targets, str):
         targets = [t.strip() for t in targets.replace("+", ",").split(",") if t.strip()]
     if not isinstance(targets, list):
         return targets  # the schema names what is wrong with it
-    out: list = []
+    out: list[object] = []
     for t in targets:
         for name in TARGET_SETS.get(t, [t]) if isinstance(t, str) else [t]:
             if name not in out:
@@ -66,9 +67,9 @@ _SHORTHANDS = {"dora": ("use_dora", True), "rslora": ("use_rslora", True),
                "pissa": ("init_lora_weights", "pissa"), "loraga": ("init_lora_weights", "loraga")}
 
 
-def resolve_peft(raw_peft: dict, sources: dict) -> dict:
+def resolve_peft(raw_peft: dict[str, Any], sources: dict[str, str]) -> dict[str, Any]:
     """Spec file < inline fields; target sets expanded; method shorthands set their flags."""
-    merged = {}
+    merged: dict[str, Any] = {}
     if raw_peft.get("spec"):
         if not isinstance(raw_peft["spec"], str):
             raise PeftSpecError(f"peft.spec: expected a spec name or path, got {raw_peft['spec']!r}")

@@ -4,13 +4,16 @@ where a remedy changes one (engine); Slurm's time and memory formats."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from lat_core.errors import PlanError
 
 GRES_KINDS = ("gpu", "shard", "auto", "none")
 _TIME = re.compile(r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")
 _MEM = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
+_MEM_PARTS = re.compile(r"^(\d+)([KMGT]?)$")
 
 
 def time_minutes(text: str) -> int:
@@ -28,7 +31,11 @@ def time_minutes(text: str) -> int:
 
 
 def double_mem(text: str) -> str:
-    number, unit = re.match(r"^(\d+)([KMGT]?)$", text.upper()).groups()
+    """Twice a memory size that validate_options accepted (``16G`` -> ``32G``)."""
+    match = _MEM_PARTS.match(text.upper())
+    if match is None:
+        raise ValueError(f"not a Slurm memory size: {text!r}")
+    number, unit = match.groups()
     return f"{2 * int(number)}{unit}"
 
 
@@ -54,7 +61,7 @@ class SlurmOptions:
         return [*args, *self.extra_args]
 
 
-def validate_options(options: dict, where: str | None = None) -> SlurmOptions:
+def validate_options(options: Mapping[str, Any], where: str | None = None) -> SlurmOptions:
     """Check ``plan.slurm``; every problem is named ``plan field 'slurm.<x>'``."""
     problems: list[str] = []
     known = set(SlurmOptions.__dataclass_fields__)
@@ -97,7 +104,7 @@ def validate_options(options: dict, where: str | None = None) -> SlurmOptions:
     return SlurmOptions(**clean)
 
 
-def option_problems(options: dict) -> list[str]:
+def option_problems(options: object) -> list[str]:
     """The problems of ``plan.slurm`` as lines, for plan validation that gathers every problem."""
     if not isinstance(options, dict):
         return [f"plan field 'slurm': expected a mapping of Slurm options, got {type(options).__name__}"]

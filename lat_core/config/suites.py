@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lat_core.config.paths import USER, ConfigTree, find_in_trees
-from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
+from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 from lat_core.errors import SuiteError
 
 GIVEN = "given"  # origin of a tree passed as a bare path (tests, tools)
@@ -75,11 +76,13 @@ class SuiteRegistry:
             self._cache[name] = self._load(name)
         return self._cache[name]
 
-    def pin_user_peft_spec(self, config: dict) -> dict:
+    def pin_user_peft_spec(self, config: dict[str, Any]) -> dict[str, Any]:
         """``config`` with a named ``peft.spec`` that a user tree defines replaced by that file's
         path, so the trainer (another process, which knows only the shipped tree) loads the user's."""
         peft = config.get("peft")
-        name = peft.get("spec") if isinstance(peft, dict) else None
+        if not isinstance(peft, dict):
+            return config
+        name = peft.get("spec")
         user = [t for t in self.trees if t.origin == USER]
         if not isinstance(name, str) or not name or not user:
             return config
@@ -98,14 +101,14 @@ class SuiteRegistry:
         return Suite(name, str(data.get("description", "")), rounds, entry.path, entry.origin)
 
 
-def _read_yaml_mapping(path: Path) -> dict:
+def _read_yaml_mapping(path: Path) -> YamlMapping:
     try:
         return read_yaml_mapping(path, "a mapping with 'rounds'")
     except YamlFileError as exc:
         raise SuiteError(exc.message, where=exc.where) from None
 
 
-def _parse_rounds(raw, path: Path, trees) -> dict[int, tuple[Path, ...]]:
+def _parse_rounds(raw: object, path: Path, trees: Sequence[ConfigTree]) -> dict[int, tuple[Path, ...]]:
     if not isinstance(raw, dict) or not raw:
         raise SuiteError("field 'rounds': expected a mapping of round number to config list", where=str(path))
     rounds: dict[int, tuple[Path, ...]] = {}
@@ -120,7 +123,7 @@ def _parse_rounds(raw, path: Path, trees) -> dict[int, tuple[Path, ...]]:
     return rounds
 
 
-def _resolve_config(entry, path: Path, trees) -> Path:
+def _resolve_config(entry: object, path: Path, trees: Sequence[ConfigTree]) -> Path:
     if not isinstance(entry, str) or not entry.endswith((".yaml", ".yml")):
         raise SuiteError(f"config entry {entry!r}: expected a .yaml path", where=str(path))
     found = find_in_trees(trees, "experiments", entry)

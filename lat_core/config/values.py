@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, TypeGuard
 
 
 @dataclass(frozen=True)
@@ -21,9 +21,10 @@ class Kind:
     expected: str
     accepts: Callable[[object], bool]
     from_text: Callable[[str], object] = str
-    normalise: Callable[[object], object] = lambda value: value
+    # called only with a value that ``accepts`` took, so it may rely on what that checked (Any)
+    normalise: Callable[[Any], object] = lambda value: value
 
-    def check(self, value):
+    def check(self, value: object) -> object:
         """The typed value, normalised; ValueError("expected ...") otherwise."""
         try:
             ok = self.accepts(value)
@@ -33,7 +34,7 @@ class Kind:
             raise ValueError(f"expected {self.expected}")
         return self.normalise(value)
 
-    def parse_text(self, text: str):
+    def parse_text(self, text: str) -> object:
         """An environment variable's text -> the checked value."""
         try:
             value = self.from_text(text.strip())
@@ -42,11 +43,11 @@ class Kind:
         return self.check(value)
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
 
 
@@ -59,7 +60,7 @@ def _text_bool(text: str) -> bool:
     raise ValueError(text)
 
 
-def _text_number(text: str):
+def _text_number(text: str) -> int | float:
     try:
         return int(text)
     except ValueError:
@@ -103,7 +104,7 @@ DTYPE = Kind("bf16, fp16 or fp32 (bfloat16, float16, float32)",
              normalise=lambda v: _PRECISIONS[v.strip().lower()])
 
 
-def _logits_to_keep(value):
+def _logits_to_keep(value: object) -> object:
     if isinstance(value, str):
         low = value.strip().lower()
         return low if low == "auto" else 0 if low in ("all", "off", "none") else int(low)
@@ -114,7 +115,7 @@ LOGITS_TO_KEEP = Kind("auto, 0/all or an integer >= 0 (the last N positions)",
                       lambda v: _logits_to_keep(v) == "auto" or NONNEG_INT.accepts(_logits_to_keep(v)),
                       normalise=_logits_to_keep)
 
-def _auto_or_false(value):
+def _auto_or_false(value: object) -> object:
     if isinstance(value, str) and value.strip().lower() in ("auto", "false", "off", "no", "0"):
         return "auto" if value.strip().lower() == "auto" else False
     return value
@@ -125,7 +126,7 @@ def _auto_or_false(value):
 AUTO_OR_FALSE = Kind("auto or false", lambda v: _auto_or_false(v) in ("auto", False), normalise=_auto_or_false)
 
 
-def _auto_or_bool(value):
+def _auto_or_bool(value: object) -> object:
     if isinstance(value, str) and value.strip().lower() in ("true", "on", "yes", "1"):
         return True
     return _auto_or_false(value)
@@ -138,28 +139,38 @@ AUTO_OR_BOOL = Kind("auto, true or false", lambda v: _auto_or_bool(v) in ("auto"
 TRACKERS = ("none", "tensorboard", "wandb", "swanlab")
 
 
-def _tracker_list(value) -> list:
+def _tracker_list(value: object) -> list[object] | None:
+    """The names of a comma list (lower-cased) or of a list; None for any other value."""
     if isinstance(value, str):
-        value = [v.strip().lower() for v in value.split(",") if v.strip()]
-    return value
+        return [v.strip().lower() for v in value.split(",") if v.strip()]
+    return value if isinstance(value, list) else None
 
 
-TRACKER_LIST = Kind(f"one of {', '.join(TRACKERS)} or a (comma) list of them",
-                    lambda v: isinstance(_tracker_list(v), list)
-                    and all(isinstance(t, str) and t in TRACKERS for t in _tracker_list(v)),
-                    normalise=lambda v: [t for t in dict.fromkeys(_tracker_list(v)) if t != "none"])
+def _is_tracker_list(value: object) -> bool:
+    names = _tracker_list(value)
+    return names is not None and all(isinstance(t, str) and t in TRACKERS for t in names)
+
+
+def _trackers(value: object) -> list[object]:
+    """An accepted list's trackers, each once and in order, without ``none``."""
+    return [t for t in dict.fromkeys(_tracker_list(value) or []) if t != "none"]
+
+
+TRACKER_LIST = Kind(f"one of {', '.join(TRACKERS)} or a (comma) list of them", _is_tracker_list, normalise=_trackers)
 
 _INITS = ("gaussian", "pissa", "loraga", "olora")
 
 
-def _init(value):
+def _init(value: object) -> object:
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
     return value.strip() if isinstance(value, str) else value
 
 
-INIT_LORA_WEIGHTS = Kind("true, false, gaussian, pissa, pissa_niter_N, loraga or olora",
-                         lambda v: isinstance(_init(v), bool) or _init(v) in _INITS
-                         or (isinstance(_init(v), str) and _init(v).startswith("pissa_niter_")
-                             and _init(v)[12:].isdigit()),
-                         normalise=_init)
+def _is_init(value: object) -> bool:
+    init = _init(value)
+    return isinstance(init, bool) or init in _INITS or (
+        isinstance(init, str) and init.startswith("pissa_niter_") and init[12:].isdigit())
+
+
+INIT_LORA_WEIGHTS = Kind("true, false, gaussian, pissa, pissa_niter_N, loraga or olora", _is_init, normalise=_init)

@@ -5,6 +5,7 @@ never a UnicodeDecodeError or a parser's traceback. Callers turn it into their o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -25,6 +26,10 @@ MAX_DEPTH = 64
 # per nesting level (``[[[[...`` a RecursionError): all mean "not YAML we can read".
 _PARSER_FAULTS = (yaml.YAMLError, ValueError, TypeError, AttributeError, RecursionError)
 
+#: A mapping as YAML reads it: its keys may be any scalar (``1: x``, ``true: y``) and its values
+#: anything, until a schema (a pydantic model, a hand-written check) has looked at them.
+YamlMapping = dict[Any, Any]
+
 
 class YamlFileError(LatError):
     """A YAML file that cannot be read as data; ``where`` is its path."""
@@ -32,7 +37,7 @@ class YamlFileError(LatError):
     title = "Unreadable YAML file"
 
 
-def read_yaml(path: str | Path):
+def read_yaml(path: str | Path) -> object:
     """The file's data (any YAML type), or YamlFileError naming the file and what is wrong."""
     path = Path(path)
     text = _read_text(path)
@@ -52,7 +57,7 @@ def read_yaml(path: str | Path):
     return data
 
 
-def read_yaml_mapping(path: str | Path, expected: str) -> dict:
+def read_yaml_mapping(path: str | Path, expected: str) -> YamlMapping:
     """The file's top-level mapping; ``expected`` says what it should hold (``"a mapping of plan
     fields"``) for the error when it holds something else."""
     data = read_yaml(path)
@@ -79,7 +84,7 @@ def _read_text(path: Path) -> str:
                             "a binary file or another encoding?", where=str(path)) from None
 
 
-def expanded_shape(data) -> tuple[int, int] | None:
+def expanded_shape(data: object) -> tuple[int, int] | None:
     """(values, depth) of ``data`` with every shared list or mapping counted each time it is
     referred to; None when one contains itself. Each is walked once (iteratively: alias chains
     can be deeper than Python's recursion)."""
@@ -111,5 +116,5 @@ def yaml_problem(exc: Exception) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
 
 
-def _type_word(data) -> str:
+def _type_word(data: object) -> str:
     return "an empty file" if data is None else f"{type(data).__name__} ({shorten(repr(data), 60)})"

@@ -10,19 +10,23 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
+from typing import Any
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # plain words YAML 1.1 (PyYAML) reads as booleans or null, even as keys
 _RESERVED = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
 
 
-def dump(mapping: dict) -> str:
+# Keys are Any, not object: a Mapping's key type is invariant, and callers pass job configs (str keys)
+# as well as mappings read from YAML, whose keys may be any scalar (``1: x``); _key writes each kind.
+def dump(mapping: Mapping[Any, object]) -> str:
     lines: list[str] = []
     _block(mapping, 0, lines)
     return "\n".join(lines) + "\n"
 
 
-def _block(mapping: dict, indent: int, lines: list[str]) -> None:
+def _block(mapping: Mapping[Any, object], indent: int, lines: list[str]) -> None:
     pad = " " * indent
     for key, value in mapping.items():
         if isinstance(value, dict) and value:
@@ -32,7 +36,7 @@ def _block(mapping: dict, indent: int, lines: list[str]) -> None:
             lines.append(f"{pad}{_key(key)}: {_flow(value)}")
 
 
-def _key(key) -> str:
+def _key(key: object) -> str:
     if isinstance(key, bool) or key is None:
         return _flow(key)
     if isinstance(key, int):
@@ -41,7 +45,7 @@ def _key(key) -> str:
     return text if _PLAIN_KEY.match(text) and text.lower() not in _RESERVED else json.dumps(text, ensure_ascii=False)
 
 
-def _flow(value) -> str:
+def _flow(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -59,11 +59,15 @@ class FailureClass(StrEnum):
 @dataclass(frozen=True)
 class ClassInfo:
     """``oom``: OOM notices and the plan's ``on_oom`` retries apply. ``names_cause``: the diagnosis
-    already says what went wrong, so the job row needs no log line after it."""
+    already says what went wrong, so the job row needs no log line after it. ``systemic``: it hits
+    every job of a run alike (the machine, the network, the install, a shared config or dataset),
+    so when a run's first jobs all fail with it, the circuit breaker (lat_core.engine.breaker)
+    pauses the run instead of failing the rest one by one."""
 
     meaning: str
     oom: bool = False
     names_cause: bool = False
+    systemic: bool = False
 
 
 F = FailureClass
@@ -75,7 +79,7 @@ CLASS_INFO: dict[FailureClass, ClassInfo] = {
                           oom=True, names_cause=True),
     F.SHM_EXHAUSTED: ClassInfo("DataLoader workers filled /dev/shm (bus error in a worker)", names_cause=True),
     F.NO_GPU: ClassInfo("the job saw no usable GPU (no driver, a CPU build of torch, a wrong "
-                        "CUDA_VISIBLE_DEVICES)", names_cause=True),
+                        "CUDA_VISIBLE_DEVICES)", names_cause=True, systemic=True),
     F.DEVICE_FAULT: ClassInfo("a CUDA kernel or the GPU itself faulted (illegal access, device assert, "
                               "ECC, Xid)"),
     F.TRITON: ClassInfo("a Triton kernel failed to compile or needs more shared memory than the GPU has",
@@ -86,17 +90,20 @@ CLASS_INFO: dict[FailureClass, ClassInfo] = {
     F.RENDEZVOUS: ClassInfo("the ranks of a distributed job never met"),
     F.LIBUV: ClassInfo("the libuv TCPStore failed"),
     F.HUB_UNREACHABLE: ClassInfo("the Hugging Face hub was unreachable and no local copy was found",
-                                 names_cause=True),
-    F.TRACKER_LOGIN: ClassInfo("W&B or SwanLab wanted a login the job could not give", names_cause=True),
+                                 names_cause=True, systemic=True),
+    F.TRACKER_LOGIN: ClassInfo("W&B or SwanLab wanted a login the job could not give", names_cause=True,
+                               systemic=True),
     F.GENERATE_KWARGS: ClassInfo("`.generate()` got a keyword the installed transformers lacks",
-                                 names_cause=True),
+                                 names_cause=True, systemic=True),
     F.REENTRANT_CKPT: ClassInfo("reentrant gradient checkpointing over a frozen base: the loss had no "
                                 "grad_fn", names_cause=True),
     F.NONFINITE_LOSS: ClassInfo("the loss became NaN or infinite", names_cause=True),
     F.DISK_FULL: ClassInfo("the disk filled up (errno 28) while the job wrote to it", names_cause=True),
     F.CONFIG_ERROR: ClassInfo("the trainer refused its configuration before training (exit 2), e.g. "
-                              "--resume with no checkpoint", names_cause=True),
-    F.PYTHON_EXCEPTION: ClassInfo("the trainer raised an exception no other class explains", names_cause=True),
+                              "--resume with no checkpoint", names_cause=True, systemic=True),
+    # an ImportError (a broken install) lands here: systemic, so the breaker's pause asks a person
+    F.PYTHON_EXCEPTION: ClassInfo("the trainer raised an exception no other class explains", names_cause=True,
+                                  systemic=True),
     F.CRASHED: ClassInfo("native code crashed: a fatal signal (SIGSEGV, SIGABRT, SIGBUS, ...)"),
     F.CANCELLED: ClassInfo("LAT or the batch scheduler cancelled the job on request"),
     F.STOPPED_OUTSIDE: ClassInfo("SIGTERM or SIGINT from outside LAT (a user, a shutdown)"),
@@ -108,3 +115,4 @@ CLASS_INFO: dict[FailureClass, ClassInfo] = {
 }
 
 OOM_CLASSES = frozenset(c for c in FailureClass if c.info.oom)
+SYSTEMIC_CLASSES = frozenset(c for c in FailureClass if c.info.systemic)

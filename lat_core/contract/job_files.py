@@ -349,8 +349,9 @@ def describe_exit(returncode: int | None, job_dir: Path, diagnosis=None) -> str:
         what = f"killed by {signal_name(-returncode)}"
     else:
         what = f"exit code {returncode}"
-    if diagnosis is not None:
-        what = f"{what}: {diagnosis.one_line()}"
+    told = diagnosis.one_line() if diagnosis is not None else ""
+    if told and what.lower() not in told.lower():  # "killed: Killed by SIGKILL" would say it twice
+        what = f"{what}: {told}"
     precise = diagnosis is not None and diagnosis.cls.info.names_cause
     last = "" if precise else last_log_line(Path(job_dir) / TRAIN_LOG)
     return f"{what}: {last}" if last else what

@@ -23,6 +23,9 @@ TRAINER_STATE = "trainer_state.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # what every resume path loads (peft's file name)
 RNG_STATE = "rng_state.pt"
 OPTIMIZER_STATE = "optimizer.pt"
+# the job's experiment-tracker run ({"id": ...}): every resume continues that run (lat_core/train/tracking.py)
+TRACKER_RUN = "tracker_run.json"
+TRACKER_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")   # what W&B and SwanLab take as a run id
 
 
 class JobDir:
@@ -52,6 +55,22 @@ class JobDir:
     def incomplete_checkpoints(self) -> list[Path]:
         """Checkpoint folders whose save did not finish (a crash mid-save): never resumed from."""
         return [p for _, p in self.checkpoint_dirs() if not checkpoint_is_complete(p)]
+
+    def tracker_run_id(self) -> str | None:
+        """The id of the tracker run the job's resumes continue; None when it has none (or the file
+        is unreadable, or holds no valid id: the job then starts a new run)."""
+        try:
+            record = json.loads((self.path / TRACKER_RUN).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        run_id = record.get("id") if isinstance(record, dict) else None
+        return run_id if isinstance(run_id, str) and TRACKER_RUN_ID.match(run_id) else None
+
+    def write_tracker_run_id(self, run_id: str) -> None:
+        """Keep ``run_id`` as the job's tracker run (replaced whole, inside the job's real folder)."""
+        if not TRACKER_RUN_ID.match(run_id):
+            raise ValueError(f"not a tracker run id: {run_id!r}")
+        replace_file(self.path / TRACKER_RUN, json.dumps({"id": run_id}).encode())
 
 
 def checkpoint_is_complete(folder: Path) -> bool:

@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypedDict, Unpack
 
+from lat_core.contract.commands import Command, CommandRow, decode, encode
 from lat_core.contract.devices import Device
 from lat_core.contract.diagnosis import Diagnosis
-from lat_core.errors import JournalError
+from lat_core.errors import JournalError, NoJobError
 from lat_core.contract.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.contract.rows import (
     GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition, job_row,
@@ -252,7 +253,7 @@ class Store:
     def job(self, job_id: int) -> JobRow:
         row = self._db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
-            raise JournalError(f"no job {job_id}", where=str(self.path))
+            raise NoJobError(f"no job {job_id}", where=str(self.path))
         return job_row(row)
 
     def set_job_state(self, job_id: int, state: JobState, detail: str = "", **fields: Unpack[JobFields]) -> None:
@@ -444,7 +445,7 @@ class Store:
             _set_job_state(db, job_id, JobState.RUNNING, detail or f"attempt {n} on {device}", fields)
         return _new_id(cur), n
 
-    def set_attempt_pid(self, attempt_id: int, pid: int, pid_start: float,
+    def set_attempt_pid(self, attempt_id: int, pid: int | str, pid_start: float | None,
                         oom_counter: tuple[str, int | None] | None = None) -> None:
         """The launched runner's pid and start time; with ``oom_counter`` (source, count), the
         kernel's OOM-kill count at launch in the same transaction, so a later SIGKILL can be proven a host OOM."""
@@ -517,25 +518,26 @@ class Store:
         with self._tx() as db:
             _transition(db, run_id, job_id, None, history_entry(HistoryKind(kind), about), detail)
 
-    def add_command(self, run_id: int, verb: str, job_id: int | None = None, **args: Any) -> int:
+    def add_command(self, run_id: int, command: Command) -> int:
+        kind, job_id, args_json = encode(command)
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO commands (ts, run_id, job_id, verb, args_json) VALUES (?,?,?,?,?)",
-                (time.time(), run_id, job_id, verb, json.dumps(args)),
+                (time.time(), run_id, job_id, kind, args_json),
             )
         return _new_id(cur)
 
     def runs_with_pending_commands(self) -> list[int]:
         return [r[0] for r in self._db.execute("SELECT DISTINCT run_id FROM commands WHERE status='pending'")]
 
-    def pending_commands(self, run_id: int) -> list[dict[str, Any]]:
+    def pending_commands(self, run_id: int) -> list[CommandRow]:
         rows = self._db.execute(
             "SELECT * FROM commands WHERE run_id=? AND status='pending' ORDER BY id", (run_id,)
         )
-        return [{**dict(r), "args": json.loads(r["args_json"])} for r in rows]
+        return [_command_row(r) for r in rows]
 
-    def command(self, command_id: int) -> dict[str, Any]:
-        return dict(self._db.execute("SELECT * FROM commands WHERE id=?", (command_id,)).fetchone())
+    def command(self, command_id: int) -> CommandRow:
+        return _command_row(self._db.execute("SELECT * FROM commands WHERE id=?", (command_id,)).fetchone())
 
     def finish_command(self, command_id: int, status: str, result: str = "") -> None:
         with self._tx() as db:
@@ -544,6 +546,13 @@ class Store:
                        (status, time.time(), result, command_id))
             _transition(db, row["run_id"], row["job_id"], None, history_entry(HistoryKind.COMMAND, row["verb"]),
                         f"{status} {result}".strip())
+
+
+def _command_row(row: sqlite3.Row) -> CommandRow:
+    """A row of ``commands``: its ``verb`` column holds the command's kind (the name it had when
+    commands were verbs, so journals of either age read the same)."""
+    return CommandRow(id=row["id"], run_id=row["run_id"], command=decode(row["verb"], row["job_id"], row["args_json"]),
+                      status=row["status"], result=row["result"] or "", ts=row["ts"], handled=row["handled"])
 
 
 def _connect(path: Path, timeout_s: float) -> sqlite3.Connection:

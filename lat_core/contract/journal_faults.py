@@ -103,6 +103,8 @@ def journal_faults(path: Path | str) -> Iterator[None]:
     """Raise a JournalError for any journal or disk fault inside the block."""
     try:
         yield
+    except BrokenPipeError:
+        raise  # the reader of stdout left (`lat-tui suites | head`): not the journal's fault
     except (sqlite3.Error, OSError) as exc:
         raise explain(exc, path) from exc
 

@@ -28,6 +28,8 @@ class PlanDefaults:
     mps: bool = False
     fuse: Union[Literal["auto"], bool] = "auto"
     warm_start: bool = True
+    allow_cpu: bool = False
+    breaker: int = 3  # the circuit breaker's K (lat_core.engine.breaker); 0: off
     max_retries: int = 2  # of on_oom and on_failure
     backoff_s: float = 30.0  # of on_failure
 

@@ -3,9 +3,9 @@ into a frozen type: ``RunRow.plan``. The engine and the front ends read its fiel
 parses the text.
 
 ``Plan.to_yaml`` leaves out fields at their default, so every field missing here takes the one
-table of defaults (:mod:`lat_core.contract.plan_defaults`), except ``fuse``: a saved plan without it
-comes from before fusion was the default (``to_yaml`` always writes it), so it runs as then, without
-groups. Keys this LAT does not know (a newer LAT's) are ignored, and so is a text that holds no
+table of defaults (:mod:`lat_core.contract.plan_defaults`), except ``fuse`` and ``breaker``, which
+``to_yaml`` always writes: a saved plan without one comes from before it existed, so it runs as then
+(no fused groups, no circuit breaker). Keys this LAT does not know (a newer LAT's) are ignored, and so is a text that holds no
 mapping. Text that is not YAML, or a field of the wrong type, is a damaged plan: the field reads as
 its default and ``problem`` says what is wrong, and the engine starts nothing more of the run (one
 clear error in its history) instead of guessing.
@@ -31,6 +31,7 @@ Slots = Union[Literal["auto"], int, tuple[int, ...]]
 Fuse = Union[Literal["auto"], bool]
 BACKENDS = ("local", "slurm")
 FUSE_IF_UNSAVED: Fuse = False  # a plan saved before fusion was the default: no groups, as then
+BREAKER_IF_UNSAVED = 0  # a plan saved before the circuit breaker: off, as then
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 # what PyYAML's safe loader raises on text it cannot read (lat_core.config.yaml_files says why)
 _PARSER_FAULTS = (yaml.YAMLError, ValueError, TypeError, AttributeError, RecursionError)
@@ -86,6 +87,8 @@ class SavedPlan:
     mps: bool = D.mps
     fuse: Fuse = FUSE_IF_UNSAVED
     warm_start: bool = D.warm_start
+    allow_cpu: bool = D.allow_cpu
+    breaker: int = BREAKER_IF_UNSAVED
     problem: str | None = field(default=None, compare=False)  # what is damaged; None when nothing
 
     @classmethod
@@ -254,5 +257,6 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "suites": _suites, "pairs": _words, "gpus": _gpus, "slots": _slots, "countdown_minutes": _number,
     "env": _env, "output_root": _text, "overrides": _mapping, "notify": _mapping, "gpus_per_job": _whole,
     "min_free_gb": _number, "backend": _backend, "slurm": _mapping, "on_oom": _on_oom, "on_failure": _on_failure,
-    "resume": _flag, "overwrite": _flag, "mps": _flag, "fuse": _fuse, "warm_start": _flag,
+    "resume": _flag, "overwrite": _flag, "mps": _flag, "fuse": _fuse, "warm_start": _flag, "allow_cpu": _flag,
+    "breaker": _whole,
 }

@@ -5,7 +5,7 @@ still starting there will claim, covers the peak this config measured before (on
 A config never measured borrows an estimate from its siblings (same suite and dataset: a rank sweep's
 jobs need nearly the same memory), measured before or running now past their first step, with a
 safety factor. Without either, a static prior computed from the job's config
-(:mod:`lat_core.engine.memory_prior`) stands in, so unmeasured jobs whose priors fit start together.
+(:mod:`lat_core.config.memory_prior`) stands in, so unmeasured jobs whose priors fit start together.
 Where even that is unknown (Mamba, say), admissions onto one GPU are staggered until the starting
 job has settled (its first logged training step, when activations and optimizer state exist, or
 ``settle_s``), so two unknown jobs never race for the same free memory. Host RAM is guarded the
@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from lat_core.contract.devices import Device
 from lat_core.engine.member_cost import MemberCost, fit, group_need
-from lat_core.engine.memory_prior import MemoryPrior, job_prior
+from lat_core.config.memory_prior import MemoryPrior, job_prior
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
 from lat_core.contract.rows import JobRow
@@ -113,8 +113,8 @@ class Admission:
         """What ``jobs`` need together in one fused process: one base and what each member adds,
         fitted from their configs' peaks alone and in groups of each size measured
         (:mod:`lat_core.engine.member_cost`); unknown when any member's is."""
-        costs = [self._member_cost(j, (device_id or j.device) == "cpu") for j in jobs]
-        if any(c is None for c in costs):
+        costs = [c for j in jobs if (c := self._member_cost(j, (device_id or j.device) == "cpu")) is not None]
+        if len(costs) < len(jobs):
             return None
         return Estimate(group_need([c.gpu for c in costs]), group_need([c.rss for c in costs]),
                         any(c.from_prior for c in costs))
@@ -194,11 +194,11 @@ class Admission:
         family += [(max(j.gpu_mem or 0, j.peak_gpu or 0), max(j.rss or 0, j.peak_rss or 0))
                    for j in self._running
                    if (j.suite, j.dataset) == (job.suite, job.dataset) and j.id != job.id and self._settled(j)]
-        family = [f for f in family if f is not None and (f[0] or f[1])]
-        if not family:
+        measured = [f for f in family if f is not None and (f[0] or f[1])]
+        if not measured:
             return None
         factor = self.policy.sibling_factor
-        return Estimate(int(max(f[0] for f in family) * factor), int(max(f[1] for f in family) * factor))
+        return Estimate(int(max(f[0] for f in measured) * factor), int(max(f[1] for f in measured) * factor))
 
     def _settled(self, job: JobRow) -> bool:
         return job.started is not None and not self._is_starting(job)

@@ -1,15 +1,20 @@
 """Commands front ends send through the journal, applied by the engine (the only state writer).
 
-Each handler returns (status, result); the journal records it as a transition, so every command
-shows up in the run's (and, for job commands, the job's) history.
+Each command type (``lat_core/contract/commands.py``) has exactly one handler here, named in
+:meth:`Commands.handlers`. Each handler returns (status, result); the journal records it as a
+transition, so every command shows up in the run's (and, for job commands, the job's) history.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from lat_core.contract.commands import (AddJobs, CancelJob, CancelRun, Command, ExtendCountdown, PauseRun, RequeueJob,
+                                        RequeueJobs, ResumeRun, SetSlots, SkipCountdown, Undecodable)
+from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.remedy import apply_remedy
-from lat_core.engine.requeue import STARTS, restart_argv
+from lat_core.engine.requeue import restart_argv, start_said
 from lat_core.contract.job_files import requeue_start
 from lat_core.contract.states import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 from lat_core.contract.journal import RunRow
@@ -18,36 +23,59 @@ if TYPE_CHECKING:
     from lat_core.engine.loop import Engine
 
 Result = tuple[str, str]
+Handler = Callable[[RunRow, Any], Result]  # its command's type is the key it has in the table
 
 
 class Commands:
     def __init__(self, engine: "Engine"):
         self.engine = engine
         self.store = engine.store
+        self._handlers = self.handlers()
+
+    def handlers(self) -> dict[type[Command], Handler]:
+        """The one handler of each command type (a test ties it to every type of the contract)."""
+        return {
+            SkipCountdown: self.skip_countdown, ExtendCountdown: self.extend_countdown,
+            CancelRun: self.cancel_run, PauseRun: self.pause, ResumeRun: self.resume, SetSlots: self.set_slots,
+            AddJobs: self.add_jobs, CancelJob: self.cancel_job, RequeueJob: self.requeue,
+            RequeueJobs: self.requeue_jobs,
+        }
+
+    def answer(self, run: RunRow, command: Command | Undecodable) -> Result:
+        """Apply the command; a row that did not decode is rejected with why, and a handler's
+        error is answered as failed: a bad command never stops the engine (a journal fault does)."""
+        if isinstance(command, Undecodable):
+            return "rejected", command.reason
+        try:
+            return self._handlers[type(command)](run, command)
+        except JOURNAL_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bad command is answered, never fatal
+            return "failed", f"engine error: {type(exc).__name__}: {exc}"
 
     # ---------------------------------------------------------------- countdown
-    def cmd_skip_countdown(self, run: RunRow, _command) -> Result:
+    def skip_countdown(self, run: RunRow, _command: SkipCountdown) -> Result:
         if run.state is not RunState.COUNTDOWN:
             return "rejected", "no countdown is running"
         self.store.set_countdown(run.id, self.engine.now())
         return "done", "countdown skipped"
 
-    def cmd_extend_countdown(self, run: RunRow, command) -> Result:
+    def extend_countdown(self, run: RunRow, command: ExtendCountdown) -> Result:
         if run.state is not RunState.COUNTDOWN:
             return "rejected", "no countdown is running"
-        minutes = float(command["args"].get("minutes", 5))
+        minutes = command.minutes
         self.store.set_countdown(run.id, run.countdown_until + minutes * 60)
         return "done", f"countdown extended by {minutes:g} min"
 
     # ---------------------------------------------------------------- run
-    def cmd_cancel_run(self, run: RunRow, _command) -> Result:
+    def cancel_run(self, run: RunRow, _command: CancelRun) -> Result:
         for job in self.store.jobs(run.id):
             if job.state not in JOB_FINAL:
                 self.engine.cancel(job)
         self.store.set_run_state(run.id, RunState.CANCELLING, "cancelled by user")
         return "done", "run cancelled: nothing new starts, running jobs are stopped"
 
-    def cmd_pause(self, run: RunRow, _command) -> Result:
+    def pause(self, run: RunRow, _command: PauseRun) -> Result:
         if run.state not in RUN_ACTIVE:
             return "rejected", f"run {run.id} is {run.state}; only an active run can be paused"
         if run.paused:
@@ -55,7 +83,7 @@ class Commands:
         self.store.set_paused(run.id, True)
         return "done", "admission paused; running jobs go on"
 
-    def cmd_resume(self, run: RunRow, _command) -> Result:
+    def resume(self, run: RunRow, _command: ResumeRun) -> Result:
         if run.state not in RUN_ACTIVE and not run.paused:
             return "rejected", f"run {run.id} is {run.state}; only an active run can be resumed"
         if not run.paused:
@@ -63,9 +91,9 @@ class Commands:
         self.store.set_paused(run.id, False)
         return "done", "admission resumed"
 
-    def cmd_set_slots(self, run: RunRow, command) -> Result:
-        device_id, slots = command["args"].get("device"), command["args"].get("slots")
-        if not isinstance(slots, int) or slots < 0:
+    def set_slots(self, run: RunRow, command: SetSlots) -> Result:
+        device_id, slots = command.device, command.slots
+        if slots < 0:
             return "rejected", f"slots must be an integer >= 0, got {slots!r}"
         match = next((d for d in run.devices if d.id == device_id), None)
         if match is None:
@@ -74,8 +102,8 @@ class Commands:
         old = match.slots
         return "done", f"{device_id}: {old} -> {slots} slots"
 
-    def cmd_add_jobs(self, run: RunRow, command) -> Result:
-        jobs = command["args"].get("jobs") or []
+    def add_jobs(self, run: RunRow, command: AddJobs) -> Result:
+        jobs = command.jobs
         existing = {j.key for j in self.store.jobs(run.id)}
         clash = [j["key"] for j in jobs if j["key"] in existing]
         if clash:
@@ -86,39 +114,36 @@ class Commands:
         return "done", f"{len(jobs)} jobs added"
 
     # ---------------------------------------------------------------- jobs
-    def cmd_cancel_job(self, run: RunRow, command) -> Result:
-        job = self.store.job(command["job_id"])
+    def cancel_job(self, run: RunRow, command: CancelJob) -> Result:
+        job = self.store.job(command.job_id)
         if job.state in JOB_FINAL:
             return "rejected", f"job is already {job.state}"
         self.engine.cancel(job)
         return "done", f"cancel sent to {job.key}"
 
-    def cmd_requeue(self, run: RunRow, command) -> Result:
-        job = self.store.job(command["job_id"])
+    def requeue(self, run: RunRow, command: RequeueJob) -> Result:
+        job = self.store.job(command.job_id)
         if job.state not in JOB_FINAL and not self._stuck(job):
             return "rejected", (f"job is {job.state}; only finished, failed or cancelled jobs are requeued"
                                 " (cancel it first)")
-        start = command["args"].get("start")
-        if problem := _start_problem(start):
-            return "rejected", problem
-        remedy = command["args"].get("remedy")
+        start, remedy = command.start, command.remedy
         if remedy:
             try:
                 applied = apply_remedy(self.store, run, job, remedy)
             except ValueError as exc:
                 return "rejected", str(exc)
-        detail = f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user"
-        self._back_to_queue(run, self.store.job(job.id), start, detail)
+        job = self.store.job(job.id)  # as the remedy left it
+        said = start_said(restart_argv(job.argv, job.state is JobState.SUCCEEDED, start), job.job_dir)
+        detail = (f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user") + f" ({said})"
+        self._back_to_queue(run, job, start, detail)
         self._reopen(run, "job requeued")
         return "done", f"{job.key} requeued"
 
-    def cmd_requeue_jobs(self, run: RunRow, command) -> Result:
+    def requeue_jobs(self, run: RunRow, command: RequeueJobs) -> Result:
         """The listed failed or cancelled jobs back to the queue (``lat-tui requeue --failed``), in
         one journal transaction: all of them or, when one cannot be, none."""
-        start = command["args"].get("start")
-        if problem := _start_problem(start):
-            return "rejected", problem
-        jobs, problem = self._unfinished(run, command["args"].get("jobs"))
+        start = command.start
+        jobs, problem = self._unfinished(run, command.job_ids)
         if problem:
             return "rejected", f"nothing was requeued: {problem}"
         got = [(job, *requeue_start(job.job_dir, start)) for job in jobs]
@@ -129,10 +154,10 @@ class Commands:
         lines = [f"{len(got)} job{'s' if len(got) != 1 else ''} requeued"]
         return "done", "\n".join(lines + [f"  {job.id} {job.key}: {said}" for job, _, said in got])
 
-    def _unfinished(self, run: RunRow, ids) -> tuple[list, str]:
+    def _unfinished(self, run: RunRow, ids: tuple[int, ...]) -> tuple[list, str]:
         """(the jobs ``ids`` names, why they cannot all be requeued: "" when they can)."""
-        if not ids or not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-            return [], f"expected a list of job ids, got {ids!r}"
+        if not ids:
+            return [], "expected a list of job ids, got []"
         jobs = {job.id: job for job in self.store.jobs(run.id)}
         missing = [str(i) for i in ids if i not in jobs]
         if missing:
@@ -163,10 +188,3 @@ class Commands:
             self.store.set_job_argv(job.id, argv)
         if run.paused and run.state not in RUN_ACTIVE:
             self.store.set_paused(run.id, False)
-
-
-def _start_problem(start) -> str:
-    """Why a requeue's ``start`` is refused; "" for none (the default) or a known one."""
-    if start in (None, *STARTS):
-        return ""
-    return f"unknown requeue start {start!r} (expected one of {', '.join(STARTS)})"

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeGuard
 
 from lat_core.engine.fusion import runner_exit_path
 from lat_core.errors import JournalError
@@ -46,7 +46,7 @@ def journal_locked(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower()
 
 
-def disk_full(exc: BaseException) -> bool:
+def disk_full(exc: BaseException) -> TypeGuard[OSError]:
     """A write the disk had no room for (or the user's quota): the disk's fault, not the engine's."""
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
@@ -145,13 +145,14 @@ class LostAttempt:
 
     def describe(self) -> str:
         name = self.exit_path.name.removesuffix(".exit.json")
+        pid = self.pid.pid if self.pid is not None else None  # set where it runs, or ran without a record
         if self.alive:
-            return f"adopted {name}, still running as pid {self.pid.pid}"
+            return f"adopted {name}, still running as pid {pid}"
         if self.record is not None:
             return f"settled from {name}'s exit record"
         if self.finished_at is not None:
             return "settled from the job's finished event"
-        return f"settled: {name} ran (pid {self.pid.pid}) and left no exit record"
+        return f"settled: {name} ran (pid {pid}) and left no exit record"
 
     @property
     def returncode(self) -> int | None:
@@ -175,7 +176,7 @@ def find_lost_attempt(job: JobRow, since: float,
         pid = read_pid_record(runner_exit) if pid_written else None
         if record is not None:
             return LostAttempt(exit_path, record, pid, None)
-        if pid is not None:
+        if pid is not None and alive is not None:  # a pid file is read only where pids are checked
             return LostAttempt(exit_path, None, pid, None, alive=alive(pid.pid, pid.pid_start))
     # an event carries the trainer's own clock, no file-time lag: the last known attempt's own
     # `finished` (written just before it ended) must not count as a lost one

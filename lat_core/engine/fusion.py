@@ -25,7 +25,7 @@ from lat_core.contract.saved_plan import SavedPlan
 GROUP_SIZE_LIMIT = 8  # members of one group; more rarely pays (issue 17: 8 jobs of a suite)
 MATE_SCAN = 256  # queued jobs read after a group's first member to find its mates
 TRAIN_MODULE = ["-m", "lat_core.train", "--cfg"]
-MODE_FLAGS = ([], ["--resume"], ["--overwrite"])
+MODE_FLAGS: tuple[list[str], ...] = ([], ["--resume"], ["--overwrite"])
 
 
 def fuses_on(plan: SavedPlan, device_is_cpu: bool) -> bool:

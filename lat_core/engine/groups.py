@@ -1,6 +1,7 @@
 """Admission, launch, cancel and settling of fused groups (plan ``fuse``; see
-:mod:`lat_core.engine.fusion`). Part of :class:`lat_core.engine.loop.Engine` (a mixin: it uses the
-engine's store, backends, admission and clock).
+:mod:`lat_core.engine.fusion`), two parts of :class:`lat_core.engine.loop.Engine`:
+:class:`GroupStarts` (which queued jobs join a group, and its launch) and :class:`FusedGroups` (a
+group once started).
 
 A group takes one slot on one device; each member has its own attempt row and is reaped, judged,
 triaged and retried as a job of its own. Its process is shared, so a member is cancelled through
@@ -9,10 +10,16 @@ its cancel marker, never a signal, and nothing kills the process while another m
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lat_core.contract.devices import Device
+from lat_core.contract.journal import Store
+from lat_core.contract.run_secrets import JobSecrets
+from lat_core.engine.admission import Admission
+from lat_core.engine.backends import Backend
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.launch import read_exit_record
 from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuses_on, group_argv, group_id,
@@ -20,6 +27,8 @@ from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, GroupRef, fuses
                                     write_group_limit, write_group_ref)
 from lat_core.engine.requeue import restart_argv
 from lat_core.engine.retries import backoff_hold
+from lat_core.engine.state import EngineState
+from lat_core.engine.warm import WarmStarts
 from lat_core.contract.job_files import ExitRecord, cancel_marker_path, exit_record_path, read_exit
 from lat_core.monitor.usage import JobUsage
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
@@ -27,10 +36,29 @@ from lat_core.contract.jobdir import write_exit_record
 from lat_core.contract.states import HistoryKind, JobState
 from lat_core.contract.failure_classes import OOM_CLASSES
 
+if TYPE_CHECKING:  # a group starts through the starts, which adopt through recovery, which settles groups
+    from lat_core.engine.starts import Starts
+
 GROUP_END_GRACE_S = 30.0  # a group process's own end after its last member left (frees its memory)
+MemberAttempt = tuple[int, int, Path]  # a member's (attempt id, attempt number, exit record path)
 
 
-class FusedGroups:
+class GroupStarts:
+    """Which queued jobs join a job's fused group, and the group's start: one launch for all."""
+
+    def __init__(self, state: EngineState, *, groups: FusedGroups, starts: Starts, warm: WarmStarts,
+                 admission: Admission, secrets: JobSecrets):
+        self.store = state.store
+        self._clock = state.clock
+        self._state = state
+        self._groups = groups
+        self._starts = starts
+        self._warm = warm
+        self._admission = admission
+        self._job_secrets = secrets
+        # (job id, attempts) -> (fuse key, group limit)
+        self._fuse_keys: dict[tuple[int, int], tuple[tuple | None, int]] = {}
+
     def _fuse_info(self, job: JobRow) -> tuple[tuple | None, int]:
         """(the job's fuse key, the most members its group may have), read once per attempt (a
         remedy between attempts may change job.yaml; a group out of memory lowers the limit)."""
@@ -40,12 +68,13 @@ class FusedGroups:
             self._fuse_keys[(job.id, job.attempts)] = (job_fuse_key(job) if size > 1 else None, size)
         return self._fuse_keys[(job.id, job.attempts)]
 
-    def _fuse_mates(self, run: RunRow, job: JobRow, device: Device, running: list[JobRow],
-                    taken: set[int]) -> list[JobRow]:
+    def fuse_mates(self, run: RunRow, job: JobRow, device: Device, running: list[JobRow],
+                   taken: set[int]) -> list[JobRow]:
         """Queued jobs after ``job`` that may join its group on ``device``: same fuse key, not held,
         and the group's summed expected memory still admitted; no more members than the smallest
         group limit among them (GROUP_SIZE_LIMIT, or less for a job whose group ran out of memory)."""
-        if not fuses_on(self.plan_of(run.id), device.is_cpu) or not self.backend(run.id).reaps_process_tree:
+        if not fuses_on(self._state.plan_of(run.id), device.is_cpu) \
+                or not self._state.backend(run.id).reaps_process_tree:
             return []
         key, cap = self._fuse_info(job)
         if key is None:
@@ -64,58 +93,60 @@ class FusedGroups:
                 cap = min(cap, other_cap)
         return group[1:]
 
-    def _start_group(self, jobs: list[JobRow], device: Device) -> None:
+    def start(self, jobs: list[JobRow], device: Device) -> None:
         """Attempt rows, group refs and running states first, then one launch (a member whose lost
         attempt was found is taken over instead, as a job alone). Every one of ``jobs`` leaves the
         queue: the caller's queued rows of them are stale."""
-        members, attempts = [], []
+        members: list[JobRow] = []
+        attempts: list[MemberAttempt] = []
         for job in jobs:
-            if (lost := self._lost_attempt(job)) is not None:
-                self._take_over(job, device.id, lost)
+            if self._starts.adopted(job, device.id):
                 continue
             exit_path = exit_record_path(Path(job.job_dir), job.attempts + 1)
             attempt_id, n = self.store.start_attempt(job.id, device.id, str(exit_path), started=self._clock())
             try:
                 cancel_marker_path(Path(job.job_dir)).unlink(missing_ok=True)  # an earlier attempt's cancel
             except OSError as exc:  # its folder: it fails alone, the group goes on
-                self._launch_failed(job, attempt_id, exc)
+                self._starts.failed(job, attempt_id, exc)
                 continue
             members.append(job)
             attempts.append((attempt_id, n, exit_path))
         members, attempts, ref = self._write_group_refs(members, attempts)
-        if not members:
+        if ref is None:  # every member failed alone
             return
         leader, (_, leader_n, _) = members[0], attempts[0]
-        names = ", ".join(j.key for j in members)
-        self.store.start_group(group_id(ref), leader.run_id, device.id, len(members), [j.id for j in members])
+        gid, ids = group_id(ref), ", ".join(str(j.id) for j in members)
+        self.store.start_group(gid, leader.run_id, device.id, len(members), [j.id for j in members])
         try:
             env = {**self._job_secrets.unmask(leader.run_id, leader.env), **device.env,
                    "LAT_JOB_ID": str(leader.id), "LAT_ATTEMPT": str(leader_n), "LAT_SUITE": leader.suite}
             argv = group_argv(members, [n for _, n, _ in attempts])
             # forked from the preloaded process as a job alone would be (its imports are the group's)
             launched = (self._warm.launch(leader, argv, env, Path(leader.job_dir), Path(ref.exit_path))
-                        or self._job_backend(leader).launch(argv, env, Path(leader.job_dir), Path(ref.exit_path),
-                                                           tuple(leader.env)))
+                        or self._state.job_backend(leader).launch(argv, env, Path(leader.job_dir),
+                                                                  Path(ref.exit_path), tuple(leader.env)))
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails its members alone
             for job, (attempt_id, _, _) in zip(members, attempts):
-                self._launch_failed(job, attempt_id, exc)
+                self._starts.failed(job, attempt_id, exc)
             return
         if launched.popen is not None:
-            self._group_popens.append(launched.popen)
+            self._groups.watch(launched.popen)
         for job, (attempt_id, _, _) in zip(members, attempts):
-            self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, f"in one process with {names} on {device.id}")
-            self._launched(job, attempt_id, launched)
+            # the same words for every member: the progress stream says them once per group
+            self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, f"group {gid}: one process for jobs {ids} on {device.id}")
+            self._starts.launched(job, attempt_id, launched)
 
-    def _write_group_refs(self, members: list[JobRow], attempts: list[tuple]) -> tuple[list, list, GroupRef | None]:
+    def _write_group_refs(self, members: list[JobRow], attempts: list[MemberAttempt]
+                          ) -> tuple[list[JobRow], list[MemberAttempt], GroupRef | None]:
         """(members, attempts, ref) once every member's folder holds the group's ref; a member whose
         folder does not take it fails alone (its launch failed, naming the file) and the refs of the
         rest are written again without it (their group's ids, and its leader, changed)."""
         while members:
             leader_n = attempts[0][1]
             ref = GroupRef(str(group_exit_path(members[0], leader_n)), tuple(j.id for j in members))
-            refused = {}
+            refused: dict[int, OSError] = {}
             for k, (_, _, exit_path) in enumerate(attempts):
                 try:
                     write_group_ref(exit_path, ref)
@@ -123,13 +154,28 @@ class FusedGroups:
                     refused[k] = exc
             if not refused:
                 return members, attempts, ref
-            for k, exc in refused.items():
-                self._launch_failed(members[k], attempts[k][0], exc)
+            for k, error in refused.items():
+                self._starts.failed(members[k], attempts[k][0], error)
             members = [j for k, j in enumerate(members) if k not in refused]
             attempts = [a for k, a in enumerate(attempts) if k not in refused]
         return [], [], None
 
-    def _record_group_usage(self, usage: dict[int, JobUsage]) -> dict[int, JobUsage]:
+
+class FusedGroups:
+    """A fused group once started: its members' cancel (a marker: the process is shared), the kill
+    of its process once no member needs it, its members' settling, its usage and peaks recorded for
+    the group, and its slot counted once."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._group_popens: list[subprocess.Popen[bytes]] = []  # runners of fused groups, polled until they end
+        self._groups_killed: set[int] = set()  # last members' attempt ids whose group outlived them
+
+    def watch(self, popen: subprocess.Popen[bytes]) -> None:
+        """A group's runner this engine launched: reaped once it ends (see :meth:`poll`)."""
+        self._group_popens.append(popen)
+
+    def record_usage(self, usage: dict[int, JobUsage]) -> dict[int, JobUsage]:
         """A fused group's sampled usage (its members' trees are its one process tree) recorded
         for the group, with how many members were in it; returns the usage of jobs alone."""
         groups = self.store.groups_of(usage)
@@ -141,20 +187,20 @@ class FusedGroups:
             self.store.record_group_usage(group, len(job_ids), tree.rss_bytes, tree.gpu_bytes)
         return {job_id: u for job_id, u in usage.items() if job_id not in groups}
 
-    def _remember_group_peak(self, job: JobRow) -> None:
+    def remember_peak(self, job: JobRow) -> None:
         """A member that succeeded: its group's peak with all its members in, as what a group of
         that size holding this config needs (lat_core.engine.member_cost fits from these)."""
         group = self.store.fused_group(job.fused_group) if job.fused_group else None
         if group is not None and (group.full_gpu or group.full_rss):
             self.store.record_group_peak(job.profile_key, group.members, group.full_gpu or 0, group.full_rss or 0)
 
-    def _poll_groups(self) -> None:
+    def poll(self) -> None:
         """Reap the runners of our group launches: the last member's exit record is written before
         the group's process ends, so a member's attempt cannot be the one that waits for it."""
         self._group_popens[:] = [p for p in self._group_popens if p.poll() is None]
 
     # ------------------------------------------------------------------ cancel, kill, settle
-    def _cancel_member(self, job: JobRow, attempt: AttemptRow) -> bool:
+    def cancel_member(self, job: JobRow, attempt: AttemptRow) -> bool:
         """Cancel a fused member through its marker (the group leaves it out before its next
         micro-batch); False for an attempt of its own."""
         if read_group_ref(Path(attempt.exit_path)) is None:
@@ -164,7 +210,7 @@ class FusedGroups:
         marker.write_text(f"{time.time()}\n")
         return True
 
-    def _may_kill(self, attempt: AttemptRow) -> bool:
+    def may_kill(self, attempt: AttemptRow) -> bool:
         """Whether a cancelled attempt's process may be killed after the grace: always for a process
         of its own; a fused group's only when every other open member of it is being cancelled too."""
         if read_group_ref(Path(attempt.exit_path)) is None:
@@ -173,14 +219,14 @@ class FusedGroups:
                   if a.pid == attempt.pid and a.id != attempt.id]
         return all(a.cancel_at is not None for a in others)
 
-    def _settle_member(self, attempt: AttemptRow, backend) -> ExitRecord | None:
+    def settle_member(self, attempt: AttemptRow, backend: Backend) -> ExitRecord | None:
         """A fused member without an exit record whose group process is gone: its exit record,
         from the group's (the group's tree is stopped first where its runner vanished), with why."""
         ref = read_group_ref(Path(attempt.exit_path))
         if ref is None:
             return None
         group = read_exit(Path(ref.exit_path))
-        if group is None and backend.reaps_process_tree:
+        if group is None and backend.reaps_process_tree and attempt.pid:  # (asked only once its pid is dead)
             backend.stop_vanished(attempt.pid, attempt.pid_start, Path(ref.exit_path))
             group = read_exit(Path(ref.exit_path))
         rc = group.returncode if group is not None and group.returncode != 0 else None
@@ -194,7 +240,7 @@ class FusedGroups:
                                                              if k in raw}})
         return ExitRecord(rc, problem=why)
 
-    def _group_ending(self, attempt: AttemptRow, backend) -> bool:
+    def group_ending(self, attempt: AttemptRow, backend: Backend) -> bool:
         """A member that left its group, as the last of the group's open attempts, while the group's
         process still runs (it ends after its last member leaves): True, the member stays open so
         the slot frees once the group's whole tree is gone, never while it may still hold memory.
@@ -219,7 +265,7 @@ class FusedGroups:
                                           f"{GROUP_END_GRACE_S:g} s after its last member left: killed")
         return True
 
-    def _split_after_oom(self, attempt: AttemptRow) -> bool:
+    def split_after_oom(self, attempt: AttemptRow) -> bool:
         """A member of a group of N (N >= 2) that failed out of memory: requeued from the start to
         train in groups of at most N // 2 (1: alone, its own process); True when requeued. Each
         member that failed out of memory is requeued by its own failure; the others are untouched.
@@ -236,7 +282,7 @@ class FusedGroups:
                                  returncode=None, error=None, not_before=0)
         return True
 
-    def _busy_slots(self, on_host: list[JobRow], busy: dict[str, int]) -> dict[str, int]:
+    def busy_slots(self, on_host: list[JobRow], busy: dict[str, int]) -> dict[str, int]:
         """``busy`` (one slot per running job) with each fused group counted once: open attempts
         that share a process on a device, and whose group refs say so (a pid shared by chance, a
         stale attempt's reused pid, never frees a slot)."""
@@ -245,7 +291,7 @@ class FusedGroups:
         for run_id in {j.run_id for j in on_host}:
             for a in self.store.open_attempts(run_id):
                 job = running.get(a.job_id)
-                if job is not None and a.pid:
+                if job is not None and job.device and a.pid:
                     by_process.setdefault((job.device, a.pid), []).append(a)
         for (device, _), attempts in by_process.items():
             members = [a for a in attempts if read_group_ref(Path(a.exit_path)) is not None] if len(attempts) > 1 else []

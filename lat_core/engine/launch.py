@@ -27,7 +27,7 @@ from lat_core.safe_files import job_folder_of, open_append, remove_files
 
 @dataclass(frozen=True)
 class Launched:
-    pid: int
+    pid: int | str  # the runner's process id; for Slurm its job id, or an array task's "123_4"
     pid_start: float
     popen: subprocess.Popen | None = None
 

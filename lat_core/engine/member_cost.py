@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from lat_core.config.memory_prior import PriorSplit
+
 
 @dataclass(frozen=True)
 class MemberCost:
@@ -28,15 +30,6 @@ class MemberCost:
 
     def need(self, members: int) -> int:
         return max(self.floor, self.base + members * self.per_member)
-
-
-@dataclass(frozen=True)
-class PriorSplit:
-    """The static prior's view of one resource: ``base`` paid once per process, and the least a
-    member surely adds (its adapter's weights, gradients and AdamW moments: exact, unlike the
-    activations, which the prior over-estimates on purpose)."""
-    base: int
-    member_min: int
 
 
 def fit(points: Mapping[int, int], prior: PriorSplit | None) -> MemberCost | None:

@@ -14,6 +14,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from lat_core.contract.states import HistoryKind
+from lat_core.engine.state import EngineState
+
 CONTROL = "nvidia-cuda-mps-control"
 
 
@@ -29,6 +32,38 @@ class MpsDaemon:
     def stop(self) -> None:
         """Ask the daemon to quit (it waits for its clients to exit first)."""
         _control(self, "quit", timeout=30)
+
+
+class RunMps:
+    """Each run's private MPS daemon (plan ``mps: true``): started for its first job's launch,
+    stopped when the run ends. A part of :class:`lat_core.engine.loop.Engine`."""
+
+    def __init__(self, state: EngineState):
+        self.store = state.store
+        self._state = state
+        self._daemons: dict[int, MpsDaemon | None] = {}  # run id -> its daemon, None where MPS cannot run
+
+    def env(self, run_id: int) -> dict[str, str]:
+        """The client env of the run's private MPS daemon, started on first use; where MPS cannot
+        run, the history says why and jobs run without it."""
+        if not self._state.plan_of(run_id).mps or not self._state.backend(run_id).samples_local_processes:
+            return {}
+        if run_id not in self._daemons:
+            gpus = [d for d in self.store.run(run_id).devices if not d.is_cpu]
+            daemon, why = None, "the run has no GPU"
+            if gpus:
+                base = Path(self.store.path).parent / "mps" / f"run{run_id}"
+                daemon, why = start_mps(base, ",".join(d.uuid or str(d.index) for d in gpus))
+            self._daemons[run_id] = daemon
+            self.store.add_transition(run_id, None, HistoryKind.MPS, why if daemon else f"not used: {why}")
+        daemon = self._daemons[run_id]
+        return daemon.client_env() if daemon is not None else {}
+
+    def stop(self, run_id: int) -> None:
+        """The run ended: its daemon quits (once its clients have exited)."""
+        daemon = self._daemons.pop(run_id, None)
+        if daemon is not None:
+            daemon.stop()
 
 
 def start_mps(base: Path, visible_devices: str) -> tuple[MpsDaemon | None, str]:

@@ -1,4 +1,5 @@
-"""Notices of a run's life (start, finish or interruption, each failure, each OOM), sent by the engine.
+"""Notices of a run's life (start, finish or interruption, each failure, each OOM, a pause by the
+circuit breaker), sent by the engine.
 
 Each notice is recorded in the journal first (a ``notice:<kind>`` transition), which makes it
 idempotent across engine restarts, and then sent on a daemon thread so a slow SMTP server never
@@ -54,6 +55,12 @@ class RunNotices:
         kind, verb = ("interrupt", "interrupted (cancelled)") if run.state is RunState.CANCELLED else ("finish", "finished")
         self._emit(run, None, kind, f"LAT run {run.id} {verb}: {len(jobs) - len(bad)}/{len(jobs)} succeeded",
                    "\n".join([f"Run {run.id} {verb}; outputs in {run.output_root}.", *lines]))
+
+    def run_paused(self, run: RunRow, reason: str) -> None:
+        """The engine paused the run's admission by itself (the circuit breaker): a person must
+        resume or cancel it, so it is news at once, not at the run's end."""
+        self._emit(run, None, "paused", f"LAT run {run.id} paused: its first jobs all failed alike",
+                   f"Run {run.id}'s admission is paused: {reason}.\nOutputs in {run.output_root}.")
 
     def job_failed(self, run: RunRow, job: JobRow) -> None:
         kind = "oom" if job.diagnosis and job.diagnosis.cls in OOM_CLASSES else "failure"

@@ -1,6 +1,6 @@
 """How attempts end and get settled: reaping exits, judging them, and recovery of what a crash, a
-lost journal tail or a fault in the engine's own handling of a job left half-way. Part of
-:class:`lat_core.engine.loop.Engine` (a mixin: it uses the engine's store, backends and clock)."""
+lost journal tail or a fault in the engine's own handling of a job left half-way. A part of
+:class:`lat_core.engine.loop.Engine`."""
 
 from __future__ import annotations
 
@@ -9,39 +9,64 @@ from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
-from lat_core.engine.faults import JOURNAL_ERRORS, LostAttempt, find_lost_attempt
+from lat_core.engine.breaker import Breaker
+from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, LostAttempt, find_lost_attempt
 from lat_core.engine.fusion import group_id, read_group_ref
+from lat_core.engine.groups import FusedGroups
+from lat_core.engine.job_faults import JobFaults
+from lat_core.engine.launch import Launched, read_exit_record
+from lat_core.engine.notices import RunNotices
+from lat_core.engine.progress import Progress
+from lat_core.engine.remedy import still_effective
 from lat_core.engine.retries import maybe_retry
-from lat_core.contract.job_files import ExitRecord, PeakUsage, describe_exit, read_exit, read_pid_record, write_peak_usage
+from lat_core.engine.state import EngineState
+from lat_core.contract.job_files import (ExitRecord, PeakUsage, PidRecord, describe_exit, memory_event_peak,
+                                         read_exit, read_pid_record, write_peak_usage)
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
-from lat_core.contract.states import HistoryKind, JobState
+from lat_core.contract.diagnosis import Diagnosis
 from lat_core.contract.failure_classes import FailureClass
+from lat_core.contract.states import HistoryKind, JobState
+from lat_core.triage import classify
+from lat_core.triage.hostoom import oom_kill_readings
 
 
 LAUNCH_GRACE_S = 30.0
+CANCEL_GRACE_S = 10.0
 
 
 class Recovery:
-    def _reap(self, run: RunRow) -> None:
-        self._poll_groups()
+    def __init__(self, state: EngineState, *, groups: FusedGroups, faults: JobFaults, errors: EngineErrors,
+                 progress: Progress, notices: RunNotices, breaker: Breaker):
+        self.store = state.store
+        self._clock = state.clock
+        self._state = state
+        self._groups = groups
+        self._faults = faults
+        self._errors = errors
+        self._progress = progress
+        self._notices = notices
+        self._breaker = breaker
+
+    def reap(self, run: RunRow) -> None:
+        self._groups.poll()
         for attempt in self.store.open_attempts(run.id):
-            with self._errors.job_guard(attempt.job_id, "engine error reaping this job", self._job_fault):
+            with self._errors.job_guard(attempt.job_id, "engine error reaping this job", self._faults.fail_job):
                 self._reap_attempt(run, attempt)
 
     def _reap_attempt(self, run: RunRow, attempt: AttemptRow) -> None:
-        popen = self._popens.get(attempt.id)
+        popen = self._state.popens.get(attempt.id)
         # reap our own child so it does not linger as a zombie; while it runs it is alive, and is
         # the process launched (an unreaped pid is never reused): no /proc read needed to say so
         our_child_runs = popen is not None and popen.poll() is None and popen.pid == attempt.pid
         if attempt.pid is None:
             attempt = self._recover_pid(attempt, run.id)
         record = read_exit(Path(attempt.exit_path))
-        backend = self.backend(run.id)
-        if record is not None and self._group_ending(attempt, backend):
+        backend = self._state.backend(run.id)
+        if record is not None and self._groups.group_ending(attempt, backend):
             return  # the last member of a fused group: settled once the group's process is gone
         if record is None and attempt.pid and not our_child_runs \
                 and not backend.is_alive(attempt.pid, attempt.pid_start):
-            record = read_exit(Path(attempt.exit_path)) or self._settle_member(attempt, backend)  # just written?
+            record = read_exit(Path(attempt.exit_path)) or self._groups.settle_member(attempt, backend)  # just written?
             if record is None and backend.reaps_process_tree:  # the slot frees once the job's tree is gone
                 backend.stop_vanished(attempt.pid, attempt.pid_start, Path(attempt.exit_path))
                 record = read_exit(Path(attempt.exit_path))
@@ -55,7 +80,8 @@ class Recovery:
         """An engine that died between recording an attempt and its pid: the runner's own pid file
         (or, for a backend that ``recovers_from_queue`` such as Slurm, its queue) says whether the
         launch happened. Never relaunch: nothing found after a grace = failed."""
-        backend = self.backend(run_id)
+        backend = self._state.backend(run_id)
+        started: Launched | PidRecord | None
         if backend.recovers_from_queue:  # the runner's pid file holds a pid on another host: useless here
             started = backend.recover(Path(attempt.exit_path), attempt.launched)
         else:  # a fused member's runner is the group's, its pid file beside the group's exit record
@@ -73,10 +99,14 @@ class Recovery:
             self.store.finish_attempt(attempt.id, None, state, why, ended=self._clock(), error=error)
         return attempt
 
+    def _enforce_cancel_grace(self, run: RunRow, attempt: AttemptRow) -> None:
+        if attempt.cancel_at is not None and self._clock() >= attempt.cancel_at + CANCEL_GRACE_S and attempt.pid:
+            if self._groups.may_kill(attempt):  # a fused group's process: once no member needs it
+                self._state.backend(run.id).signal(attempt.pid, signal.SIGKILL)
+
     def _record_exit(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None = None,
                      problem: str | None = None) -> None:
-        self._popens.pop(attempt.id, None)
-        self._pid_records.pop(attempt.id, None)
+        self._state.forget_process(attempt.id)
         # A success needs no triage: its whole end (peaks, last progress, state, its config's peak)
         # is one commit. A failure's triage may ask a scheduler (sacct) and must not hold the
         # journal's write lock meanwhile: its writes commit one by one.
@@ -88,8 +118,9 @@ class Recovery:
         if state is JobState.FAILED:
             run = self.store.run(job.run_id)
             if job.diagnosis and job.diagnosis.cls is FailureClass.DISK_FULL:  # the trainer's own write failed
-                self._pause_for_full_disk(run)
+                self._faults.pause_for_full_disk(run)
             self._notices.job_failed(run, job)
+            self._breaker.after_failure(run, job)
 
     def _end_attempt(self, attempt: AttemptRow, returncode: int | None, max_rss: int | None,
                      problem: str | None) -> tuple[JobRow, JobState] | None:
@@ -103,7 +134,7 @@ class Recovery:
             self.store.record_group_peak_rss(job.fused_group, max_rss)
         self._keep_peak_usage(job)
         if job.state is JobState.RUNNING:
-            progress = self._read_events(job)  # the steps it logged since the last tick: the table's final step and loss
+            progress = self._progress.read(job)  # the steps it logged since the last tick: the table's final step and loss
             if progress is not None:
                 job = replace(job, last_step=progress[0], last_loss=progress[1])
         state, error, diagnosis = self._judge(job, attempt, returncode, problem)
@@ -114,12 +145,12 @@ class Recovery:
                                              error=error, diagnosis=diagnosis):
                 return None
             ended = self.store.job(job.id)  # as failed, before a retry queues it again
-            if state is JobState.FAILED and not self._split_after_oom(attempt):
+            if state is JobState.FAILED and not self._groups.split_after_oom(attempt):
                 maybe_retry(self.store, self.store.run(job.run_id), ended, now=self._clock())
         if state is JobState.SUCCEEDED and group is None:
             self._remember_peak(job)
         elif state is JobState.SUCCEEDED:  # a group's peak is recorded with its size, never as a job's alone
-            self._remember_group_peak(job)
+            self._groups.remember_peak(job)
         return ended, state
 
     def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
@@ -139,32 +170,39 @@ class Recovery:
         except OSError:  # a folder gone or read-only: the journal still has the number
             pass
 
-    def _settle_orphans(self, run: RunRow) -> None:
+    def _remember_peak(self, job: JobRow) -> None:
+        """What this config needed, for memory-aware admission of its next jobs."""
+        event_peak = memory_event_peak(Path(job.job_dir))
+        gpu = max(job.peak_gpu or 0, event_peak)
+        if gpu or job.peak_rss:
+            self.store.record_config_peak(job.profile_key, gpu, job.peak_rss or 0)
+
+    def settle_orphans(self, run: RunRow) -> None:
         """Jobs ``running`` with no open attempt (an older engine died between two journal writes):
         settled from their last attempt's outcome, so no job stays stuck."""
         for job in self.store.running_without_attempt(run.id):
-            with self._errors.job_guard(job.id, "engine error settling this job", self._job_fault):
+            with self._errors.job_guard(job.id, "engine error settling this job", self._faults.fail_job):
                 attempts = self.store.attempts(job.id)
                 self.store.add_transition(run.id, job.id, HistoryKind.RECOVERED, "running with no open attempt: settled from "
                                           + (f"attempt {attempts[-1].n}" if attempts else "nothing (no attempt)"))
                 if not attempts:
-                    self._job_fault(job.id, "running without any attempt recorded (an engine crash); requeue it")
+                    self._faults.fail_job(job.id, "running without any attempt recorded (an engine crash); requeue it")
                     continue
                 last = attempts[-1]
                 record = read_exit(Path(last.exit_path))
-                returncode = last.returncode if last.returncode is not None else (record and record.returncode)
+                returncode = last.returncode if last.returncode is not None else (record.returncode if record else None)
                 self._record_exit(last, returncode)
 
-    def _lost_attempt(self, job: JobRow) -> LostAttempt | None:
+    def lost_attempt(self, job: JobRow) -> LostAttempt | None:
         """What the job's folder holds of attempts newer than the journal knows (a lost tail)."""
         known = self.store.attempts(job.id)
         since = job.added or self.store.run(job.run_id).created
         if known:
             since = max(since, known[-1].ended or known[-1].launched)
-        backend = self.backend(job.run_id)
+        backend = self._state.backend(job.run_id)
         return find_lost_attempt(job, since, backend.is_alive if backend.samples_local_processes else None)
 
-    def _take_over(self, job: JobRow, device_id: str, lost: LostAttempt) -> None:
+    def take_over(self, job: JobRow, device_id: str, lost: LostAttempt) -> None:
         detail = f"{lost.describe()} (the journal had lost it): not launched again"
         attempt_id, _ = self.store.start_attempt(job.id, device_id, str(lost.exit_path), started=self._clock(),
                                                  detail=detail)
@@ -193,16 +231,13 @@ class Recovery:
             diagnosis = None
         return JobState.FAILED, f"{error} ({problem})" if problem else error, diagnosis
 
-    def _job_fault(self, job_id: int, reason: str, **fields) -> None:
-        """Fail one job for something the engine could not handle about it; its process (if any)
-        is stopped, since nothing would watch it any more. ``fields``: more of the job's columns."""
-        job = self.store.job(job_id)
-        attempts = [a for a in self.store.open_attempts(job.run_id) if a.job_id == job_id]
-        for attempt in attempts:
-            if attempt.pid and self.backend(job.run_id).is_alive(attempt.pid, attempt.pid_start) \
-                    and not self._cancel_member(job, attempt):  # a fused member leaves; the others go on
-                self.backend(job.run_id).signal(attempt.pid, signal.SIGKILL)
-            self.store.finish_attempt(attempt.id, None, JobState.FAILED, reason, ended=self._clock(), error=reason,
-                                      **fields)
-        if not attempts and not job.state.final:
-            self.store.set_job_state(job_id, JobState.FAILED, reason, ended=self._clock(), error=reason, **fields)
+    def _triage(self, job: JobRow, attempt: AttemptRow, returncode: int | None) -> Diagnosis:
+        backend = self._state.job_backend(job)
+        found = backend.diagnose(attempt.pid) if backend.diagnoses_failures and attempt.pid else None  # Slurm's verdict
+        if found is None:
+            before, after = oom_kill_readings(read_exit_record(Path(attempt.exit_path)), attempt.oom_source,
+                                              attempt.oom_before)
+            found = classify(Path(job.job_dir), returncode, cancelled=attempt.cancel_at is not None,
+                             oom_kills_before=before, oom_kills_after=after,
+                             env=job.env)  # the live env: remedies already applied count
+        return still_effective(self.store.run(job.run_id), job, found)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 
@@ -136,7 +136,7 @@ def _set_backend_option(target: Target, change: BackendOption) -> str:
     return f"{target.backend}.{change.name}={change.value}"
 
 
-APPLIERS: dict[type, Callable[[Target, Change], str]] = {
+APPLIERS: dict[type, Callable[[Target, Any], str]] = {  # each takes the change of its key's type
     ConfigChange: _set_config, EnvChange: _set_env, SlotsChange: _change_slots, AvoidDevice: _avoid_device,
     Resume: _resume, BackendOption: _set_backend_option,
 }

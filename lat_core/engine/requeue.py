@@ -11,6 +11,10 @@ starts fresh, unless ``--fresh`` (:func:`lat_core.contract.job_files.requeue_sta
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from lat_core.contract.job_files import resumable_checkpoints
+
 START_FLAGS = ("--resume", "--overwrite")
 STARTS = {"resume": "--resume", "fresh": "--overwrite"}
 
@@ -23,3 +27,12 @@ def restart_argv(argv: list[str], succeeded: bool, start: str | None) -> list[st
         return list(argv)
     flag = STARTS[start or "fresh"]
     return [a for a in argv if a not in START_FLAGS] + [flag]
+
+
+def start_said(argv: list[str], job_dir: str | Path) -> str:
+    """How the attempt that ``argv`` launches starts, for the job's history: ``resume from
+    checkpoint-240``, ``fresh``, or ``as first launched`` (the planned command, no start flag)."""
+    if "--resume" in argv:
+        found = resumable_checkpoints(job_dir)
+        return f"resume from {found[-1][1].name}" if found else "resume (no checkpoint found)"
+    return "fresh" if "--overwrite" in argv else "as first launched"

@@ -89,7 +89,7 @@ def _has_checkpoint(job: JobRow) -> bool:
 
 def _failure_retries(store: Store, job: JobRow) -> int:
     return sum(1 for t in store.transitions(job.run_id, job_id=job.id)
-               if t.new_state == "queued" and t.detail.startswith(FAILURE_TAG))
+               if t.new_state == JobState.QUEUED and t.detail.startswith(FAILURE_TAG))
 
 
 def _remedies_used(store: Store, job: JobRow) -> list[str]:

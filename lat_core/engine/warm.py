@@ -174,7 +174,7 @@ class WarmStarts:
         from it, and tell the run's history when it is ready or failed."""
         if run.id in self._told and self._starter is not None:
             # the run's warm-capable jobs were found before: only a change of status is news
-            self._tell(run.id, self._starter.status())
+            self._tell(run.id, self._starter)
             return
         # the jobs admission reaches next: a run whose first warm-capable job waits behind thousands
         # of others starts the process when that job comes near, and a tick stays cheap meanwhile
@@ -182,7 +182,7 @@ class WarmStarts:
         if warm is None:
             return
         warm.ensure_started()
-        self._tell(run.id, warm.status())
+        self._tell(run.id, warm)
 
     def _first_warm(self, run_id: int) -> WarmStarter | None:
         """The preloaded process, if one of the next queued jobs may fork from it. Jobs found to
@@ -197,11 +197,11 @@ class WarmStarts:
             self._cold.add((job_id, attempts))
         return None
 
-    def _tell(self, run_id: int, status: str) -> None:
+    def _tell(self, run_id: int, warm: WarmStarter) -> None:
+        status = warm.status()
         if status not in ("ready", "failed") or self._told.get(run_id) == status:
             return
         self._told[run_id] = status
-        warm = self._starter
         detail = (f"jobs fork from a process with torch, transformers and peft imported "
                   f"(ready after {warm.waited_s():.1f}s)" if status == "ready" else f"not used: {warm.failure}")
         self.store.add_transition(run_id, None, HistoryKind.WARM_START, detail)

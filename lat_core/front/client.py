@@ -10,27 +10,64 @@ worker threads, so the client keeps one connection per thread.
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from lat_core.errors import JournalError
-from lat_core.contract.job_files import resumable_checkpoints
+from lat_core import __version__ as LAT_VERSION
+from lat_core.contract.commands import Command, CommandRow
+from lat_core.errors import JournalError, NoJobError
+from lat_core.contract.job_files import last_log_line, requeue_start, resumable_checkpoints, tail_events
 from lat_core.contract.journal_faults import journal_faults
 from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
-from lat_core.front.service import (JOURNAL_NAME, EngineLock, PreparedRun, create_run, default_state_dir, ensure_engine,
-                              jobs_to_add, open_store, prepare_run)
+from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store
+from lat_core.front.service import PreparedRun, create_run, ensure_engine, jobs_to_add, prepare_run
 from lat_core.contract.states import JOB_UNFINISHED
 from lat_core.contract.journal import JOB_FINAL, RUN_ACTIVE, Store
 
 if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
     from lat_core.front.plan import Plan
 
-__all__ = ["Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoRunError", "NoStateError", "ensure_engine", "plan_env_of",
-           "resumable_checkpoints", "resolve_state_dir"]
+if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: see _ELSEWHERE below
+    from lat_core.config.datasets import KNOWN_DATASETS
+    from lat_core.config.email_yaml import OLD_EVENTS
+    from lat_core.config.env import EMAIL_YAML_VAR, MASK, EnvValueError, pair_from_env
+    from lat_core.config.suites import SuiteRegistry
+    from lat_core.front.plan import plan_from_mapping
+    from lat_core.front.rerun import prepare_rerun
+    from lat_core.monitor.gpu import GpuInfo, GpuProbe, GpuSnapshot
+    from lat_core.monitor.host import HostSnapshot, host_snapshot
+    from lat_core.results import JobResult, Report, Table, aggregate, build_tables, check_formats, write_report
+    from lat_core.results.live import aggregate_live
+    from lat_core.results.render import table_markdown
+    from lat_core.results.scan import FOREIGN_REASON
+    from lat_core.results.tables import Row
+    from lat_core.text import fmt_bytes
+    from lat_core.titles import display_name
+    from lat_core.triage import Diagnosis, TriageError, classify
+
+__all__ = [
+    # the journal: runs, jobs, commands
+    "Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoJobError", "NoRunError", "NoStateError",
+    "ensure_engine",
+    "journal_faults_in", "plan_env_of", "resolve_state_dir", "LAT_VERSION",
+    # job folders
+    "last_log_line", "requeue_start", "resumable_checkpoints", "tail_events",
+    # configs, plans, reruns, notices
+    "EMAIL_YAML_VAR", "EnvValueError", "KNOWN_DATASETS", "MASK", "OLD_EVENTS", "Plan", "SuiteRegistry", "mail_notice",
+    "pair_from_env", "plan_from_mapping", "prepare_rerun", "read_plan_file", "suite_registry",
+    # the machine
+    "GpuInfo", "GpuProbe", "GpuSnapshot", "HostSnapshot", "host_snapshot",
+    # results and triage
+    "Diagnosis", "FOREIGN_REASON", "JobResult", "Report", "Row", "Table", "TriageError", "aggregate", "aggregate_live",
+    "build_tables", "check_formats", "classify", "table_markdown", "write_report",
+    # words people read
+    "display_name", "fmt_bytes",
+]
 
 
 class NoRunError(JournalError):
@@ -43,28 +80,15 @@ class NoStateError(JournalError):
     title = "No state"
 
 
-@dataclass(frozen=True)
-class CommandRow:
-    """A command a front end sent and, once the engine handled it, its answer."""
-
-    id: int
-    run_id: int
-    job_id: int | None
-    verb: str
-    args: dict = field(default_factory=dict)
-    status: str = "pending"  # pending | done | rejected | failed
-    result: str = ""
-    ts: float = 0.0
-    handled: float | None = None
-
-    @property
-    def answered(self) -> bool:
-        return self.status != "pending"
-
-
 def resolve_state_dir(state_dir: str | Path | None) -> Path:
     """``--state-dir`` when given, else ``$LAT_STATE_DIR`` or the XDG default."""
     return Path(state_dir).expanduser() if state_dir else default_state_dir()
+
+
+def journal_faults_in(state_dir: Path) -> AbstractContextManager[None]:
+    """SQLite and disk errors on ``state_dir``'s journal, raised as one JournalError that names the
+    journal and says what to do (what every ``lat-tui`` command prints before exit 2)."""
+    return journal_faults(state_dir / JOURNAL_NAME)
 
 
 def _check_state_exists(state_dir: Path) -> None:
@@ -99,10 +123,10 @@ class Client:
         return store
 
     @contextmanager
-    def _journal(self):
+    def _journal(self) -> Iterator[Store]:
         """The thread's journal; a fault in it (locked, full, read-only, damaged) is one JournalError
         that names the journal and says what to do."""
-        with journal_faults(self.state_dir / JOURNAL_NAME):
+        with journal_faults_in(self.state_dir):
             yield self._store()
 
     def close(self) -> None:
@@ -149,6 +173,11 @@ class Client:
         with self._journal() as store:
             return store.engine_error(run_id)
 
+    def pause_reason(self, run_id: int) -> str:
+        """Why the run's admission is paused: the user, a full disk, the circuit breaker."""
+        with self._journal() as store:
+            return store.pause_reason(run_id)
+
     def revive_engine(self, run: RunRow) -> str:
         """The engine's state for ``run``: a dead engine of an active run is restarted (it adopts
         the running jobs); a JournalError says why it cannot be."""
@@ -179,9 +208,19 @@ class Client:
         with self._journal() as store:
             return store.fused_groups(run_id)
 
-    def job(self, job_id: int) -> JobRow:
+    def job(self, job_id: int, run_id: int | None = None) -> JobRow:
+        """Job ``job_id`` (one of run ``run_id`` when given). A job id the user typed that is not
+        there is a NoJobError that says which run's jobs it was looked for among (a usage error,
+        not a damaged journal)."""
         with self._journal() as store:
-            return store.job(job_id)
+            try:
+                job = store.job(job_id)
+            except NoJobError:
+                raise NoJobError(_no_job_text(store, job_id, run_id)) from None
+        if run_id is not None and job.run_id != run_id:
+            raise NoJobError(f"no job {job_id} in run {run_id}: it is a job of run {job.run_id} "
+                             f"(--run {job.run_id})")
+        return job
 
     def model_family(self, job: JobSummary) -> str | None:
         """The model family of the job's resolved config: the journal's, or for a journal from
@@ -212,15 +251,13 @@ class Client:
     # ------------------------------------------------------------------ commands
     def command(self, command_id: int) -> CommandRow:
         with self._journal() as store:
-            raw = store.command(command_id)
-        return _command_row(raw)
+            return store.command(command_id)
 
-    def send(self, run: RunRow, verb: str, job_id: int | None = None, *, start_engine: bool = True,
-             **args) -> int:
+    def send(self, run: RunRow, command: Command, *, start_engine: bool = True) -> int:
         """Append a command for the engine; start one when none serves the state directory (an
         ended run has no engine, and its commands still need one). Returns the command id."""
         with self._journal() as store:
-            command_id = store.add_command(run.id, verb, job_id=job_id, **args)
+            command_id = store.add_command(run.id, command)
         if start_engine:
             self.ensure_engine(plan_env_of(run))
         return command_id
@@ -241,7 +278,8 @@ class Client:
         return ensure_engine(self.state_dir, extra_env)
 
     # ------------------------------------------------------------------ new runs and jobs
-    def new_run(self, plan: Plan, *, registry=None, probe=None) -> tuple[RunRow, PreparedRun]:
+    def new_run(self, plan: Plan, *, registry: SuiteRegistry | None = None,
+                probe: GpuProbe | None = None) -> tuple[RunRow, PreparedRun]:
         """Check the plan against the machine, then write the run's folders and journal rows (the
         engine is not started here). Raises LatError, with nothing written, when it cannot start."""
         prepared = prepare_run(plan, registry=registry, probe=probe)
@@ -252,7 +290,8 @@ class Client:
         with self._journal() as store:
             return store.run(create_run(store, prepared))
 
-    def jobs_to_add(self, run: RunRow, suites: list[str], rounds, pairs, registry) -> list[dict]:
+    def jobs_to_add(self, run: RunRow, suites: list[str], rounds: object, pairs: object,
+                    registry: SuiteRegistry) -> list[dict[str, object]]:
         """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders."""
         return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir)
 
@@ -273,12 +312,15 @@ def plan_env_of(run: RunRow) -> dict[str, str]:
     return dict(run.plan.env)
 
 
-def _command_row(raw: dict) -> CommandRow:
-    import json
-
-    return CommandRow(id=raw["id"], run_id=raw["run_id"], job_id=raw["job_id"], verb=raw["verb"],
-                      args=json.loads(raw.get("args_json") or "{}"), status=raw["status"],
-                      result=raw.get("result") or "", ts=raw["ts"], handled=raw.get("handled"))
+def _no_job_text(store: Store, job_id: int, run_id: int | None) -> str:
+    """``no job 999 in run 3, the latest (its jobs are 31-40)``: the run named, else the latest."""
+    run = store.run(run_id) if run_id is not None else store.latest_run()
+    if run is None:
+        return f"no job {job_id}: the journal holds no run yet"
+    ids = [job.id for job in store.job_summaries(run.id)]
+    held = f"its jobs are {min(ids)}-{max(ids)}" if ids else "it has no jobs"
+    which = "" if run_id is not None else ", the latest"
+    return f"no job {job_id} in run {run.id}{which} ({held}; `lat-tui status --run {run.id}` lists them)"
 
 
 def _read_model_family(path: Path) -> str | None:
@@ -292,3 +334,58 @@ def _read_model_family(path: Path) -> str | None:
     model = data.get("model") if isinstance(data, dict) else None
     family = model.get("family") if isinstance(model, dict) else None
     return str(family) if family else ""
+
+
+# ---------------------------------------------------------------------- the libraries' surface
+def suite_registry(configs_dir: str | Path | None = None) -> SuiteRegistry:
+    """The suites a plan can name: the user's config tree (``--configs`` or $LAT_CONFIGS) searched
+    before the shipped one."""
+    from lat_core.config.paths import config_trees
+    from lat_core.config.suites import SuiteRegistry
+
+    return SuiteRegistry(config_trees(configs_dir))
+
+
+def read_plan_file(plan: str, configs_dir: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """``--plan`` as a file and its raw mapping: a path as given, a bare name (``demo``) from the
+    config trees' ``plans/``; PlanError for a file that is not a plan's mapping."""
+    from lat_core.config.paths import config_trees, find_plan
+    from lat_core.front.plan import load_plan_mapping
+
+    path = find_plan(plan, config_trees(configs_dir))
+    return path, load_plan_mapping(path)
+
+
+# What front ends use of the libraries below the client, so lat_tui imports this one module (the
+# "tui-allowlist" contract in pyproject.toml). Each name is imported on first use (PEP 562), so the
+# dashboard's first frame never pays for the plan model, results or triage; the TYPE_CHECKING
+# imports above name the same things for type checkers (tests/unit/test_client_surface.py).
+_ELSEWHERE: dict[str, tuple[str, ...]] = {
+    "lat_core.config.datasets": ("KNOWN_DATASETS",),
+    "lat_core.config.email_yaml": ("OLD_EVENTS",),
+    "lat_core.config.env": ("EMAIL_YAML_VAR", "MASK", "EnvValueError", "pair_from_env"),
+    "lat_core.config.suites": ("SuiteRegistry",),
+    "lat_core.front.plan": ("Plan", "plan_from_mapping"),
+    "lat_core.front.rerun": ("prepare_rerun",),
+    "lat_core.monitor.gpu": ("GpuInfo", "GpuProbe", "GpuSnapshot"),
+    "lat_core.monitor.host": ("HostSnapshot", "host_snapshot"),
+    "lat_core.results": ("JobResult", "Report", "Table", "aggregate", "build_tables", "check_formats", "write_report"),
+    "lat_core.results.live": ("aggregate_live",),
+    "lat_core.results.render": ("table_markdown",),
+    "lat_core.results.scan": ("FOREIGN_REASON",),
+    "lat_core.results.tables": ("Row",),
+    "lat_core.text": ("fmt_bytes",),
+    "lat_core.titles": ("display_name",),
+    "lat_core.triage": ("Diagnosis", "TriageError", "classify"),
+}
+_HOME = {name: module for module, names in _ELSEWHERE.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """A library name from _ELSEWHERE, imported now and kept here for the next lookup."""
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

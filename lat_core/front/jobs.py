@@ -13,22 +13,28 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NotRequired, TypedDict
 
 from lat_core.config.datasets import canonical
 from lat_core.config.env import EnvValueError, apply_env, dataset_overrides, mask_env
 from lat_core.config.job import JobConfig, TrainConfigError, parse_config
 from lat_core.config import yaml_text
 from lat_core.config.suites import SuiteRegistry
-from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
+from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 from lat_core.errors import ConfigError, OutputPathError
 from lat_core.contract.job_files import events_path, has_finished
-from lat_core.front.plan import Plan
+from lat_core.front.plan import Pair, Plan
 from lat_core.safe_files import escape_problem, write_files
 from lat_core.text import shorten
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+#: Where one field of a job's config came from (overrides.json lists them, earliest first): the
+#: layer (``source``) and, for an environment variable, which environment (``from``).
+Provenance = TypedDict("Provenance", {"field": str, "value": object, "source": str, "from": NotRequired[str]})
 
 
 @dataclass
@@ -41,8 +47,8 @@ class JobSpec:
     seed: int
     dataset: str
     job_dir: Path
-    config: dict
-    provenance: list[dict] = field(default_factory=list)
+    config: dict[str, Any]  # the resolved config, as job.yaml holds it
+    provenance: list[Provenance] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     mode: str = "fresh"  # fresh | resume | overwrite | done (succeeded before; not rerun)
     world: int = 1  # gpus_per_job: processes under torchrun
@@ -96,7 +102,8 @@ def _check_dataset_variables(plan: Plan, shell_env: dict[str, str]) -> None:
                                   where=source)
 
 
-def _make_job(plan, root, shell_env, suite, round_no, cfg_path, base_cfg, pair, seen, typed_cache) -> JobSpec:
+def _make_job(plan: Plan, root: Path, shell_env: dict[str, str], suite: str, round_no: int, cfg_path: Path,
+              base_cfg: dict[str, Any], pair: Pair, seen: dict[str, int], typed_cache: dict[str, JobConfig]) -> JobSpec:
     group = f"{safe_component(pair.dataset, 'dataset')}_seed{pair.seed}"
     stem = safe_component(cfg_path.stem, "config name")
     count = seen.get(f"{group}/{stem}", 0) + 1
@@ -114,7 +121,7 @@ def _make_job(plan, root, shell_env, suite, round_no, cfg_path, base_cfg, pair, 
                    job_dir, config, provenance, {**plan.env, **shell_env}, mode, world, use_libuv, typed)
 
 
-def _positive_int(value, cfg_path) -> int:
+def _positive_int(value: object, cfg_path: Path) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"field 'gpus_per_job': expected a positive integer, got {value!r}", where=str(cfg_path))
     return value
@@ -135,7 +142,7 @@ def job_mode(job_dir: Path, resume: bool, overwrite: bool, strict: bool) -> str:
     return "fresh"
 
 
-def _load_experiment(path: Path) -> dict:
+def _load_experiment(path: Path) -> YamlMapping:
     try:
         data = read_yaml_mapping(path, "a mapping (model, peft, train, ...)")
     except YamlFileError as exc:
@@ -150,14 +157,15 @@ def _load_experiment(path: Path) -> dict:
 PLAN_OVERRIDES, PLAN_ENV, SHELL = "plan overrides", "plan env", "the launching shell"
 
 
-def resolve_config(base, cfg_path, plan: Plan, shell_env: dict, pair, job_dir: Path, stem: str):
+def resolve_config(base: Mapping[str, object], cfg_path: Path, plan: Plan, shell_env: dict[str, str], pair: Pair,
+                   job_dir: Path, stem: str) -> tuple[dict[str, Any], list[Provenance], dict[str, str]]:
     """The job's final config: experiment YAML < plan overrides < plan env < launching shell, then
     the pair's dataset and seed; returns (config, provenance, origin: field -> where it came from).
 
     This is the one place overrides are applied: the config is written to job.yaml with
     ``resolved: true`` and the trainer applies nothing on top of it."""
-    config = _plain_copy(base)
-    provenance: list[dict] = [{"field": "*", "value": str(cfg_path), "source": "suite config"}]
+    config = {key: _plain_copy(value) for key, value in base.items()}
+    provenance: list[Provenance] = [{"field": "*", "value": str(cfg_path), "source": "suite config"}]
     origin: dict[str, str] = {}
     for dotted, value in _flatten(plan.overrides):
         _set(config, dotted, value, cfg_path)
@@ -165,7 +173,7 @@ def resolve_config(base, cfg_path, plan: Plan, shell_env: dict, pair, job_dir: P
         origin[dotted] = PLAN_OVERRIDES
     for label, env in ((PLAN_ENV, plan.env), (SHELL, shell_env)):
         config = _apply_env_layer(config, env, label, provenance, origin)
-    injected = {"name": stem, "data": pair.dataset, "seed": pair.seed, "output_dir": str(job_dir)}
+    injected: dict[str, object] = {"name": stem, "data": pair.dataset, "seed": pair.seed, "output_dir": str(job_dir)}
     for key, value in injected.items():
         config[key] = value
         provenance.append({"field": key, "value": value, "source": "plan"})
@@ -175,8 +183,9 @@ def resolve_config(base, cfg_path, plan: Plan, shell_env: dict, pair, job_dir: P
     return config, provenance, origin
 
 
-def _apply_env_layer(config: dict, env: dict, label: str, provenance: list, origin: dict) -> dict:
-    sources: dict = {}
+def _apply_env_layer(config: dict[str, Any], env: dict[str, str], label: str, provenance: list[Provenance],
+                     origin: dict[str, str]) -> dict[str, Any]:
+    sources: dict[str, str] = {}
     try:
         config = apply_env(config, env, sources)
     except EnvValueError as exc:
@@ -187,7 +196,7 @@ def _apply_env_layer(config: dict, env: dict, label: str, provenance: list, orig
     return config
 
 
-def _rank(origin: dict, dotted: str, config: dict) -> int:
+def _rank(origin: dict[str, str], dotted: str, config: dict[str, Any]) -> int:
     """0: not set, 1: the experiment YAML, 2..: the layers after it."""
     where = origin.get(dotted)
     if where is None:
@@ -195,7 +204,7 @@ def _rank(origin: dict, dotted: str, config: dict) -> int:
     return 2 if where == PLAN_OVERRIDES else 3 if where.endswith(PLAN_ENV) else 4
 
 
-def _drop_outranked_max_steps(config: dict, origin: dict, provenance: list) -> None:
+def _drop_outranked_max_steps(config: dict[str, Any], origin: dict[str, str], provenance: list[Provenance]) -> None:
     """train.epochs set at a later layer than train.max_steps wins over it (a max_steps set at the
     same layer or later wins, as in the trainer). job.yaml holds the outcome, without the loser, so
     the trainer, which sees one layer, decides the same way."""
@@ -210,7 +219,7 @@ def _drop_outranked_max_steps(config: dict, origin: dict, provenance: list) -> N
 PAIR_FIELDS = ("data", "seed", "output_dir")
 
 
-def typed_config(config: dict, cfg_path: Path, job_dir: Path, origin: dict,
+def typed_config(config: dict[str, Any], cfg_path: Path, job_dir: Path, origin: dict[str, str],
                  cache: dict[str, JobConfig] | None = None) -> JobConfig:
     """Build the typed config (type and range of every field); ConfigError naming the field and
     where its value came from, so a bad value stops the run before anything starts.
@@ -218,7 +227,7 @@ def typed_config(config: dict, cfg_path: Path, job_dir: Path, origin: dict,
     With ``cache``, a config is validated once and its other pairs' jobs are copies with their own
     pair and folder (a third of the CPU of expanding a 10,000-job plan went to repeating it)."""
     key = _cache_key(config) if cache is not None else None
-    if key is not None and key in cache:
+    if cache is not None and key is not None and key in cache:
         return cache[key].model_copy(update={  # shallow: the sections are shared, read-only
             "data": config["data"], "seed": config["seed"], "cfg_path": job_dir / "job.yaml",
             "output_dir": Path(config["output_dir"]).expanduser().resolve()})
@@ -227,12 +236,12 @@ def typed_config(config: dict, cfg_path: Path, job_dir: Path, origin: dict,
     except TrainConfigError as exc:
         where = _origin_of(exc.field, origin) or str(cfg_path)
         raise ConfigError(exc.message, where=where) from None
-    if key is not None:
+    if cache is not None and key is not None:
         cache[key] = typed
     return typed
 
 
-def _cache_key(config: dict) -> str | None:
+def _cache_key(config: dict[str, Any]) -> str | None:
     """What the jobs of one config share, as text; None for a mapping whose keys mix types (no
     order to sort them in): such a config is not cached and its validation says what is wrong."""
     try:
@@ -241,7 +250,7 @@ def _cache_key(config: dict) -> str | None:
         return None
 
 
-def _origin_of(field: str | None, origin: dict) -> str | None:
+def _origin_of(field: str | None, origin: dict[str, str]) -> str | None:
     while field:
         if field in origin:
             return origin[field]
@@ -249,15 +258,15 @@ def _origin_of(field: str | None, origin: dict) -> str | None:
     return None
 
 
-def _get(config: dict, dotted: str):
-    node = config
+def _get(config: dict[str, Any], dotted: str) -> object:
+    node: object = config
     for part in dotted.split("."):
         if not isinstance(node, dict):
             return None
         node = node.get(part)
     return node
 
-def _flatten(mapping: dict, prefix: str = ""):
+def _flatten(mapping: Mapping[Any, object], prefix: str = "") -> Iterator[tuple[str, object]]:
     for key, value in mapping.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict):
@@ -265,7 +274,7 @@ def _flatten(mapping: dict, prefix: str = ""):
         else:
             yield dotted, value
 
-def _set(config: dict, dotted: str, value, cfg_path: Path) -> None:
+def _set(config: dict[str, Any], dotted: str, value: object, cfg_path: Path) -> None:
     """``config[a][b] = value`` for ``a.b``; an empty section (``train:``) takes it as a missing one does."""
     node = config
     *parents, leaf = dotted.split(".")
@@ -282,7 +291,7 @@ def _set(config: dict, dotted: str, value, cfg_path: Path) -> None:
 
 def materialize(job: JobSpec) -> None:
     """Create the job directory and write job.yaml, overrides.json and command.json."""
-    record = {"argv": job.command(), "env": mask_env(job.env), "cwd": str(job.job_dir)}
+    record: dict[str, object] = {"argv": job.command(), "env": mask_env(job.env), "cwd": str(job.job_dir)}
     try:
         write_files(job.job_dir, {"job.yaml": yaml_text.dump(job.config).encode(),
                                   "overrides.json": _json_rows(job.provenance).encode(),
@@ -291,7 +300,7 @@ def materialize(job: JobSpec) -> None:
         raise OutputPathError(f"cannot write the job directory: {exc.strerror or exc}", where=str(job.job_dir)) from exc
 
 
-def _json_rows(value: list | dict) -> str:
+def _json_rows(value: list[Provenance] | dict[str, object]) -> str:
     """JSON with one entry (a provenance record, an argv) per line: as readable as an indented
     dump, and made by the C encoder (an ``indent`` falls back to the pure-Python one, which took
     a tenth of a 10,000-job plan's expansion)."""
@@ -302,7 +311,7 @@ def _json_rows(value: list | dict) -> str:
     return "{\n" + ",\n".join(items) + "\n}\n" if items else "{}\n"
 
 
-def _plain_copy(value):
+def _plain_copy(value: object) -> object:
     """A copy of a config read from YAML (dicts, lists, scalars): copy.deepcopy's memo and
     dispatch cost more than the copying, once per job of a large plan."""
     if isinstance(value, dict):

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
 from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, mask_env, parse_env_value
 from lat_core.notify import mask_url
 from lat_core.config.suites import SuiteRegistry
 from lat_core.contract.plan_defaults import PLAN_DEFAULTS as D
-from lat_core.config.yaml_files import YamlFileError, read_yaml_mapping
+from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 from lat_core.errors import LatError, PlanError
 from lat_core.front.plan_problems import Found, bounded, problem_lines
 from lat_core.text import shorten
@@ -40,7 +42,7 @@ class SuiteRef(BaseModel):
 
     @field_validator("rounds", mode="before")
     @classmethod
-    def _rounds(cls, value):
+    def _rounds(cls, value: object) -> object:
         return parse_rounds(value)
 
 
@@ -51,7 +53,7 @@ class OnOom(BaseModel):
 
     @field_validator("remedies")
     @classmethod
-    def _known(cls, value):
+    def _known(cls, value: list[str]) -> list[str]:
         unknown = [r for r in value if r not in AUTO_REMEDIES]
         if unknown:
             raise ValueError(f"unknown remedy {unknown[0]!r} (choose from {', '.join(AUTO_REMEDIES)})")
@@ -90,12 +92,12 @@ class Plan(BaseModel):
     countdown_minutes: float = Field(default=D.countdown_minutes, ge=0, le=7 * 24 * 60)
     env: dict[str, str] = Field(default_factory=dict)
     output_root: str = Field(default=D.output_root, min_length=1)
-    overrides: dict = Field(default_factory=dict)
-    notify: dict = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
+    overrides: YamlMapping = Field(default_factory=dict)
+    notify: YamlMapping = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
     gpus_per_job: int = Field(default=D.gpus_per_job, ge=1, le=64)  # gang-scheduled; configs may set their own
     min_free_gb: float = Field(default=D.min_free_gb, ge=0)  # a GPU with less free memory takes no new job
     backend: Literal["local", "slurm"] = D.backend
-    slurm: dict = Field(default_factory=dict)  # options of the Slurm backend (lat_core.engine.backends.slurm)
+    slurm: YamlMapping = Field(default_factory=dict)  # options of the Slurm backend (lat_core.engine.backends.slurm)
     on_oom: Optional[OnOom] = None  # automatic retry of OOM-killed jobs (lat_core.engine.retries)
     on_failure: Optional[OnFailure] = None  # automatic retry of transient failure classes (same module)
     resume: bool = D.resume  # restart started jobs from their last checkpoint-* (strict)
@@ -107,10 +109,15 @@ class Plan(BaseModel):
     # true: on the CPU too; false: a process per job everywhere.
     fuse: Union[Literal["auto"], bool] = D.fuse
     warm_start: bool = D.warm_start  # fork trainers from a process that has imported torch & co. (lat_core.engine.warm)
+    allow_cpu: bool = D.allow_cpu  # train a model too big for the CPU there anyway (lat_core.front.preflight refuses it)
+    # the circuit breaker (lat_core.engine.breaker): admission pauses when the run's first `breaker`
+    # ended jobs all failed with the same systemic class (hub, data, config, ...); 0 turns it off.
+    # Always saved, so the engine reads it from the saved plan (a plan saved before it had none: off).
+    breaker: int = Field(default=D.breaker, ge=0, le=1000)
 
     @field_validator("suites", mode="before")
     @classmethod
-    def _suites(cls, value):
+    def _suites(cls, value: object) -> object:
         if isinstance(value, str):
             value = value.split()
         if isinstance(value, list):
@@ -119,7 +126,7 @@ class Plan(BaseModel):
 
     @field_validator("pairs", mode="before")
     @classmethod
-    def _pairs(cls, value):
+    def _pairs(cls, value: object) -> object:
         if isinstance(value, str):
             value = value.split()
         if isinstance(value, list):
@@ -128,7 +135,7 @@ class Plan(BaseModel):
 
     @field_validator("pairs")
     @classmethod
-    def _unique_pairs(cls, value):
+    def _unique_pairs(cls, value: list[Pair]) -> list[Pair]:
         seen = set()
         for pair in value:
             if pair in seen:
@@ -138,7 +145,7 @@ class Plan(BaseModel):
 
     @field_validator("gpus", mode="before")
     @classmethod
-    def _gpus(cls, value):
+    def _gpus(cls, value: object) -> object:
         if isinstance(value, str) and value.strip().lower() != "cpu":
             value = _split_numbers(value, "GPU index")
         elif isinstance(value, int) and not isinstance(value, bool):
@@ -147,7 +154,7 @@ class Plan(BaseModel):
 
     @field_validator("gpus")
     @classmethod
-    def _gpus_valid(cls, value):
+    def _gpus_valid(cls, value: Literal["cpu"] | list[int]) -> Literal["cpu"] | list[int]:
         if isinstance(value, list):
             if not value:
                 raise ValueError("expected at least one GPU index, or 'cpu'")
@@ -159,7 +166,7 @@ class Plan(BaseModel):
 
     @field_validator("slots", mode="before")
     @classmethod
-    def _slots(cls, value):
+    def _slots(cls, value: object) -> object:
         if isinstance(value, str) and value.strip().lower() == "auto":
             return "auto"
         if isinstance(value, str):
@@ -169,7 +176,7 @@ class Plan(BaseModel):
 
     @field_validator("env", mode="before")
     @classmethod
-    def _env(cls, value):
+    def _env(cls, value: object) -> object:
         if isinstance(value, dict):
             return {k: _env_scalar(k, v) for k, v in value.items()}
         return value
@@ -193,8 +200,10 @@ class Plan(BaseModel):
         for at_default in ("backend", "gpus_per_job", "min_free_gb"):  # a saved plan reads them back from the table
             if data[at_default] == getattr(D, at_default):
                 del data[at_default]
-        # fuse stays, false included: a saved plan without it is one from before fusion (saved_plan.FUSE_IF_UNSAVED)
-        for optional in ("overrides", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps"):
+        # fuse and breaker stay, false and 0 included: a saved plan without one is from before it
+        # (saved_plan.FUSE_IF_UNSAVED, BREAKER_IF_UNSAVED)
+        for optional in ("overrides", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps",
+                         "allow_cpu"):
             if not data[optional]:
                 del data[optional]
         if data["warm_start"] == D.warm_start:
@@ -202,21 +211,24 @@ class Plan(BaseModel):
         data["env"] = mask_env(data["env"])
         if "notify" in data:
             data["notify"] = _mask_notify(data["notify"])
-        return yaml.safe_dump(data, sort_keys=False)
+        text: str = yaml.safe_dump(data, sort_keys=False)
+        return text
 
 
-def _mask_secrets(node):
+def _mask_secrets(node: object) -> object:
     """A saved plan never holds a credential: their values live in the state directory's 0600
     secrets file (:mod:`lat_core.contract.run_secrets`); ``password_env`` names a variable and stays."""
-    if isinstance(node, dict):
-        return {k: (MASK if is_secret(str(k)) and not str(k).endswith("_env") else _mask_secrets(v))
-                for k, v in node.items()}
-    return node
+    return _mask_mapping(node) if isinstance(node, dict) else node
 
 
-def _mask_notify(notify: dict) -> dict:
+def _mask_mapping(mapping: Mapping[Any, object]) -> YamlMapping:
+    return {k: (MASK if is_secret(str(k)) and not str(k).endswith("_env") else _mask_secrets(v))
+            for k, v in mapping.items()}
+
+
+def _mask_notify(notify: Mapping[Any, object]) -> YamlMapping:
     """Also a webhook's URL path (Slack and Discord put the token there) and its header values."""
-    masked = _mask_secrets(notify)
+    masked = _mask_mapping(notify)
     webhook = masked.get("webhook")
     if isinstance(webhook, dict):
         if webhook.get("url"):
@@ -226,7 +238,9 @@ def _mask_notify(notify: dict) -> dict:
     return masked
 
 
-def parse_rounds(value):
+def parse_rounds(value: object) -> object:
+    """``rounds`` as a suite reference gives it: "all" (or nothing), a number, or numbers in text;
+    anything else is left for the model to name."""
     if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
         return "all"
     if isinstance(value, bool):
@@ -238,7 +252,7 @@ def parse_rounds(value):
     return value
 
 
-def parse_pair(text: str) -> dict:
+def parse_pair(text: str) -> dict[str, int | str]:
     match = _PAIR_RE.match(text)
     if not match:
         raise ValueError(f"pair {text!r}: expected 'seed:dataset', e.g. '87:glue-tvt_cola'")
@@ -253,7 +267,7 @@ def _split_numbers(text: str, what: str) -> list[int]:
         raise ValueError(f"{text!r}: expected {what}s separated by spaces or commas") from None
 
 
-def _env_scalar(key, value) -> str:
+def _env_scalar(key: object, value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, (int, float, str)):
@@ -270,7 +284,7 @@ def load_plan(path: str | Path, registry: SuiteRegistry) -> Plan:
     return plan_from_mapping(load_plan_mapping(path), registry, where=str(path), base=path.parent)
 
 
-def load_plan_mapping(path: Path) -> dict:
+def load_plan_mapping(path: Path) -> YamlMapping:
     """The raw mapping of a plan file; PlanError for unreadable, binary, huge or non-YAML files and
     a non-mapping."""
     try:
@@ -279,7 +293,7 @@ def load_plan_mapping(path: Path) -> dict:
         raise PlanError([exc.message], where=exc.where) from None
 
 
-def plan_from_mapping(data, registry: SuiteRegistry, *, where: str, base: Path | None = None) -> Plan:
+def plan_from_mapping(data: object, registry: SuiteRegistry, *, where: str, base: Path | None = None) -> Plan:
     if not isinstance(data, dict):
         raise PlanError([f"expected a mapping of plan fields, got {type(data).__name__}"], where=where)
     try:
@@ -319,7 +333,7 @@ def check_plan(plan: Plan, registry: SuiteRegistry, base: Path) -> list[str]:
 
 
 def _check_suites(plan: Plan, registry: SuiteRegistry) -> list[str]:
-    problems = []
+    problems: list[str] = []
     for i, ref in enumerate(plan.suites):
         try:
             suite = registry.get(ref.name)
@@ -337,7 +351,7 @@ def _check_suites(plan: Plan, registry: SuiteRegistry) -> list[str]:
 
 
 def _check_datasets(plan: Plan, base: Path) -> list[str]:
-    found = []
+    found: list[Found] = []
     for i, pair in enumerate(plan.pairs):
         problem = check_dataset(pair.dataset, base)
         if problem:
@@ -362,7 +376,7 @@ def _check_slots(plan: Plan) -> list[str]:
 
 
 def _check_env(plan: Plan) -> list[str]:
-    problems = []
+    problems: list[str] = []
     for key, value in plan.env.items():
         if not is_valid_name(key):
             problems.append(f"field 'env': {key!r} is not a valid environment variable name")
@@ -378,7 +392,7 @@ def _pydantic_problems(exc: ValidationError) -> list[str]:
     return problem_lines([_found(err) for err in exc.errors()])
 
 
-def _found(err) -> Found:
+def _found(err: ErrorDetails) -> Found:
     loc = _format_loc(err["loc"])
     if err["type"] == "extra_forbidden":
         return Found(loc, "unknown field", f"unknown field {loc!r}", loc)
@@ -389,7 +403,7 @@ def _found(err) -> Found:
     return Found(loc, msg, f"field {loc!r}: {msg} (got {got})", f"{loc}={got}")
 
 
-def _format_loc(loc) -> str:
+def _format_loc(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):

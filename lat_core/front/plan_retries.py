@@ -29,7 +29,7 @@ class OnFailure(BaseModel):
 
     @field_validator("classes")
     @classmethod
-    def _known(cls, value):
+    def _known(cls, value: list[str]) -> list[str]:
         known = [c for c in failure_classes() if c not in NEVER_RETRIED and c not in OOM_CLASSES]
         for name in value:
             if name in OOM_CLASSES:

@@ -13,12 +13,15 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from lat_core.config.env import MASK, shell_overrides
 from lat_core.config.job import TrainConfigError, parse_config
+from lat_core.config.yaml_files import YamlMapping
 from lat_core.front.devices import resolve_devices
 from lat_core.errors import ConfigError, OutputPathError, PlanError
 from lat_core.front.jobs import JobSpec, safe_component
@@ -28,6 +31,7 @@ from lat_core.safe_files import check_output_root
 from lat_core.front.service import PreparedRun
 
 SUITE = "rerun"   # the suite name the new run files the job under
+T = TypeVar("T")
 
 
 @dataclass
@@ -39,7 +43,7 @@ class RerunEnv:
     dropped: list[str] = field(default_factory=list)   # saved names that are not seeds' variables
 
 
-def _read_json(path: Path, expected: type, default):
+def _read_json(path: Path, expected: type[T], default: T) -> T:
     """The file's JSON value; ``default`` when there is no such file, ConfigError naming the file
     when it is unreadable or not of the ``expected`` type."""
     try:
@@ -53,7 +57,7 @@ def _read_json(path: Path, expected: type, default):
     return value
 
 
-def _read_job_yaml(path: Path):
+def _read_job_yaml(path: Path) -> object:
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as exc:
@@ -67,7 +71,7 @@ def _read_job_yaml(path: Path):
         raise ConfigError(f"not valid YAML ({str(exc).splitlines()[0]})", where=str(path)) from None
 
 
-def resolved_config(job_dir: Path) -> dict:
+def resolved_config(job_dir: Path) -> YamlMapping:
     """The job's resolved config, as the engine wrote it into job.yaml."""
     path = job_dir / "job.yaml"
     config = _read_job_yaml(path)
@@ -121,11 +125,12 @@ def default_output_root(job_dir: Path) -> Path:
     return job_dir.parent.parent.with_name(f"{job_dir.parent.parent.name}-rerun-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus=None,
+def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus: str | list[int] | None = None,
                   environ: dict[str, str] | None = None, probe: GpuProbe | None = None,
                   keep_env: tuple[str, ...] = ()) -> tuple[PreparedRun, RerunEnv]:
     """(a one-job run to create, its env with what was dropped or missing); ConfigError when the
-    folder is not a job, PlanError for bad ``gpus``, OutputPathError when the new folder exists."""
+    folder is not a job, PlanError for bad ``gpus`` (indices as a list or in text, or "cpu"; None:
+    as the job ran), OutputPathError when the new folder exists."""
     job_dir = Path(job_dir).expanduser().resolve()
     environ = environ or {}
     config = resolved_config(job_dir)
@@ -156,22 +161,24 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus=None,
     return PreparedRun(plan, [job], devices), rerun_env
 
 
-def _world_size(record: dict, path: Path) -> int:
+def _world_size(record: dict[str, Any], path: Path) -> int:
     world = record.get("world_size") or 1
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise ConfigError(f"field 'world_size': expected a process count, got {world!r}", where=str(path))
     return world
 
 
-def _plan(seed: int, data: str, gpus, env: dict[str, str], root: Path, world: int) -> Plan:
+def _plan(seed: int, data: str, gpus: str | list[int], env: dict[str, str], root: Path, world: int) -> Plan:
+    """The one-job plan; ``gpus`` as the user gave it, read by the plan's own validator."""
     try:
-        return Plan(suites=[SuiteRef(name=SUITE)], pairs=[Pair(seed=seed, dataset=data)], gpus=gpus,
-                    slots=1, env=env, output_root=str(root), gpus_per_job=world)
+        return Plan.model_validate({"suites": [SuiteRef(name=SUITE)], "pairs": [Pair(seed=seed, dataset=data)],
+                                    "gpus": gpus, "slots": 1, "env": env, "output_root": str(root),
+                                    "gpus_per_job": world})
     except ValidationError as exc:
         raise PlanError([_problem(err) for err in exc.errors()]) from None
 
 
-def _problem(err) -> str:
+def _problem(err: ErrorDetails) -> str:
     """One pydantic error as the option or saved field it is about."""
     name = "--gpus" if err["loc"][:1] == ("gpus",) else f"field '{'.'.join(map(str, err['loc']))}'"
     return f"{name}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})"

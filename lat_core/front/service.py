@@ -21,18 +21,21 @@ from lat_core.config.suites import SuiteRegistry
 from lat_core.contract.devices import Device
 from lat_core.front.devices import resolve_devices
 from lat_core.errors import JournalError, OutputPathError, PlanError
-from lat_core.monitor.gpu import GpuProbe
+from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
+from lat_core.monitor.host import host_snapshot
 from lat_core.contract.journal_faults import check_space, clear_fault, explain, journal_faults, read_fault
 from lat_core.contract.run_secrets import SecretFile, collect, create_private
 from lat_core.front.run_guard import check_no_live_overlap, creation_lock
 from lat_core.safe_files import check_state_dir, prepare_output_root
 from lat_core.contract.states import JobState
 from lat_core.contract.journal import Store
+from lat_core.contract.rows import RunRow
 from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store  # noqa: F401  (front ends' names)
 
 if TYPE_CHECKING:  # the plan and job expansion load pydantic: front ends that only read state never need them
     from lat_core.front.jobs import JobSpec
     from lat_core.front.plan import Plan
+    from lat_core.front.preflight import HubProbe
 
 
 @dataclass(frozen=True)
@@ -43,18 +46,35 @@ class PreparedRun:
 
 
 def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: GpuProbe | None = None,
-                environ: dict[str, str] | None = None) -> PreparedRun:
-    """Resolve devices and expand jobs without touching the journal or the disk."""
+                environ: dict[str, str] | None = None, hub_probe: HubProbe | None = None) -> PreparedRun:
+    """Resolve devices, expand jobs and run the preflight without touching the journal or the disk
+    (``hub_probe``: whether the hub answers; tests pass their own)."""
     from lat_core.front.jobs import expand
 
     registry = registry or SuiteRegistry(config_trees())
     environ = dict(os.environ if environ is None else environ)
     plan = with_shell_notices(plan, environ)
-    devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
+    gpus = (probe or GpuProbe()).snapshot()
+    devices = resolve_devices(plan, gpus)
     jobs = expand(plan, registry, shell_overrides(environ))
     _check_placeable(jobs, devices)
+    _preflight(plan, jobs, devices, gpus, environ, hub_probe)
     prepare_output_root(Path(plan.output_root))
     return PreparedRun(plan, jobs, devices)
+
+
+def _preflight(plan: Plan, jobs: list[JobSpec], devices: list[Device], gpus: GpuSnapshot, environ: dict[str, str],
+               hub_probe: HubProbe | None) -> None:
+    """What cannot work, refused before anything is written (lat_core.front.preflight); a job
+    that already succeeded is not run again, so it is not checked."""
+    from lat_core.front import preflight
+
+    # a Slurm job's host is a cluster node, not this one: its RAM is the cluster's to judge
+    host_ram = host_snapshot().ram_total if plan.backend == "local" else 0
+    target = preflight.Target(devices, gpus, host_ram, plan.allow_cpu)
+    checked = [preflight.Job(j.key, j.typed, {**environ, **j.env})
+               for j in jobs if j.typed is not None and j.mode != "done"]
+    preflight.check(checked, target, hub_probe)
 
 
 def with_shell_notices(plan: Plan, environ: dict[str, str]) -> Plan:
@@ -131,7 +151,7 @@ def _materialize(job: JobSpec) -> None:
         raise OutputPathError(f"cannot write the job folder: {fault.message}", where=str(job.job_dir)) from exc
 
 
-def job_record(job: JobSpec) -> dict:
+def job_record(job: JobSpec) -> dict[str, object]:
     """The journal's view of a job: secrets in its env masked."""
     return {
         "key": job.key, "suite": job.suite, "round": job.round, "stem": job.stem, "seed": job.seed,
@@ -150,10 +170,11 @@ def _model_family(job: JobSpec) -> str | None:
     return family if isinstance(family, str) else None
 
 
-def jobs_to_add(run, suites: list[str], rounds, pairs, registry: SuiteRegistry,
-                state_dir: Path | None = None) -> list[dict]:
+def jobs_to_add(run: RunRow, suites: list[str], rounds: object, pairs: object, registry: SuiteRegistry,
+                state_dir: Path | None = None) -> list[dict[str, object]]:
     """Journal records for more suites/pairs in a live run, expanded against the run's own plan
     (same GPUs, env, output root) and with their directories written; PlanError when invalid.
+    ``rounds`` and ``pairs`` are as a user gave them (checked as a plan's fields).
     With ``state_dir``, RunConflictError (nothing written) when a live run, this one included,
     already owns one of their folders: writing its job.yaml would change a running job's config."""
     from lat_core.front.jobs import expand
@@ -187,7 +208,8 @@ def _materialize_all(jobs: list[JobSpec]) -> None:
 # ---------------------------------------------------------------- the detached engine
 
 
-def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None, wait_s: float = 15.0):
+def spawn_engine(state_dir: Path, extra_env: dict[str, str] | None = None,
+                 wait_s: float = 15.0) -> subprocess.Popen[bytes]:
     """Start ``python -m lat_core.engine`` in its own session (it outlives the front end) and wait
     until it holds the engine lock or has exited, so the caller sees a consistent state; the Popen."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -224,7 +246,7 @@ def ensure_engine(state_dir: Path, extra_env: dict[str, str] | None = None) -> b
             return True
 
 
-def _raise_if_failed(proc, state_dir: Path) -> None:
+def _raise_if_failed(proc: subprocess.Popen[bytes], state_dir: Path) -> None:
     """An engine that stopped at once on a journal or disk fault: its message, so the front end
     says why instead of starting engines in a loop."""
     if proc.poll() not in (None, 0):

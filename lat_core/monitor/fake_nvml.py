@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 
 class FakeNvmlError(Exception):
@@ -18,7 +19,7 @@ class FakeGpu:
     used: int = 0
     util: int = 0
     temperature: int = 40
-    processes: list = field(default_factory=list)  # [(pid, used bytes)]
+    processes: list[tuple[int, int]] = field(default_factory=list)  # [(pid, used bytes)]
 
 
 @dataclass
@@ -27,38 +28,41 @@ class FakeNvml:
     init_error: str | None = None
 
     @classmethod
-    def with_gpus(cls, count: int, **kwargs) -> "FakeNvml":
+    def with_gpus(cls, count: int, **kwargs: Any) -> FakeNvml:
         return cls([FakeGpu(uuid=f"GPU-fake-{i:04d}", **kwargs) for i in range(count)])
 
-    def nvmlInit(self):
+    def nvmlInit(self) -> None:
         if self.init_error:
             raise FakeNvmlError(self.init_error)
 
-    def nvmlDeviceGetCount(self):
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "fake"
+
+    def nvmlDeviceGetCount(self) -> int:
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, index):
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
         return self.gpus[index]
 
-    def nvmlDeviceGetUUID(self, gpu):
+    def nvmlDeviceGetUUID(self, gpu: FakeGpu) -> str:
         return gpu.uuid
 
-    def nvmlDeviceGetName(self, gpu):
+    def nvmlDeviceGetName(self, gpu: FakeGpu) -> str:
         return gpu.name
 
     nvmlMemory_v2 = 0x02000028  # the real constant's value; the fake reports the same either way
 
-    def nvmlDeviceGetMemoryInfo(self, gpu, version=None):
+    def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu, version: int | None = None) -> SimpleNamespace:
         return SimpleNamespace(total=gpu.total, used=gpu.used, free=gpu.total - gpu.used)
 
-    def nvmlDeviceGetUtilizationRates(self, gpu):
+    def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> SimpleNamespace:
         return SimpleNamespace(gpu=gpu.util, memory=0)
 
-    def nvmlDeviceGetTemperature(self, gpu, _sensor):
+    def nvmlDeviceGetTemperature(self, gpu: FakeGpu, _sensor: int) -> int:
         return gpu.temperature
 
-    def nvmlDeviceGetComputeRunningProcesses(self, gpu):
+    def nvmlDeviceGetComputeRunningProcesses(self, gpu: FakeGpu) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
 
-    def nvmlDeviceGetPowerUsage(self, gpu):
+    def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:
         raise FakeNvmlError("Not Supported")

@@ -7,7 +7,12 @@ calls (:mod:`lat_core.monitor.fake_nvml`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+H = TypeVar("H")  # a device handle: whatever the NVML library hands out, passed back to it
 
 
 @dataclass(frozen=True)
@@ -36,66 +41,111 @@ class GpuSnapshot:
         return next((g for g in self.gpus if g.index == index), None)
 
 
+class MemoryInfo(Protocol):
+    @property
+    def used(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+
+
+class Utilization(Protocol):
+    @property
+    def gpu(self) -> int: ...
+
+
+class ProcessInfo(Protocol):
+    @property
+    def pid(self) -> int: ...
+    @property
+    def usedGpuMemory(self) -> int | None: ...
+
+
+class Nvml(Protocol[H]):
+    """The pynvml calls GpuProbe makes (pynvml ships no types; FakeNvml implements the same calls,
+    its FakeGpu as the handle). An old driver may lack nvmlSystemGetDriverVersion: the probe says so."""
+
+    def nvmlInit(self) -> None: ...
+    def nvmlSystemGetDriverVersion(self) -> str | bytes: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> H: ...
+    def nvmlDeviceGetUUID(self, handle: H) -> str | bytes: ...
+    def nvmlDeviceGetName(self, handle: H) -> str | bytes: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: H, version: int | None = None) -> MemoryInfo: ...
+    def nvmlDeviceGetUtilizationRates(self, handle: H) -> Utilization: ...
+    def nvmlDeviceGetTemperature(self, handle: H, sensor: int) -> int: ...
+    def nvmlDeviceGetPowerUsage(self, handle: H) -> int: ...  # milliwatts
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: H) -> Iterable[ProcessInfo]: ...
+
+
 class GpuProbe:
     """Reads GPUs through NVML; all NVML errors become a reason, never an exception."""
 
-    def __init__(self, nvml=None):
+    def __init__(self, nvml: Nvml[Any] | None = None):
         self._nvml = nvml
         self._ready = False
         self._reason = ""
 
-    def _init(self) -> bool:
-        if self._ready:
-            return True
-        if self._reason:
-            return False
+    def _init(self) -> Nvml[Any] | None:
+        """NVML, initialised once; None (and ``_reason`` says why) where it cannot be."""
+        if self._ready or self._reason:
+            return self._nvml if self._ready else None
         try:
-            if self._nvml is None:
-                import pynvml  # from nvidia-ml-py; light, no CUDA runtime needed
-
-                self._nvml = pynvml
-            self._nvml.nvmlInit()
+            nvml = self._nvml if self._nvml is not None else _pynvml()
+            self._nvml = nvml
+            nvml.nvmlInit()
             self._ready = True
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ImportError, ...
             self._reason = _describe(exc)
-        return self._ready
+            return None
+        return nvml
 
     def driver_version(self) -> str | None:
         """The NVIDIA driver's version, or None where NVML cannot say (no driver, no pynvml)."""
-        if not self._init():
+        nvml = self._init()
+        if nvml is None:
             return None
         try:
-            return _text(self._nvml.nvmlSystemGetDriverVersion())
+            return _text(nvml.nvmlSystemGetDriverVersion())
         except Exception:  # an old driver without the call: the record just lacks it
             return None
 
     def snapshot(self) -> GpuSnapshot:
-        if not self._init():
+        nvml = self._init()
+        if nvml is None:
             return GpuSnapshot((), self._reason)
         try:
-            count = self._nvml.nvmlDeviceGetCount()
-            return GpuSnapshot(tuple(self._read(i) for i in range(count)), "" if count else "no GPU: NVML sees 0 devices")
+            count = nvml.nvmlDeviceGetCount()
+            return GpuSnapshot(tuple(_read(nvml, i) for i in range(count)),
+                               "" if count else "no GPU: NVML sees 0 devices")
         except Exception as exc:  # a device falling off the bus must not crash a monitor
             return GpuSnapshot((), _describe(exc))
 
-    def _read(self, index: int) -> GpuInfo:
-        nv = self._nvml
-        handle = nv.nvmlDeviceGetHandleByIndex(index)
-        memory = _memory_info(nv, handle)
-        return GpuInfo(
-            index=index,
-            uuid=_text(nv.nvmlDeviceGetUUID(handle)),
-            name=_text(nv.nvmlDeviceGetName(handle)),
-            memory_used=int(memory.used),
-            memory_total=int(memory.total),
-            utilization=_optional(lambda: nv.nvmlDeviceGetUtilizationRates(handle).gpu),
-            temperature=_optional(lambda: nv.nvmlDeviceGetTemperature(handle, 0)),
-            power_watts=_optional(lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0),
-            processes=_optional(lambda: _processes(nv, handle)) or (),
-        )
+
+def _read(nv: Nvml[H], index: int) -> GpuInfo:
+    handle = nv.nvmlDeviceGetHandleByIndex(index)
+    memory = _memory_info(nv, handle)
+    return GpuInfo(
+        index=index,
+        uuid=_text(nv.nvmlDeviceGetUUID(handle)),
+        name=_text(nv.nvmlDeviceGetName(handle)),
+        memory_used=int(memory.used),
+        memory_total=int(memory.total),
+        utilization=_optional(lambda: nv.nvmlDeviceGetUtilizationRates(handle).gpu),
+        temperature=_optional(lambda: nv.nvmlDeviceGetTemperature(handle, 0)),
+        power_watts=_optional(lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0),
+        processes=_optional(lambda: _processes(nv, handle)) or (),
+    )
 
 
-def _memory_info(nv, handle):
+def _pynvml() -> Nvml[Any]:
+    # from nvidia-ml-py: light, no CUDA runtime needed; it ships no stubs and no py.typed marker
+    import pynvml  # type: ignore[import-untyped]
+
+    nvml: Nvml[Any] = pynvml
+    return nvml
+
+
+def _memory_info(nv: Nvml[H], handle: H) -> MemoryInfo:
     """v2 memory info where the driver has it: its ``used`` leaves out the driver's reserved memory,
     so it matches nvidia-smi (v1 counts ~600 MiB reserved on an idle H200 as used)."""
     version = getattr(nv, "nvmlMemory_v2", None)
@@ -107,13 +157,13 @@ def _memory_info(nv, handle):
     return nv.nvmlDeviceGetMemoryInfo(handle)
 
 
-def _processes(nv, handle) -> tuple[tuple[int, int], ...]:
+def _processes(nv: Nvml[H], handle: H) -> tuple[tuple[int, int], ...]:
     procs = list(nv.nvmlDeviceGetComputeRunningProcesses(handle))
     # usedGpuMemory is None where the driver hides it (e.g. inside some containers)
     return tuple((int(p.pid), int(p.usedGpuMemory or 0)) for p in procs)
 
 
-def _optional(read):
+def _optional(read: Callable[[], T]) -> T | None:
     """Values some GPUs do not report (NOT_SUPPORTED) become None."""
     try:
         return read()
@@ -121,7 +171,7 @@ def _optional(read):
         return None
 
 
-def _text(value) -> str:
+def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from lat_core.results.metrics import MetricSpec, dataset_key, spec_for
@@ -27,7 +28,7 @@ def aggregate(root: Path | str, workers: int | None = None) -> Report:
     return scan_tree(root, workers=workers)
 
 
-def check_formats(formats) -> set[str]:
+def check_formats(formats: Iterable[str]) -> set[str]:
     """The formats asked for, lower-cased; a name outside FORMATS raises ResultsError."""
     chosen = {f.strip().lower() for f in formats if f.strip()}
     unknown = chosen - FORMATS
@@ -44,7 +45,8 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def write_report(report: Report, out_dir: Path | str, formats=FORMATS, small: bool = False) -> list[Path]:
+def write_report(report: Report, out_dir: Path | str, formats: Iterable[str] = FORMATS,
+                 small: bool = False) -> list[Path]:
     """Write results.md, results.json, one CSV per dataset and the PNG plots; returns the paths.
 
     ``small`` leaves out checkpoint and job config paths (for sharing a table outside the server).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lat_core.results.metrics import MetricSpec, metric_value
+from lat_core.results.metrics import Metrics, MetricSpec, metric_value
 
 
 @dataclass(frozen=True)
@@ -18,18 +18,18 @@ class BestCheckpoint:
     step: int
     value: float
     checkpoint: str
-    validation: dict
-    test: dict | None
+    validation: Metrics
+    test: Metrics | None
 
 
-def scored_steps(evals: dict[int, dict], metric: str) -> list[tuple[int, float]]:
+def scored_steps(evals: dict[int, Metrics], metric: str) -> list[tuple[int, float]]:
     """(step, value) for every eval that reports a finite ``metric``, in step order."""
     scored = ((step, metric_value(metrics, metric)) for step, metrics in evals.items())
     return sorted((step, value) for step, value in scored if value is not None)
 
 
-def choose_best(validation: dict[int, dict], checkpoints: dict[int, str], spec: MetricSpec,
-                test: dict[int, dict] | None = None) -> BestCheckpoint | None:
+def choose_best(validation: dict[int, Metrics], checkpoints: dict[int, str], spec: MetricSpec,
+                test: dict[int, Metrics] | None = None) -> BestCheckpoint | None:
     """The best validation eval among checkpointed steps; ties go to the earliest step.
 
     Returns None when no checkpointed step has a usable value of the main metric.

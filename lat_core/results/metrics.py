@@ -10,6 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
+
+#: One eval's metrics as events.jsonl holds them (name -> number); metric_value reads one checked.
+Metrics = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -41,12 +45,20 @@ _SPECS: dict[str, MetricSpec] = {
     "sst2": MetricSpec("accuracy"),
     "qnli": MetricSpec("accuracy"),
     "rte": MetricSpec("accuracy"),
-    "samsum": MetricSpec("rougeL", companions=("rouge1", "rouge2")),
-    "dart": MetricSpec("bleu"),
+    # evaluate's rouge and bleu (0-1) plus meteor, as the seeds' tables; sacrebleu (0-100) beside
+    # them under its own name (lat_core/train/text_metrics.py)
+    "samsum": MetricSpec("rougeL", companions=("rouge1", "rouge2", "rougeLsum")),
+    "dart": MetricSpec("bleu", companions=("meteor", "sacrebleu")),
     "spider": MetricSpec("exec_accuracy"),
 }
 
 DEFAULT_SPEC = MetricSpec("accuracy")
+
+# Why a metric a dataset should report can be missing from a job: said under its table rather than
+# left as a silent gap. The trainer prints the same line in the job's log.
+METEOR_NEEDS = ("needs WordNet 3.0 for NLTK: apt-get install wordnet-base (Debian/Ubuntu), "
+                "or python -m nltk.downloader wordnet")
+ABSENT_BECAUSE = {"meteor": METEOR_NEEDS}
 
 
 def dataset_key(data: str) -> str:
@@ -71,7 +83,7 @@ def spec_for(dataset: str) -> MetricSpec:
     return _SPECS.get(task_of(dataset), DEFAULT_SPEC)
 
 
-def metric_value(metrics: dict, name: str) -> float | None:
+def metric_value(metrics: Metrics, name: str) -> float | None:
     """A finite float from a metrics dict, or None (missing, null, NaN, not a number)."""
     value = metrics.get(name) if isinstance(metrics, dict) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -10,9 +10,13 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lat_core.results.scan import JobResult, Report
 from lat_core.results.tables import Table, peak_memory
+
+if TYPE_CHECKING:  # imported when plotting (see above)
+    from matplotlib.figure import Figure
 
 MAX_LEGEND = 20
 
@@ -22,7 +26,7 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "dataset"
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -31,7 +35,7 @@ def _figure(width: float, height: float):
     return figure
 
 
-def _save(figure, path: Path) -> Path:
+def _save(figure: Figure, path: Path) -> Path:
     figure.tight_layout()
     figure.savefig(path, format="png")
     return path
@@ -44,10 +48,10 @@ def _bar_height(count: int) -> float:
 def plot_bars(table: Table, path: Path) -> Path:
     """Horizontal bars of the main validation metric per config, std as error bars."""
     main = table.columns[0]
-    rows = [r for r in table.rows if r.stats[main.key].mean is not None][::-1]
+    scored = [(r, mean) for r in table.rows if (mean := r.stats[main.key].mean) is not None][::-1]
+    rows, means = [r for r, _ in scored], [m for _, m in scored]
     figure = _figure(8, _bar_height(len(rows)))
     axes = figure.add_subplot()
-    means = [r.stats[main.key].mean for r in rows]
     stds = [r.stats[main.key].std for r in rows]
     colors = ["tab:orange" if main.key in r.best else "tab:blue" for r in rows]
     axes.barh(range(len(rows)), means, xerr=stds, color=colors, capsize=3)

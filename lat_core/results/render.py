@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterable
+from pathlib import Path
 
 from lat_core.results.scan import Report
 from lat_core.results.tables import Row, Table
@@ -24,7 +26,7 @@ def fmt_value(mean: float | None, std: float | None, n: int) -> str:
     return f"{mean:.4f}" if n <= 1 else f"{mean:.4f} ± {std:.4f}"
 
 
-def _joined(values) -> str:
+def _joined(values: Iterable[object]) -> str:
     return ", ".join("?" if v is None else str(v) for v in values)
 
 
@@ -53,6 +55,8 @@ def table_markdown(table: Table) -> str:
              f"Main metric: `{table.spec.main}` ({direction} is better); best per column in bold.", "",
              "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_md_cells(table, row)) + " |" for row in table.rows]
+    if table.notes:
+        lines += ["", *(f"- {note}" for note in table.notes)]
     return "\n".join(lines) + "\n"
 
 
@@ -68,7 +72,7 @@ def skipped_markdown(report: Report, limit: int = SKIPPED_SHOWN) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _relative_text(path, report: Report) -> str:
+def _relative_text(path: Path, report: Report) -> str:
     try:
         return str(path.relative_to(report.root))
     except ValueError:
@@ -94,8 +98,8 @@ def _csv_header(table: Table) -> list[str]:
     return header + ([] if table.small else ["checkpoints", "job_configs"])
 
 
-def _csv_row(table: Table, row: Row) -> list:
-    cells: list = [row.config, row.n, _joined(row.seeds).replace(", ", ";")]
+def _csv_row(table: Table, row: Row) -> list[object]:
+    cells: list[object] = [row.config, row.n, _joined(row.seeds).replace(", ", ";")]
     for column in table.columns:
         stat = row.stats[column.key]
         cells += [_num(stat.mean), _num(stat.std), stat.n, "*" if column.key in row.best else ""]
@@ -118,23 +122,23 @@ def table_csv(table: Table) -> str:
     return buffer.getvalue()
 
 
-def _row_json(table: Table, row: Row) -> dict:
+def _row_json(table: Table, row: Row) -> dict[str, object]:
     metrics = {c.key: {"split": c.split, "metric": c.metric, "mean": row.stats[c.key].mean,
                        "std": row.stats[c.key].std, "n": row.stats[c.key].n,
                        "best": c.key in row.best}
                for c in table.columns}
-    out = {"config": row.config, "n": row.n, "seeds": list(row.seeds), "metrics": metrics,
+    out: dict[str, object] = {"config": row.config, "n": row.n, "seeds": list(row.seeds), "metrics": metrics,
            "best_steps": list(row.best_steps), "peak_memory_bytes": row.peak_memory_bytes}
     if not table.small:
         out.update(checkpoints=list(row.checkpoints), job_configs=list(row.config_paths))
     return out
 
 
-def table_json(table: Table) -> dict:
+def table_json(table: Table) -> dict[str, object]:
     return {"dataset": table.dataset, "main_metric": table.spec.main,
             "higher_is_better": table.spec.higher_is_better,
             "columns": [c.key for c in table.columns],
-            "rows": [_row_json(table, row) for row in table.rows]}
+            "rows": [_row_json(table, row) for row in table.rows], "notes": list(table.notes)}
 
 
 def report_json(report: Report, tables: list[Table]) -> str:

@@ -13,16 +13,18 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, SupportsIndex, SupportsInt, TypedDict
 
 import yaml
 
 from lat_core.errors import LatError
 from lat_core.contract.job_files import read_peak_usage
 from lat_core.results.best import choose_best, scored_steps
-from lat_core.results.metrics import dataset_key, spec_for
+from lat_core.results.metrics import Metrics, dataset_key, spec_for
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,8 @@ CONFIG_FILE = "job.yaml"
 FOREIGN_REASON = "foreign folder: no job.yaml or events.jsonl"
 _PAIR_DIR = re.compile(r"^(?P<data>.+)_seed(?P<seed>-?\d+)$")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: One events.jsonl record as JSON gives it.
+Record = dict[str, Any]
 
 
 class ResultsError(LatError):
@@ -58,8 +62,8 @@ class JobResult:
     best_step: int
     best_value: float
     checkpoint: Path
-    validation: dict
-    test: dict | None
+    validation: Metrics
+    test: Metrics | None
     losses: tuple[tuple[int, float], ...] = ()
     curve: tuple[tuple[int, float], ...] = ()
     peak_gpu_bytes: int | None = None
@@ -94,43 +98,43 @@ class Report:
 class ParsedEvents:
     """What an events.jsonl says, keyed for lookups (evals and checkpoints by step)."""
 
-    started: dict = field(default_factory=dict)
-    finished: dict | None = None
-    failed: dict | None = None
-    memory: dict = field(default_factory=dict)
+    started: Record = field(default_factory=dict)
+    finished: Record | None = None
+    failed: Record | None = None
+    memory: Record = field(default_factory=dict)
     losses: list[tuple[int, float]] = field(default_factory=list)
-    evals: dict[str, dict[int, dict]] = field(default_factory=dict)
+    evals: dict[str, dict[int, Metrics]] = field(default_factory=dict)  # split -> step -> metrics
     checkpoints: dict[int, str] = field(default_factory=dict)
     bad_lines: int = 0
     last_event: str | None = None
 
 
-def _step_of(record: dict) -> int | None:
+def _step_of(record: Record) -> int | None:
     step = record.get("step")
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
-def _on_step(parsed: ParsedEvents, record: dict) -> None:
+def _on_step(parsed: ParsedEvents, record: Record) -> None:
     # the hottest path of a scan (one call per logged step), so the checks are inlined
     step, loss = record.get("step"), record.get("loss")
-    if type(step) is int and type(loss) in (float, int) and math.isfinite(loss):
+    if type(step) is int and (type(loss) is float or type(loss) is int) and math.isfinite(loss):
         parsed.losses.append((step, float(loss)))
 
 
-def _on_eval(parsed: ParsedEvents, record: dict) -> None:
+def _on_eval(parsed: ParsedEvents, record: Record) -> None:
     step, metrics = _step_of(record), record.get("metrics")
     if step is not None and isinstance(metrics, dict):
         split = str(record.get("split") or "validation")
         parsed.evals.setdefault(split, {})[step] = metrics
 
 
-def _on_checkpoint(parsed: ParsedEvents, record: dict) -> None:
+def _on_checkpoint(parsed: ParsedEvents, record: Record) -> None:
     step = _step_of(record)
     if step is not None:
         parsed.checkpoints[step] = str(record.get("path") or f"checkpoint-{step}")
 
 
-_HANDLERS = {
+_HANDLERS: dict[str, Callable[[ParsedEvents, Record], None]] = {
     "started": lambda p, r: setattr(p, "started", r),
     "finished": lambda p, r: setattr(p, "finished", r),
     "failed": lambda p, r: setattr(p, "failed", r),
@@ -141,7 +145,7 @@ _HANDLERS = {
 }
 
 
-def _records(text: str) -> tuple[list, int]:
+def _records(text: str) -> tuple[list[Any], int]:
     """(decoded lines, bad line count). Why the array trick: one C-level parse of the whole file
     is several times faster than a json.loads per line; a file with a bad line falls back."""
     lines = [line for line in text.splitlines() if line.strip()]
@@ -183,7 +187,7 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _read_config(path: Path) -> dict:
+def _read_config(path: Path) -> dict[str, Any]:
     """job.yaml as a dict; an unreadable or odd file gives {} (identity then comes from events)."""
     text = _read_text(path)
     if text is None:
@@ -196,14 +200,14 @@ def _read_config(path: Path) -> dict:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def _int_or_none(value) -> int | None:
+def _int_or_none(value: str | bytes | SupportsInt | SupportsIndex | None) -> int | None:
     try:
         return int(value) if value is not None and not isinstance(value, bool) else None
     except (TypeError, ValueError):
         return None
 
 
-def _identity(job_dir: Path, config: dict, started: dict) -> tuple[str, str, int | None]:
+def _identity(job_dir: Path, config: dict[str, Any], started: Record) -> tuple[str, str, int | None]:
     """(config name, data, seed): the started event, then job.yaml, then folder names."""
     pair = _PAIR_DIR.match(job_dir.parent.name)
     name = started.get("config") or config.get("name") or job_dir.name
@@ -238,12 +242,17 @@ def _no_best_reason(parsed: ParsedEvents, metric: str) -> str:
     return prefix + f"no validation eval at a checkpointed step (checkpoints: {len(parsed.checkpoints)})"
 
 
-def _needs_config(started: dict) -> bool:
+def _needs_config(started: Record) -> bool:
     """job.yaml is parsed only when the started event lacks the identity (YAML parsing is slow)."""
     return not (started.get("config") and started.get("data") and "seed" in started)
 
 
-def _peak_memory(job_dir: Path, parsed: ParsedEvents) -> dict:
+class PeakMemory(TypedDict):
+    peak_gpu_bytes: int | None
+    peak_rss_bytes: int | None
+
+
+def _peak_memory(job_dir: Path, parsed: ParsedEvents) -> PeakMemory:
     """The engine's measure of the job's trainer process tree (the number status shows), from the
     folder's usage record; the trainer's own report only for a folder the engine never ran."""
     usage = read_peak_usage(job_dir)
@@ -295,7 +304,7 @@ def scan_job(job_dir: Path) -> JobResult | Skipped:
         return Skipped(Path(job_dir), f"unreadable: {type(exc).__name__}: {exc}")
 
 
-def _subdirs(path: str) -> list[os.DirEntry]:
+def _subdirs(path: str) -> list[os.DirEntry[str]]:
     with os.scandir(path) as entries:
         return sorted((e for e in entries if e.is_dir() and not e.name.startswith((".", "_"))),
                       key=lambda e: e.name)

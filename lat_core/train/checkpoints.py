@@ -4,10 +4,12 @@ checkpoint-N/trainer_state.json is transformers' TrainerState (log_history, glob
 best_metric, best_model_checkpoint, ...; TrainerState.load_from_json reads it); LAT's own resume
 state (best eval, validation scores, seed) is lat_state.json beside it.  The adapter of the best
 checkpoint and of the last step are also kept as ``best/`` and ``final/`` at the job's root, each
-loadable with ``PeftModel.from_pretrained``.
+loadable with ``PeftModel.from_pretrained`` on the unmodified base (portable.py: a method that moved
+the base weights is saved there as a plain LoRA).
 """
 from __future__ import annotations
 
+import errno
 import json
 import pickle
 import shutil
@@ -20,9 +22,10 @@ from lat_core.contract.jobdir import CHECKPOINT_NAME, OPTIMIZER_STATE, RNG_STATE
 from lat_core.errors import OutputPathError
 from lat_core.safe_files import remove_outputs
 from .events import read_events
+from .portable import INITIAL_ADAPTER, make_portable
 
 # what --overwrite deletes besides the checkpoints: the outputs of a run, never other files of the folder
-OVERWRITTEN = ("events.jsonl", "tokenizer", "predictions", "best", "final")
+OVERWRITTEN = ("events.jsonl", "tokenizer", "predictions", "best", "final", INITIAL_ADAPTER)
 
 
 def checkpoints(out: Path) -> list[tuple[int, Path]]:
@@ -114,13 +117,34 @@ def rotate_checkpoints(out: Path, keep_last: int | None, keep_step: int | None) 
 
 
 def copy_adapter(checkpoint: Path, dest: Path) -> Path:
-    """Replace ``dest`` with the adapter files of ``checkpoint`` (not its optimizer or RNG state)."""
+    """Replace ``dest`` (best/) with the adapter files of ``checkpoint`` (not its optimizer or RNG
+    state), as an adapter that loads on the unmodified base (portable.py)."""
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for f in checkpoint.iterdir():
         if f.name.startswith("adapter_") or f.name in ("extra_trainable.safetensors", "README.md"):
             shutil.copy2(f, tmp / f.name)
+    make_portable(tmp, checkpoint.parent)
+    return _put_in_place(tmp, dest)
+
+
+def save_final(model, out: Path) -> Path:
+    """final/: the adapter as training left it, as one that loads on the unmodified base
+    (portable.py); written aside and renamed, so final/ is whole or absent."""
+    tmp = out / "final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_adapter(model, tmp)
+    make_portable(tmp, out)
+    return _put_in_place(tmp, out / "final")
+
+
+def _put_in_place(tmp: Path, dest: Path) -> Path:
+    """``tmp`` renamed to ``dest``, replacing the folder there; a file or a link in its place is
+    refused as save_pretrained's makedirs refused it (FileExistsError), and left alone."""
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FileExistsError(errno.EEXIST, "not a folder, the adapter is not written there", str(dest))
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     return dest

@@ -30,6 +30,7 @@ import random
 import sys
 from pathlib import Path
 
+from lat_core.config.hub_cache import LOCAL_DIR_VARS
 from lat_core.config.job import TrainConfigError
 from . import hub_data
 from .data import Dataset
@@ -37,8 +38,7 @@ from .data import Dataset
 GLUE_TASKS = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
 KNOWN = tuple(f"glue-tvt_{t}" for t in GLUE_TASKS) + ("samsum", "dart", "spider")
 SPLIT_SEED = 42
-ENV_VARS = {"glue": "GLUE_LOCAL_DIR", "samsum": "SAMSUM_LOCAL_DIR", "dart": "DART_LOCAL_DIR",
-            "spider": "SPIDER_LOCAL_DIR"}
+ENV_VARS = LOCAL_DIR_VARS  # the one table (lat_core.config.hub_cache): the preflight reads it too
 STSB_WORDS = ("zero", "one", "two", "three", "four", "five")
 # task -> (label words by label id, text fields as on the hub, prompt field names)
 GLUE = {

@@ -146,7 +146,7 @@ def evaluate_split(model, tokenizer, examples, ds, cfg, label_ids, split, extra=
         if ds.task == "samsum":
             metrics = M.rouge(texts, [r["target"] for r in rows_in])
         elif ds.task == "dart":
-            metrics = M.bleu(texts, [r["refs"] for r in rows_in])
+            metrics = M.dart(texts, [r["refs"] for r in rows_in])
         elif ds.task == "spider":
             metrics = M.spider(texts, [r["target"] for r in rows_in], [r["db_id"] for r in rows_in],
                                ds.info["db_root"])

@@ -19,23 +19,12 @@ from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+# the hub ids, local-folder variables and offline flags are one table, which the front end's
+# preflight reads too (lat_core.config.hub_cache)
+from lat_core.config.hub_cache import OFFLINE_VARS, hub_id, is_offline
 from lat_core.config.job import TrainConfigError
 
-# LAT's dataset family -> hub id the old scripts used; <FAMILY>_HUB_ID in the environment overrides
-# it (DART_HUB_ID=GEM/dart reads the GEM edition, whose rows datasets.py reads too)
-HUB_IDS = {"glue": "nyu-mll/glue", "samsum": "Samsung/samsum", "spider": "xlangai/spider", "dart": "dart"}
-OFFLINE_VARS = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
-TRUE = ("1", "true", "yes", "on")
-
 Splits = Mapping[str, Iterable[dict]]
-
-
-def hub_id(family: str, environ: Mapping[str, str]) -> str:
-    return environ.get(f"{family.upper()}_HUB_ID") or HUB_IDS[family]
-
-
-def is_offline(environ: Mapping[str, str]) -> bool:
-    return any(environ.get(v, "").strip().lower() in TRUE for v in OFFLINE_VARS)
 
 
 def is_saved_dataset(path: Path) -> bool:

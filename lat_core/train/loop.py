@@ -21,7 +21,8 @@ from . import data as D
 from lat_core.config.job import JobConfig, TrainConfigError
 from lat_core.results.metrics import spec_for
 from .events import EventWriter, log
-from .checkpoints import checkpoints, load_checkpoint, save_adapter
+from .checkpoints import checkpoints, load_checkpoint, save_final
+from .portable import moves_base_weights, save_initial_adapter
 from .record import add_data, write_env
 from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
     batch_loss, mean_loss_fn, set_logits_to_keep,
@@ -157,6 +158,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     from .hf_trainer import LatTrainer, build_scheduler, finish_distributed, training_arguments, world_size
     from .models import (build_base_model, count_params, load_tokenizer, mamba_fast_path_available,
                          mamba_fast_path_note, wrap_peft)
+    from .tracker_run import EVENT as TRACKER_RUN_EVENT, attach as attach_tracker_run
     from .tracking import Trackers, public_config
 
     t0 = time.time()
@@ -216,6 +218,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
                                      loss_fn)
         n = A.apply_loraga(model, grads)
         log(f"LoRA-GA: initialised {n} adapted layers from {cfg.peft.loraga_batches} gradient batches")
+    if is_main and moves_base_weights(cfg):   # best/ and final/ become plain LoRA against it
+        save_initial_adapter(model, cfg.output_dir)
     ssm = []
     if cfg.peft.method == "sdlora":
         masks = A.sdlora_select(model, cfg, _setup_batches(
@@ -260,6 +264,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         graphed = GraphedSteps(model, params, device)
         optimizer.share_pool(graphed.pool)
     trackers = Trackers(cfg, log)
+    # one run per job: a resume continues the job's run (nothing opens one for a run already done)
+    tracker_run = trackers.open_run(cfg.output_dir, resume) if is_main and start < tr.max_steps else None
     run_state = LatRun(cfg, events, tokenizer=tokenizer, ds=ds, splits=splits, extra_tests=extra_tests,
                        train_ex=train_ex, label_ids=label_ids, pad_id=pad_id, loader_cfg=loader_cfg,
                        lr_of=lr_of, start_step=start, best=best, main_metric=main_metric,
@@ -273,6 +279,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
                          callbacks=[TrackerConfigCallback(public_config(cfg), trackers.active),
                                     RngCallback(cfg.seed, rng_state)])
     trainer.remove_callback(PrinterCallback)   # the project's own log lines replace its dict prints
+    if tracker_run is not None:
+        attach_tracker_run(trainer.callback_handler.callbacks, tracker_run)
     # events first among the callbacks, so on_log adds tokens_per_s before the trackers log
     trainer.callback_handler.callbacks.insert(1, events_cb)
     events_cb.trainer = trainer
@@ -290,6 +298,9 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
                     save_optimizer_state=tr.save_optimizer_state, optimizer_state=optimizer_state,
                     report_to=trackers.active, setup_s=setup.phases,
                     mamba_fast_path=mamba_fast, slow_path_warning=fast_note, **modes.event(cfg))
+    if tracker_run is not None:
+        events.emit(TRACKER_RUN_EVENT, **tracker_run.event(trackers.active))
+        log(tracker_run.line(trackers.active))
     log(f"started {cfg.name}: {cfg.model.family} {cfg.model.name_or_path} on {device.type}, "
         f"{cfg.peft.method} trainable {trainable:,} / {total:,} params, data {cfg.data} "
         f"({len(train_ex)} train / {len(splits['validation'])} val"
@@ -302,7 +313,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     finish_distributed()
     if not is_main:
         return {}
-    save_adapter(model, cfg.output_dir / "final")   # the adapter as training left it
+    save_final(model, cfg.output_dir)   # the adapter as training left it
     events.emit("memory", **peak_memory())
     done = events.emit("finished", status="ok", steps=step, best=best,
                        elapsed_s=round(time.time() - t0, 2))

@@ -1,10 +1,11 @@
-"""Task metrics through established libraries (scikit-learn, scipy, rouge-score, sacrebleu).
+"""Task metrics through established libraries (scikit-learn, scipy, rouge-score, sacrebleu, NLTK).
 
 The key names are a contract with lat_core/results (mcc, f1, accuracy, pearson, spearman,
-accuracy_mm, rouge1/rouge2/rougeL, bleu, exact_match, exec_accuracy).  Scales: accuracy, f1,
-mcc, correlations, ROUGE F-measures and exact/exec match are fractions; bleu is sacrebleu's
-corpus score (0-100).  With no examples every metric is None (undefined, as a correlation of a
-constant is), never an exception or a made-up 0.
+accuracy_mm, rouge1/rouge2/rougeL/rougeLsum, bleu, meteor, sacrebleu, exact_match, exec_accuracy).
+Scales: every metric is a fraction but sacrebleu (0-100); the generation metrics are computed as
+the seeds' `evaluate` scripts compute them (lat_core/train/text_metrics.py).  With no examples
+every metric is None (undefined, as a correlation of a constant is), never an exception or a
+made-up 0.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import math
 from pathlib import Path
 
 from lat_core.train.sql_exec import exec_match
+from lat_core.train.text_metrics import bleu, meteor, sacrebleu
+from lat_core.train.text_metrics import rouge as rouge  # evaluation calls M.rouge like the other metrics
 
 
 def _finite(x: float) -> float | None:
@@ -41,28 +44,9 @@ def regression(preds: list[float], golds: list[float]) -> dict:
     return {"pearson": _finite(pearsonr(preds, golds)[0]), "spearman": _finite(spearmanr(preds, golds)[0])}
 
 
-def rouge(preds: list[str], refs: list[str]) -> dict:
-    """Mean ROUGE-1/2/L F-measure (rouge-score, stemming on)."""
-    if not preds:
-        return dict.fromkeys(("rouge1", "rouge2", "rougeL"))
-    from rouge_score import rouge_scorer
-    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
-    sums = {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
-    for p, r in zip(preds, refs):
-        scores = scorer.score(r, p)
-        for k in sums:
-            sums[k] += scores[k].fmeasure
-    return {k: v / len(preds) for k, v in sums.items()}
-
-
-def bleu(preds: list[str], refs: list[list[str]]) -> dict:
-    """Corpus BLEU (sacrebleu) against a variable number of references per example."""
-    if not preds:
-        return {"bleu": None}
-    import sacrebleu
-    width = max((len(r) for r in refs), default=1)
-    streams = [[r[i] if i < len(r) else r[0] for r in refs] for i in range(width)]
-    return {"bleu": float(sacrebleu.corpus_bleu(preds, streams).score)}
+def dart(preds: list[str], refs: list[list[str]]) -> dict:
+    """bleu (0-1) and meteor as evaluate computes them, and sacrebleu (0-100) beside them."""
+    return {**bleu(preds, refs), **meteor(preds, refs), **sacrebleu(preds, refs)}
 
 
 def _normalize_sql(q: str) -> str:

@@ -17,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from lat_core.train.pretrain_config import PretrainConfigError, build_config
+from lat_core.monitor.gpu import GpuProbe
+from lat_core.train.pretrain_config import PretrainConfigError, build_config, preflight
 
 TINY_CORPUS = Path(__file__).resolve().parents[1] / "data" / "tiny_corpus.txt"
 
@@ -33,6 +34,8 @@ def parse_args(argv):
     parser.add_argument("--preset", "--config", dest="preset", default="conservative",
                         help="conservative|balanced|aggressive or a YAML path (--config: the runbook's name)")
     parser.add_argument("--output-dir", default=None)
+    parser.add_argument("--allow-cpu", action="store_true",
+                        help="train a model too big for the CPU there anyway when no GPU is visible")
     args, overrides = parser.parse_known_args(argv)
     if args.output_dir is None:
         args.output_dir = str(Path("runs") / f"pretrain_{Path(args.preset).stem}")
@@ -49,9 +52,21 @@ def main(argv=None) -> int:
     except PretrainConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    problems = preflight(cfg, gpu_visible(os.environ), args.allow_cpu)
+    if problems:
+        print("error: the run cannot work:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
     from lat_core.train.pretrain_loop import run
 
     return run(cfg, accum, Path(args.output_dir))
+
+
+def gpu_visible(environ) -> bool:
+    """Whether this process would get a GPU, asked of NVML (torch is not imported yet):
+    ``CUDA_VISIBLE_DEVICES`` empty or -1 hides every GPU, as CUDA does."""
+    if environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
+        return False
+    return GpuProbe().snapshot().available
 
 
 def check_tracker(cfg) -> None:

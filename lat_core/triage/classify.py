@@ -12,6 +12,7 @@ DataLoader worker names its cause better than the exit status does, and an inter
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from lat_core.text import fmt_bytes, signal_name
@@ -21,15 +22,18 @@ from lat_core.contract.failure_classes import FailureClass as F
 from lat_core.triage.explain import cuda_oom_text
 from lat_core.triage.facts import Facts, gather, make_diagnosis
 from lat_core.triage.hostoom import oom_kills_between
-from lat_core.contract.diagnosis import Diagnosis
+from lat_core.contract.diagnosis import Diagnosis, Remedy
 from lat_core.triage.oom import oom_kind, parse_cuda_oom
 from lat_core.triage.patterns import LogLine, decisive_exception, tracebacks, watchdog_numbers
-from lat_core.triage.sources import JobFiles, check_readable, config_value, read_job_dir, read_log_file
+from lat_core.triage.sources import JobFiles, RawEnv, check_readable, config_value, read_job_dir, read_log_file
+
+#: A rule: a Diagnosis when it applies to the job, else None (the next rule is tried).
+Rule = Callable[[Facts], Diagnosis | None]
 
 
 def classify(job_dir: Path, returncode: int | None, *, cancelled: bool = False, timed_out: bool = False,
              oom_kills_before: int | None = None, oom_kills_after: int | None = None,
-             env: dict | None = None) -> Diagnosis:
+             env: RawEnv | None = None) -> Diagnosis:
     """Classify a job folder (or a bare log file) given how its process ended.
 
     ``cancelled``: LAT (the journal) asked for this job to stop, so a SIGTERM is a cancel; without
@@ -90,17 +94,18 @@ def _cuda_oom(facts: Facts) -> Diagnosis | None:
     hit = facts.first_hit(F.CUDA_OOM)
     failed = facts.files.last_event("failed") or {}
     message = hit[1].text if hit else str(failed.get("message", ""))
-    numbers = parse_cuda_oom(message)
-    if numbers is None:
+    sizes = parse_cuda_oom(message)
+    if sizes is None:
         return None
-    kind, factors = oom_kind(numbers)
-    numbers.update(oom_kind=kind, oom_factors=factors)
-    remedies = fix.cuda_oom_remedies(facts.files.config, facts.files.env, kind, numbers)
-    return make_diagnosis(facts, F.CUDA_OOM, f"CUDA out of memory ({kind})", cuda_oom_text(kind, factors, numbers),
+    kind, factors = oom_kind(sizes)
+    remedies = fix.cuda_oom_remedies(facts.files.config, facts.files.env, kind, sizes)
+    numbers = {**sizes, "oom_kind": kind, "oom_factors": factors}
+    return make_diagnosis(facts, F.CUDA_OOM, f"CUDA out of memory ({kind})", cuda_oom_text(kind, factors, sizes),
                           remedies, numbers, [hit[1].raw] if hit else [message], hit[1].rank if hit else None)
 
 
-def _signature_rule(cls: F, title: str, explain, remedies):
+def _signature_rule(cls: F, title: str, explain: Callable[[str], str],
+                    remedies: Callable[[str], list[Remedy]]) -> Rule:
     """A rule that fires on the first log line of class ``cls``."""
     def rule(facts: Facts) -> Diagnosis | None:
         hit = facts.first_hit(cls)
@@ -191,8 +196,8 @@ def _python_exception(facts: Facts) -> Diagnosis | None:
     failed = facts.files.last_event("failed")
     if exc is None and failed is None:
         return None
-    kind = exc.type if exc else str(failed.get("error_type", "Exception"))
-    message = exc.message if exc else str(failed.get("message", ""))
+    kind = exc.type if exc else str((failed or {}).get("error_type", "Exception"))
+    message = exc.message if exc else str((failed or {}).get("message", ""))
     where = ("The traceback in train.log shows where." if exc else "train.log holds no traceback for it; "
              "the trainer recorded it in events.jsonl.")
     first_line = message.split("\n", 1)[0]
@@ -218,10 +223,10 @@ def _interrupted(facts: Facts) -> Diagnosis | None:
                           f"The job was stopped by {name}, and LAT did not send it (no cancel is recorded): "
                           "a user (Ctrl-C, kill), a shutdown or another tool stopped it. Nothing in the job "
                           "itself failed.", fix.resume_remedy(facts.files.events),
-                          evidence=list(exc.lines) if by_keyboard else _last_line(facts))
+                          evidence=list(exc.lines) if exc is not None and by_keyboard else _last_line(facts))
 
 
-CRASHES = {
+CRASHES: dict[int, str] = {
     signal.SIGSEGV: "a segmentation fault: native code touched memory it does not own",
     signal.SIGABRT: "an abort: native code failed a check or an assertion (or freed memory twice)",
     signal.SIGBUS: "a bus error: memory it had mapped (a file, shared memory) went away under it",
@@ -272,7 +277,7 @@ def _exit_code(facts: Facts) -> Diagnosis:
                           f"{facts.returncode} and the log shows no known failure.", evidence=_last_line(facts))
 
 
-RULES = (_ok, _cancelled_flag, _timeout_flag, _host_oom_proven, _cuda_oom, known.cuda_library_oom,
+RULES: tuple[Rule, ...] = (_ok, _cancelled_flag, _timeout_flag, _host_oom_proven, _cuda_oom, known.cuda_library_oom,
          _device_fault, _nccl, _libuv, _rendezvous, _scheduler_stop, known.shm_exhausted, _host_oom_likely,
          known.no_gpu, known.triton, known.cuda_graphs, known.disk_full, known.hub_unreachable, known.tracker_login,
          known.generate_kwargs, known.reentrant_ckpt, known.nonfinite_loss, known.config_error,

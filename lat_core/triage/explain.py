@@ -6,6 +6,8 @@ Kept apart from the rules so the rules read as decisions and the wording can cha
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from lat_core.text import fmt_bytes
 
 
@@ -38,7 +40,7 @@ def signal_of(returncode: int | None) -> int | None:
     return None
 
 
-def cuda_oom_text(kind: str, factors: list[str], numbers: dict) -> str:
+def cuda_oom_text(kind: str, factors: list[str], numbers: Mapping[str, int]) -> str:
     capacity = numbers.get("capacity_bytes") or 0
     others = numbers.get("other_processes_bytes", 0)
     values = {

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lat_core.contract.failure_classes import FailureClass
 from lat_core.text import shorten, signal_name
 from lat_core.triage.explain import signal_of
-from lat_core.contract.diagnosis import Diagnosis
-from lat_core.triage.patterns import LogLine, root_cause, signature_hits, split_lines
+from lat_core.contract.diagnosis import Diagnosis, Remedy
+from lat_core.triage.patterns import LogLine, RootCause, Signature, root_cause, signature_hits, split_lines
 from lat_core.triage.sources import JobFiles
 
 SIGKILL = 9
@@ -18,21 +19,35 @@ EVIDENCE_CHARS = 4000
 TITLE_CHARS = 160
 
 
+class BaseNumbers(RootCause, total=False):
+    """The numbers every diagnosis of the job carries (torchrun's failing rank among them)."""
+
+    returncode: int | None
+    signal: str | None
+    peak_rss_bytes: int
+    peak_gpu_bytes: int
+    oom_kills: int
+
+
+#: A rule's view of a log line that matched: which signature, and the line.
+Hit = tuple[Signature, LogLine]
+
+
 @dataclass(frozen=True)
 class Facts:
     """Everything the rules look at, gathered once."""
 
     files: JobFiles
     lines: list[LogLine]
-    hits: dict
+    hits: dict[str, list[Hit]]
     returncode: int | None
     signal: int | None
     cancelled: bool
     timed_out: bool
     oom_kills: int | None
-    base: dict
+    base: BaseNumbers
 
-    def first_hit(self, group: str):
+    def first_hit(self, group: str) -> Hit | None:
         """The earliest match of a signature group: the first error usually names the cause."""
         found = self.hits.get(group)
         return found[0] if found else None
@@ -51,26 +66,43 @@ class Facts:
         return any(text in line.text for line in self.lines)
 
 
-def gather(files: JobFiles, returncode, cancelled, timed_out, oom_kills) -> Facts:
-    if returncode is None and files.exit_record:
-        returncode = files.exit_record.get("returncode")
-    if isinstance(returncode, bool) or not isinstance(returncode, int):  # an exit record not the runner's
-        returncode = None
+def gather(files: JobFiles, returncode: int | None, cancelled: bool, timed_out: bool,
+           oom_kills: int | None) -> Facts:
+    returncode = _returncode(files, returncode)
     lines = split_lines(files.lines)
     signum = signal_of(returncode)
-    base = {"returncode": returncode, "signal": signal_name(signum) if signum else None}
-    base.update(root_cause(lines))
+    return Facts(files, lines, signature_hits(lines) if returncode != 0 else {}, returncode,
+                 signum, cancelled, timed_out, oom_kills, _base_numbers(files, lines, returncode, signum, oom_kills))
+
+
+def _returncode(files: JobFiles, given: int | None) -> int | None:
+    """The exit status the caller saw, else the exit record's; None for a record not the runner's."""
+    code = files.exit_record.get("returncode") if given is None and files.exit_record else given
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def _base_numbers(files: JobFiles, lines: list[LogLine], returncode: int | None, signum: int | None,
+                  oom_kills: int | None) -> BaseNumbers:
+    base: BaseNumbers = {"returncode": returncode, "signal": signal_name(signum) if signum else None}
+    cause = root_cause(lines)
+    if "rank" in cause:
+        base["rank"] = cause["rank"]
+    if "rank_exitcode" in cause:
+        base["rank_exitcode"] = cause["rank_exitcode"]
     memory = files.last_event("memory") or {}
-    base.update({k: memory[k] for k in ("peak_rss_bytes", "peak_gpu_bytes") if isinstance(memory.get(k), int)})
+    if isinstance(memory.get("peak_rss_bytes"), int):
+        base["peak_rss_bytes"] = memory["peak_rss_bytes"]
+    if isinstance(memory.get("peak_gpu_bytes"), int):
+        base["peak_gpu_bytes"] = memory["peak_gpu_bytes"]
     if oom_kills is not None:
         base["oom_kills"] = oom_kills
-    return Facts(files, lines, signature_hits(lines) if returncode != 0 else {}, returncode,
-                 signum, cancelled, timed_out, oom_kills, base)
+    return base
 
 
-def make_diagnosis(facts: Facts, cls: FailureClass, title: str, text: str, remedies=(), numbers=None,
-                   evidence=(), rank: int | None = None) -> Diagnosis:
-    merged = dict(facts.base)
+def make_diagnosis(facts: Facts, cls: FailureClass, title: str, text: str, remedies: Iterable[Remedy] = (),
+                   numbers: Mapping[str, object] | None = None, evidence: Iterable[str] = (),
+                   rank: int | None = None) -> Diagnosis:
+    merged: dict[str, object] = dict(facts.base)
     if rank is not None and "rank" not in merged:
         merged["rank"] = rank
     merged.update(numbers or {})

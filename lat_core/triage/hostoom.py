@@ -12,6 +12,7 @@ counter, which may also count kills of unrelated processes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,14 +29,14 @@ class OomCounter:
         return self.count is not None
 
     @classmethod
-    def from_json(cls, data) -> OomCounter | None:
+    def from_json(cls, data: object) -> OomCounter | None:
         """The job's own counter as the runner recorded it (``lat_core.containment.job_oom_kills``)."""
         if not isinstance(data, dict) or not isinstance(data.get("count"), int):
             return None
         return cls(str(data.get("source", "none")), data["count"])
 
 
-def oom_kill_readings(exit_record: dict | None, source: str | None, before: int | None,
+def oom_kill_readings(exit_record: Mapping[str, object] | None, source: str | None, before: int | None,
                       root: Path = Path("/")) -> tuple[int | None, int | None]:
     """(before, after) for triage: the job's own cgroup counter from the exit record where the
     runner recorded one, else the counter read at launch (``source``, ``before``) read again now."""

@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import re
 
+from lat_core.config.hub_cache import LOCAL_DIR_VARS
 from lat_core.triage import remedies as fix
 from lat_core.contract.failure_classes import FailureClass as F
 from lat_core.triage.facts import Facts, make_diagnosis
+from lat_core.contract.diagnosis import Diagnosis
+from lat_core.triage.patterns import LogLine
 from lat_core.triage.sources import config_value
 
-# The trainer's table (lat_core.train.datasets.ENV_VARS) imports torch; a test keeps this copy equal.
-DATASET_DIRS = {"glue": "GLUE_LOCAL_DIR", "samsum": "SAMSUM_LOCAL_DIR", "dart": "DART_LOCAL_DIR",
-                "spider": "SPIDER_LOCAL_DIR"}
+DATASET_DIRS = LOCAL_DIR_VARS  # the trainer's table (lat_core.config.hub_cache), torch-free
 
 
-def _first(facts: Facts, group: str):
+def _first(facts: Facts, group: str) -> tuple[str, LogLine] | None:
     """``(kind, line)`` of the group's first match, or None."""
     hit = facts.first_hit(group)
     return (hit[0].kind, hit[1]) if hit else None
 
 
-def cuda_library_oom(facts: Facts):
+def cuda_library_oom(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "cuda_lib_oom")
     if found is None:
         return None
@@ -39,7 +40,7 @@ def cuda_library_oom(facts: Facts):
                           {"cuda_oom_kind": kind, "oom_kind": "unknown"}, [line.raw], line.rank)
 
 
-def shm_exhausted(facts: Facts):
+def shm_exhausted(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "shm")
     if found is None:
         return None
@@ -65,7 +66,7 @@ _NO_GPU_TEXT = {
 }
 
 
-def no_gpu(facts: Facts):
+def no_gpu(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "no_gpu")
     if found is None:
         return None
@@ -79,7 +80,7 @@ def no_gpu(facts: Facts):
                           line.rank)
 
 
-def cuda_graphs(facts: Facts):
+def cuda_graphs(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "cuda_graphs")
     if found is None:
         return None
@@ -95,12 +96,12 @@ def cuda_graphs(facts: Facts):
 _RESOURCE = re.compile(r"Required: (\d+), Hardware limit: (\d+)")
 
 
-def triton(facts: Facts):
+def triton(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "triton")
     if found is None:
         return None
     kind, line = found
-    numbers = {"triton_kind": kind}
+    numbers: dict[str, str | int] = {"triton_kind": kind}
     match = _RESOURCE.search(line.text)
     if match:
         numbers.update(shared_memory_required=int(match.group(1)), shared_memory_limit=int(match.group(2)))
@@ -117,7 +118,7 @@ def triton(facts: Facts):
                           fix.triton_remedies(facts.files.config, facts.files.env), numbers, [line.raw], line.rank)
 
 
-def disk_full(facts: Facts):
+def disk_full(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "disk_full")
     if found is None:
         return None
@@ -131,7 +132,7 @@ def disk_full(facts: Facts):
                           evidence=[line.raw], rank=line.rank)
 
 
-def hub_unreachable(facts: Facts):
+def hub_unreachable(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "hub")
     if found is None:
         return None
@@ -152,7 +153,7 @@ def _local_copy_hint(facts: Facts) -> str:
             "hub cache (~/.cache/huggingface) from a machine online and run with HF_HUB_OFFLINE=1.")
 
 
-def tracker_login(facts: Facts):
+def tracker_login(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "tracker")
     if found is None:
         return None
@@ -168,7 +169,7 @@ def tracker_login(facts: Facts):
 _KEYWORD = re.compile(r"unexpected keyword argument '(\w+)'|not used by the model: \[([^\]]*)\]")
 
 
-def generate_kwargs(facts: Facts):
+def generate_kwargs(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "generate_kwargs")
     if found is None:
         return None
@@ -185,7 +186,7 @@ def generate_kwargs(facts: Facts):
                           [line.raw], line.rank)
 
 
-def reentrant_ckpt(facts: Facts):
+def reentrant_ckpt(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "no_grad")
     if found is None:
         return None
@@ -207,7 +208,7 @@ def reentrant_ckpt(facts: Facts):
 _NONFINITE = re.compile(r"loss is (-?(?:nan|inf)) at step (\d+)")
 
 
-def nonfinite_loss(facts: Facts):
+def nonfinite_loss(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "nonfinite")
     failed = facts.files.last_event("failed") or {}
     message = found[1].text if found else str(failed.get("message", ""))
@@ -226,7 +227,7 @@ def nonfinite_loss(facts: Facts):
 _NO_CHECKPOINT = "--resume: no checkpoint-"
 
 
-def config_error(facts: Facts):
+def config_error(facts: Facts) -> Diagnosis | None:
     found = _first(facts, "trainer_error")
     if found is None or facts.returncode not in (2, None):
         return None

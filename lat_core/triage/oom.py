@@ -12,6 +12,7 @@ allocated by PyTorch, and 120.5 MiB is reserved by PyTorch but unallocated.``). 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from decimal import ROUND_HALF_UP, Decimal
 
 _SIZE = r"(\d+(?:\.\d+)? (?:bytes|[KMGT]i?B))"
@@ -49,8 +50,9 @@ def size_to_bytes(text: str) -> int:
     return int((Decimal(number) * _UNITS[unit]).to_integral_value(rounding=ROUND_HALF_UP))  # any number of digits
 
 
-def parse_cuda_oom(text: str) -> dict | None:
-    """Byte counts from one OOM message (None when ``text`` holds none); absent values are left out."""
+def parse_cuda_oom(text: str) -> dict[str, int] | None:
+    """Byte counts from one OOM message (None when ``text`` holds none); absent values are left out.
+    Besides ``*_bytes``: ``gpu_index``, ``other_process_count`` and ``self_pid_guessed``."""
     if "CUDA out of memory" not in text:
         return None
     numbers = _find_sizes(text, _COMMON)
@@ -65,7 +67,7 @@ def parse_cuda_oom(text: str) -> dict | None:
 
 
 def _find_sizes(text: str, patterns: dict[str, str]) -> dict[str, int]:
-    found = {}
+    found: dict[str, int] = {}
     for name, pattern in patterns.items():
         match = re.search(pattern, text)
         if match:
@@ -73,7 +75,7 @@ def _find_sizes(text: str, patterns: dict[str, str]) -> dict[str, int]:
     return found
 
 
-def _add_derived(numbers: dict) -> None:
+def _add_derived(numbers: dict[str, int]) -> None:
     """The old format gives reserved in total; the current one gives the unallocated part."""
     if "reserved_bytes" in numbers and "allocated_bytes" in numbers:
         numbers["reserved_unallocated_bytes"] = max(0, numbers["reserved_bytes"] - numbers["allocated_bytes"])
@@ -81,7 +83,7 @@ def _add_derived(numbers: dict) -> None:
         numbers["reserved_bytes"] = numbers["allocated_bytes"] + numbers["reserved_unallocated_bytes"]
 
 
-def _add_processes(numbers: dict, text: str) -> None:
+def _add_processes(numbers: dict[str, int], text: str) -> None:
     """Sum other processes' usage. In a container NVML reports host pids, so the job itself may
     appear as "Process N" with no "this process" line; then the entry that covers PyTorch's
     reservation most tightly is taken to be the job."""
@@ -98,10 +100,10 @@ def _add_processes(numbers: dict, text: str) -> None:
 
 def _guess_own_pid(usage: dict[int, int], reserved: int) -> int | None:
     covering = {pid: used for pid, used in usage.items() if used >= reserved}
-    return min(covering, key=covering.get) if covering else None
+    return min(covering, key=covering.__getitem__) if covering else None
 
 
-def oom_kind(numbers: dict) -> tuple[str, list[str]]:
+def oom_kind(numbers: Mapping[str, int]) -> tuple[str, list[str]]:
     """The main cause and every contributing one: ``fragmentation``, ``contention`` or ``peak``."""
     factors = [name for name, test in (("contention", _contention), ("fragmentation", _fragmentation))
                if test(numbers)]
@@ -114,12 +116,12 @@ def oom_kind(numbers: dict) -> tuple[str, list[str]]:
     return (factors[0] if factors else "peak"), factors
 
 
-def _share(numbers: dict, key: str) -> float:
+def _share(numbers: Mapping[str, int], key: str) -> float:
     capacity = numbers.get("capacity_bytes") or 0
     return numbers.get(key, 0) / capacity if capacity else 0.0
 
 
-def _contention(numbers: dict) -> bool:
+def _contention(numbers: Mapping[str, int]) -> bool:
     """Others held a real share of the card, and without them this job's request would have fit."""
     if _share(numbers, "other_processes_bytes") >= MOST_OF_CARD:
         return True
@@ -128,7 +130,7 @@ def _contention(numbers: dict) -> bool:
     return _share(numbers, "other_processes_bytes") >= SIGNIFICANT_SHARE and fits_alone
 
 
-def _fragmentation(numbers: dict) -> bool:
+def _fragmentation(numbers: Mapping[str, int]) -> bool:
     """The memory existed but not in one piece: PyTorch's cache held reserved-but-unallocated
     blocks, and those plus the card's free memory would have covered the request (or the card was
     only just short while the cache held some). With an empty cache, free memory below the request

@@ -8,7 +8,9 @@ classify only consults them for jobs that did not exit cleanly.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypedDict
 
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
 
@@ -27,7 +29,7 @@ class LogLine:
 class Signature:
     cls: str
     kind: str
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
 
 
 def _sig(cls: str, kind: str, pattern: str) -> Signature:
@@ -99,7 +101,7 @@ SIGNATURES = (
 )
 
 
-def split_lines(lines) -> list[LogLine]:
+def split_lines(lines: Iterable[str]) -> list[LogLine]:
     out = []
     for index, raw in enumerate(lines):
         match = _RANK_PREFIX.match(raw)
@@ -138,7 +140,7 @@ class PyException:
 
 def tracebacks(lines: list[LogLine]) -> list[PyException]:
     """Each ``Traceback`` block with the exception line that ends it (one rank's lines at a time)."""
-    found = []
+    found: list[PyException] = []
     for line in lines:
         if line.text.strip() == _TRACEBACK:
             exc = _exception_after(lines, line)
@@ -168,7 +170,7 @@ MAX_MESSAGE_LINES = 40
 def _message_continues(lines: list[LogLine], exception: LogLine) -> list[str]:
     """The lines a multi-line message goes on with (transformers' OSError, CUDA's hints), up to the
     blank line or the next chained traceback that ends it."""
-    more = []
+    more: list[str] = []
     for line in lines[exception.index + 1: exception.index + 1 + MAX_MESSAGE_LINES]:
         if line.rank != exception.rank:
             continue
@@ -194,24 +196,32 @@ _ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 
 
-def root_cause(lines: list[LogLine]) -> dict:
+class RootCause(TypedDict, total=False):
+    """What torchrun's failure summary names: the failing rank and its exit code (-9: SIGKILL)."""
+
+    rank: int
+    rank_exitcode: int
+
+
+def root_cause(lines: list[LogLine]) -> RootCause:
     """``{"rank": 1, "rank_exitcode": -9}`` from torchrun's failure summary, when it printed one."""
     starts = [line.index for line in lines if _ROOT_CAUSE.search(line.text)]
     if not starts:
         return {}
-    found = {}
+    found: RootCause = {}
     for line in lines[starts[-1] + 1: starts[-1] + 12]:
-        for key, pattern in (("rank", _ROOT_RANK), ("rank_exitcode", _ROOT_EXIT)):
-            match = pattern.match(line.text)
-            if match and key not in found:
-                found[key] = int(match.group(1))
+        rank, exitcode = _ROOT_RANK.match(line.text), _ROOT_EXIT.match(line.text)
+        if rank and "rank" not in found:
+            found["rank"] = int(rank.group(1))
+        if exitcode and "rank_exitcode" not in found:
+            found["rank_exitcode"] = int(exitcode.group(1))
     return found
 
 
 _WATCHDOG = re.compile(r"OpType=(\w+).*?Timeout\(ms\)=(\d+)\).*?ran for (\d+) milliseconds")
 
 
-def watchdog_numbers(text: str) -> dict:
+def watchdog_numbers(text: str) -> dict[str, str | int]:
     """Collective, timeout and elapsed time from NCCL's watchdog line."""
     match = _WATCHDOG.search(text)
     if not match:

@@ -6,15 +6,17 @@ the allocator setting present) is not offered: a retry with it would fail the sa
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from lat_core.contract.diagnosis import Remedy
-from lat_core.triage.sources import config_value, whole_number
+from lat_core.triage.sources import RawConfig, RawEnv, config_value, whole_number
 
 EXPANDABLE = "expandable_segments:True"
 #: A larger micro-batch is no real config: its divisors are not searched for.
 MAX_BATCH = 2**16
 
 
-def cuda_oom_remedies(config: dict, env: dict, kind: str, numbers: dict) -> list[Remedy]:
+def cuda_oom_remedies(config: RawConfig, env: RawEnv, kind: str, numbers: Mapping[str, int]) -> list[Remedy]:
     candidates = [
         expandable_segments(env) if kind in ("fragmentation", "contention", "unknown") else None,
         gradient_checkpointing(config),
@@ -24,15 +26,15 @@ def cuda_oom_remedies(config: dict, env: dict, kind: str, numbers: dict) -> list
     return [r for r in candidates if r is not None]
 
 
-def host_oom_remedies(config: dict) -> list[Remedy]:
+def host_oom_remedies(config: RawConfig) -> list[Remedy]:
     return [r for r in (fewer_workers(config), fewer_slots()) if r is not None]
 
 
-def _others_present(kind: str, numbers: dict) -> bool:
+def _others_present(kind: str, numbers: Mapping[str, int]) -> bool:
     return kind in ("contention", "unknown") or numbers.get("other_processes_bytes", 0) > 0
 
 
-def expandable_segments(env: dict) -> Remedy | None:
+def expandable_segments(env: RawEnv) -> Remedy | None:
     current = str(env.get("PYTORCH_CUDA_ALLOC_CONF", "")).strip()
     if "expandable_segments:true" in current.replace(" ", "").lower():
         return None
@@ -42,7 +44,7 @@ def expandable_segments(env: dict) -> Remedy | None:
                   "free: no change to speed or results", {"PYTORCH_CUDA_ALLOC_CONF": value})
 
 
-def fewer_workers(config: dict, keep_at_least: int = 0) -> Remedy | None:
+def fewer_workers(config: RawConfig, keep_at_least: int = 0) -> Remedy | None:
     workers = whole_number(config, "train.num_workers", 0)
     if workers is None or workers // 2 < keep_at_least or workers <= 0:
         return None
@@ -52,7 +54,7 @@ def fewer_workers(config: dict, keep_at_least: int = 0) -> Remedy | None:
                   "about free: data loading may become the bottleneck", {"train.num_workers": fewer})
 
 
-def gradient_checkpointing(config: dict) -> Remedy | None:
+def gradient_checkpointing(config: RawConfig) -> Remedy | None:
     if config_value(config, "train.gradient_checkpointing", False) is True:
         return None
     return Remedy("gradient_checkpointing", "recompute activations in the backward pass instead "
@@ -60,7 +62,7 @@ def gradient_checkpointing(config: dict) -> Remedy | None:
                   {"train.gradient_checkpointing": True})
 
 
-def smaller_micro_batch(config: dict) -> Remedy | None:
+def smaller_micro_batch(config: RawConfig) -> Remedy | None:
     batch = whole_number(config, "train.batch_size", 8)
     accum = whole_number(config, "train.grad_accum", 1)
     if batch is None or accum is None or not 1 <= batch <= MAX_BATCH:  # not a batch the trainer would run
@@ -120,7 +122,7 @@ def device_fault_remedies(kind: str) -> list[Remedy]:
                    {"CUDA_LAUNCH_BLOCKING": "1"})]
 
 
-def resume_remedy(events) -> list[Remedy]:
+def resume_remedy(events: Iterable[Mapping[str, object]]) -> list[Remedy]:
     steps = [e.get("step") for e in events if e.get("event") == "checkpoint"]
     if not steps:
         return []
@@ -129,7 +131,7 @@ def resume_remedy(events) -> list[Remedy]:
 
 
 # ---------------------------------------------------------------- the knowledge base's classes
-def shm_remedies(config: dict) -> list[Remedy]:
+def shm_remedies(config: RawConfig) -> list[Remedy]:
     """Fewer workers first (each shares batches through /dev/shm), then none at all. A bus error in a
     worker proves there were workers, so with no config at hand (a bare log) 'none' is still offered."""
     no_workers, workers = None, whole_number(config, "train.num_workers", None)
@@ -153,7 +155,7 @@ def tracker_remedies(kind: str) -> list[Remedy]:
 NEW_TOKEN_KEYWORDS = ("max_new_tokens", "min_new_tokens")
 
 
-def generate_remedies(config: dict, keyword: str) -> list[Remedy]:
+def generate_remedies(config: RawConfig, keyword: str) -> list[Remedy]:
     if keyword not in NEW_TOKEN_KEYWORDS or config_value(config, "eval.use_max_new_tokens", True) is False:
         return []
     return [Remedy("legacy_generate_lengths", "pass total lengths (max_length / min_length) to "
@@ -162,7 +164,7 @@ def generate_remedies(config: dict, keyword: str) -> list[Remedy]:
                    {"GLA_USE_MAX_NEW_TOKENS": "0"})]
 
 
-def no_grad_remedies(config: dict) -> list[Remedy]:
+def no_grad_remedies(config: RawConfig) -> list[Remedy]:
     if config_value(config, "train.gradient_checkpointing", None) is False:
         return []
     return [Remedy("no_gradient_checkpointing", "turn gradient checkpointing off, so no reentrant "
@@ -170,12 +172,12 @@ def no_grad_remedies(config: dict) -> list[Remedy]:
                    "faster steps", {"train.gradient_checkpointing": False})]
 
 
-def nonfinite_remedies(config: dict) -> list[Remedy]:
+def nonfinite_remedies(config: RawConfig) -> list[Remedy]:
     candidates = [_bf16(config), _warmup(config), _lower_lr(config)]
     return [r for r in candidates if r is not None]
 
 
-def _bf16(config: dict) -> Remedy | None:
+def _bf16(config: RawConfig) -> Remedy | None:
     if config_value(config, "model.dtype", "float32") != "float16":
         return None
     return Remedy("bf16", "train in bfloat16 instead of float16: the same memory with float32's range, "
@@ -183,14 +185,14 @@ def _bf16(config: dict) -> Remedy | None:
                   {"model.dtype": "bfloat16"})
 
 
-def _warmup(config: dict) -> Remedy | None:
+def _warmup(config: RawConfig) -> Remedy | None:
     if config_value(config, "train.warmup_steps", 0) or config_value(config, "train.warmup_ratio", 0.0):
         return None
     return Remedy("warmup", "warm the learning rate up over the first 10% of steps",
                   "results change: a gentler start", {"train.warmup_ratio": 0.1})
 
 
-def _lower_lr(config: dict) -> Remedy | None:
+def _lower_lr(config: RawConfig) -> Remedy | None:
     lr = config_value(config, "train.lr", None)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
         return None
@@ -198,8 +200,8 @@ def _lower_lr(config: dict) -> Remedy | None:
                   "progress per step", {"train.lr": lr / 2})
 
 
-def disk_full_remedies(config: dict) -> list[Remedy]:
-    candidates = []
+def disk_full_remedies(config: RawConfig) -> list[Remedy]:
+    candidates: list[Remedy] = []
     if config_value(config, "train.save_optimizer_state", True) is not False:
         candidates.append(Remedy("no_optimizer_state", "save checkpoints without the optimizer's state",
                                  "a resume restarts the optimizer's moments",
@@ -211,7 +213,7 @@ def disk_full_remedies(config: dict) -> list[Remedy]:
     return candidates
 
 
-def hub_remedies(kind: str, env: dict) -> list[Remedy]:
+def hub_remedies(kind: str, env: RawEnv) -> list[Remedy]:
     """Where the files were never cached no switch helps (the diagnosis says what to copy where);
     a flaky connection may pass on a retry, or be skipped when the cache holds the files."""
     if kind == "offline":
@@ -225,7 +227,7 @@ def hub_remedies(kind: str, env: dict) -> list[Remedy]:
     return [r for r in (offline, retry) if r is not None]
 
 
-def triton_remedies(config: dict, env: dict) -> list[Remedy]:
+def triton_remedies(config: RawConfig, env: RawEnv) -> list[Remedy]:
     fused = config_value(config, "gla.GLA_USE_FUSED_SWIGLU", False) is True or \
         str(env.get("GLA_USE_FUSED_SWIGLU", "")).strip() in ("1", "true", "True")
     if not fused:
@@ -234,7 +236,7 @@ def triton_remedies(config: dict, env: dict) -> list[Remedy]:
                    "Triton and driver stacks)", "slightly slower MLP", {"GLA_USE_FUSED_SWIGLU": "0"})]
 
 
-def graphs_remedies(env: dict) -> list[Remedy]:
+def graphs_remedies(env: RawEnv) -> list[Remedy]:
     """Through the job's env, which the trainer applies over its job.yaml, so no plan env can undo it."""
     if str(env.get("LAT_JOB_GRAPHS", "")).strip().lower() in ("false", "off", "no", "0"):
         return []
@@ -242,7 +244,7 @@ def graphs_remedies(env: dict) -> list[Remedy]:
                    "kernels again (several times slower on small batches)", {"LAT_JOB_GRAPHS": "false"})]
 
 
-def crash_remedies(env: dict, has_native_trace: bool) -> list[Remedy]:
+def crash_remedies(env: RawEnv, has_native_trace: bool) -> list[Remedy]:
     if has_native_trace or str(env.get("PYTHONFAULTHANDLER", "")).strip():
         return []
     return [Remedy("faulthandler", "print every thread's Python stack when the process crashes, to "

@@ -10,8 +10,10 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -32,18 +34,26 @@ class TriageError(LatError):
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
+#: A job's config as its job.yaml holds it, read without the schema (a job may have died of a bad
+#: one): every value is checked where a rule uses it.
+RawConfig = Mapping[str, object]
+#: A job's environment: the journal's, or command.json's read unchecked, so values are checked too.
+RawEnv = Mapping[str, object]
+#: One events.jsonl record, or an exit record, as JSON gives it.
+JsonRecord = dict[str, Any]
+
 
 @dataclass(frozen=True)
 class JobFiles:
     """The parsed contents of a job folder (or of a bare log, with the rest left empty)."""
 
     lines: tuple[str, ...] = ()
-    events: tuple[dict, ...] = ()
-    config: dict = field(default_factory=dict)
-    env: dict = field(default_factory=dict)
-    exit_record: dict | None = None
+    events: tuple[JsonRecord, ...] = ()
+    config: RawConfig = field(default_factory=dict)
+    env: RawEnv = field(default_factory=dict)
+    exit_record: JsonRecord | None = None
 
-    def last_event(self, name: str) -> dict | None:
+    def last_event(self, name: str) -> JsonRecord | None:
         for event in reversed(self.events):
             if event.get("event") == name:
                 return event
@@ -88,11 +98,11 @@ def read_tail_lines(path: Path, limit: int = TAIL_BYTES) -> list[str]:
     return lines[1:] if cut and lines else lines
 
 
-def read_events(path: Path, limit: int = EVENTS_TAIL_BYTES) -> list[dict]:
+def read_events(path: Path, limit: int = EVENTS_TAIL_BYTES) -> list[JsonRecord]:
     """Every well-formed event of the file's tail; a torn or corrupt line is skipped, never fatal."""
     data, cut = read_tail(path, limit)
     lines = data.decode("utf-8", errors="replace").splitlines()
-    events = []
+    events: list[JsonRecord] = []
     for line in lines[1:] if cut else lines:
         try:
             event = json.loads(line)
@@ -103,7 +113,7 @@ def read_events(path: Path, limit: int = EVENTS_TAIL_BYTES) -> list[dict]:
     return events
 
 
-def read_mapping(path: Path, loader) -> dict:
+def read_mapping(path: Path, loader: Callable[[str], object]) -> dict[str, Any]:
     """A small file LAT wrote, parsed: anything else (too large, not parsed, not a mapping) is empty."""
     raw, cut = read_tail(path, MAPPING_BYTES)
     if cut:
@@ -115,7 +125,7 @@ def read_mapping(path: Path, loader) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def latest_exit_record(job_dir: Path) -> dict | None:
+def latest_exit_record(job_dir: Path) -> JsonRecord | None:
     """The exit record of the highest-numbered attempt (``.lat/attempt-N.exit.json``)."""
     records = sorted(job_dir.glob(".lat/attempt-*.exit.json"), key=_attempt_number)
     if not records:
@@ -128,12 +138,12 @@ def _attempt_number(path: Path) -> int:
     return int(match.group(1)) if match else -1
 
 
-def read_job_dir(job_dir: Path, env: dict | None = None) -> JobFiles:
+def read_job_dir(job_dir: Path, env: RawEnv | None = None) -> JobFiles:
     """``env``: the job's live environment; ``command.json`` (written at planning) only stands in
     for it when triage runs by hand on a folder."""
     if env is None:
-        command = read_mapping(job_dir / "command.json", json.loads)
-        env = command.get("env") if isinstance(command.get("env"), dict) else {}
+        saved = read_mapping(job_dir / "command.json", json.loads).get("env")
+        env = saved if isinstance(saved, dict) else {}
     return JobFiles(
         lines=tuple(read_tail_lines(job_dir / "train.log")),
         events=tuple(read_events(job_dir / "events.jsonl")),
@@ -147,9 +157,9 @@ def read_log_file(log: Path) -> JobFiles:
     return JobFiles(lines=tuple(read_tail_lines(log)))
 
 
-def config_value(config: dict, dotted: str, default=None):
+def config_value(config: RawConfig, dotted: str, default: object = None) -> object:
     """``config_value(cfg, "train.batch_size", 8)``: a nested value, or ``default`` when absent."""
-    node = config
+    node: object = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
             return default
@@ -157,7 +167,7 @@ def config_value(config: dict, dotted: str, default=None):
     return node
 
 
-def whole_number(config: dict, dotted: str, default: int | None) -> int | None:
+def whole_number(config: RawConfig, dotted: str, default: int | None) -> int | None:
     """A whole-number field (``train.batch_size``) as an int, ``default`` when absent or null, None
     when it holds anything else (text, a fraction, NaN, a list): a remedy then has nothing to scale."""
     value = config_value(config, dotted, default)

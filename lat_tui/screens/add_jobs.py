@@ -1,7 +1,7 @@
 """A small modal to add suites x pairs to the live run, expanded against the run's own plan.
 
 The expansion (and writing each job's directory) runs in a thread worker; the modal dismisses with
-the job records, which the dashboard sends to the engine as one ``add_jobs`` command.
+the job records, which the dashboard sends to the engine as one ``AddJobs`` command.
 """
 
 from __future__ import annotations

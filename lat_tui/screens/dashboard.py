@@ -62,7 +62,7 @@ class DashboardScreen(RunControls, Screen):
         Binding("x", "extend_countdown", "+5min"),
         Binding("enter", "details", "Details", show=False),
         Binding("p", "pause", "Pause", tooltip="Pause or resume admission (running jobs go on)"),
-        Binding("c", "cancel_job", "Cancel", tooltip="Cancel the selected job"),
+        Binding("c", "cancel_job", "Cancel", tooltip="Cancel the selected job (a running one: press twice)"),
         Binding("C", "cancel_run", "Cancel run", key_display="C", show=False,
                 tooltip="Cancel the whole run (press twice)"),
         Binding("r", "requeue", "Requeue", group=REQUEUE, tooltip="Requeue the selected ended job (offers resume)"),
@@ -80,6 +80,10 @@ class DashboardScreen(RunControls, Screen):
         Binding("n", "new_run", "New", show=False, tooltip="Plan a new run"),
         Binding("e", "start_engine", "Engine", show=False, tooltip="Start an engine if none runs"),
         Binding("slash", "search_log", "Search", key_display="/", tooltip="Search the log (n/N: next/previous)"),
+        Binding("tab", "app.focus_next", "Focus", show=False,
+                tooltip="Move the keys between the job table and the log (shift+tab: back)"),
+        Binding("escape", "focus_jobs", "Jobs", key_display="esc", show=False,
+                tooltip="Back to the job table: the arrows move the selection again (closes the search)"),
         Binding("q", "app.quit", "Quit", tooltip="Leave (the run goes on in the background engine)"),
     ]
 
@@ -93,6 +97,7 @@ class DashboardScreen(RunControls, Screen):
     def _reset_run_state(self) -> None:
         self._run: RunRow | None = None
         self._jobs: dict[int, JobSummary] = {}
+        self.job_families: dict[int, str] = {}
         self._selected: int | None = None
         self._tail = TailState()
         self._engine_checked = False
@@ -162,6 +167,7 @@ class DashboardScreen(RunControls, Screen):
     def _show(self, data: DashboardData) -> None:
         self._run = data.run
         self._jobs = {job.id: job for job in data.jobs}
+        self.job_families = data.families
         self.engine_alive = data.engine_alive
         self.query_one(RunStatus).show(data.run, data.jobs, data.engine_alive)
         self.gpu_history.add(data.gpus)
@@ -235,7 +241,7 @@ class DashboardScreen(RunControls, Screen):
         job = self._jobs.get(job_id)
         log = self.query_one(FollowingLog)
         log.reset()
-        log.border_title = f"log · {job.key}" if job else "log"
+        log.border_title = f"log · {self.name_of(job)}" if job else "log"
         path = Path(job.job_dir) / "train.log" if job else None
         self._tail = TailState(path=path, generation=self._tail.generation + 1)
         self._show_detail()
@@ -243,7 +249,8 @@ class DashboardScreen(RunControls, Screen):
         self.poll_now()
 
     def _show_detail(self) -> None:
-        self.query_one(JobDetail).show(self._jobs.get(self._selected) if self._selected else None)
+        job = self.selected_job()
+        self.query_one(JobDetail).show(job, self.name_of(job) if job else "")
 
     def load_run(self, run_id: int) -> None:
         """Show another run (a new one from the plan screen)."""
@@ -328,6 +335,10 @@ class DashboardScreen(RunControls, Screen):
 
     def action_search_log(self) -> None:
         self.query_one(LogPane).open_search()
+
+    def action_focus_jobs(self) -> None:
+        self.query_one(LogPane).close_search()
+        self.query_one(JobTable).focus()
 
     def action_toggle_monitor(self) -> None:
         monitor = self.query_one(MonitorPanel)

@@ -17,11 +17,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from lat_core.front.client import JOB_FINAL
+from lat_core.front.client import JOB_FINAL, fmt_bytes
 from lat_core.errors import LatError
 from lat_core.contract.diagnosis import Diagnosis
 from lat_core.contract.rows import JobRow, Transition
-from lat_core.text import fmt_bytes
 from lat_tui import fmt
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
@@ -43,7 +42,7 @@ class JobScreen(Screen):
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back"),
         Binding("r", "requeue", "Requeue", tooltip="Requeue this ended job (offers resume)"),
-        Binding("c", "cancel_job", "Cancel job"),
+        Binding("c", "cancel_job", "Cancel job", tooltip="Cancel this job (a running one: press twice)"),
     ]
 
     def __init__(self, context: AppContext, job_id: int, controls: RunControls):
@@ -92,7 +91,7 @@ class JobScreen(Screen):
         if self._job is None or self._job.state != job.state:
             self.refresh_bindings()
         self._job = job
-        self.query_one("#job-title", Static).update(Text(f"job {job.id} · {job.key}", style="bold"))
+        self.query_one("#job-title", Static).update(Text(f"job {job.id} · {self.controls.name_of(job)}", style="bold"))
         self.query_one("#job-text", Static).update(describe(job, message.history))
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
@@ -107,9 +106,8 @@ class JobScreen(Screen):
             self.controls.requeue(self._job)
 
     def action_cancel_job(self) -> None:
-        if self._job and self._job.state not in JOB_FINAL:
-            self.controls.send_command("cancel_job", self._job.id, label=f"cancel {self._job.key}")
-            self.notify(f"Cancelling {self._job.key} ...")
+        if self._job:
+            self.controls.cancel_job(self._job)
 
 
 def describe(job: JobRow, history: list[Transition]) -> Text:

@@ -12,9 +12,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, SelectionList, Static
 
-from lat_core.config.datasets import KNOWN_DATASETS
 from lat_core.errors import LatError
-from lat_core.monitor.gpu import GpuSnapshot
+from lat_core.front.client import KNOWN_DATASETS, GpuSnapshot
 from lat_tui import fmt
 from lat_tui.context import AppContext
 from lat_tui.plan_form import CPU, EMPTY_FORM, PlanForm, form_from_saved_plan, problem_lines, start_run

@@ -5,6 +5,8 @@ every one starts fresh. The engine requeues them in one command, all or none."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,17 +14,18 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from lat_core.contract.job_files import requeue_start
+from lat_core.contract.commands import FRESH, RESUME
 from lat_core.contract.rows import JobSummary
+from lat_core.front.client import requeue_start
 
-RESUME, FRESH = "resume", "fresh"
 LISTED = 12  # jobs named one a line; the rest are counted
 
 
-def confirm_text(jobs: list[JobSummary]) -> Text:
+def confirm_text(jobs: list[JobSummary], name_of: Callable[[JobSummary], str]) -> Text:
+    """``name_of``: the job table's name for a job."""
     text = Text(f"Requeue {len(jobs)} failed or cancelled job{'s' if len(jobs) != 1 else ''}\n\n", style="bold")
     for job in jobs[:LISTED]:
-        text.append(f"  {job.id:>4} {job.key}  {job.state}: {requeue_start(job.job_dir, None)[1]}\n")
+        text.append(f"  {job.id:>4} {name_of(job)}  {job.state}: {requeue_start(job.job_dir, None)[1]}\n")
     if len(jobs) > LISTED:
         text.append(f"  ... and {len(jobs) - LISTED} more\n")
     text.append("\n")
@@ -46,10 +49,11 @@ class RequeueFailedConfirm(ModalScreen[str | None]):
         Binding("escape,n,q", "dismiss(None)", "Back"),
     ]
 
-    def __init__(self, jobs: list[JobSummary]):
+    def __init__(self, jobs: list[JobSummary], name_of: Callable[[JobSummary], str]):
         super().__init__()
         self.jobs = jobs
+        self.name_of = name_of
 
     def compose(self) -> ComposeResult:
         with Vertical(id="offer-box"):
-            yield Static(confirm_text(self.jobs))
+            yield Static(confirm_text(self.jobs, self.name_of))

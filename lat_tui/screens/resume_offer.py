@@ -13,14 +13,14 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from lat_core.contract.commands import FRESH, RESUME
 from lat_core.contract.rows import JobSummary
 
-RESUME, FRESH = "resume", "fresh"
 
-
-def offer_text(job: JobSummary, checkpoints: list[tuple[int, Path]]) -> Text:
+def offer_text(job: JobSummary, name: str, checkpoints: list[tuple[int, Path]]) -> Text:
+    """``name``: the job table's name for the job."""
     step, path = checkpoints[-1]
-    text = Text(f"Requeue {job.key}\n\n", style="bold")
+    text = Text(f"Requeue {name}\n\n", style="bold")
     text.append(f"It is {job.state} and left {len(checkpoints)} checkpoint(s), the newest {path.name} "
                 f"(step {step}).\n\n")
     text.append("r", style="bold")
@@ -43,11 +43,12 @@ class ResumeOffer(ModalScreen[str | None]):
         Binding("escape,q", "dismiss(None)", "Back"),
     ]
 
-    def __init__(self, job: JobSummary, checkpoints: list[tuple[int, Path]]):
+    def __init__(self, job: JobSummary, name: str, checkpoints: list[tuple[int, Path]]):
         super().__init__()
         self.job = job
+        self.name_shown = name
         self.checkpoints = checkpoints
 
     def compose(self) -> ComposeResult:
         with Vertical(id="offer-box"):
-            yield Static(offer_text(self.job, self.checkpoints))
+            yield Static(offer_text(self.job, self.name_shown, self.checkpoints))

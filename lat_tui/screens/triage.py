@@ -20,9 +20,10 @@ from lat_core.contract.diagnosis import Remedy
 from lat_core.contract.rows import JobRow
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
-from lat_tui.columns import job_name
+from lat_tui.columns import WHOLE_NAME, Shared, job_name
 
 RELOAD_AFTER_SECONDS = 1.5
+NAME_WIDTH = 28
 
 
 class TriageScreen(Screen):
@@ -41,6 +42,7 @@ class TriageScreen(Screen):
         self.controls = controls
         self._failed: dict[int, JobRow] = {}
         self._shown: int | None = None
+        self._shared = Shared()
 
     def compose(self) -> ComposeResult:
         yield Static(id="triage-title", classes="screen-title")
@@ -51,7 +53,7 @@ class TriageScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one("#failed", DataTable)
-        table.add_column("job", key="key", width=28)
+        table.add_column("job", key="key", width=NAME_WIDTH)
         table.add_column("class", key="class", width=16)
         table.add_column("why", key="title")
         self.reload()
@@ -64,6 +66,7 @@ class TriageScreen(Screen):
             self.notify(str(exc), title="Cannot read the journal", severity="error")
             return
         self._failed = {job.id: job for job in jobs if job.state == "failed"}
+        self._shared = Shared.of(list(self._failed.values()), self.controls.job_families)
         self._fill_table()
 
     def _fill_table(self) -> None:
@@ -72,7 +75,7 @@ class TriageScreen(Screen):
         table.clear()
         for job in self._failed.values():
             diagnosis = job.diagnosis
-            table.add_row(job_name(job, None, 28), diagnosis.cls if diagnosis else "?",
+            table.add_row(self._name_of(job, NAME_WIDTH), diagnosis.cls if diagnosis else "?",
                           diagnosis.title if diagnosis else job.error or "", key=str(job.id))
         count = len(self._failed)
         title = f"Triage · run {self.run_id} · {count} failed job{'s' if count != 1 else ''}"
@@ -107,10 +110,14 @@ class TriageScreen(Screen):
         if job is None:
             self.query_one("#diagnosis", Static).update(Text("No failed jobs in this run.", style="italic"))
             return
-        text = Text(f"{job.key}\n", style="bold")
+        text = Text(f"{self._name_of(job)}\n", style="bold")
         text.append((job.diagnosis.diagnosis if job.diagnosis else "") or job.error or "no diagnosis recorded")
         self.query_one("#diagnosis", Static).update(text)
         remedies.add_options([Option(remedy_label(n, r), id=r.key) for n, r in enumerate(_remedies(job), 1)])
+
+    def _name_of(self, job: JobRow, width: int = WHOLE_NAME) -> str:
+        """The job table's name; in the list, cut the way the job table cuts it."""
+        return job_name(job, self.controls.job_families.get(job.id), width, shared=self._shared)
 
     @on(OptionList.OptionSelected, "#remedies")
     def _remedy_selected(self, event: OptionList.OptionSelected) -> None:
@@ -122,7 +129,7 @@ class TriageScreen(Screen):
         if job is None:
             return
         if not 1 <= rank <= len(remedies):
-            self.notify(f"{job.key} has {len(remedies)} remed{'y' if len(remedies) == 1 else 'ies'}.",
+            self.notify(f"{self._name_of(job)} has {len(remedies)} remed{'y' if len(remedies) == 1 else 'ies'}.",
                         severity="warning")
             return
         if self.controls.requeue(job, remedies[rank - 1]):

@@ -10,13 +10,14 @@ from lat_tui.widgets.quiet import set_content
 
 
 class JobDetail(Static):
-    def show(self, job: JobSummary | None) -> None:
+    def show(self, job: JobSummary | None, name: str) -> None:
         self.set_class(bool(job and job.error), "-error")
-        set_content(self, describe_job(job) if job else Text("no job selected"))
+        set_content(self, describe_job(job, name) if job else Text("no job selected"))
 
 
-def describe_job(job: JobSummary) -> Text:
-    head = [job.key, job.state]
+def describe_job(job: JobSummary, name: str) -> Text:
+    """``name``: the job table's name for the job, untruncated."""
+    head = [name, job.state]
     if job.returncode is not None:
         head.append(f"exit {job.returncode}")
     text = Text(" · ".join(head), style="bold")

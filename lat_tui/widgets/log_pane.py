@@ -102,12 +102,13 @@ class FollowingLog(Log):
         self.following = False
         self.scroll_to(y=max(self._match_line - self.scrollable_content_region.height // 2, 0), animate=False,
                        immediate=True)
-        self.border_subtitle = f"match line {self._match_line + 1} · n/N: next/previous · end: follow"
+        self.border_subtitle = f"match line {self._match_line + 1} · n/N: next/previous · end: follow · esc: jobs"
         return self._match_line
 
 
 class LogPane(Vertical):
-    """The log and its search input (shown by ``open_search``, hidden again on enter or escape)."""
+    """The log and its search input (shown by ``open_search``, hidden again on enter, or on escape by
+    the screen, which gives the keys back to the job table)."""
 
     def __init__(self, max_lines: int, **kwargs):
         super().__init__(**kwargs)
@@ -130,15 +131,11 @@ class LogPane(Vertical):
 
     @on(Input.Submitted, "#log-search")
     def _search(self, event: Input.Submitted) -> None:
+        """The log takes the keys, so n/N walk the matches (escape, the screen's key, gives them back)."""
         event.stop()
-        self._close_search()
+        self.close_search()
+        self.log.focus()
         self.log.search(event.value.strip())
 
-    def on_key(self, event) -> None:
-        if event.key == "escape" and self.query_one("#log-search", Input).has_focus:
-            event.stop()
-            self._close_search()
-
-    def _close_search(self) -> None:
+    def close_search(self) -> None:
         self.query_one("#log-search", Input).display = False
-        self.log.focus()

@@ -13,9 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
-from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
-from lat_core.monitor.host import HostSnapshot
-from lat_core.text import fmt_bytes
+from lat_core.front.client import GpuInfo, GpuSnapshot, HostSnapshot, fmt_bytes
 from lat_tui import fmt
 from lat_tui.poll import GpuHistory
 from lat_tui.widgets.quiet import set_content, set_data

@@ -1,8 +1,7 @@
 """What the results screen shows, computed off the UI thread: tables, curves, sort orders, cells.
 
-Why running jobs are folded in: ``aggregate`` leaves unfinished jobs out of the tables (their best
-checkpoint can still change), but during a run the point of this screen is to watch evaluations
-land. A running job that already has a checkpointed validation eval is therefore added as a
+Running jobs are folded in by the core (``aggregate_live``): during a run the point of this screen
+is to watch evaluations land, so a running job with a checkpointed validation eval shows as a
 provisional result, counted apart in the ``n`` column (``2+1``: two finished seeds, one running).
 """
 
@@ -10,19 +9,15 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.style import Style
 from rich.text import Text
 
-from lat_core.results import JobResult, Report, Skipped, Table, aggregate, build_tables
-from lat_core.results.scan import CONFIG_FILE, EVENTS_FILE, build_result, parse_events
-from lat_core.results.tables import Row
+from lat_core.front.client import JobResult, Report, Row, Table, aggregate_live, build_tables
 from lat_tui.widgets.curve import Series
 
-UNFINISHED = "unfinished"
-NOT_STARTED = "not started"  # the scan's reason for a job folder without events: a queued job
 BEST_LEGEND = "* best mean of its column (mean±std over seeds; n = seeds, +k still running)"
 FIXED_COLUMNS = ("config", "n")
 
@@ -46,32 +41,11 @@ class Snapshot:
         return sum(r.job_dir in self.running for r in self.jobs(dataset, config))
 
 
-def _running_result(skipped: Skipped) -> JobResult | None:
-    """A still-running job's provisional result, reusing the core's event parsing and best choice."""
-    if not skipped.reason.startswith(UNFINISHED):
-        return None
-    try:
-        text = (skipped.path / EVENTS_FILE).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    parsed = parse_events(text)
-    if parsed.finished is not None or parsed.failed is not None:
-        return None
-    outcome = build_result(skipped.path, (skipped.path / CONFIG_FILE).is_file(), parsed)
-    return outcome if isinstance(outcome, JobResult) else None
-
-
 def load_snapshot(root: Path) -> Snapshot:
     """Aggregate ``root`` (raises ResultsError when it is not a folder); runs in a worker thread."""
-    report = aggregate(root)
-    provisional = {s.path: _running_result(s) for s in report.skipped}
-    running = tuple(r for r in provisional.values() if r is not None)
-    left = [s for s in report.skipped if provisional[s.path] is None]
-    queued = sum(s.reason.startswith(NOT_STARTED) for s in left)
-    still_skipped = tuple(s for s in left if not s.reason.startswith(NOT_STARTED))
-    merged = replace(report, results=report.results + running, skipped=still_skipped)
-    return Snapshot(report=merged, tables=tuple(build_tables(merged)),
-                    running=frozenset(r.job_dir for r in running), queued=queued)
+    live = aggregate_live(root)
+    return Snapshot(report=live.report, tables=tuple(build_tables(live.report)), running=live.running,
+                    queued=live.queued)
 
 
 # --- sorting --------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lat_core.contract.commands import CancelRun
 from lat_core.front.service import ensure_engine, open_store
 from tests.conftest import fake_job
 
@@ -52,4 +53,4 @@ def test_logs_follow_streams_and_wait_exits_like_headless(tmux, second_tmux, tmp
         screen = second_tmux.wait_for(lambda s: "wait2-rc=1" in s, 40, "wait's exit code")
         assert "1/2 jobs succeeded" in screen and f"job {bad} failed" in screen
     finally:
-        store.add_command(run_id, "cancel_run")
+        store.add_command(run_id, CancelRun())

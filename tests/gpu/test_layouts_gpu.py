@@ -6,7 +6,15 @@ mask) and packed (one row, fla's varlen path).
 Why: a graphed GLA-1.3B job's loss curve left the eager one by 22% at step 40 (bench/RESULTS.md,
 2026-11-23) while the eager trainer repeats itself exactly. Equal gradients here mean the layouts
 compute the same step, and a curve that still drifts is rounding amplified by the run; a gradient
-that differs beyond rounding is a bug in a layout."""
+that differs beyond rounding is a bug in a layout.
+
+How far is rounding: the padded layout's own gradient under a rounding of the dtype's size
+(`rounding_floor`). Fixed bounds hold for the tiny model, but GLA-1.3B's 24 random layers amplify
+rounding into the LoRA gradients: on an H200 a TF32 rounding of torch's fp32 matmuls moved one
+LoRA gradient by 88% (relative L2), while the static layout differed by 1.4% and the fixed 5e-3
+failed it (bench/RESULTS.md, 2026-11-26). So a layout's worst gradient difference is held to the
+larger of the fixed bound and the floor's worst; the loss, which is not amplified so, to the
+fixed bound."""
 import os
 
 import pytest
@@ -24,18 +32,21 @@ pytest.importorskip("fla")
 
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 2}
 GLA_1B3 = {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "vocab_size": 32000}
-# rounding bounds of the relative L2 difference: TF32 inside fla's fp32 kernels, bf16's 8 bits
+# rounding bounds of the relative L2 difference in a shallow model: TF32 inside fla's fp32 kernels,
+# bf16's 8 bits (a deep one's gradients: `rounding_floor`)
 BOUND = {"float32": 5e-3, "bfloat16": 5e-2}
 
 
-def _model_and_batches(tmp_path, sizes: dict, dtype: str, rows: int):
+def _model_and_batches(tmp_path, sizes: dict, dtype: str, rows: int, device: str = "cuda"):
+    """The model (LoRA B non-zero), the first `rows` training examples in each layout, the label ids;
+    on `device` (bench/bench_layouts.py also runs it on the CPU, whose GLA path is plain PyTorch)."""
     cfg = cfg_for(tmp_path, model={"tiny": sizes, "dtype": dtype},
                   train={"max_seq_len": 256, "batch_size": rows})
     ds = D.load_dataset(cfg.data, cfg.data_dir)
     tokenizer = load_tokenizer(cfg, D.build_tokenizer(ds))
     tokenizer.padding_side = "left"
     torch.manual_seed(cfg.seed)
-    model = wrap_peft(build_base_model(cfg, tokenizer).to("cuda"), cfg).to("cuda")
+    model = wrap_peft(build_base_model(cfg, tokenizer).to(device), cfg).to(device)
     set_logits_to_keep(model, "auto")
     with torch.no_grad():  # B = 0 at init would leave A without gradient and LoRA out of the forward
         for name, p in model.named_parameters():
@@ -50,12 +61,12 @@ def _model_and_batches(tmp_path, sizes: dict, dtype: str, rows: int):
         "static": D.TrainCollate(pad, D.Layout("static", rows=rows, widths=widths, keep_gen=2))(examples),
         "packed": D.TrainCollate(pad, D.Layout("packed"))(examples),
     }
-    return model, batches, torch.tensor(label_ids, device="cuda")
+    return model, batches, torch.tensor(label_ids, device=device)
 
 
 def _loss_and_grads(model, layout: str, batch: dict, label_ids) -> tuple[float, dict]:
     model.zero_grad(set_to_none=True)
-    batch = {k: v.to("cuda") if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    batch = {k: v.to(label_ids.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     if layout == "padded":
         loss, _ = batch_loss(model, batch, label_ids)
     elif layout == "static":
@@ -75,6 +86,29 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
+def worst_difference(grads: dict, ref: dict) -> tuple[float, str]:
+    """The largest relative L2 difference over the LoRA parameters, and that parameter's name."""
+    return max((_rel(grads[n], g), n) for n, g in ref.items() if g.norm() > 0)
+
+
+def rounding_floor(model, batches: dict, label_ids, dtype: str) -> tuple[str, float, dict]:
+    """The padded layout once more, same weights, under a rounding of the size of `dtype`'s: bf16 in
+    float32; float32 on a GPU with TF32 for torch's own matmuls (fla's kernels use TF32 inside in every
+    layout, and have no float64), on the CPU (plain PyTorch GLA) in float64. Leaves the model in
+    that dtype: call it last."""
+    padded = batches["padded"]
+    if dtype == "bfloat16":
+        return ("padded in float32", *_loss_and_grads(model.float(), "padded", padded, label_ids))
+    if label_ids.device.type == "cpu":
+        return ("padded in float64", *_loss_and_grads(model.double(), "padded", padded, label_ids))
+    before = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    try:
+        return ("padded with TF32 matmuls", *_loss_and_grads(model, "padded", padded, label_ids))
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = before
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("size", ["tiny", "gla-1.3b"])
 def test_layouts_give_one_loss_and_one_gradient(tmp_path, size, dtype):
@@ -83,10 +117,14 @@ def test_layouts_give_one_loss_and_one_gradient(tmp_path, size, dtype):
     sizes = GLA_1B3 if size == "gla-1.3b" else TINY
     model, batches, label_ids = _model_and_batches(tmp_path, sizes, dtype, rows=8)
     ref_loss, ref = _loss_and_grads(model, "padded", batches["padded"], label_ids)
-    for layout in ("static", "packed"):
-        loss, grads = _loss_and_grads(model, layout, batches[layout], label_ids)
-        worst = max((_rel(grads[n], g), n) for n, g in ref.items() if g.norm() > 0)
+    got = {layout: _loss_and_grads(model, layout, batches[layout], label_ids) for layout in ("static", "packed")}
+    floor_name, _, floor_grads = rounding_floor(model, batches, label_ids, dtype)
+    floor = worst_difference(floor_grads, ref)
+    print(f"{size} {dtype} rounding floor ({floor_name}): worst gradient relative L2 {floor[0]:.2e} ({floor[1]})")
+    worst = {layout: worst_difference(grads, ref) for layout, (_, grads) in got.items()}
+    for layout, (loss, _) in got.items():   # every layout's numbers before the first failure
         print(f"{size} {dtype} {layout}: loss {loss:.6f} vs padded {ref_loss:.6f}; "
-              f"worst gradient relative L2 {worst[0]:.2e} ({worst[1]})")
+              f"worst gradient relative L2 {worst[layout][0]:.2e} ({worst[layout][1]})")
+    for layout, (loss, _) in got.items():
         assert loss == pytest.approx(ref_loss, rel=BOUND[dtype] / 10), layout
-        assert worst[0] <= BOUND[dtype], (layout, worst)
+        assert worst[layout][0] <= max(BOUND[dtype], floor[0]), (layout, worst[layout], floor)

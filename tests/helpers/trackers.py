@@ -52,12 +52,12 @@ def wandb_records(path: Path):
 
 
 def wandb_run(path: Path) -> dict:
-    """name, group, tags, config (the last value of each key), history rows and exit code of a run."""
+    """id, name, group, tags, config (the last value of each key), history rows and exit code of a run."""
     run = {"config": {}, "history": [], "exit_code": None}
     for r in wandb_records(path):
         kind = r.WhichOneof("record_type")
         if kind == "run":
-            run.update(name=r.run.display_name, group=r.run.run_group, tags=list(r.run.tags))
+            run.update(id=r.run.run_id, name=r.run.display_name, group=r.run.run_group, tags=list(r.run.tags))
             run["config"].update({i.key: json.loads(i.value_json) for i in r.run.config.update})
         elif kind == "config":
             run["config"].update({i.key: json.loads(i.value_json) for i in r.config.update})
@@ -69,5 +69,6 @@ def wandb_run(path: Path) -> dict:
 
 
 def wandb_runs(folder: Path) -> list[dict]:
-    """Every offline run under ``folder``/wandb (latest-run is a link to one of them)."""
+    """Every offline run under ``folder``/wandb, oldest first (latest-run is a link to one of them);
+    a resumed run has a folder per attempt, all with its id, which `wandb sync` uploads in this order."""
     return [wandb_run(p) for p in sorted((Path(folder) / "wandb").glob("offline-run-*/run-*.wandb"))]

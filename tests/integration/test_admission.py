@@ -2,6 +2,7 @@
 
 import time
 
+from lat_core.contract.commands import CancelRun
 from lat_core.engine.admission import GiB, AdmissionPolicy
 from lat_core.engine.loop import Engine
 from lat_core.monitor.fake_nvml import FakeNvml
@@ -86,7 +87,7 @@ def test_plan_min_free_threshold_holds_jobs_on_a_busy_gpu(tmp_path):
     fake.gpus[0].used = 10 * GiB
     engine.tick()
     assert store.jobs(run_id)[0].state == "running"
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     while engine.tick():
         time.sleep(0.05)
 
@@ -103,7 +104,7 @@ def test_an_unknown_job_settles_at_its_first_logged_step_not_after_settle_s(tmp_
     store.set_progress(first.id, 1, 2.5)  # the first training step: activations and optimizer state exist
     engine.tick()
     assert store.jobs(run_id)[1].state == "running"
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     while engine.tick():
         time.sleep(0.05)
 
@@ -122,7 +123,7 @@ def test_an_unmeasured_config_borrows_a_settled_siblings_footprint(tmp_path):
     states = [j.state for j in store.jobs(run_id)]
     assert states == ["running", "running", "queued"]
     assert store.jobs(run_id)[2].waiting.startswith("needs 37.5G GPU memory")
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     while engine.tick():
         time.sleep(0.05)
 
@@ -170,7 +171,7 @@ def prior_engine(store, fake, **policy):
 
 
 def cancel_all(store, engine, run_id):
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     while engine.tick():
         time.sleep(0.05)
 
@@ -200,7 +201,7 @@ def test_unmeasured_job_waits_when_free_memory_is_below_its_prior(tmp_path):
 
 
 def test_a_second_prior_job_waits_for_what_the_first_still_claims(tmp_path):
-    from lat_core.engine.memory_prior import job_prior
+    from lat_core.config.memory_prior import job_prior
 
     jobs = [configured_job(tmp_path, f"c{i}", GLA_13B_BENCH, sleep=2.0) for i in range(2)]
     prior = job_prior(jobs[0]["job_dir"], {}).gpu_bytes

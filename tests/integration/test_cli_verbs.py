@@ -83,7 +83,8 @@ def test_wait_and_follow_exit_like_headless(finished):
     assert out.returncode == 1 and "1/2 jobs succeeded" in out.stdout and "bad" in out.stdout
     follow = lat(state, "follow")
     assert follow.returncode == 1
-    assert f"job {jobs['ok'].id} ok: queued -> running" in follow.stdout and "1/2 jobs succeeded" in follow.stdout
+    # the job table's name for the job ("ok 1:tiny-sst2"), not its key
+    assert f"job {jobs['ok'].id} ok 1:tiny-sst2: queued -> running" in follow.stdout and "1/2 jobs succeeded" in follow.stdout
 
 
 def test_cancel_needs_a_job_or_all(finished):
@@ -112,11 +113,12 @@ def test_requeue_offers_resume_when_a_failed_job_has_checkpoints(finished):
 def test_status_into_a_closed_pipe_ends_quietly(finished):
     state, _, _ = finished
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(state)}
-    for verb in ("status", "runs", "follow"):
+    for verb in ("status", "runs", "follow", "suites"):
         # the reader closes its end at once, so the verb's first write meets a closed pipe
         out = subprocess.run(f"{sys.executable} -m lat_tui.cli {verb} | (exec 0<&-; sleep 3)", shell=True,
                              capture_output=True, text=True, env=env, timeout=60)
         assert "BrokenPipeError" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert "Broken pipe" not in out.stderr, out.stderr  # a pipe is not a journal fault
 
 
 def test_help_lists_every_subcommand_and_every_argument_has_help():
@@ -165,3 +167,26 @@ def test_pause_on_a_finished_run_is_refused_by_the_engine(finished):
     assert out.returncode == 1
     assert out.stdout.strip() == f"pause: rejected run {run_id} is finished; only an active run can be paused"
     assert json.loads(lat(state, "status", "--json").stdout)["run"]["paused"] is False
+
+
+def test_triage_takes_a_job_id_like_every_other_verb(finished):
+    state, _, jobs = finished
+    by_id = lat(state, "triage", str(jobs["bad"].id))
+    by_folder = lat(state, "triage", jobs["bad"].job_dir)
+    assert by_id.returncode == 0, by_id.stderr
+    assert by_id.stdout == f"job {jobs['bad'].id} bad 1:tiny-sst2\n" + by_folder.stdout  # the table's name
+    assert by_folder.stdout.startswith("python_exception") and "injected failure of bad" in by_folder.stdout
+
+
+@pytest.mark.parametrize("verb", ["show", "logs", "triage", "cancel", "requeue", "wait"])
+def test_a_wrong_job_id_is_a_usage_error_naming_the_run(finished, verb):
+    state, run_id, _ = finished
+    out = lat(state, verb, "999")
+    assert out.returncode == 2
+    assert f"no job 999 in run {run_id}" in out.stderr and "Journal problem" not in out.stderr, out.stderr
+
+
+def test_a_job_of_another_run_than_the_one_named_says_which_run_it_is_in(finished):
+    state, run_id, jobs = finished
+    out = lat(state, "wait", str(jobs["ok"].id), "--run", str(run_id + 1))
+    assert out.returncode == 2 and f"it is a job of run {run_id} (--run {run_id})" in out.stderr, out.stderr

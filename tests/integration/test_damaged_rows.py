@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
+from lat_core.contract.commands import CancelRun
 from lat_core.contract.states import JobState
 from lat_core.engine.loop import Engine
 from tests.conftest import fake_job
@@ -46,6 +47,6 @@ def test_a_run_whose_saved_plan_is_damaged_can_still_be_cancelled(tmp_path):
     store = make_run(tmp_path, [])[0]
     damaged = store.create_run("fuse: sometimes\n", str(tmp_path / "out"), [CPU], 0.0)
     store.add_jobs(damaged, [fake_job(tmp_path, "b", sleep=0.1)])
-    store.add_command(damaged, "cancel_run")
+    store.add_command(damaged, CancelRun())
     drain(store)
     assert store.run(damaged).state == "cancelled" and store.jobs(damaged)[0].state == "cancelled"

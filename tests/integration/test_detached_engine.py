@@ -7,6 +7,7 @@ import sys
 import time
 
 
+from lat_core.contract.commands import CancelRun
 from lat_core.front.service import EngineLock, ensure_engine, open_store
 from tests.conftest import fake_job
 from tests.integration.test_engine import CPU
@@ -45,7 +46,7 @@ def test_second_engine_process_refuses(tmp_path):
     out = subprocess.run([sys.executable, "-m", "lat_core.engine", "--state-dir", str(state)],
                          capture_output=True, text=True, timeout=30)
     assert "another engine already serves" in out.stdout
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     wait_for(lambda: store.run(run_id).state == "cancelled", what="cancel")
 
 

@@ -5,6 +5,7 @@ import time
 
 import psutil
 
+from lat_core.contract.commands import CancelJob, CancelRun, SkipCountdown
 from lat_core.engine.loop import Engine
 from lat_core.contract.journal import Store
 from tests.conftest import fake_job, intervals, max_overlap
@@ -96,7 +97,7 @@ def test_countdown_holds_launches_until_skipped(tmp_path):
         time.sleep(0.05)
     assert store.run(run_id).state == "countdown"
     assert store.jobs(run_id)[0].state == "queued"
-    store.add_command(run_id, "skip_countdown")
+    store.add_command(run_id, SkipCountdown())
     drain(store)
     assert store.jobs(run_id)[0].state == "succeeded"
     kinds = [t.new_state for t in store.transitions(run_id) if t.job_id is None]
@@ -117,7 +118,7 @@ def test_cancel_running_job_kills_its_process_group(tmp_path):
         time.sleep(0.05)
     trainer_pid = int((tmp_path / "record" / "slow.log").read_text().split()[2])
     job = store.jobs(run_id)[0]
-    store.add_command(run_id, "cancel_job", job_id=job.id)
+    store.add_command(run_id, CancelJob(job.id))
     drain(store, timeout=30)
     job = store.job(job.id)
     assert job.state == "cancelled" and job.error == "cancelled by user"
@@ -128,7 +129,7 @@ def test_cancel_running_job_kills_its_process_group(tmp_path):
 def test_cancel_run_during_countdown_starts_nothing(tmp_path):
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "a"), fake_job(tmp_path, "b")],
                              countdown_until=time.time() + 3600)
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     drain(store)
     assert store.run(run_id).state == "cancelled"
     assert [j.state for j in store.jobs(run_id)] == ["cancelled", "cancelled"]

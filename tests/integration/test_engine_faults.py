@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lat_core.contract.commands import CancelJob, CancelRun, RequeueJob, ResumeRun
 from lat_core.engine.backends.local import LocalBackend
 from lat_core.engine.launch import Launched, launch, process_start_time
 from lat_core.engine.loop import Engine
@@ -214,9 +215,9 @@ def test_a_run_whose_tick_raises_is_told_and_retried_and_other_runs_drain(tmp_pa
     told = f"engine error: {told}"
     status(["--state-dir", str(tmp_path / "state"), "--run", str(broken)])
     assert told in capsys.readouterr().out
-    progress = [progress_line(t, None, 0.0) for t in store.transitions(broken) if t.job_id is None]
+    progress = [progress_line(t, None, 0.0, "") for t in store.transitions(broken) if t.job_id is None]
     assert any(f"run {broken}: {told}" in line for line in progress)  # what headless prints
-    store.add_command(broken, "cancel_run")  # a broken run can always be cleared
+    store.add_command(broken, CancelRun())  # a broken run can always be cleared
     drain(store, engine)
     assert store.run(broken).state is RunState.CANCELLED and store.jobs(broken)[0].state is JobState.CANCELLED
     assert launches(tmp_path, "a") == 0 and store.engine_error(broken) is None
@@ -321,11 +322,11 @@ def test_a_job_stuck_running_without_an_attempt_is_cancellable(tmp_path):
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "stuck")])
     job = store.jobs(run_id)[0]
     store.set_job_state(job.id, JobState.RUNNING, "an old engine's half-written launch")
-    store.add_command(run_id, "cancel_job", job.id)
+    store.add_command(run_id, CancelJob(job.id))
     drain(store)
     job = store.jobs(run_id)[0]
     assert job.state is JobState.CANCELLED and launches(tmp_path, "stuck") == 0
-    assert store.command(1)["status"] == "done"
+    assert store.command(1).status == "done"
 
 
 # ---------------------------------------------------------------------------- lost journal tail
@@ -371,22 +372,22 @@ def test_a_job_whose_launch_never_happened_is_cancellable(tmp_path):
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "never")])
     crash_after_attempt_row(store, run_id)
     job = store.jobs(run_id)[0]
-    store.add_command(run_id, "cancel_job", job.id)
+    store.add_command(run_id, CancelJob(job.id))
     drain(store, Engine(store, clock=lambda: time.time() + LAUNCH_GRACE_S + 1))
     assert_settled(store, run_id, tmp_path, launched=0)
     job = store.jobs(run_id)[0]
     assert job.state is JobState.CANCELLED and job.error == "cancelled by user"
-    assert store.command(1)["status"] == "done"
+    assert store.command(1).status == "done"
 
 
 def test_a_job_stuck_running_without_an_attempt_can_be_requeued_and_runs_once(tmp_path):
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "stuck")])
     job = store.jobs(run_id)[0]
     store.set_job_state(job.id, JobState.RUNNING, "an old engine's half-written launch")
-    store.add_command(run_id, "requeue", job.id)
+    store.add_command(run_id, RequeueJob(job.id))
     drain(store)
     assert_settled(store, run_id, tmp_path, launched=1)
-    assert store.jobs(run_id)[0].state is JobState.SUCCEEDED and store.command(1)["status"] == "done"
+    assert store.jobs(run_id)[0].state is JobState.SUCCEEDED and store.command(1).status == "done"
 
 
 def test_the_detached_engine_survives_what_froze_the_queue_on_main(tmp_path):
@@ -442,8 +443,8 @@ def test_a_full_output_disk_pauses_the_run_once_and_fails_only_the_jobs_that_hit
     assert "Traceback" not in capfd.readouterr().err
     (out / "filler").unlink()  # the user frees space, requeues the failed jobs and resumes
     for job in failed:
-        store.add_command(run_id, "requeue", job.id)
-    store.add_command(run_id, "resume")
+        store.add_command(run_id, RequeueJob(job.id))
+    store.add_command(run_id, ResumeRun())
     drain(store, engine)
     assert [j.state for j in store.jobs(run_id)] == [JobState.SUCCEEDED] * 8
 

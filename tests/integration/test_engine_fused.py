@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lat_core.contract.commands import AddJobs, CancelJob, CancelRun
 from lat_core.engine import groups
 from lat_core.engine.fusion import read_group_limit, read_group_ref
 from lat_core.engine.launch import launch
@@ -76,6 +77,8 @@ def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base)
     assert len({a[0].pid for a in attempts.values()}) == 1  # one process for the three
     assert all(any(t.new_state == "fused" for t in store.transitions(run_id) if t.job_id == j.id)
                for j in fused.values())
+    said = {t.detail for t in store.transitions(run_id) if t.new_state == "fused"}  # one line for the group
+    assert len(said) == 1 and said.pop().endswith(f"one process for jobs {', '.join(str(j.id) for j in fused.values())} on cpu")
     alone_store, alone_id = make_run(tmp_path / "alone", base, "auto")   # the default: on the CPU, alone
     drain(Engine(alone_store))
     alone = by_key(alone_store, alone_id)
@@ -107,7 +110,7 @@ def test_cancel_of_one_member_leaves_the_others_running(tmp_path, base):
     store, run_id = make_run(tmp_path, base, "true", b=LONG)
     engine = Engine(store)
     drain(engine, until=lambda: stepped(by_key(store, run_id)["b"]))
-    store.add_command(run_id, "cancel_job", job_id=by_key(store, run_id)["b"].id)
+    store.add_command(run_id, CancelJob(by_key(store, run_id)["b"].id))
     drain(engine)
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "cancelled", "c": "succeeded"}
@@ -247,7 +250,7 @@ def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_sl
     engine = Engine(store)
     drain(engine, until=lambda: stepped(by_key(store, run_id)["a"]))
     assert processes_under(tmp_path)
-    store.add_command(run_id, "cancel_run")  # lat-tui cancel --all
+    store.add_command(run_id, CancelRun())  # lat-tui cancel --all
     drain(engine, timeout=120)
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "cancelled" for k in MEMBERS}
@@ -256,7 +259,7 @@ def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_sl
     left = processes_under(tmp_path)  # the trainer is gone; its runner may still be exiting after its record
     assert all(title_of(p.pid).startswith("lat runner: ") for p in left), [title_of(p.pid) for p in left]
     assert not psutil.wait_procs(left, timeout=10)[1]
-    store.add_command(run_id, "add_jobs", jobs=[fake_job(tmp_path, "z", sleep=0.1)])
+    store.add_command(run_id, AddJobs((fake_job(tmp_path, "z", sleep=0.1),)))
     drain(engine, timeout=60)
     assert by_key(store, run_id)["z"].state == "succeeded"  # the group's slot is free again
 

@@ -146,7 +146,8 @@ def test_runs_of_a_group_that_dies_close_as_crashed(tmp_path, base, tracker_env)
     env = {**os.environ, "WANDB_DIR": str(d), "PYTHONPATH": str(ROOT)}
     begin = {"job_yaml": str(d / "job.yaml"), "report_to": ["wandb"], "run_name": "a@3:tiny-sst2", "max_steps": 6,
              "start": 0, "model_config": {"model_type": "gla"}, "peft_config": {"default": {"r": 8}},
-             "num_parameters": 10, "trainable_parameters": 2, "device": "cpu", "train_examples": 200}
+             "num_parameters": 10, "trainable_parameters": 2, "device": "cpu", "train_examples": 200,
+             "tracker_run": {"id": "a3", "continued": False}}
     lines = [{"begin": begin}, {"step": 1, "logs": {"loss": 3.5, "epoch": 1 / 6}},
              {"step": 2, "logs": {"loss": 3.25, "epoch": 2 / 6}}]
     done = subprocess.run([sys.executable, "-m", "lat_core.train.fused.trackers"], env=env, cwd=ROOT, timeout=300,
@@ -163,7 +164,8 @@ def test_a_tracker_writer_is_titled_with_its_member(tmp_path, base, tracker_env)
     d = job_dir(tmp_path, "a", base, train={"report_to": ["tensorboard"]}, seed=3)
     begin = {"job_yaml": str(d / "job.yaml"), "report_to": ["tensorboard"], "run_name": "a@3:tiny-sst2",
              "max_steps": 6, "start": 0, "model_config": {"model_type": "gla"}, "peft_config": {"default": {"r": 8}},
-             "num_parameters": 10, "trainable_parameters": 2, "device": "cpu", "train_examples": 200}
+             "num_parameters": 10, "trainable_parameters": 2, "device": "cpu", "train_examples": 200,
+             "tracker_run": {"id": "a3", "continued": False}}
     writer = subprocess.Popen([sys.executable, "-m", "lat_core.train.fused.trackers"], cwd=ROOT, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE)

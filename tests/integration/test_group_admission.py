@@ -6,7 +6,7 @@ import pytest
 
 from lat_core.contract.devices import Device
 from lat_core.engine.admission import GiB, Admission, AdmissionPolicy
-from lat_core.engine.memory_prior import job_prior
+from lat_core.config.memory_prior import job_prior
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.monitor.host import HostSnapshot

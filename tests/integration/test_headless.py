@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lat_core.contract.commands import CancelRun
 from lat_core.front.service import open_store
 from lat_tui.cli import main
 
@@ -92,7 +93,7 @@ def test_status_prints_the_latest_run_and_restarts_its_dead_engine(tmp_path, cap
     assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
     text = capsys.readouterr().out
     assert f"run {run_id}: countdown; engine restarted" in text and "a 1:d" in text and "queued" in text
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     deadline = time.time() + 60
     while EngineLock(tmp_path / "state").is_held():
         assert time.time() < deadline, "the restarted engine did not exit after the cancel"
@@ -120,6 +121,13 @@ def test_status_names_jobs_as_the_tui_does(tmp_path, capsys):
     assert "mamba/tiny_lora 1:tiny-sst2" in row and "failed" in row
     assert f"  {job_id} mamba/tiny_lora 1:tiny-sst2: exit 1" in text
     assert job_name(store.job(job_id), "mamba") == "mamba/tiny_lora 1:tiny-sst2"  # the TUI's name
+    # one name everywhere: the progress stream, show, wait and triage say it too
+    (job_dir / "train.log").write_text("Traceback (most recent call last):\nRuntimeError: boom\n")
+    state = ["--state-dir", str(tmp_path / "state")]
+    for verb in (["follow"], ["show", str(job_id)], ["wait"], ["triage", str(job_id)]):
+        main([*verb, *state])
+        text = "\n".join(line for line in capsys.readouterr().out.splitlines() if str(tmp_path) not in line)
+        assert "mamba/tiny_lora 1:tiny-sst2" in text and "tiny-sst2_seed1/tiny_lora" not in text, (verb, text)
 
 
 @pytest.mark.slow
@@ -142,3 +150,20 @@ def test_two_front_ends_at_once_share_one_engine_and_never_double_launch(tmp_pat
         assert len(starts) == 1
     engine_log = (state / "engine.log").read_text()
     assert engine_log.count("serving") + engine_log.count("another engine already serves") >= 1
+
+
+def test_the_progress_stream_says_a_fused_groups_line_once(tmp_path, capsys):
+    """Each member's history holds the group's line; the stream prints it at the first member."""
+    store = open_store(tmp_path / "state")
+    run_id = store.create_run("p", str(tmp_path), [{"id": "gpu0", "slots": 1, "env": {}}], 0.0)
+    ids = store.add_jobs(run_id, [{"key": f"d_seed1/c{n}", "suite": "s", "round": 1, "stem": f"c{n}", "seed": 1,
+                                   "dataset": "d", "job_dir": str(tmp_path / f"c{n}"), "argv": ["x"], "env": {}}
+                                  for n in range(4)])
+    line = f"group {ids[0]}.1: one process for jobs {', '.join(map(str, ids))} on gpu0"
+    for job_id in ids:
+        store.add_transition(run_id, job_id, "fused", line)
+        store.set_job_state(job_id, "running", "attempt 1 on gpu0", attempts=1)
+    store.set_run_state(run_id, "cancelled")
+    main(["follow", "--state-dir", str(tmp_path / "state")])
+    text = capsys.readouterr().out
+    assert text.count(line) == 1 and text.count("queued -> running") == 4, text

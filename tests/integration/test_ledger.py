@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from lat_core.contract.commands import CancelRun
 from lat_core.contract.devices import cpu_device
 from lat_core.front.service import EngineLock, open_store
 from lat_core.contract.journal import Store
@@ -82,7 +83,7 @@ def _cancel_and_stop(state, procs):
             proc.communicate()
     store = open_store(state)
     for run in store.active_runs():
-        store.add_command(run.id, "cancel_run")
+        store.add_command(run.id, CancelRun())
     lock, deadline = EngineLock(state), time.time() + 60
     while lock.is_held() and time.time() < deadline:  # the engine ends once the run is cancelled
         time.sleep(0.2)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from lat_core.contract.commands import CancelRun
 from lat_core.engine.loop import Engine
 from lat_core.contract.devices import Device
 from lat_core.engine.placement import distributed_argv, find_free_port, placements, slots_used
@@ -46,7 +47,7 @@ def test_gang_job_takes_all_its_slots_at_once_and_never_partially(tmp_path):
     engine.tick()
     states = {j.key: j.state for j in store.jobs(run_id)}
     assert states == {"single": "running", "gang": "queued"}  # 1 slot free of the 2 it needs
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     drain(store)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 
+from lat_core.contract.commands import CancelRun
 from lat_core.engine.loop import Engine
 from lat_core.titles import display_name
 from lat_tui.columns import job_name
@@ -35,7 +36,7 @@ def runner_and_trainer(store, job) -> tuple[int, int]:
 
 
 def cancel_all(store, run_id, engine) -> None:
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     drain(engine, timeout=120)
 
 
@@ -91,5 +92,5 @@ def test_the_engine_names_its_state_directory_and_a_runner_of_another_command_it
         assert title_of(runner) == "lat runner: slow"  # a job folder without job.yaml: its name
         assert display_name(None, "slow", 1, "x") == "slow 1:x"
     finally:
-        store.add_command(run_id, "cancel_run")
+        store.add_command(run_id, CancelRun())
         engine.wait(timeout=60)

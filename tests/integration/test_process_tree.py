@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lat_core.contract.commands import CancelJob
 from lat_core.containment import ContainmentError, contain, release
 from lat_core.engine.backends.local import LocalBackend
 from lat_core.engine.loop import Engine
@@ -103,7 +104,7 @@ def test_cancel_stops_the_whole_tree_setsid_children_included(tmp_path, containm
     engine = Engine(store)
     tick_until(engine, lambda: (tmp_path / "record" / "slow.pids").exists())
     job = store.jobs(run_id)[0]
-    store.add_command(run_id, "cancel_job", job_id=job.id)
+    store.add_command(run_id, CancelJob(job.id))
     drain(engine)
     assert store.job(job.id).state == "cancelled"
     assert not any(alive(pid) for pid in pids_of(tmp_path, "slow"))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lat_core.contract.commands import RequeueJob
 from lat_core.front.jobs import JobSpec, materialize, resolve_config
 from lat_core.front.plan import Plan
 from lat_core.front.service import ensure_engine, open_store
@@ -152,7 +153,7 @@ def test_a_remedy_that_cannot_act_is_rejected_and_changes_nothing(tmp_path):
     store, run_id, state = start(tmp_path, [job], devices=[GPUS[0]])
     job_id = store.jobs(run_id)[0].id
     assert "avoid_device" not in offered(wait_attempt(store, job_id, 1))  # no other GPU: not offered
-    store.add_command(run_id, "requeue", job_id=job_id, remedy="avoid_device")
+    store.add_command(run_id, RequeueJob(job_id, remedy="avoid_device"))
     ensure_engine(state)
     deadline = time.time() + 60
     while not any(t.new_state == "command:requeue" for t in store.transitions(run_id, job_id=job_id)):
@@ -183,7 +184,7 @@ def test_slurm_time_and_mem_remedies_change_the_next_submission(slurm_cluster, t
         text = (FIXTURES / fixture).read_text()
         diagnosis = slurm_diagnosis(parse_sacct(text, text.split("|")[0]), options)  # what Slurm's verdict offers
         store.set_job_state(job_id, "failed", "triaged", diagnosis=diagnosis)
-        store.add_command(run_id, "requeue", job_id=job_id, remedy=key)
+        store.add_command(run_id, RequeueJob(job_id, remedy=key))
         drain(engine)
         assert expected in scontrol_job(store.attempts(job_id)[-1].pid)
     assert store.job(job_id).backend_options == {"time": "10", "mem": "200M"}

@@ -3,10 +3,11 @@ trainers): stale waiting reasons, a succeeded job requeued, resume/fresh, pause 
 
 import time
 
+from lat_core.contract.commands import CancelRun, PauseRun, RequeueJob
 from lat_core.engine.loop import Engine
 from lat_core.engine.requeue import restart_argv
 from tests.conftest import fake_job
-from tests.integration.test_control import tick_until
+from tests.integration.test_control import raw_command, tick_until
 from tests.integration.test_engine import CPU, drain, make_run
 
 STALE = "waiting for the warm-start process to import torch, transformers, peft (15s)"
@@ -27,11 +28,11 @@ def test_every_queued_job_passed_over_gets_the_current_reason(tmp_path):
     tick_until(engine, lambda: store.jobs(run_id)[0].state == "running")
     engine.tick()
     assert [j.waiting for j in store.jobs(run_id)[1:]] == ["no free slot on cpu"] * 2
-    store.add_command(run_id, "pause")
+    store.add_command(run_id, PauseRun())
     tick_until(engine, lambda: store.run(run_id).paused)
     engine.tick()
     assert [j.waiting for j in store.jobs(run_id)[1:]] == ["admission paused"] * 2
-    store.add_command(run_id, "cancel_run")
+    store.add_command(run_id, CancelRun())
     drain(store)
 
 
@@ -40,7 +41,7 @@ def test_requeue_of_a_succeeded_job_starts_a_new_attempt_cleanly(tmp_path):
     drain(store)
     job = store.jobs(run_id)[0]
     assert job.state == "succeeded"
-    store.add_command(run_id, "requeue", job_id=job.id)
+    store.add_command(run_id, RequeueJob(job.id))
     drain(store)
     job = store.job(job.id)
     assert job.state == "succeeded" and job.attempts == 2, job.error
@@ -51,11 +52,11 @@ def test_requeue_resume_and_fresh_give_the_trainer_its_flag(tmp_path):
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "bad", exit_code=3)])
     drain(store)
     job = store.jobs(run_id)[0]
-    store.add_command(run_id, "requeue", job_id=job.id, start="resume")
+    store.add_command(run_id, RequeueJob(job.id, start="resume"))
     drain(store)
-    store.add_command(run_id, "requeue", job_id=job.id, start="fresh")
+    store.add_command(run_id, RequeueJob(job.id, start="fresh"))
     drain(store)
-    store.add_command(run_id, "requeue", job_id=job.id, start="sideways")
+    raw_command(store, run_id, "requeue", '{"start": "sideways"}', job_id=job.id)  # no front end can send it
     drain(store)
     assert starts(tmp_path, "bad") == ["", "--resume", "--overwrite"]
     answers = [t.detail for t in store.transitions(run_id, job_id=job.id) if t.new_state == "command:requeue"]
@@ -65,13 +66,13 @@ def test_requeue_resume_and_fresh_give_the_trainer_its_flag(tmp_path):
 def test_pause_on_an_ended_run_is_rejected_and_requeue_clears_a_stale_pause(tmp_path):
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "bad", exit_code=3)])
     drain(store)
-    store.add_command(run_id, "pause")
+    store.add_command(run_id, PauseRun())
     drain(store)
     answer = [t.detail for t in store.transitions(run_id) if t.new_state == "command:pause"][-1]
     assert answer == f"rejected run {run_id} is finished; only an active run can be paused"
     assert not store.run(run_id).paused
     store.set_paused(run_id, True)  # a pause left over from before the rule
-    store.add_command(run_id, "requeue", job_id=store.jobs(run_id)[0].id)
+    store.add_command(run_id, RequeueJob(store.jobs(run_id)[0].id))
     started = time.time()
     drain(store, timeout=30)
     assert store.jobs(run_id)[0].attempts == 2 and not store.run(run_id).paused

@@ -6,6 +6,7 @@ import signal
 
 import psutil
 
+from lat_core.contract.commands import CancelJob, CancelRun, RequeueJob, RequeueJobs
 from lat_core.engine.loop import Engine
 from tests.conftest import fake_job
 from tests.integration.test_cli_verbs import lat
@@ -22,7 +23,7 @@ def finished_runs(tmp_path):
     store, a = make_run(tmp_path, [fake_job(tmp_path, "ok"), fake_job(tmp_path, "bad", exit_code=3),
                                    fake_job(tmp_path, "kept", exit_code=3), fake_job(tmp_path, "early")])
     early = {j.key: j for j in store.jobs(a)}["early"]
-    store.add_command(a, "cancel_job", job_id=early.id)
+    store.add_command(a, CancelJob(early.id))
     drain(store)
     checkpoint = tmp_path / "out" / "kept" / "checkpoint-5"
     checkpoint.mkdir()
@@ -84,15 +85,15 @@ def test_a_batch_with_one_job_that_cannot_be_requeued_requeues_none(tmp_path):
     lists it rejected as a whole, and the other listed job stays failed."""
     store, a, _ = finished_runs(tmp_path)
     ids = {j.key: j.id for j in store.jobs(a)}
-    store.add_command(a, "requeue", job_id=ids["bad"])
-    store.add_command(a, "requeue_jobs", jobs=[ids["bad"], ids["kept"]])
+    store.add_command(a, RequeueJob(ids["bad"]))
+    store.add_command(a, RequeueJobs((ids["bad"], ids["kept"])))
     Engine(store).tick()
     answer = [t.detail for t in store.transitions(a) if t.new_state == "command:requeue_jobs"]
     assert answer == ["rejected nothing was requeued: only failed or cancelled jobs are requeued with the failed "
                       "ones; bad is queued"]
     assert store.job(ids["kept"]).state == "failed" and store.job(ids["kept"]).argv == store.jobs(a)[2].argv
     assert "--resume" not in store.job(ids["kept"]).argv
-    store.add_command(a, "cancel_run")
+    store.add_command(a, CancelRun())
     drain(store)
 
 

@@ -33,6 +33,11 @@ from lat_core.front.service import EngineLock, prepare_run
 from lat_core.train.pretrain_config import PretrainConfigError
 from lat_tui.cli import build_parser, main, plan_from_args
 
+
+def HUB_UP(environ):  # these tests read what a runbook's command means; the preflight's own tests probe the hub
+    return None
+
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "datasets"
 SUITES = {"E1": 1, "E4": 1, "E5": 1, "E8": 1, "E15": 3, "E155": 1}   # suite -> rounds in the tiny tree
@@ -163,7 +168,7 @@ def test_batch_command_means_what_the_runbook_says(section, env, flags, configs,
     plan = plan_from_args(args)
     gpus = [int(g) for g in args.gpus.split()]
     slots = [int(s) for s in args.gpu_plan.split(",")]
-    prepared = prepare_run(plan, registry=SuiteRegistry(configs), probe=GpuProbe(FakeNvml.with_gpus(8)),
+    prepared = prepare_run(plan, registry=SuiteRegistry(configs), hub_probe=HUB_UP, probe=GpuProbe(FakeNvml.with_gpus(8)),
                            environ=environ)
     assert [d.label.split()[:2] for d in prepared.devices] == [["GPU", str(g)] for g in gpus]
     assert [d.slots for d in prepared.devices] == (slots * len(gpus) if len(slots) == 1 else slots)
@@ -598,7 +603,7 @@ def test_email_yaml_notice_switches_and_transport_mean_what_the_runbook_says(con
     assert off["on"] == [] and not Notices.from_config(off, {}).emit("finish", "s", "b")   # all off: no mail
     plan = plan_from_args(build_parser().parse_args(shlex.split('--suite E4 --pairs 87:glue-tvt_cola --gpus cpu')
                                                      + ["--configs", str(configs), "--output-root", str(tmp_path)]))
-    prepared = prepare_run(plan, registry=SuiteRegistry(configs), environ={"SWANLAB_EMAIL_YAML": str(settings)})
+    prepared = prepare_run(plan, registry=SuiteRegistry(configs), hub_probe=HUB_UP, environ={"SWANLAB_EMAIL_YAML": str(settings)})
     saved = yaml.safe_load(prepared.plan.to_yaml())["notify"]   # what the journal keeps
     assert saved["email"]["password"] == "***" and SMTP_PASSWORD not in prepared.plan.to_yaml()
 
@@ -667,14 +672,14 @@ def test_data_and_hp_seed_of_the_round_script_are_the_pair(configs, tmp_path, mo
     monkeypatch.setenv("GPU_IDS", "7")
     plan = plan_from_args(build_parser().parse_args(["E5", "all", "--configs", str(configs)]))
     assert [str(p) for p in plan.pairs] == ["87:spider-tvt"]
-    prepared = prepare_run(plan, registry=SuiteRegistry(configs), probe=GpuProbe(FakeNvml.with_gpus(8)),
+    prepared = prepare_run(plan, registry=SuiteRegistry(configs), hub_probe=HUB_UP, probe=GpuProbe(FakeNvml.with_gpus(8)),
                            environ=dict(os.environ))
     assert [(j.key, j.seed, j.config["data"]) for j in prepared.jobs] == [("spider-tvt_seed87/E5_tiny", 87, "spider-tvt")]
 
     # --pairs given: DATA must name the same dataset (it would otherwise train one and file another)
     plan = plan_from_args(build_parser().parse_args(["E5", "all", "--pairs", "87:samsum", "--configs", str(configs)]))
     with pytest.raises(ConfigError, match=r"DATA=spider-tvt would replace the dataset of pair 87:samsum"):
-        prepare_run(plan, registry=SuiteRegistry(configs), probe=GpuProbe(FakeNvml.with_gpus(8)),
+        prepare_run(plan, registry=SuiteRegistry(configs), hub_probe=HUB_UP, probe=GpuProbe(FakeNvml.with_gpus(8)),
                     environ=dict(os.environ))
 
     monkeypatch.delenv("HP_SEED")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lat_core.contract.commands import CancelJob
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.slurm import SlurmBackend, SlurmError, find_submitted, job_name_for
 from lat_core.config.slurm_options import double_mem, option_problems, time_minutes, validate_options
@@ -266,7 +267,7 @@ def test_engine_cancel_goes_through_scancel(slurm_cluster, tmp_path):
         time.sleep(0.2)
     job = store.jobs(run_id)[0]
     slurm_id = store.attempts(job.id)[0].pid
-    store.add_command(run_id, "cancel_job", job_id=job.id)
+    store.add_command(run_id, CancelJob(job.id))
     drain(engine, timeout=30)
     job = store.job(job.id)
     assert job.state == "cancelled" and job.error == "cancelled by user"
@@ -445,7 +446,7 @@ def test_array_task_failure_and_cancel_stay_in_their_task(slurm_cluster, tmp_pat
         engine.tick()
         time.sleep(0.2)
     by_key = {j.key: j for j in store.jobs(run_id)}
-    store.add_command(run_id, "cancel_job", job_id=by_key["slow"].id)
+    store.add_command(run_id, CancelJob(by_key["slow"].id))
     engine.tick()
     assert store.job(by_key["ok"].id).state == "running"  # its sibling task runs on
     drain(engine, timeout=30)

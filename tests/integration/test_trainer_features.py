@@ -183,8 +183,8 @@ def test_sdlora_trains_only_selected_channels(tmp_path):
 
 @pytest.mark.parametrize("data, keys", [
     ("glue-tvt_stsb", {"pearson", "spearman"}), ("glue-tvt_mnli", {"accuracy"}),
-    ("glue-tvt_cola_10", {"mcc", "accuracy"}), ("samsum", {"rouge1", "rouge2", "rougeL"}),
-    ("dart", {"bleu"}), ("spider", {"exact_match", "exec_accuracy"}),
+    ("glue-tvt_cola_10", {"mcc", "accuracy"}), ("samsum", {"rouge1", "rouge2", "rougeL", "rougeLsum"}),
+    ("dart", {"bleu", "meteor", "sacrebleu"}), ("spider", {"exact_match", "exec_accuracy"}),
 ])
 def test_datasets_end_to_end(tmp_path, monkeypatch, data, keys):
     for var, sub in (("GLUE_LOCAL_DIR", "glue"), ("SAMSUM_LOCAL_DIR", "samsum"), ("DART_LOCAL_DIR", "dart"),

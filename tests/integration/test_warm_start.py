@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lat_core.contract.commands import CancelJob
 from lat_core.engine.loop import Engine
 from lat_core.front.plan import Plan
 from lat_core.front.service import create_run, prepare_run
@@ -92,7 +93,7 @@ def test_a_forked_job_is_cancelled_like_a_cold_one(tmp_path):
     assert title_of(runner.pid).startswith("lat runner: ")  # the small exec'd runner waits for the trainer
     assert os.getpgid(trainer.pid) == runner.pid  # one process group per job, as in a cold launch
     for one in store.jobs(run_id):
-        store.add_command(run_id, "cancel_job", job_id=one.id)
+        store.add_command(run_id, CancelJob(one.id))
     drain(engine, timeout=60)
     assert [j.state for j in store.jobs(run_id)] == ["cancelled", "cancelled"]
     assert not trainer.is_running() or trainer.status() == psutil.STATUS_ZOMBIE

@@ -7,8 +7,10 @@ import time
 from pathlib import Path
 
 from textual.css.query import NoMatches
+from textual.geometry import Region
 from textual.widgets import Log
 
+from lat_core.contract.commands import CancelJob, CancelRun, SkipCountdown
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
@@ -108,7 +110,7 @@ async def test_selecting_another_job_switches_the_log(make_app, journal, tmp_pat
         await wait_for(pilot, lambda: log_lines(app) == ["first job"])
         await pilot.press("down")
         await wait_for(pilot, lambda: log_lines(app) == ["second job"])
-        assert "tiny-sst2_seed2/a" in str(app.screen.query_one("#job-log", Log).border_title)
+        assert str(app.screen.query_one("#job-log", Log).border_title) == "log · a 2:tiny-sst2"  # the table's name
 
 
 async def test_failed_job_shows_its_error(make_app, journal, tmp_path):
@@ -130,11 +132,9 @@ async def test_countdown_keys_send_commands(make_app, journal, tmp_path):
         await wait_for(pilot, lambda: "starts in" in text_of(app, RunStatus))
         await pilot.press("s", "c")
         await pilot.press("C")
-        assert [c["verb"] for c in journal.pending_commands(run_id)] == ["skip_countdown", "cancel_job"]
+        assert [c.command for c in journal.pending_commands(run_id)] == [SkipCountdown(), CancelJob(first)]
         await pilot.press("C")  # the second press confirms
-    commands = journal.pending_commands(run_id)
-    assert [c["verb"] for c in commands] == ["skip_countdown", "cancel_job", "cancel_run"]
-    assert commands[1]["job_id"] == first
+    assert [c.command for c in journal.pending_commands(run_id)] == [SkipCountdown(), CancelJob(first), CancelRun()]
 
 
 async def test_finished_run_refuses_commands(make_app, journal, tmp_path):
@@ -191,7 +191,7 @@ def test_a_job_held_back_for_memory_says_why():
 
     job = JobRow(1, 1, 1, "d_seed1/a", "s", 1, "a", 1, "d", "/o/a", "queued", None, 0, None, None, None,
                  None, None, None, argv=[], env={}, waiting="needs 10.0G GPU memory, 3.0G free on gpu0")
-    assert "waiting: needs 10.0G GPU memory, 3.0G free on gpu0" in describe_job(job).plain
+    assert "waiting: needs 10.0G GPU memory, 3.0G free on gpu0" in describe_job(job, "a 1:d").plain
 
 
 async def test_job_names_say_model_config_seed_and_dataset(make_app, journal, tmp_path):
@@ -216,3 +216,28 @@ def test_job_names_shrink_config_first_and_drop_the_model_last():
     assert job_name(job, "gla", 28) == "gla/gla_lora_r8_qkvo 3:glue…"
     assert job_name(job, "gla", 24, with_dataset=False) == "gla/gla_lora_r8_qkvo@3"
     assert job_name(job, "gla", 12, with_dataset=False) == "gla_…_qkvo@3"  # the model gave way
+
+
+
+def screen_lines(widget) -> list[str]:
+    """What ``widget`` shows on screen, line by line, as a person reads it."""
+    return [strip.text for strip in widget.render_lines(Region(0, 0, *widget.region.size))]
+
+
+async def test_at_80_columns_names_tell_datasets_and_configs_apart(make_app, journal, tmp_path):
+    """Two datasets and configs that share their start: the 12 cells of the job column keep what
+    differs (``lo…vo 1:cola``, not ``t…vo 1:glue…``), and a waiting reason wider than the screen
+    ends in a mark instead of going on below the detail line."""
+    keys = ("glue-tvt_cola_seed1/tiny_lora_qkvo", "glue-tvt_rte_seed2/tiny_lora_q", "glue-tvt_cola_seed3/tiny_dora_qkvo")
+    run_id, jobs = make_run(journal, tmp_path / "out", keys=keys)
+    journal.set_waiting(jobs[0], "needs 10.0G GPU memory, 3.0G free on gpu0; " * 5)
+    wide = ["tiny_lora_qkvo 1:glue-tvt_cola", "tiny_lora_q 2:glue-tvt_rte", "tiny_dora_qkvo 3:glue-tvt_cola"]
+    for size, names in (((80, 24), ["lo…vo 1:cola", "lora_q 2:rte", "do…vo 3:cola"]), ((160, 48), wide)):
+        app = make_app()
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 3)
+            assert [cell(app, job, "key") for job in jobs] == names
+            await wait_for(pilot, lambda: "waiting" in text_of(app, JobDetail))
+            await pilot.pause(0.2)
+            waiting_line = next(line for line in screen_lines(app.screen.query_one(JobDetail)) if "waiting" in line)
+            assert waiting_line.rstrip().endswith("…"), waiting_line

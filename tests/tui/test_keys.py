@@ -6,13 +6,14 @@ import time
 
 from textual.widgets import Footer, OptionList
 
+from lat_core.contract.commands import RequeueJob
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.screens.help import HelpScreen, help_sections
 from lat_tui.screens.job_screen import JobScreen
 from lat_tui.screens.resume_offer import ResumeOffer
 from lat_tui.screens.runs import RunPicker
 
-from .test_controls import fail, on_dashboard, verbs
+from .test_controls import fail, on_dashboard, sent
 from .test_dashboard import SIZE, make_run, wait_for
 
 
@@ -122,14 +123,15 @@ async def test_requeue_of_a_failed_job_with_checkpoints_offers_resume(make_app, 
         await on_dashboard(pilot, app)
         await pilot.press("r")
         assert isinstance(app.screen, ResumeOffer)
-        assert "checkpoint-40 (step 40)" in str(app.screen.query_one("Static").render())
+        offer = str(app.screen.query_one("Static").render())
+        assert "checkpoint-40 (step 40)" in offer and offer.startswith("Requeue a 1:tiny-sst2")  # the table's name
         await pilot.press("escape")  # nothing sent
-        assert verbs(journal, run_id) == []
+        assert sent(journal, run_id) == []
         await pilot.press("r", "r")  # resume
         await pilot.press("down", "r")  # the second job has no checkpoint: no offer
         await pilot.press("up", "r", "f")
-    assert verbs(journal, run_id) == [("requeue", first, {"start": "resume"}), ("requeue", second, {}),
-                                      ("requeue", first, {"start": "fresh"})]
+    assert sent(journal, run_id) == [RequeueJob(first, start="resume"), RequeueJob(second),
+                                     RequeueJob(first, start="fresh")]
 
 
 def screen_classes() -> list[type]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lat_tui.widgets.job_table import JobTable
 from lat_tui.widgets.log_pane import FollowingLog, LogPane
 from tests.tui.test_dashboard import log_lines, make_run, wait_for
 
@@ -74,5 +75,22 @@ async def test_slash_searches_and_n_walks_the_matches(make_app, journal, tmp_pat
         assert log._match_line == 9  # wrapped around to "line 10"
         strip = log.render_line(log._match_line - int(log.scroll_y))
         assert any("yellow" in str(segment.style) for segment in strip if "line 10" in segment.text)
-        await pilot.press("slash", "escape")
-        assert app.focused is log and not app.screen.query_one("#log-search").display
+        await pilot.press("slash", "escape")  # escape closes the search and gives the keys to the table
+        assert app.focused is app.screen.query_one(JobTable) and not app.screen.query_one("#log-search").display
+
+
+async def test_after_a_search_escape_gives_the_arrows_back_to_the_table(make_app, journal, tmp_path):
+    """Enter leaves the keys with the log (n/N walk the matches, arrows scroll it); escape hands
+    them back to the job table, whose arrows move the selection again. The help says so."""
+    for size in ((80, 24), (160, 48)):
+        app = await finished_job_app(make_app, journal, tmp_path / str(size[0]), 300, size)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: len(log_lines(app)) == 300)
+            table = app.screen.query_one(JobTable)
+            await pilot.press("slash", *"line 10", "enter")
+            assert app.focused is app.screen.query_one(FollowingLog)
+            await pilot.press("escape", "down")
+            assert app.focused is table and table.cursor_row == 1
+            await pilot.press("question_mark")
+            keys = str(app.screen.query_one("#help-keys").render())
+            assert "Back to the job table" in keys and "Move the keys between the job table and the log" in keys

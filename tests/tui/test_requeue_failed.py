@@ -6,11 +6,12 @@ from __future__ import annotations
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+from lat_core.contract.commands import RequeueJobs
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.screens.help import HelpScreen
 from lat_tui.screens.requeue_failed import RequeueFailedConfirm
 
-from .test_controls import fail, on_dashboard, verbs
+from .test_controls import fail, on_dashboard, sent
 from .test_dashboard import SIZE, make_run, wait_for
 
 KEYS = ("tiny-sst2_seed1/a", "tiny-sst2_seed2/a", "tiny-sst2_seed3/a")
@@ -50,11 +51,11 @@ async def test_the_key_asks_first_and_sends_one_command_for_every_failed_job(mak
         await wait_for(pilot, lambda: isinstance(app.screen, RequeueFailedConfirm))
         text = modal_text(app)
         assert "Requeue 2 failed or cancelled jobs" in text
-        assert f"{first} {KEYS[0]}  failed: resume from checkpoint-20" in text
-        assert f"{second} {KEYS[1]}  cancelled: fresh (no checkpoint)" in text and KEYS[2] not in text
+        assert f"{first} a 1:tiny-sst2  failed: resume from checkpoint-20" in text  # the table's names
+        assert f"{second} a 2:tiny-sst2  cancelled: fresh (no checkpoint)" in text and "a 3:tiny-sst2" not in text
         await pilot.press("escape")  # nothing is sent
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
-        assert verbs(journal, run_id) == []
+        assert sent(journal, run_id) == []
         await pilot.press("F")
         await wait_for(pilot, lambda: isinstance(app.screen, RequeueFailedConfirm))
         await pilot.press("y")
@@ -64,8 +65,8 @@ async def test_the_key_asks_first_and_sends_one_command_for_every_failed_job(mak
         await pilot.press("f")
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
         assert engine_spy.calls  # the run has ended: an engine is started to read the command
-    assert verbs(journal, run_id) == [("requeue_jobs", None, {"jobs": [first, second], "start": "resume"}),
-                                      ("requeue_jobs", None, {"jobs": [first, second], "start": "fresh"})]
+    assert sent(journal, run_id) == [RequeueJobs((first, second), start="resume"),
+                                     RequeueJobs((first, second), start="fresh")]
 
 
 async def test_a_run_without_failures_hides_the_key_and_help_lists_it(make_app, journal, tmp_path):
@@ -80,7 +81,7 @@ async def test_a_run_without_failures_hides_the_key_and_help_lists_it(make_app, 
         assert "F" not in footer_keys(app)
         await pilot.press("F")
         await pilot.pause()
-        assert isinstance(app.screen, DashboardScreen) and verbs(journal, run_id) == []
+        assert isinstance(app.screen, DashboardScreen) and sent(journal, run_id) == []
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert "Requeue every failed and cancelled job of the run" in modal_text(app)
@@ -97,7 +98,7 @@ async def test_a_long_answer_is_cut_in_the_notification(make_app, journal, tmp_p
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
         command = journal.pending_commands(run_id)[0]
         answer = "\n".join(["9 jobs requeued"] + [f"  {n} job{n}: fresh (no checkpoint)" for n in range(9)])
-        journal.finish_command(command["id"], "done", answer)
+        journal.finish_command(command.id, "done", answer)
         await wait_for(pilot, lambda: any("requeue 2 failed jobs: done: 9 jobs requeued" in str(n.message)
                                           for n in app._notifications))
         shown, = [str(n.message) for n in app._notifications if "9 jobs requeued" in str(n.message)]

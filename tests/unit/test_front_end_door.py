@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from lat_core.contract.commands import SetSlots
 from lat_core.front.client import Client, CommandRow, NoRunError
 
 TUI = Path(__file__).resolve().parents[2] / "lat_tui"
@@ -45,10 +46,11 @@ def test_client_reads_commands_back_typed(tmp_path):
     store = open_store(tmp_path / "state")
     run_id = store.create_run("plan: x\nenv: {HP_LR: '0.1'}\n", str(tmp_path), [{"id": "cpu", "slots": 1, "env": {}}], 0)
     run = client.resolve_run()
-    command_id = client.send(run, "set_slots", start_engine=False, device="cpu", slots=2)
+    command_id = client.send(run, SetSlots("cpu", 2), start_engine=False)
     assert client.command(command_id) == CommandRow(
-        id=command_id, run_id=run_id, job_id=None, verb="set_slots", args={"device": "cpu", "slots": 2},
-        status="pending", result="", ts=client.command(command_id).ts, handled=None)
+        id=command_id, run_id=run_id, command=SetSlots("cpu", 2), status="pending", result="",
+        ts=client.command(command_id).ts, handled=None)
+    assert client.command(command_id).kind == SetSlots.kind and client.command(command_id).job_id is None
     store.finish_command(command_id, "done", "cpu: 1 -> 2 slots")
     answer = client.wait_answer(command_id, timeout=1)
     assert answer.answered and answer.status == "done" and answer.result == "cpu: 1 -> 2 slots"

@@ -10,7 +10,7 @@ from lat_core.config.job import parse_config
 from lat_core.config.fuse import fuse_key, refusal
 from lat_core.contract.devices import Device
 from lat_core.engine.admission import Admission, AdmissionPolicy
-from lat_core.engine.memory_prior import job_prior
+from lat_core.config.memory_prior import job_prior
 from lat_core.engine.fusion import (GroupLimit, GroupRef, group_argv, group_limit_path, job_fuse_key, old_runs_alone_path,
                                     read_group_limit, read_group_ref, smaller_limit, write_group_limit, write_group_ref)
 from lat_core.monitor.gpu import GpuInfo, GpuSnapshot

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lat_core.contract.commands import PauseRun
 from lat_core.contract.journal import Store
 from lat_core.contract.states import HistoryKind, JobState, RunState, history_entry
 
@@ -38,7 +39,7 @@ def test_kinds_are_not_states():
 def test_a_notice_and_a_command_say_what_they_are_about(journal):
     store, run_id = journal
     store.add_transition(run_id, None, HistoryKind.NOTICE, "LAT run 1 started", about="start")
-    command = store.add_command(run_id, "pause")
+    command = store.add_command(run_id, PauseRun())
     store.finish_command(command, "done", "admission paused")
     assert [t.new_state for t in store.transitions(run_id)][-2:] == ["notice:start", "command:pause"]
     assert history_entry(HistoryKind.NOTICE, "oom") == "notice:oom" and history_entry(HistoryKind.MPS) == "mps"

@@ -113,6 +113,17 @@ def test_every_signal_has_a_readable_name(signum, tmp_path):
     assert signal_name(signum).startswith("SIG") or signum in (32, 33)  # glibc keeps 32 and 33 for itself
 
 
+def test_a_kill_is_said_once(tmp_path):
+    """Not ``killed by SIGKILL: killed: Killed by SIGKILL: step 100/300``: triage's line is left
+    out where it only says again how the job ended."""
+    from lat_core.triage import classify
+
+    (tmp_path / "train.log").write_text("step 100/300 loss 2.5\n")
+    diagnosis = classify(tmp_path, -signal.SIGKILL)
+    assert describe_exit(-signal.SIGKILL, tmp_path, diagnosis) == "killed by SIGKILL: step 100/300 loss 2.5"
+    assert describe_exit(3, tmp_path, diagnosis).startswith("exit code 3: killed: Killed by SIGKILL")
+
+
 def test_real_time_signals_are_named_from_sigrtmin():
     assert signal_name(signal.SIGRTMIN + 6) == "SIGRTMIN+6"
     assert signal_name(200) == "signal 200"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lat_core.engine import memory_prior as M
-from lat_core.engine.memory_prior import GiB, gla_shape, job_prior
+from lat_core.config import memory_prior as M
+from lat_core.config.memory_prior import GiB, gla_shape, job_prior
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_CFG = ROOT / "bench" / "configs" / "gla13b_random_lora_r8.yaml"

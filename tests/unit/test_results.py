@@ -291,3 +291,16 @@ def test_identity_without_yaml_and_from_yaml(tmp_path):
     assert jobs["from_yaml"].config_path == other / "job.yaml" and jobs["from_yaml"].dataset == "glue-tvt_rte"
     assert skipped_reasons(report) == {"planned": "not started: no events.jsonl"}
     assert job.name == "no_yaml"
+
+
+def test_a_missing_meteor_is_said_under_its_table_not_left_blank(tmp_path):
+    """A DART job evaluated without WordNet has no meteor: the table says why (issue 27 item 2)."""
+    write_job(tmp_path, data="dart", seed=1, evals=[(2, {"bleu": 0.31, "meteor": 0.52, "sacrebleu": 31.0})])
+    write_job(tmp_path, data="dart", seed=2, evals=[(2, {"bleu": 0.29, "meteor": None, "sacrebleu": 29.0})])
+    report = aggregate(tmp_path)
+    (table,) = build_tables(report)
+    assert [c.key for c in table.columns] == ["val_bleu", "val_meteor", "val_sacrebleu"]
+    assert len(table.notes) == 1 and table.notes[0].startswith("meteor: missing for 1 of 2 job(s): needs WordNet")
+    assert f"- {table.notes[0]}" in report_markdown(report, [table])
+    write_job(tmp_path / "complete", data="dart", evals=[(2, {"bleu": 0.3, "meteor": 0.5, "sacrebleu": 30.0})])
+    assert build_tables(aggregate(tmp_path / "complete"))[0].notes == ()

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from lat_core.contract.plan_defaults import PLAN_DEFAULTS, PlanDefaults
-from lat_core.contract.saved_plan import FUSE_IF_UNSAVED, OnFailure, OnOom, SavedPlan, SavedSuite
+from lat_core.contract.saved_plan import BREAKER_IF_UNSAVED, FUSE_IF_UNSAVED, OnFailure, OnOom, SavedPlan, SavedSuite
 from lat_core.front.plan import Plan
 
 NOT_PLAN_FIELDS = {"text", "problem"}
@@ -24,7 +24,7 @@ FULL = {
     "slurm": {"partition": "gpu", "time": "60", "extra_args": ["--qos=high"]},
     "on_oom": {"remedies": ["fewer_slots", "expandable_segments"], "max_retries": 3},
     "on_failure": {"classes": ["nccl"], "max_retries": 4, "backoff_s": 5},
-    "resume": True, "overwrite": True, "mps": True, "fuse": True, "warm_start": False,
+    "resume": True, "overwrite": True, "mps": True, "fuse": True, "warm_start": False, "allow_cpu": True, "breaker": 5,
 }
 
 
@@ -71,15 +71,15 @@ def test_fields_left_out_read_back_as_the_schema_made_them():
     plan = Plan.model_validate({"suites": ["E4"], "pairs": ["1:glue-tvt_cola"]})
     saved = SavedPlan.from_text(plan.to_yaml())
     assert read_back(saved) == as_saved(plan)
-    assert (saved.backend, saved.gpus_per_job, saved.warm_start, saved.fuse) == ("local", 1, True, "auto")
+    assert (saved.backend, saved.gpus_per_job, saved.warm_start, saved.fuse, saved.breaker) == ("local", 1, True, "auto", 3)
 
 
-def test_an_empty_saved_plan_is_the_table_of_defaults_but_fuse():
+def test_an_empty_saved_plan_is_the_table_of_defaults_but_fuse_and_breaker():
     for text in ("", "{}", "some_newer_field: 1\n"):
         saved = SavedPlan.from_text(text)
         assert saved.problem is None
         for name in (f.name for f in dataclasses.fields(PlanDefaults)):
-            expected = FUSE_IF_UNSAVED if name == "fuse" else getattr(PLAN_DEFAULTS, name)
+            expected = {"fuse": FUSE_IF_UNSAVED, "breaker": BREAKER_IF_UNSAVED}.get(name, getattr(PLAN_DEFAULTS, name))
             if hasattr(saved, name):
                 assert getattr(saved, name) == expected, name
         assert (saved.on_oom, saved.on_failure, saved.env, saved.suites) == (None, None, {}, ())
@@ -99,7 +99,7 @@ def test_the_plan_schema_takes_its_defaults_from_the_table():
     ("gpus_per_job", True), ("min_free_gb", "lots"), ("backend", "k8s"), ("slurm", "gpu"),
     ("on_oom", {"remedies": ["fewer_slots"], "max_retries": "two"}), ("on_failure", [1]),
     ("on_failure", {"classes": ["nccl"], "backoff_s": "1m"}), ("resume", "yes"), ("overwrite", 1), ("mps", "on"),
-    ("fuse", "sometimes"), ("warm_start", 1),
+    ("fuse", "sometimes"), ("warm_start", 1), ("allow_cpu", "yes"), ("breaker", 2.5),
 ])
 def test_a_damaged_field_is_named_and_reads_as_its_default(name, bad):
     good = {"output_root": "/data/runs", "min_free_gb": 1.5}

@@ -140,12 +140,6 @@ def test_the_trainers_own_hub_refusal_is_hub_unreachable_not_a_config_error(tmp_
     assert classify(log, 2).cls == "hub_unreachable"
 
 
-def test_the_local_dir_variables_are_the_trainers():
-    from lat_core.train.datasets import ENV_VARS
-    from lat_core.triage.known import DATASET_DIRS
-    assert DATASET_DIRS == ENV_VARS
-
-
 def test_tracker_remedy_turns_tracking_off_by_the_env_variable():
     d = classify(LOGS / "wandb_no_tty.log", 1)
     assert keys(d) == ["wandb_offline", "no_tracker"] and d.remedies[1].patch == {"REPORT_TO": "none"}

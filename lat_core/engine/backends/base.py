@@ -21,12 +21,15 @@ class Backend:
     # After an engine crash, the scheduler's queue (``recover``) says whether a launch happened;
     # otherwise the runner's pid file does.
     recovers_from_queue: bool = False
-    # The jobs of one admission pass go to ``launch_many`` in one call.
-    submits_arrays: bool = False
     # ``diagnose`` gives the scheduler's own verdict on a failed job (time limit, node, ...).
     diagnoses_failures: bool = False
     # ``stop_vanished`` stops the tree of a job whose runner died, and the end of a job ends its tree.
     reaps_process_tree: bool = False
+
+    @property
+    def submits_arrays(self) -> bool:
+        """The jobs of one admission pass go to ``launch_many`` in one call (a Slurm plan's choice)."""
+        return False
 
     def launch(self, argv: list[str], env: dict[str, str], job_dir, exit_path,
                show_env: tuple[str, ...] = ()) -> Launched:
@@ -49,6 +52,11 @@ class Backend:
     def diagnose(self, pid):
         """Only where :attr:`diagnoses_failures`: a triage Diagnosis, or None."""
         raise NotImplementedError(f"the {self.name} backend does not diagnose failures")
+
+    def with_options(self, overrides: dict) -> Backend:
+        """Only where a job may carry its own options (a remedy's Slurm ``time`` or ``mem``): this
+        backend with ``overrides`` for one job."""
+        raise NotImplementedError(f"the {self.name} backend takes no per-job options")
 
     def stop_vanished(self, pid: int, pid_start: float | None, exit_path: Path) -> dict | None:
         """Only where :attr:`reaps_process_tree`: the runner ``pid`` is gone without an exit record;

@@ -25,6 +25,7 @@ import torch
 from ..callbacks import LatRun
 from ..events import log
 from ..loop import lr_schedule, peak_memory
+from ..tracker_run import EVENT as TRACKER_RUN_EVENT
 from .member_io import CANCELLED_RC, MemberOut, MemberView, trainer_state
 from .step import MemberRun, micro_step
 from .trackers import model_facts
@@ -96,7 +97,10 @@ def started(m: Member, group, resumed: bool) -> None:
     m.out.log(group.modes.line(" for the group"))
     if not run.done:   # a job alone resumed at max_steps trains nothing and opens no runs
         tracked.begin(m.out.job_dir, run.step, model_facts(group.base, run.member, trainable, frozen + trainable,
-                                                            group.device.type, len(run.train_ex)))
+                                                            group.device.type, len(run.train_ex)), resumed)
+    if tracked.run is not None:   # as a job alone says which run it logs to
+        m.out.events.emit(TRACKER_RUN_EVENT, **tracked.run.event(tracked.active))
+        m.out.log(tracked.run.line(tracked.active))
 
 
 def eval_due(m: Member) -> bool:
@@ -167,9 +171,9 @@ def write_step_logs(members: list[Member]) -> None:
 
 
 def finish(m: Member) -> None:
-    from ..checkpoints import save_adapter
+    from ..checkpoints import save_final
     write_step_log(m)
-    save_adapter(m.view, m.run.cfg.output_dir / "final")
+    save_final(m.view, m.run.cfg.output_dir)
     m.out.events.emit("memory", **peak_memory())
     m.out.trackers.log_summary(m.run.step)
     elapsed = time.time() - m.out.t0

@@ -17,6 +17,10 @@ them as crashed.  The writer answers "ready" on its stdout once the runs are ope
 dies fails its member at its next log, and a member does not finish before its runs opened, so a
 tracker that cannot start fails the member as it fails a job alone; nothing is dropped silently.
 
+The member's tracker run is the job's one run (tracker_run.py): opened here in the group, which owns
+the job folder, and handed to the writer in "begin" (the ids in its environment, what a continued
+run already holds, a new run's TensorBoard purge).
+
 Not reproduced: the Trainer's train/grad_norm (a fused member's step computes no gradient norm).
 """
 from __future__ import annotations
@@ -29,6 +33,7 @@ import time
 from pathlib import Path
 
 from lat_core.contract.job_files import TRAIN_LOG
+from ..tracker_run import TrackerRun
 from ..tracking import Trackers
 
 WRITER_WAIT_S = 120.0   # how long the group waits at its end for a writer to close its runs
@@ -48,6 +53,7 @@ class MemberTrackers:
         self.cfg, self.env, self.notes = cfg, dict(os.environ if environ is None else environ), []
         self.trackers = Trackers(cfg, self.notes.append, environ=self.env)   # TrainConfigError: as alone
         self.active = self.trackers.active
+        self.run: TrackerRun | None = None          # the job's tracker run, opened at begin
         self.proc: subprocess.Popen | None = None   # the writer
         self.open = False                           # its runs take logs: begun, the member not gone
         self.ready = False                          # the writer said it opened them
@@ -57,11 +63,13 @@ class MemberTrackers:
         self.start = self.last_logged = 0
         self.t0 = time.time()
 
-    def begin(self, job_dir: Path, start: int, facts: dict) -> None:
-        """Start the writer and open the runs (the member trains from step ``start``).  facts: what
-        the callbacks read from the model and the run (model_facts)."""
+    def begin(self, job_dir: Path, start: int, facts: dict, resumed: bool) -> None:
+        """Start the writer and open the runs (the member trains from step ``start``; ``resumed``:
+        it continues the job's tracker run).  facts: what the callbacks read from the model and the run
+        (model_facts)."""
         if not self.active:
             return
+        self.run = self.trackers.open_run(Path(job_dir), resumed)   # its ids into self.env, the writer's
         self.log_path, self.start, self.last_logged, self.t0 = Path(job_dir) / TRAIN_LOG, start, start, time.time()
         with self.log_path.open("a") as log:   # stdout: the writer's "ready" (main); its own output: the log
             self.proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
@@ -70,7 +78,7 @@ class MemberTrackers:
         self.open, self.ready = True, False
         self._send({"begin": {"job_yaml": str(Path(job_dir) / "job.yaml"), "report_to": self.active,
                               "run_name": self.trackers.run_name, "max_steps": self.cfg.train.max_steps,
-                              "start": start, **facts}})
+                              "start": start, "tracker_run": self.run.as_dict(), **facts}})
 
     def add_step_loss(self, loss) -> None:
         """A finished optimizer step's loss (a device tensor; read only at logging steps)."""
@@ -220,6 +228,7 @@ class _Runs:
         from .. import data as D
         from ..callbacks import TrackerConfigCallback
         from ..hf_trainer import training_arguments
+        from ..tracker_run import attach
         from ..tracking import public_config
         cfg = load_config(begin["job_yaml"])
         cfg.train.max_steps = begin["max_steps"]   # as the group resolved it (train.epochs)
@@ -231,6 +240,7 @@ class _Runs:
                                   logging_steps=cfg.train.log_every)
         self.control, self.model = TrainerControl(), _Model(begin)
         self.callbacks = [cls() for cls in get_reporting_integration_callbacks(self.active)]
+        attach(self.callbacks, TrackerRun(**begin["tracker_run"]))
         self.callbacks.append(TrackerConfigCallback(public_config(cfg), self.active))
         self._each("on_train_begin")
 
@@ -265,15 +275,19 @@ def main() -> int:
     import signal
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)   # the member's end (its stdin) closes the runs, not a signal
-    ready = os.fdopen(os.dup(1), "w")   # the pipe to the member; the trackers' own prints go to its log
+    ready = os.dup(1)   # the pipe to the member; the trackers' own prints go to its log
     os.dup2(2, 1)
     lines = (json.loads(line) for line in sys.stdin if line.strip())
     begin = next(lines)["begin"]
     from lat_core.titles import job_label, set_title
     set_title(f"lat tracker: {job_label(begin['job_yaml'])}")   # ps names the member whose runs it writes
     runs = _Runs(begin)
-    ready.write("ready\n")
-    ready.close()
+    try:
+        os.write(ready, b"ready\n")
+    except BrokenPipeError:
+        pass   # the group died before the runs opened: what it sent is logged still, and closed as crashed
+    finally:
+        os.close(ready)
     end = CRASHED
     for message in lines:
         if "end" in message:

@@ -90,7 +90,7 @@ def test_rouge_and_bleu():
     # unigram: p=3/3, r=3/4 -> f=6/7; bigram: 2/2, 2/3 -> 0.8; LCS = 3 -> same as rouge1
     assert out["rouge1"] == pytest.approx(6 / 7) and out["rouge2"] == pytest.approx(0.8)
     assert out["rougeL"] == pytest.approx(6 / 7)
-    assert M.bleu(["the cat is on the mat"], [["the cat is on the mat"]])["bleu"] == pytest.approx(100.0)
+    assert M.bleu(["the cat is on the mat"], [["the cat is on the mat"]])["bleu"] == pytest.approx(1.0)  # 0-1
     assert M.bleu(["a b"], [["x y z w", "q r s t"]])["bleu"] == pytest.approx(0.0)
 
 

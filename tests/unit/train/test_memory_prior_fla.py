@@ -2,7 +2,7 @@
 
 import pytest
 
-from lat_core.engine.memory_prior import gla_shape, trainable_params
+from lat_core.config.memory_prior import gla_shape, trainable_params
 from lat_core.config.job import PeftConfig
 from lat_core.config.peft_specs import expand_targets
 

@@ -79,6 +79,31 @@ def test_rows_compare_as_multisets():
     assert not results_match([(1, "a"), (2, "b")], [("b", 1), ("a", 2)], order_matters=False)
 
 
+def test_ten_identical_columns_compare_in_polynomial_time(db):
+    """Was 50 s for one example (every column permutation tried): issue 27 item 2."""
+    rows = [(v,) * 10 for v in range(200)]
+    start = time.monotonic()
+    assert results_match(rows, list(reversed(rows)), order_matters=False)
+    assert results_match(rows, rows, order_matters=True)
+    assert not results_match(rows, rows[:-1] + [(0,) * 10], order_matters=False)
+    same = ", ".join(["price"] * 10)
+    assert exec_match(db, f"SELECT {same} FROM item", f"SELECT {same} FROM item")
+    assert not exec_match(db, f"SELECT {same} FROM item WHERE id > 0", f"SELECT {same} FROM item")
+    assert time.monotonic() - start < 5  # well under a second here; the SQL limit is 5 s a query
+
+
+def test_a_pairing_of_look_alike_columns_is_searched_and_the_search_is_bounded():
+    """Every column holds {1, 2, 3} and every row too, so only a search finds that pred is gold with
+    its first two columns swapped; a search past its budget is a mismatch, never a long wait."""
+    gold = [(1, 2, 3), (2, 3, 1), (3, 1, 2)]
+    pred = [(b, a, c) for a, b, c in gold]
+    assert results_match(gold, pred, order_matters=False)
+    assert not results_match(gold, pred, order_matters=False, search_cells=1)   # one pairing: its own order
+    assert not results_match(gold, [(1, 2, 3), (3, 2, 1), (3, 1, 2)], order_matters=False)
+    assert results_match([(1, 1, 2), (1, 1, 3)], [(2, 1, 1), (3, 1, 1)], order_matters=True)
+    assert not results_match([(1, 1, 2), (1, 1, 3)], [(3, 1, 1), (2, 1, 1)], order_matters=True)
+
+
 def test_failing_gold_and_bad_prediction_score_0(db):
     assert not exec_match(db, "SELECT name FROM item", "SELECT nope FROM item")
     assert not exec_match(db, "SELEC name", "SELECT name FROM item")
@@ -89,8 +114,8 @@ def test_empty_inputs_have_defined_values(tmp_path):
     assert M.classification("cola", [], []) == {"accuracy": None, "mcc": None}
     assert M.classification("mrpc", [], []) == {"accuracy": None, "f1": None}
     assert M.regression([], []) == {"pearson": None, "spearman": None}
-    assert M.rouge([], []) == {"rouge1": None, "rouge2": None, "rougeL": None}
-    assert M.bleu([], []) == {"bleu": None}
+    assert M.rouge([], []) == {"rouge1": None, "rouge2": None, "rougeL": None, "rougeLsum": None}
+    assert M.dart([], []) == {"bleu": None, "meteor": None, "sacrebleu": None}
     assert M.spider([], [], [], tmp_path) == {"exact_match": None, "exec_accuracy": None}
 
 

@@ -19,12 +19,14 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from lat_core.config.hub_cache import hub_cache_dirs
 from lat_core.config.job import TINY, TINY_DEFAULTS, JobConfig, PeftConfig, parse_config
-from lat_core.engine.member_cost import PriorSplit
 
 GiB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -74,6 +76,15 @@ GLA_DEFAULTS = {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "n
                 "vocab_size": 32000, "tie_word_embeddings": False, "use_short_conv": False, "conv_size": 4,
                 "use_output_gate": True, "attn": None}
 GLA_GATE_LOW_RANK_DIM = 16  # fla's GatedLinearAttention gk_proj bottleneck
+
+
+@dataclass(frozen=True)
+class PriorSplit:
+    """The static prior's view of one resource: ``base`` paid once per process, and the least a
+    member surely adds (its adapter's weights, gradients and AdamW moments: exact, unlike the
+    activations, which the prior over-estimates on purpose)."""
+    base: int
+    member_min: int
 
 
 class PriorUnknown(ValueError):
@@ -143,7 +154,7 @@ class GlaShape:
         return self.layers * per_layer + embeddings + self.hidden  # + the final norm
 
 
-def gla_shape(config: dict) -> GlaShape:
+def gla_shape(config: Mapping[str, Any]) -> GlaShape:
     """Sizes from a GLA config mapping (config.json or model.tiny), fla's defaults for the rest."""
     c = {**GLA_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}  # None: the default
     if c["attn"]:
@@ -162,14 +173,7 @@ def gla_shape(config: dict) -> GlaShape:
 
 # ----------------------------------------------------------------------------- where the model is
 
-def hub_cache_dirs(environ: dict) -> list[Path]:
-    """Hugging Face hub cache folders in huggingface_hub's order of precedence."""
-    home = environ.get("HF_HOME") or os.path.join(environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
-    found = [environ.get("HF_HUB_CACHE"), environ.get("HUGGINGFACE_HUB_CACHE"), os.path.join(home, "hub")]
-    return [Path(p).expanduser() for p in found if p]
-
-
-def cached_snapshot(repo_id: str, environ: dict) -> Path | None:
+def cached_snapshot(repo_id: str, environ: Mapping[str, str]) -> Path | None:
     """The cached snapshot of a hub model (``models--org--name/snapshots/<rev>``): the revision
     ``refs/main`` names, else the newest snapshot holding a config.json; None when not cached."""
     folder = "models--" + repo_id.replace("/", "--")
@@ -186,7 +190,7 @@ def cached_snapshot(repo_id: str, environ: dict) -> Path | None:
     return None
 
 
-def model_dir(name_or_path: str, environ: dict) -> Path | None:
+def model_dir(name_or_path: str, environ: Mapping[str, str]) -> Path | None:
     """A local save_pretrained directory, or the hub id's cached snapshot (as from_pretrained
     would find it offline); None when neither holds a config.json."""
     local = Path(name_or_path).expanduser()
@@ -220,7 +224,7 @@ class ModelFacts:
     pretrained: bool   # loaded by from_pretrained: the weights pass through host memory first
 
 
-def model_facts(cfg: JobConfig, environ: dict) -> ModelFacts:
+def model_facts(cfg: JobConfig, environ: Mapping[str, str]) -> ModelFacts:
     """The model's sizes, from model.tiny (tiny-random) or the checkpoint's files."""
     if cfg.model.family != "gla":
         raise PriorUnknown(f"{cfg.model.family} is not calibrated")
@@ -277,7 +281,7 @@ def loraga_bytes(facts: ModelFacts, cfg: JobConfig, dtype_bytes: int) -> int:
     return weights * (dtype_bytes + 4)
 
 
-def estimate(cfg: JobConfig, environ: dict) -> MemoryPrior:
+def estimate(cfg: JobConfig, environ: Mapping[str, str]) -> MemoryPrior:
     """The prior for a parsed job config; raises PriorUnknown outside what it models."""
     facts = model_facts(cfg, environ)
     dtype_bytes = DTYPE_BYTES[cfg.model.dtype]
@@ -295,7 +299,8 @@ def estimate(cfg: JobConfig, environ: dict) -> MemoryPrior:
                        member_state=int(state * ALLOCATOR_FACTOR))
 
 
-def job_prior(job_dir: str | Path, job_env: dict, environ: dict | None = None) -> MemoryPrior | None:
+def job_prior(job_dir: str | Path, job_env: Mapping[str, str],
+              environ: Mapping[str, str] | None = None) -> MemoryPrior | None:
     """The prior of the job whose resolved config is ``job_dir/job.yaml``, with the environment the
     trainer will see (the engine's, then the job's own variables); None when it cannot be estimated.
     Never raises for a bad file: a prior is advice, and admission must go on without it."""

@@ -1,0 +1,31 @@
+"""Each running job's newest step and loss, read from its ``events.jsonl`` as the trainer writes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lat_core.contract.job_files import EventTail, events_path, last_progress
+from lat_core.contract.journal import Store
+from lat_core.contract.rows import JobRow
+from lat_core.contract.states import HistoryKind
+
+
+class Progress:
+    def __init__(self, store: Store):
+        self.store = store
+        self._tails: dict[int, EventTail] = {}  # job id -> where its events.jsonl was read up to
+
+    def read(self, job: JobRow) -> tuple[int, float | None] | None:
+        """Record the job's newest (step, loss) since the last read; returns it, None when none."""
+        if job.id not in self._tails:
+            self._tails[job.id] = EventTail.near_end(events_path(Path(job.job_dir)))
+        tail = self._tails[job.id]
+        bad_before = tail.bad_lines
+        last = last_progress(tail.read())
+        if last is not None:
+            self.store.set_progress(job.id, *last)
+        if tail.bad_lines > bad_before:  # told once per job, then counted
+            detail = f"{tail.bad_lines} bad line(s) skipped; first: {tail.first_bad}"
+            if bad_before == 0 or tail.bad_lines >= 10 * bad_before:
+                self.store.add_transition(job.run_id, job.id, HistoryKind.BAD_EVENTS, detail)
+        return last
