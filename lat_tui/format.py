@@ -4,6 +4,7 @@ itself: :mod:`lat_tui.columns`)."""
 from __future__ import annotations
 
 from lat_core.contract.rows import JobRow, Transition
+from lat_core.contract.states import HistoryKind
 
 
 def fmt_elapsed(seconds: float | None) -> str:
@@ -21,7 +22,7 @@ def fmt_loss(loss: float | None) -> str:
 def progress_line(t: Transition, job: JobRow | None, started: float, name: str) -> str:
     """One history entry; a job is named ``name``, the job table's name for it."""
     stamp = fmt_elapsed(t.ts - started)
-    if job is None and t.new_state == "engine error":
+    if job is None and t.new_state == HistoryKind.ENGINE_ERROR:
         return f"[{stamp}] run {t.run_id}: engine error: {t.detail}"
     if job is None:
         return f"[{stamp}] run {t.run_id}: {t.old_state or '-'} -> {t.new_state}  {t.detail}".rstrip()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from lat_core.front.client import Client, plan_env_of
 from lat_core.contract.rows import RunRow
+from lat_core.contract.states import HistoryKind
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK
 from lat_tui.columns import job_name, plain_table
 from lat_tui.format import progress_line
@@ -51,7 +52,7 @@ def follow(client: Client, run_id: int, *, out: TextIO, poll: float, after_id: i
     started = client.run(run_id).created
     said: set[str] = set()  # what a fused group's members share, said at the first of them
     for t in stream_history(client, run_id, poll=poll, after_id=after_id):
-        if t.new_state == "fused":
+        if t.new_state == HistoryKind.FUSED:
             if t.detail in said:
                 continue
             said.add(t.detail)

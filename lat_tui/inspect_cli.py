@@ -86,7 +86,8 @@ def show(client: Client, args) -> int:
         group = client.fused_groups(job.run_id).get(job.fused_group or "")
         print(dumps({"job": job_view(job, group=group), "argv": job.argv, "env": job.env, "config": config,
                      "attempts": [attempt_view(a) for a in attempts],
-                     "history": [event_view(t) for t in history], "diagnosis": job.diagnosis}))
+                     "history": [event_view(t) for t in history],
+                     "diagnosis": job.diagnosis.to_json() if job.diagnosis else None}))
         return EXIT_OK
     print(f"job {job.id}  {job_name(job, client.model_family(job))}  ({job.state}, run {job.run_id})")
     print(f"folder: {job.job_dir}")
@@ -101,8 +102,7 @@ def show(client: Client, args) -> int:
     _section("history", [f"[{fmt_elapsed(t.ts - started)}] {t.new_state}  {t.detail}".rstrip() for t in history])
     if job.diagnosis:
         d = job.diagnosis
-        _section("diagnosis", [f"{d.get('class', '?')}: {d.get('title', '')}", d.get("diagnosis", ""),
-                               *(f"remedy {r.get('key')}: {r.get('change')}" for r in d.get("remedies", []))])
+        _section("diagnosis", [d.one_line(), d.diagnosis, *(f"remedy {r.key}: {r.change}" for r in d.remedies)])
     return EXIT_OK
 
 

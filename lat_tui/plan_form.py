@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import yaml
 
+from lat_core.contract.saved_plan import SavedPlan
 from lat_core.errors import LatError, PlanError
 from lat_core.front.client import MASK, Client, GpuProbe, Plan, SuiteRegistry, plan_from_mapping
 
@@ -35,34 +35,26 @@ class PlanForm:
 EMPTY_FORM = PlanForm(suites=[], rounds="", pairs="", devices=[], slots="", countdown="", output_root="", env="")
 
 
-def form_from_plan_yaml(text: str) -> PlanForm:
-    """A saved plan (a run's ``plan_yaml``) as the form's fields, to start the next run from the
-    last one; masked secrets are left out (their values are not in the journal)."""
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError:
+def form_from_saved_plan(plan: SavedPlan) -> PlanForm:
+    """A run's saved plan as the form's fields, to start the next run from the last one; masked
+    secrets are left out (their values are not in the journal). A damaged plan gives an empty form."""
+    if plan.problem:
         return EMPTY_FORM
-    if not isinstance(data, dict):
-        return EMPTY_FORM
-    suites = [s for s in data.get("suites") or [] if isinstance(s, dict) and s.get("name")]
-    rounds = {_words(s.get("rounds", "all")) for s in suites}
-    gpus = data.get("gpus", CPU)
-    env = data.get("env") if isinstance(data.get("env"), dict) else {}
-    countdown = data.get("countdown_minutes") or 0
+    rounds = {_words(s.rounds) for s in plan.suites}
     return PlanForm(
-        suites=[str(s["name"]) for s in suites],
+        suites=[s.name for s in plan.suites],
         rounds=rounds.pop() if len(rounds) == 1 else "",
-        pairs=_words(data.get("pairs", "")),
-        devices=[CPU] if gpus == CPU else [g for g in gpus if isinstance(g, int)] if isinstance(gpus, list) else [],
-        slots=_words(data.get("slots", "")),
-        countdown=f"{countdown:g}" if countdown else "",
-        output_root=str(data.get("output_root") or ""),
-        env=" ".join(f"{k}={v}" for k, v in env.items() if v != MASK),
+        pairs=_words(plan.pairs),
+        devices=[CPU] if plan.gpus == CPU else list(plan.gpus),
+        slots=_words(plan.slots),
+        countdown=f"{plan.countdown_minutes:g}" if plan.countdown_minutes else "",
+        output_root=plan.output_root,
+        env=" ".join(f"{k}={v}" for k, v in plan.env.items() if v != MASK),
     )
 
 
-def _words(value) -> str:
-    return " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+def _words(value: object) -> str:
+    return " ".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
 
 
 def form_to_mapping(form: PlanForm) -> tuple[dict, list[str]]:

@@ -10,17 +10,20 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, TypedDict, Unpack
 
 from lat_core.contract.commands import Command, CommandRow, decode, encode
 from lat_core.contract.devices import Device
+from lat_core.contract.diagnosis import Diagnosis
 from lat_core.errors import JournalError, NoJobError
 from lat_core.contract.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.contract.rows import (
     GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition, job_row,
     job_summary, run_row,
 )
-from lat_core.contract.states import ENGINE_ERROR, ENGINE_RECOVERED, JOB_FINAL, RUN_ACTIVE, RUN_ENDED, JobState, RunState
+from lat_core.contract.states import JOB_FINAL, RUN_ACTIVE, RUN_ENDED, HistoryKind, JobState, RunState, history_entry
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -131,7 +134,7 @@ class Store:
         with self._tx():
             pass
 
-    def _tx(self):
+    def _tx(self) -> _Transaction:
         return _Transaction(self._db, self._wal.check)
 
     def batch(self) -> _Transaction:
@@ -141,7 +144,8 @@ class Store:
         return self._tx()
 
     # ------------------------------------------------------------------ runs
-    def create_run(self, plan_yaml: str, output_root: str, devices: list[Device], countdown_until: float) -> int:
+    def create_run(self, plan_yaml: str, output_root: str, devices: Iterable[Device | Mapping[str, Any]],
+                   countdown_until: float) -> int:
         now = time.time()
         state = RunState.COUNTDOWN if countdown_until > now else RunState.RUNNING
         with self._tx() as db:
@@ -151,7 +155,7 @@ class Store:
                 (now, state, plan_yaml, output_root, _devices_json(devices), countdown_until,
                  now if state is RunState.RUNNING else None),
             )
-            run_id = cur.lastrowid
+            run_id = _new_id(cur)
             _transition(db, run_id, None, None, state, "run created")
         return run_id
 
@@ -201,20 +205,21 @@ class Store:
         history and is what every queued job of the paused run says it waits for (:meth:`pause_reason`)."""
         with self._tx() as db:
             db.execute("UPDATE runs SET paused=? WHERE id=?", (int(paused), run_id))
-            _transition(db, run_id, None, None, "paused" if paused else "resumed", reason or "admission")
+            _transition(db, run_id, None, None, HistoryKind.PAUSED if paused else HistoryKind.RESUMED,
+                        reason or "admission")
 
     def pause_reason(self, run_id: int) -> str:
         """Why the run's admission is paused: the reason its last pause was given."""
-        row = self._db.execute("SELECT detail FROM transitions WHERE run_id=? AND job_id IS NULL AND new_state='paused'"
-                               " ORDER BY id DESC LIMIT 1", (run_id,)).fetchone()
+        row = self._db.execute("SELECT detail FROM transitions WHERE run_id=? AND job_id IS NULL AND new_state=?"
+                               " ORDER BY id DESC LIMIT 1", (run_id, HistoryKind.PAUSED)).fetchone()
         return PAUSED_BY_USER if row is None or row[0] == "admission" else row[0]
 
-    def set_devices(self, run_id: int, devices: list[Device]) -> None:
+    def set_devices(self, run_id: int, devices: Iterable[Device | Mapping[str, Any]]) -> None:
         with self._tx() as db:
             db.execute("UPDATE runs SET devices_json=? WHERE id=?", (_devices_json(devices), run_id))
 
     # ------------------------------------------------------------------ jobs
-    def add_jobs(self, run_id: int, jobs: Iterable[dict]) -> list[int]:
+    def add_jobs(self, run_id: int, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Insert jobs in order (dicts with key, suite, round, stem, seed, dataset, job_dir, argv, env;
         optional state, world, use_libuv and family)."""
         ids = []
@@ -229,9 +234,9 @@ class Store:
                      job["dataset"], job["job_dir"], json.dumps(job["argv"]), json.dumps(job["env"]),
                      state, job.get("world", 1), int(job.get("use_libuv", True)), time.time(), job.get("family")),
                 )
-                ids.append(cur.lastrowid)
+                ids.append(_new_id(cur))
                 detail = "already succeeded earlier; overwrite reruns it" if state is JobState.SUCCEEDED else ""
-                _transition(db, run_id, cur.lastrowid, None, state, detail)
+                _transition(db, run_id, ids[-1], None, state, detail)
         return ids
 
     def jobs(self, run_id: int) -> list[JobRow]:
@@ -251,15 +256,15 @@ class Store:
             raise NoJobError(f"no job {job_id}", where=str(self.path))
         return job_row(row)
 
-    def set_job_state(self, job_id: int, state: JobState, detail: str = "", **fields) -> None:
+    def set_job_state(self, job_id: int, state: JobState, detail: str = "", **fields: Unpack[JobFields]) -> None:
         with self._tx() as db:
             _set_job_state(db, job_id, JobState(state), detail, fields)
 
-    def set_job_env(self, job_id: int, env: dict) -> None:
+    def set_job_env(self, job_id: int, env: Mapping[str, str]) -> None:
         from lat_core.config.env import mask_env
 
         with self._tx() as db:
-            db.execute("UPDATE jobs SET env_json=? WHERE id=?", (json.dumps(mask_env(env)), job_id))
+            db.execute("UPDATE jobs SET env_json=? WHERE id=?", (json.dumps(mask_env(dict(env))), job_id))
 
     def set_job_argv(self, job_id: int, argv: list[str]) -> None:
         with self._tx() as db:
@@ -270,16 +275,16 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE jobs SET avoid_devices_json=? WHERE id=?", (json.dumps(sorted(set(devices))), job_id))
 
-    def set_job_backend_options(self, job_id: int, options: dict) -> None:
+    def set_job_backend_options(self, job_id: int, options: Mapping[str, Any]) -> None:
         """Per-job backend options (Slurm ``time``, ``mem``) that override the plan's for this job."""
         with self._tx() as db:
-            db.execute("UPDATE jobs SET backend_options_json=? WHERE id=?", (json.dumps(options), job_id))
+            db.execute("UPDATE jobs SET backend_options_json=? WHERE id=?", (json.dumps(dict(options)), job_id))
 
     def set_progress(self, job_id: int, step: int | None, loss: float | None) -> None:
         with self._tx() as db:
             db.execute("UPDATE jobs SET last_step=?, last_loss=? WHERE id=?", (step, loss, job_id))
 
-    def record_usage(self, usage: dict) -> None:
+    def record_usage(self, usage: Mapping[int, tuple[int | None, int | None]]) -> None:
         """Latest and peak RSS / GPU memory per job, plus a sample row for later plots."""
         now = time.time()
         with self._tx() as db:
@@ -379,9 +384,9 @@ class Store:
         rows = self._db.execute("SELECT members, peak_gpu, peak_rss FROM group_peaks WHERE key=?", (key,))
         return {r[0]: (r[1], r[2]) for r in rows}
 
-    def samples(self, job_id: int) -> list[tuple[float, int, int]]:
+    def samples(self, job_id: int) -> list[tuple[float, int | None, int | None]]:
         rows = self._db.execute("SELECT ts, rss, gpu_mem FROM samples WHERE job_id=? ORDER BY id", (job_id,))
-        return [tuple(r) for r in rows]
+        return [(r[0], r[1], r[2]) for r in rows]
 
     # The engine's per-tick reads: each touches only the active jobs (index jobs_run), so a tick
     # costs the same with 10 or 10,000 jobs queued behind the busy slots.
@@ -435,10 +440,10 @@ class Store:
                 "INSERT INTO attempts (job_id, n, device, launched, exit_path) VALUES (?,?,?,?,?)",
                 (job_id, n, device, time.time(), exit_path),
             )
-            fields = {"attempts": n, "device": device, "started": started or time.time(), "ended": None,
-                      "returncode": None, "error": None, "fused_group": None}  # a group sets its own after
+            fields = JobFields(attempts=n, device=device, started=started or time.time(), ended=None,
+                               returncode=None, error=None, fused_group=None)  # a group sets its own after
             _set_job_state(db, job_id, JobState.RUNNING, detail or f"attempt {n} on {device}", fields)
-        return cur.lastrowid, n
+        return _new_id(cur), n
 
     def set_attempt_pid(self, attempt_id: int, pid: int | str, pid_start: float | None,
                         oom_counter: tuple[str, int | None] | None = None) -> None:
@@ -450,7 +455,7 @@ class Store:
                 db.execute("UPDATE attempts SET oom_source=?, oom_before=? WHERE id=?", (*oom_counter, attempt_id))
 
     def finish_attempt(self, attempt_id: int, returncode: int | None, state: JobState, detail: str,
-                       **fields) -> bool:
+                       **fields: Unpack[EndFields]) -> bool:
         """End an attempt and set its job's final state in one transaction. Only a job still
         ``running`` changes state (a success, or a cancel already recorded, is never overwritten);
         the attempt ends either way. True when the job's state was set."""
@@ -460,7 +465,7 @@ class Store:
             job_id = db.execute("SELECT job_id FROM attempts WHERE id=?", (attempt_id,)).fetchone()[0]
             if db.execute("SELECT state FROM jobs WHERE id=?", (job_id,)).fetchone()[0] != JobState.RUNNING:
                 return False
-            _set_job_state(db, job_id, JobState(state), detail, {"returncode": returncode, **fields})
+            _set_job_state(db, job_id, JobState(state), detail, JobFields(returncode=returncode, **fields))
         return True
 
     def running_without_attempt(self, run_id: int) -> list[JobRow]:
@@ -493,7 +498,7 @@ class Store:
     # ------------------------------------------------------------------ history and commands
     def transitions(self, run_id: int, after_id: int = 0, job_id: int | None = None) -> list[Transition]:
         sql = "SELECT * FROM transitions WHERE run_id=? AND id>?"
-        args: list = [run_id, after_id]
+        args: list[object] = [run_id, after_id]
         if job_id is not None:
             sql += " AND job_id=?"
             args.append(job_id)
@@ -503,13 +508,15 @@ class Store:
         """Why the engine cannot serve the run right now (its last tick failed), else None."""
         row = self._db.execute(
             "SELECT new_state, detail FROM transitions WHERE run_id=? AND job_id IS NULL AND new_state IN (?,?)"
-            " ORDER BY id DESC LIMIT 1", (run_id, ENGINE_ERROR, ENGINE_RECOVERED)).fetchone()
-        return row["detail"] if row and row["new_state"] == ENGINE_ERROR else None
+            " ORDER BY id DESC LIMIT 1", (run_id, HistoryKind.ENGINE_ERROR, HistoryKind.ENGINE_RECOVERED)).fetchone()
+        return row["detail"] if row and row["new_state"] == HistoryKind.ENGINE_ERROR else None
 
-    def add_transition(self, run_id: int, job_id: int | None, what: str, detail: str = "") -> None:
-        """History entries that are not state changes (notices sent, ...)."""
+    def add_transition(self, run_id: int, job_id: int | None, kind: HistoryKind, detail: str = "",
+                       about: str | None = None) -> None:
+        """History entries that are not state changes (notices sent, ...); ``about``: what a notice
+        or command entry is about (:func:`lat_core.contract.states.history_entry`)."""
         with self._tx() as db:
-            _transition(db, run_id, job_id, None, what, detail)
+            _transition(db, run_id, job_id, None, history_entry(HistoryKind(kind), about), detail)
 
     def add_command(self, run_id: int, command: Command) -> int:
         kind, job_id, args_json = encode(command)
@@ -518,7 +525,7 @@ class Store:
                 "INSERT INTO commands (ts, run_id, job_id, verb, args_json) VALUES (?,?,?,?,?)",
                 (time.time(), run_id, job_id, kind, args_json),
             )
-        return cur.lastrowid
+        return _new_id(cur)
 
     def runs_with_pending_commands(self) -> list[int]:
         return [r[0] for r in self._db.execute("SELECT DISTINCT run_id FROM commands WHERE status='pending'")]
@@ -537,7 +544,8 @@ class Store:
             row = db.execute("SELECT run_id, job_id, verb FROM commands WHERE id=?", (command_id,)).fetchone()
             db.execute("UPDATE commands SET status=?, handled=?, result=? WHERE id=?",
                        (status, time.time(), result, command_id))
-            _transition(db, row["run_id"], row["job_id"], None, f"command:{row['verb']}", f"{status} {result}".strip())
+            _transition(db, row["run_id"], row["job_id"], None, history_entry(HistoryKind.COMMAND, row["verb"]),
+                        f"{status} {result}".strip())
 
 
 def _command_row(row: sqlite3.Row) -> CommandRow:
@@ -578,7 +586,7 @@ class _Transaction:
     another (:meth:`Store.batch`) it is a savepoint: its writes stay all-or-nothing and reach the
     journal with the enclosing transaction's one commit."""
 
-    def __init__(self, db: sqlite3.Connection, check_wal):
+    def __init__(self, db: sqlite3.Connection, check_wal: Callable[[], None]):
         self.db = db
         self.nested = False
         self._check_wal = check_wal
@@ -594,7 +602,8 @@ class _Transaction:
                 raise
         return self.db
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if not self.nested:
             self.db.execute("ROLLBACK" if exc_type else "COMMIT")
             return
@@ -603,27 +612,62 @@ class _Transaction:
         self.db.execute("RELEASE lat_tx")
 
 
-_JOB_FIELDS = {"device", "started", "ended", "returncode", "error", "attempts", "diagnosis_json", "not_before",
-               "fused_group"}
+class EndFields(TypedDict, total=False):
+    """Columns a job's state change may set with it; the diagnosis as its type (encoded here, the
+    one writer of ``diagnosis_json``). An attempt's end takes its return code apart."""
+    device: str | None
+    started: float | None
+    ended: float | None
+    error: str | None
+    attempts: int
+    diagnosis: Diagnosis | None
+    not_before: float
+    fused_group: str | None
 
 
-def _set_job_state(db: sqlite3.Connection, job_id: int, state: JobState, detail: str, fields: dict) -> None:
+class JobFields(EndFields, total=False):
+    returncode: int | None
+
+
+_JOB_FIELDS = JobFields.__optional_keys__
+
+
+def _set_job_state(db: sqlite3.Connection, job_id: int, state: JobState, detail: str, fields: JobFields) -> None:
     unknown = set(fields) - _JOB_FIELDS
     if unknown:
         raise ValueError(f"unknown job fields {sorted(unknown)}")
+    columns = _job_columns(fields)
     row = db.execute("SELECT run_id, state FROM jobs WHERE id=?", (job_id,)).fetchone()
-    sets = ", ".join(f"{k}=?" for k in ["state", *fields])
-    db.execute(f"UPDATE jobs SET {sets} WHERE id=?", (state, *fields.values(), job_id))
+    sets = ", ".join(f"{k}=?" for k in ["state", *columns])
+    db.execute(f"UPDATE jobs SET {sets} WHERE id=?", (state, *columns.values(), job_id))
     _transition(db, row["run_id"], job_id, row["state"], state, detail)
 
 
-def _transition(db, run_id, job_id, old, new, detail) -> None:
+def _job_columns(fields: JobFields) -> dict[str, object]:
+    """The ``jobs`` columns and values for ``fields``."""
+    columns: dict[str, object] = dict(fields)
+    if "diagnosis" in columns:
+        diagnosis = fields["diagnosis"]
+        del columns["diagnosis"]
+        columns["diagnosis_json"] = None if diagnosis is None else json.dumps(diagnosis.to_json())
+    return columns
+
+
+def _transition(db: sqlite3.Connection, run_id: int, job_id: int | None, old: str | None, new: str,
+                detail: str) -> None:
     db.execute(
         "INSERT INTO transitions (ts, run_id, job_id, old_state, new_state, detail) VALUES (?,?,?,?,?,?)",
         (time.time(), run_id, job_id, old, new, detail),
     )
 
 
-def _devices_json(devices) -> str:
+def _devices_json(devices: Iterable[Device | Mapping[str, Any]]) -> str:
     """Devices as the journal keeps them (a mapping is checked as a Device on the way in)."""
-    return json.dumps([Device.from_json(d).to_json() for d in devices])
+    return json.dumps([(d if isinstance(d, Device) else Device.from_json(d)).to_json() for d in devices])
+
+
+def _new_id(cursor: sqlite3.Cursor) -> int:
+    """The id SQLite gave the row ``cursor`` just inserted."""
+    if cursor.lastrowid is None:
+        raise JournalError("SQLite gave an inserted row no id")
+    return cursor.lastrowid

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from lat_core.contract.devices import Device
-
+from lat_core.contract.diagnosis import Diagnosis, DiagnosisError
+from lat_core.contract.saved_plan import SavedPlan
 from lat_core.contract.states import JobState, RunState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -16,7 +23,7 @@ class RunRow:
     id: int
     created: float
     state: RunState
-    plan_yaml: str
+    plan: SavedPlan  # its text as saved: plan.text
     output_root: str
     devices: list[Device]
     countdown_until: float
@@ -24,7 +31,7 @@ class RunRow:
     ended: float | None
     paused: bool
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunState(self.state))  # typed however the row was built
 
 
@@ -62,7 +69,7 @@ class JobSummary:
     family: str | None = None  # the resolved config's model.family (None: a journal from before it was kept)
     fused_group: str | None = None  # the fused group its current attempt trains in (its usage is the group's)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # typed however the row was built
 
     @property
@@ -79,12 +86,12 @@ class JobSummary:
 @dataclass(frozen=True, kw_only=True)
 class JobRow(JobSummary):
     """A whole job: the summary plus what the engine launches it with and what triage found."""
-    argv: list
-    env: dict
-    diagnosis: dict | None = None
+    argv: list[str]
+    env: dict[str, str]
+    diagnosis: Diagnosis | None = None  # what triage found when the job last failed
     use_libuv: int = 1
-    avoid_devices: tuple = ()  # device ids a remedy excluded for this job (placement skips them)
-    backend_options: dict = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
+    avoid_devices: tuple[str, ...] = ()  # device ids a remedy excluded for this job (placement skips them)
+    backend_options: dict[str, Any] = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
 
 
 SUMMARY_COLUMNS = tuple(f.name for f in fields(JobSummary))  # in order: JobSummary(*row) takes them
@@ -138,21 +145,22 @@ class AttemptRow:
     oom_before: int | None = None
 
 
-def run_row(row) -> RunRow:
+def run_row(row: sqlite3.Row) -> RunRow:
     """A ``runs`` row (sqlite3.Row) with its JSON columns decoded."""
     data = _known(row, _RUN_FIELDS)
     where = f"runs.devices_json of run {data['id']}"
     data["devices"] = [Device.from_json(d, where=where) for d in json.loads(row["devices_json"])]
     data["paused"] = bool(data["paused"])
+    data["plan"] = SavedPlan.from_text(row["plan_yaml"])
     return RunRow(**data)
 
 
-def job_summary(row: tuple) -> JobSummary:
+def job_summary(row: tuple[Any, ...]) -> JobSummary:
     """A row of ``SELECT <SUMMARY_COLUMNS> FROM jobs`` (a plain tuple, in that order)."""
     return JobSummary(*row)
 
 
-def job_row(row) -> JobRow:
+def job_row(row: sqlite3.Row) -> JobRow:
     """A ``jobs`` row (sqlite3.Row) with its JSON columns decoded."""
     columns = dict(zip(row.keys(), row))  # by name once: a sqlite3.Row looks each name up among all its columns
     data = _known(columns, _JOB_FIELDS)
@@ -160,12 +168,34 @@ def job_row(row) -> JobRow:
     data["env"] = json.loads(columns["env_json"])
     data["avoid_devices"] = tuple(json.loads(columns["avoid_devices_json"]))
     data["backend_options"] = json.loads(columns["backend_options_json"])
-    diagnosis = columns["diagnosis_json"]
-    data["diagnosis"] = json.loads(diagnosis) if diagnosis else None
+    data["diagnosis"] = _diagnosis(columns["diagnosis_json"], f"jobs.diagnosis_json of job {data['id']}")
     return JobRow(**data)
 
 
-def _known(row, names: frozenset[str]) -> dict:
+def _diagnosis(text: str | None, where: str) -> Diagnosis | None:
+    """The job's stored diagnosis. A damaged one (not JSON, or not what ``Diagnosis.to_json``
+    writes: a hand edit, a newer LAT's failure class) reads as None, logged once with what is wrong:
+    the job's other columns still read (its ``error`` keeps the one-line reason), and the engine,
+    which reads jobs every tick, goes on."""
+    if not text:
+        return None
+    try:
+        return Diagnosis.from_json(json.loads(text))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and DiagnosisError are ValueErrors
+        if (where, hash(text)) not in _TOLD:
+            _TOLD.add((where, hash(text)))
+            log.warning("%s is damaged, read as no diagnosis: %s", where, _why(exc))
+        return None
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, DiagnosisError) else f"not JSON ({type(exc).__name__}: {exc})"
+
+
+_TOLD: set[tuple[str, int]] = set()  # damaged diagnoses (where, hash of the text) this process logged
+
+
+def _known(row: Mapping[str, Any] | sqlite3.Row, names: frozenset[str]) -> dict[str, Any]:
     """The row's columns (a sqlite3.Row or a mapping) that are fields of the row type: a journal
     that a newer LAT gave more columns (its schema grows by ``ALTER TABLE ADD COLUMN``) still reads
     here."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from lat_core.engine.loop import Engine
 from lat_core.errors import LatError
 from lat_core.contract.journal_faults import WalLost, explain, write_fault
+from lat_core.contract.states import HistoryKind
 from lat_core.titles import set_title
 
 
@@ -91,7 +92,7 @@ def note_replacement(store, pid: int) -> None:
     before this process started lost its engine: say so in the run's history."""
     for run in store.active_runs():
         if any(job.attempts > 0 for job in store.jobs(run.id)):
-            store.add_transition(run.id, None, "engine", f"engine {pid} started (replacing a dead one)")
+            store.add_transition(run.id, None, HistoryKind.ENGINE, f"engine {pid} started (replacing a dead one)")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The circuit breaker: when a run's first K ended jobs all failed with the same systemic class
-(the hub, the data, the config, an import, no GPU: ``systemic`` in lat_core.triage.classes), the
+(the hub, the data, the config, an import, no GPU: ``systemic`` in lat_core.contract.failure_classes), the
 engine pauses the run's admission, says why once (the run's history, every queued job's waiting
 reason, a ``paused`` notice), and a person resumes (``lat-tui resume``) or cancels it.
 
@@ -14,11 +14,11 @@ run: after a resume the user has seen the reason and chose to go on. A part of
 from __future__ import annotations
 
 from lat_core.contract.rows import JobRow, RunRow
-from lat_core.contract.states import JobState
+from lat_core.contract.failure_classes import SYSTEMIC_CLASSES, FailureClass
+from lat_core.contract.states import HistoryKind, JobState
 from lat_core.engine.notices import RunNotices
 from lat_core.engine.state import EngineState
 from lat_core.text import shorten
-from lat_core.triage.classes import SYSTEMIC_CLASSES, FailureClass
 
 REASON_PREFIX = "breaker: "
 ENDED = (JobState.SUCCEEDED, JobState.FAILED)
@@ -50,8 +50,7 @@ class Breaker:
 
     def _limit(self, run_id: int) -> int:
         """The plan's ``breaker`` (a run saved before the breaker existed has none: off)."""
-        value = self._state.plan_of(run_id).get("breaker", 0)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+        return max(0, self._state.plan_of(run_id).breaker)
 
     def _first_ended(self, run_id: int, limit: int) -> list[JobRow]:
         ended = [j for j in self.store.jobs(run_id) if j.state in ENDED and j.ended is not None]
@@ -59,12 +58,12 @@ class Breaker:
 
     def _tripped_before(self, run_id: int) -> bool:
         """An engine restarted after the trip (and maybe a resume) must not trip it again."""
-        return any(t.new_state == "paused" and t.detail.startswith(REASON_PREFIX)
+        return any(t.new_state == HistoryKind.PAUSED and t.detail.startswith(REASON_PREFIX)
                    for t in self.store.transitions(run_id) if t.job_id is None)
 
 
 def failure_class(job: JobRow) -> FailureClass | None:
-    return FailureClass.parse((job.diagnosis or {}).get("class")) if job.state is JobState.FAILED else None
+    return job.diagnosis.cls if job.diagnosis and job.state is JobState.FAILED else None
 
 
 def common_systemic_class(jobs: list[JobRow]) -> FailureClass | None:

@@ -9,7 +9,6 @@ journal busy) is recorded in that run's history as ``engine error`` and retried 
 from __future__ import annotations
 
 import errno
-import json
 import sqlite3
 import sys
 import traceback
@@ -22,10 +21,10 @@ from lat_core.errors import JournalError
 from lat_core.contract.journal_faults import WalLost
 from lat_core.contract.jobdir import AttemptFiles, ExitRecord, JobDir, PidRecord
 from lat_core.contract.rows import JobRow
-from lat_core.contract.states import ENGINE_ERROR, ENGINE_RECOVERED
+from lat_core.contract.states import HistoryKind
 from lat_core.contract.journal import Store
-from lat_core.triage.classes import FailureClass
-from lat_core.triage.model import Diagnosis
+from lat_core.contract.failure_classes import FailureClass
+from lat_core.contract.diagnosis import Diagnosis
 
 JOURNAL_ERRORS = (sqlite3.Error, JournalError)  # the journal itself: retried, never blamed on a job
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -54,14 +53,14 @@ def disk_full_pause(output_root: str) -> str:
     return f"disk full at {output_root}: free space, then `lat-tui resume`"
 
 
-def disk_full_failure(exc: OSError, output_root: str) -> tuple[str, str]:
-    """(error, diagnosis json) of a job whose files the engine could not write on a full disk."""
+def disk_full_failure(exc: OSError, output_root: str) -> tuple[str, Diagnosis]:
+    """(error, diagnosis) of a job whose files the engine could not write on a full disk."""
     where = f" ({exc.filename})" if exc.filename else ""
     error = f"disk full at {output_root}{where}: free space, then requeue it"
     diagnosis = Diagnosis(FailureClass.DISK_FULL, "Disk full", f"The disk of {output_root} filled up: the engine "
                           f"could not write this job's files{where}. Nothing is wrong with the job; free space "
                           "(`df -h`, `du -sh` on the output root), then requeue it.", evidence=(reason_of(exc),))
-    return error, json.dumps(diagnosis.to_json())
+    return error, diagnosis
 
 
 def reason_of(exc: BaseException) -> str:
@@ -99,7 +98,7 @@ class EngineErrors:
             if self._failures.pop(run_id, 0):
                 self._retry_at.pop(run_id, None)
                 self._told.pop(run_id, None)
-                self.store.add_transition(run_id, None, ENGINE_RECOVERED, "the run is served again")
+                self.store.add_transition(run_id, None, HistoryKind.ENGINE_RECOVERED, "the run is served again")
 
     def _failed(self, run_id: int, exc: Exception) -> None:
         traceback.print_exc(file=sys.stderr)  # the engine's log keeps the whole traceback
@@ -110,7 +109,7 @@ class EngineErrors:
         if self._told.get(run_id) == reason:
             return
         try:
-            self.store.add_transition(run_id, None, ENGINE_ERROR, f"{reason} (retrying with backoff)")
+            self.store.add_transition(run_id, None, HistoryKind.ENGINE_ERROR, f"{reason} (retrying with backoff)")
             self._told[run_id] = reason
         except JOURNAL_ERRORS as again:
             print(f"engine error: {reason}; not recorded: {reason_of(again)}", file=sys.stderr, flush=True)

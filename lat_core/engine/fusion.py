@@ -20,6 +20,7 @@ from lat_core.errors import ConfigError
 from lat_core.contract.jobdir import GroupLimit, JobDir
 from lat_core.contract.jobdir.names import JOB_YAML
 from lat_core.contract.rows import JobRow
+from lat_core.contract.saved_plan import SavedPlan
 
 GROUP_SIZE_LIMIT = 8  # members of one group; more rarely pays (issue 17: 8 jobs of a suite)
 MATE_SCAN = 256  # queued jobs read after a group's first member to find its mates
@@ -27,12 +28,11 @@ TRAIN_MODULE = ["-m", "lat_core.train", "--cfg"]
 MODE_FLAGS: tuple[list[str], ...] = ([], ["--resume"], ["--overwrite"])
 
 
-def fuses_on(plan: dict, device_is_cpu: bool) -> bool:
+def fuses_on(plan: SavedPlan, device_is_cpu: bool) -> bool:
     """Whether the saved plan's ``fuse`` (lat_core.front.plan.Plan.fuse) groups jobs on such a device:
-    ``auto`` on GPUs, ``true`` everywhere, ``false`` nowhere.  A plan saved without the key comes
-    from before fusion was the default (Plan.to_yaml now always writes it): no groups, as then."""
-    fuse = plan.get("fuse", False)
-    return fuse is True or (fuse == "auto" and not device_is_cpu)
+    ``auto`` on GPUs, ``true`` everywhere, ``false`` nowhere (and in a plan saved before fusion:
+    :data:`lat_core.contract.saved_plan.FUSE_IF_UNSAVED`)."""
+    return plan.fuse is True or (plan.fuse == "auto" and not device_is_cpu)
 
 
 def job_fuse_key(job: JobRow) -> tuple | None:

@@ -31,8 +31,8 @@ from lat_core.contract.jobdir import AttemptFiles, ExitRecord, GroupRef, JobDir
 from lat_core.errors import OutputPathError
 from lat_core.monitor.usage import JobUsage
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
-from lat_core.contract.states import JobState
-from lat_core.triage.classes import OOM_CLASSES
+from lat_core.contract.states import HistoryKind, JobState
+from lat_core.contract.failure_classes import OOM_CLASSES
 
 if TYPE_CHECKING:  # a group starts through the starts, which adopt through recovery, which settles groups
     from lat_core.engine.starts import Starts
@@ -133,7 +133,7 @@ class GroupStarts:
             self._groups.watch(launched.popen)
         for job, (attempt_id, _, _) in zip(members, attempts):
             # the same words for every member: the progress stream says them once per group
-            self.store.add_transition(job.run_id, job.id, "fused", f"group {gid}: one process for jobs {ids} on {device.id}")
+            self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, f"group {gid}: one process for jobs {ids} on {device.id}")
             self._starts.launched(job, attempt_id, launched)
 
     def _write_group_refs(self, members: list[JobRow], attempts: list[MemberAttempt]
@@ -259,7 +259,7 @@ class FusedGroups:
             if attempt.id not in self._groups_killed:
                 self._groups_killed.add(attempt.id)
                 job = self.store.job(attempt.job_id)
-                self.store.add_transition(job.run_id, job.id, "fused", f"the group's process was still running "
+                self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, f"the group's process was still running "
                                           f"{GROUP_END_GRACE_S:g} s after its last member left: killed")
         return True
 
@@ -270,7 +270,7 @@ class FusedGroups:
         The plan's ``on_oom`` retries and the remedies apply once the job ran alone."""
         job = self.store.job(attempt.job_id)
         ref = AttemptFiles(attempt.exit_path).read_group_ref()
-        klass = (job.diagnosis or {}).get("class")
+        klass = job.diagnosis.cls if job.diagnosis else None
         if ref is None or len(ref.job_ids) < 2 or klass not in OOM_CLASSES:
             return False
         limit = smaller_limit(JobDir(job.job_dir), len(ref.job_ids), klass)

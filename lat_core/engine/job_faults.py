@@ -40,8 +40,8 @@ class JobFaults:
         """The engine could not write a job's files: the disk is full. That job fails as such (no
         engine error, requeueable at once) and the run admits nothing more until the user resumes."""
         run = self.store.run(self.store.job(job_id).run_id)
-        error, diagnosis_json = disk_full_failure(exc, run.output_root)
-        self.fail_job(job_id, error, diagnosis_json=diagnosis_json)
+        error, diagnosis = disk_full_failure(exc, run.output_root)
+        self.fail_job(job_id, error, diagnosis=diagnosis)
         self.pause_for_full_disk(run)
 
     def pause_for_full_disk(self, run: RunRow) -> None:

@@ -38,10 +38,11 @@ from lat_core.engine.progress import Progress
 from lat_core.engine.recovery import Recovery
 from lat_core.engine.starts import Batch, Starts
 from lat_core.engine.state import EngineState
-from lat_core.contract.states import JobState, RunState
+from lat_core.contract.states import HistoryKind, JobState, RunState
 from lat_core.contract.journal import JobRow, RunRow, Store
 from lat_core.engine.warm import WarmStarts
 from lat_core.contract.run_secrets import JobSecrets
+from lat_core.errors import JournalError
 
 SAMPLE_EVERY_S = 2.0
 LaunchFn = Callable[[list[str], dict[str, str], Path, Path, tuple[str, ...]], Launched]
@@ -141,11 +142,18 @@ class Engine:
             self.store.set_run_state(run.id, RunState.RUNNING, "countdown over")
             run = self.store.run(run.id)
         if run.state in (RunState.COUNTDOWN, RunState.RUNNING):
+            self._refuse_damaged_plan(run)
             self._warm.prepare(run)
         if run.state is RunState.RUNNING:
             self._notices.run_started(run)
             self._admit(self.store.run(run.id))  # as reaping left it: a full disk pauses admission
         self._finish_if_drained(run)
+
+    def _refuse_damaged_plan(self, run: RunRow) -> None:
+        """Nothing starts on settings guessed from a damaged saved plan: the run's tick fails with
+        that one reason in its history; its running jobs are still reaped, and cancelling it works."""
+        if run.plan.problem:
+            raise JournalError(f"run {run.id}'s saved plan is damaged: {run.plan.problem}")
 
     def _finish_if_drained(self, run: RunRow) -> None:
         if not self.store.has_unfinished_jobs(run.id) and not self.store.open_attempts(run.id):
@@ -173,7 +181,7 @@ class Engine:
             return
         local = self._state.backend(run.id).samples_local_processes
         self._admission.begin(run.devices if local else None,
-                              min_free_gb=float(self._state.plan_of(run.id).get("min_free_gb", 0)))
+                              min_free_gb=self._state.plan_of(run.id).min_free_gb)
         batch: Batch | None = [] if self._submits_arrays(run.id) else None
         taken: set[int] = set()  # started this pass as members of a fused group
         for job in self.store.iter_queued(run.id):
@@ -197,7 +205,7 @@ class Engine:
                 busy[device.id] = busy.get(device.id, 0) + (job.world if len(chosen) == 1 else 1)
             note = self._admission.prior_note(job, chosen[0])
             if note:  # the history says why unmeasured jobs started together
-                self.store.add_transition(run.id, job.id, "admission", note)
+                self.store.add_transition(run.id, job.id, HistoryKind.ADMISSION, note)
             mates = self._group_starts.fuse_mates(run, job, chosen[0], running, taken) if len(chosen) == 1 else []
             if mates:  # one process, one slot, for the job and its mates (plan ``fuse: auto``)
                 with self._errors.job_guard(job.id, "engine error starting this fused group", self._faults.fail_job):

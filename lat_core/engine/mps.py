@@ -14,6 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from lat_core.contract.states import HistoryKind
 from lat_core.engine.state import EngineState
 
 CONTROL = "nvidia-cuda-mps-control"
@@ -45,7 +46,7 @@ class RunMps:
     def env(self, run_id: int) -> dict[str, str]:
         """The client env of the run's private MPS daemon, started on first use; where MPS cannot
         run, the history says why and jobs run without it."""
-        if not self._state.plan_of(run_id).get("mps") or not self._state.backend(run_id).samples_local_processes:
+        if not self._state.plan_of(run_id).mps or not self._state.backend(run_id).samples_local_processes:
             return {}
         if run_id not in self._daemons:
             gpus = [d for d in self.store.run(run_id).devices if not d.is_cpu]
@@ -54,7 +55,7 @@ class RunMps:
                 base = Path(self.store.path).parent / "mps" / f"run{run_id}"
                 daemon, why = start_mps(base, ",".join(d.uuid or str(d.index) for d in gpus))
             self._daemons[run_id] = daemon
-            self.store.add_transition(run_id, None, "mps", why if daemon else f"not used: {why}")
+            self.store.add_transition(run_id, None, HistoryKind.MPS, why if daemon else f"not used: {why}")
         daemon = self._daemons[run_id]
         return daemon.client_env() if daemon is not None else {}
 

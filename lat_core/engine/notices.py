@@ -13,13 +13,11 @@ import os
 import threading
 import time
 
-import yaml
-
 from lat_core.notify import Notices
 from lat_core.contract.run_secrets import RunSecrets
-from lat_core.contract.states import JobState, RunState
+from lat_core.contract.states import HistoryKind, JobState, RunState, history_entry
 from lat_core.contract.journal import JobRow, RunRow, Store
-from lat_core.triage.classes import OOM_CLASSES
+from lat_core.contract.failure_classes import OOM_CLASSES
 
 log = logging.getLogger(__name__)
 FLUSH_TIMEOUT_S = 30.0  # a notifier's own timeout is 10 s; a few notices may be in flight at once
@@ -36,9 +34,8 @@ class RunNotices:
 
     def _notices(self, run: RunRow) -> Notices:
         if run.id not in self._by_run:
-            plan = yaml.safe_load(run.plan_yaml) or {}
             secrets = self._secrets_of(run.id)
-            notify = secrets.notify or (plan.get("notify") if isinstance(plan, dict) else None)
+            notify = secrets.notify or run.plan.notify
             self._by_run[run.id] = Notices.from_config(notify, {**self._environ, **secrets.notify_env})
         return self._by_run[run.id]
 
@@ -66,15 +63,16 @@ class RunNotices:
                    f"Run {run.id}'s admission is paused: {reason}.\nOutputs in {run.output_root}.")
 
     def job_failed(self, run: RunRow, job: JobRow) -> None:
-        kind = "oom" if (job.diagnosis or {}).get("class") in OOM_CLASSES else "failure"
-        body = "\n".join([f"{job.key} failed in run {run.id}: {job.error}", "", (job.diagnosis or {}).get("diagnosis", "")])
+        kind = "oom" if job.diagnosis and job.diagnosis.cls in OOM_CLASSES else "failure"
+        explained = job.diagnosis.diagnosis if job.diagnosis else ""
+        body = "\n".join([f"{job.key} failed in run {run.id}: {job.error}", "", explained])
         self._emit(run, job.id, kind, f"LAT job failed: {job.key}", body.strip())
 
     def _emit(self, run: RunRow, job_id: int | None, kind: str, subject: str, body: str) -> None:
         notices = self._notices(run)
         if not notices.notifiers or kind not in notices.on or self._already_sent(run.id, job_id, kind):
             return
-        self.store.add_transition(run.id, job_id, f"notice:{kind}", subject)
+        self.store.add_transition(run.id, job_id, HistoryKind.NOTICE, subject, about=kind)
         thread = threading.Thread(target=notices.emit, args=(kind, subject, body), daemon=True)
         thread.start()
         self._sending = [t for t in self._sending if t.is_alive()] + [thread]
@@ -98,6 +96,6 @@ class RunNotices:
         self._sent.add(key)
         history = self.store.transitions(run_id, job_id=job_id) if job_id else self.store.transitions(run_id)
         attempts = self.store.job(job_id).attempts if job_id else 0
-        sent = [t for t in history if t.new_state == f"notice:{kind}"]
+        sent = [t for t in history if t.new_state == history_entry(HistoryKind.NOTICE, kind)]
         # a job notice is per attempt: a requeued job that fails again is news again
         return len(sent) >= max(1, attempts) if job_id else bool(sent)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from lat_core.contract.jobdir import EventTail, JobDir, last_progress
 from lat_core.contract.journal import Store
 from lat_core.contract.rows import JobRow
+from lat_core.contract.states import HistoryKind
 
 
 class Progress:
@@ -26,5 +27,5 @@ class Progress:
         if skipped.count > bad_before:  # told once per job, then counted
             detail = f"{skipped.count} bad line(s) skipped; first: {skipped.first}"
             if bad_before == 0 or skipped.count >= 10 * bad_before:
-                self.store.add_transition(job.run_id, job.id, "bad events", detail)
+                self.store.add_transition(job.run_id, job.id, HistoryKind.BAD_EVENTS, detail)
         return last

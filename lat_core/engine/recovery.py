@@ -4,7 +4,6 @@ lost journal tail or a fault in the engine's own handling of a job left half-way
 
 from __future__ import annotations
 
-import json
 import signal
 from contextlib import nullcontext
 from dataclasses import replace
@@ -22,11 +21,11 @@ from lat_core.engine.retries import maybe_retry
 from lat_core.engine.state import EngineState
 from lat_core.contract.jobdir import AttemptFiles, ExitRecord, JobDir, PeakUsage, PidRecord, describe_exit
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
-from lat_core.contract.states import JobState
+from lat_core.contract.diagnosis import Diagnosis
+from lat_core.contract.failure_classes import FailureClass
+from lat_core.contract.states import HistoryKind, JobState
 from lat_core.triage import classify
-from lat_core.triage.classes import FailureClass
 from lat_core.triage.hostoom import oom_kill_readings
-from lat_core.triage.model import Diagnosis
 
 
 LAUNCH_GRACE_S = 30.0
@@ -116,7 +115,7 @@ class Recovery:
         job, state = ended
         if state is JobState.FAILED:
             run = self.store.run(job.run_id)
-            if (job.diagnosis or {}).get("class") == FailureClass.DISK_FULL:  # the trainer's own write failed
+            if job.diagnosis and job.diagnosis.cls is FailureClass.DISK_FULL:  # the trainer's own write failed
                 self._faults.pause_for_full_disk(run)
             self._notices.job_failed(run, job)
             self._breaker.after_failure(run, job)
@@ -136,12 +135,12 @@ class Recovery:
             progress = self._progress.read(job)  # the steps it logged since the last tick: the table's final step and loss
             if progress is not None:
                 job = replace(job, last_step=progress[0], last_loss=progress[1])
-        state, error, diagnosis_json = self._judge(job, attempt, returncode, problem)
+        state, error, diagnosis = self._judge(job, attempt, returncode, problem)
         # the end and the retry the plan asks for are one commit: an engine dying between them
         # would leave the job failed, its retry lost
         with self.store.batch():
             if not self.store.finish_attempt(attempt.id, returncode, state, error or "exit 0", ended=self._clock(),
-                                             error=error, diagnosis_json=diagnosis_json):
+                                             error=error, diagnosis=diagnosis):
                 return None
             ended = self.store.job(job.id)  # as failed, before a retry queues it again
             if state is JobState.FAILED and not self._groups.split_after_oom(attempt):
@@ -182,7 +181,7 @@ class Recovery:
         for job in self.store.running_without_attempt(run.id):
             with self._errors.job_guard(job.id, "engine error settling this job", self._faults.fail_job):
                 attempts = self.store.attempts(job.id)
-                self.store.add_transition(run.id, job.id, "recovered", "running with no open attempt: settled from "
+                self.store.add_transition(run.id, job.id, HistoryKind.RECOVERED, "running with no open attempt: settled from "
                                           + (f"attempt {attempts[-1].n}" if attempts else "nothing (no attempt)"))
                 if not attempts:
                     self._faults.fail_job(job.id, "running without any attempt recorded (an engine crash); requeue it")
@@ -214,7 +213,7 @@ class Recovery:
             self._record_exit(attempt, lost.returncode)
 
     def _judge(self, job: JobRow, attempt: AttemptRow, returncode: int | None, problem: str | None):
-        """(state, error, diagnosis json) of an ended attempt. Triage reads what the job left, so
+        """(state, error, diagnosis) of an ended attempt. Triage reads what the job left, so
         whatever goes wrong in it is part of this job's reason, never the engine's end."""
         if returncode == 0:
             return JobState.SUCCEEDED, None, None
@@ -223,13 +222,12 @@ class Recovery:
         try:
             diagnosis = self._triage(job, attempt, returncode)
             error = describe_exit(returncode, Path(job.job_dir), diagnosis)
-            diagnosis_json = json.dumps(diagnosis.to_json()) if diagnosis else None
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - a triage bug fails this job with its reason
             error = f"{describe_exit(returncode, Path(job.job_dir))} (triage failed: {type(exc).__name__}: {exc})"
-            diagnosis_json = None
-        return JobState.FAILED, f"{error} ({problem})" if problem else error, diagnosis_json
+            diagnosis = None
+        return JobState.FAILED, f"{error} ({problem})" if problem else error, diagnosis
 
     def _triage(self, job: JobRow, attempt: AttemptRow, returncode: int | None) -> Diagnosis:
         backend = self._state.job_backend(job)

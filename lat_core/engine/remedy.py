@@ -1,6 +1,6 @@
 """Apply a triage remedy to a job before it is requeued: one applier per change kind.
 
-A remedy is a list of typed changes (:mod:`lat_core.triage.model`). Every kind has exactly one
+A remedy is a list of typed changes (:mod:`lat_core.contract.diagnosis`). Every kind has exactly one
 applier here and :data:`APPLIERS` is the only dispatch, so a kind without an applier is an error
 (and a failing test), never a silent no-op. All changes of a remedy are checked before any is
 applied, so a rejected remedy leaves the job as it was.
@@ -15,7 +15,7 @@ from typing import Any, Callable
 import yaml
 
 from lat_core.contract.journal import JobRow, RunRow, Store
-from lat_core.triage.model import (AvoidDevice, BackendOption, Change, ConfigChange, Diagnosis, EnvChange, Remedy,
+from lat_core.contract.diagnosis import (AvoidDevice, BackendOption, Change, ConfigChange, Diagnosis, EnvChange, Remedy,
                                    Resume, SlotsChange)
 from lat_core.contract.jobdir.names import JOB_YAML
 
@@ -33,7 +33,7 @@ class Target:
 
     @property
     def backend(self) -> str:
-        return backend_of(self.run)
+        return self.run.plan.backend
 
 
 def devices_of(job: JobRow) -> list[str]:
@@ -41,13 +41,8 @@ def devices_of(job: JobRow) -> list[str]:
     return job.device.split("+") if job.device else []
 
 
-def backend_of(run: RunRow) -> str:
-    plan = yaml.safe_load(run.plan_yaml) or {}
-    return plan.get("backend", "local") if isinstance(plan, dict) else "local"
-
-
 def find_remedy(job: JobRow, key: str) -> Remedy:
-    remedies = Diagnosis.from_json(job.diagnosis or {}).remedies
+    remedies = job.diagnosis.remedies if job.diagnosis else ()
     match = next((r for r in remedies if r.key == key), None)
     if match is None:
         offered = ", ".join(r.key for r in remedies) or "none"
@@ -90,8 +85,8 @@ def check_change(run: RunRow, job: JobRow, change: Change) -> str | None:
 
 
 def _backend_problem(run: RunRow, change: BackendOption) -> str | None:
-    if backend_of(run) != "slurm":
-        return f"backend option {change.name}: this run's backend is {backend_of(run)}, not slurm"
+    if run.plan.backend != "slurm":
+        return f"backend option {change.name}: this run's backend is {run.plan.backend}, not slurm"
     from lat_core.config.slurm_options import option_problems
 
     problems = option_problems({change.name: change.value})

@@ -20,27 +20,16 @@ from __future__ import annotations
 
 import time
 
-import yaml
-
 from lat_core.contract.jobdir import JobDir
 from lat_core.engine.remedy import Target, apply_change, apply_remedy
 from lat_core.contract.rows import JobRow, RunRow
-from lat_core.contract.states import JobState
+from lat_core.contract.states import HistoryKind, JobState
 from lat_core.contract.journal import Store
-from lat_core.triage.classes import OOM_CLASSES
-from lat_core.triage.model import Resume
+from lat_core.contract.failure_classes import OOM_CLASSES
+from lat_core.contract.diagnosis import Resume
 
 TAG = "auto-retry with remedy "
 FAILURE_TAG = "auto-retry after "
-
-
-def _plan_section(run: RunRow, name: str) -> dict:
-    plan = yaml.safe_load(run.plan_yaml) or {}
-    return (plan.get(name) or {}) if isinstance(plan, dict) else {}
-
-
-def on_oom_settings(run: RunRow) -> dict:
-    return _plan_section(run, "on_oom")
 
 
 def maybe_retry(store: Store, run: RunRow, job: JobRow, now: float | None = None) -> bool:
@@ -56,35 +45,35 @@ def backoff_hold(job: JobRow, now: float) -> str | None:
 
 
 def _retry_oom(store: Store, run: RunRow, job: JobRow) -> bool:
-    settings = on_oom_settings(run)
-    if not settings or (job.diagnosis or {}).get("class") not in OOM_CLASSES:
+    settings = run.plan.on_oom
+    if settings is None or job.diagnosis is None or job.diagnosis.cls not in OOM_CLASSES:
         return False
     used = _remedies_used(store, job)
-    if len(used) >= int(settings.get("max_retries", 2)):
+    if len(used) >= settings.max_retries:
         return False
-    offered = [r["key"] for r in job.diagnosis.get("remedies", [])]
-    choice = next((k for k in settings.get("remedies", []) if k in offered and k not in used), None)
+    offered = [r.key for r in job.diagnosis.remedies]
+    choice = next((k for k in settings.remedies if k in offered and k not in used), None)
     if choice is None:
         return False
     try:
         applied = apply_remedy(store, run, job, choice)
     except ValueError as exc:  # the remedy cannot act on this job: it stays failed, the history says why
-        store.add_transition(run.id, job.id, "auto-retry", f"not retried: {exc}")
+        store.add_transition(run.id, job.id, HistoryKind.AUTO_RETRY, f"not retried: {exc}")
         return False
     store.set_job_state(job.id, JobState.QUEUED, f"{TAG}{choice}: {applied}", ended=None, returncode=None)
     return True
 
 
 def _retry_failure_class(store: Store, run: RunRow, job: JobRow, now: float) -> bool:
-    settings = _plan_section(run, "on_failure")
-    cls = (job.diagnosis or {}).get("class")
-    if not settings or cls not in settings.get("classes", []):
+    settings = run.plan.on_failure
+    cls = job.diagnosis.cls if job.diagnosis else None
+    if settings is None or cls not in settings.classes:
         return False
     done = _failure_retries(store, job)
-    limit = int(settings.get("max_retries", 2))
+    limit = settings.max_retries
     if done >= limit:
         return False
-    backoff = float(settings.get("backoff_s", 30))
+    backoff = settings.backoff_s
     how = "from the start"
     if _has_checkpoint(job):
         apply_change(Target(store, run, job), Resume())
@@ -100,7 +89,7 @@ def _has_checkpoint(job: JobRow) -> bool:
 
 def _failure_retries(store: Store, job: JobRow) -> int:
     return sum(1 for t in store.transitions(job.run_id, job_id=job.id)
-               if t.new_state == "queued" and t.detail.startswith(FAILURE_TAG))
+               if t.new_state == JobState.QUEUED and t.detail.startswith(FAILURE_TAG))
 
 
 def _remedies_used(store: Store, job: JobRow) -> list[str]:

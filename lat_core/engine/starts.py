@@ -12,7 +12,7 @@ from lat_core.contract.devices import Device
 from lat_core.contract.jobdir import JobDir
 from lat_core.contract.rows import JobRow
 from lat_core.contract.run_secrets import JobSecrets
-from lat_core.contract.states import JobState
+from lat_core.contract.states import HistoryKind, JobState
 from lat_core.engine.faults import JOURNAL_ERRORS, disk_full
 from lat_core.engine.job_faults import JobFaults
 from lat_core.engine.launch import Launched, LaunchSpec
@@ -118,5 +118,5 @@ class Starts:
         if job.world == 1:
             return argv, env
         port, tries = find_free_port()
-        self.store.add_transition(job.run_id, job.id, "rendezvous", f"port {port} after {tries} probe(s)")
+        self.store.add_transition(job.run_id, job.id, HistoryKind.RENDEZVOUS, f"port {port} after {tries} probe(s)")
         return distributed_argv(argv, job.world, port), {**env, **distributed_env(job.world, port, bool(job.use_libuv))}

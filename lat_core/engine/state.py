@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import yaml
+from typing import Callable
 
 from lat_core.contract.jobdir import PidRecord
 from lat_core.contract.journal import Store
 from lat_core.contract.rows import JobRow
+from lat_core.contract.saved_plan import SavedPlan
 from lat_core.engine.backends import Backend, get_backend
 
 
@@ -29,14 +28,13 @@ class EngineState:
     popens: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     # attempt id -> its runner's pid record, once written (what a warm-started job inherited)
     pid_records: dict[int, PidRecord] = field(default_factory=dict)
-    _plans: dict[int, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    _plans: dict[int, SavedPlan] = field(default_factory=dict, init=False, repr=False)
     _backends: dict[int, Backend] = field(default_factory=dict, init=False, repr=False)
 
-    def plan_of(self, run_id: int) -> dict[str, Any]:
-        """The run's saved plan as a mapping (read once per run)."""
+    def plan_of(self, run_id: int) -> SavedPlan:
+        """The run's saved plan (read once per run)."""
         if run_id not in self._plans:
-            plan = yaml.safe_load(self.store.run(run_id).plan_yaml) or {}
-            self._plans[run_id] = plan if isinstance(plan, dict) else {}
+            self._plans[run_id] = self.store.run(run_id).plan
         return self._plans[run_id]
 
     def backend(self, run_id: int) -> Backend:
@@ -44,9 +42,8 @@ class EngineState:
         if run_id not in self._backends:
             self._backends[run_id] = self.default_backend
             plan = self.plan_of(run_id)
-            name = plan.get("backend", "local")
-            if name != "local":
-                self._backends[run_id] = get_backend(name, **(plan.get(name) or {}))
+            if plan.backend != "local":
+                self._backends[run_id] = get_backend(plan.backend, **plan.slurm)
         return self._backends[run_id]
 
     def job_backend(self, job: JobRow) -> Backend:

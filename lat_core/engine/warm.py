@@ -23,6 +23,7 @@ from pathlib import Path
 from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
 from lat_core.engine.launch import Launched, process_start_time
 from lat_core.contract.jobdir.names import TRAIN_LOG
+from lat_core.contract.states import HistoryKind
 from lat_core.safe_files import ensure_folder, open_append, remove_files
 
 WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain", "lat_core.train.fused")  # fused: a group
@@ -203,7 +204,7 @@ class WarmStarts:
         self._told[run_id] = status
         detail = (f"jobs fork from a process with torch, transformers and peft imported "
                   f"(ready after {warm.waited_s():.1f}s)" if status == "ready" else f"not used: {warm.failure}")
-        self.store.add_transition(run_id, None, "warm start", detail)
+        self.store.add_transition(run_id, None, HistoryKind.WARM_START, detail)
 
     def hold(self, job) -> str | None:
         """Why a job waits for the preloaded process: it is importing what the job would import."""
@@ -220,15 +221,15 @@ class WarmStarts:
         try:
             launched = warm.launch(argv, env, job_dir, exit_path, tuple(job.env))
         except WarmUnavailable as exc:
-            self.store.add_transition(job.run_id, job.id, "warm start", f"not used: {exc}")
+            self.store.add_transition(job.run_id, job.id, HistoryKind.WARM_START, f"not used: {exc}")
             return None
-        self.store.add_transition(job.run_id, job.id, "warm start", "forked from the preloaded process")
+        self.store.add_transition(job.run_id, job.id, HistoryKind.WARM_START, "forked from the preloaded process")
         return launched
 
     def _for(self, job) -> WarmStarter | None:
         """The preloaded process, where this job may use it: plan ``warm_start`` (default on), the
         a backend that supports it, the real launcher, one process, and variables read after import."""
-        if not (self._allowed and self._plan_of(job.run_id).get("warm_start", True)
+        if not (self._allowed and self._plan_of(job.run_id).warm_start
                 and self._warm_capable(job.run_id) and job.world == 1 and can_fork(job.argv, job.env)):
             return None
         if self._starter is None:

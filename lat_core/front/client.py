@@ -327,14 +327,7 @@ def mail_notice(yaml_path: str | Path, kind: str, subject: str, body: str) -> tu
 def plan_env_of(run: RunRow) -> dict[str, str]:
     """The plan's ``env:``, handed to an engine started for the run (masked values are dropped
     by the spawner)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(run.plan_yaml) or {}
-    except yaml.YAMLError:
-        return {}
-    env = data.get("env") if isinstance(data, dict) else None
-    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+    return dict(run.plan.env)
 
 
 def _no_job_text(store: Store, job_id: int, run_id: int | None) -> str:

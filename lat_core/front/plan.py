@@ -22,6 +22,7 @@ from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
 from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, mask_env, parse_env_value
 from lat_core.notify import mask_url
 from lat_core.config.suites import SuiteRegistry
+from lat_core.contract.plan_defaults import PLAN_DEFAULTS as D
 from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 from lat_core.errors import LatError, PlanError
 from lat_core.front.plan_problems import Found, bounded, problem_lines
@@ -48,7 +49,7 @@ class SuiteRef(BaseModel):
 class OnOom(BaseModel):
     model_config = ConfigDict(extra="forbid")
     remedies: list[str] = Field(min_length=1)
-    max_retries: int = Field(default=2, ge=1, le=10)
+    max_retries: int = Field(default=D.max_retries, ge=1, le=10)
 
     @field_validator("remedies")
     @classmethod
@@ -83,35 +84,36 @@ class Plan(BaseModel):
     model_config = ConfigDict(extra="forbid")
     suites: list[SuiteRef] = Field(min_length=1)
     pairs: list[Pair] = Field(min_length=1)
-    gpus: Union[Literal["cpu"], list[int]] = "cpu"
+    # defaults: the one table (lat_core.contract.plan_defaults), which a run's saved plan reads too
+    gpus: Union[Literal["cpu"], list[int]] = D.gpus
     # "auto": on a GPU, as many jobs as memory-aware admission lets in, at most one per CPU core the
     # GPU has (each trainer needs a core to keep its GPU fed); on the CPU or Slurm, one per device
-    slots: Union[Literal["auto"], int, list[int]] = "auto"
-    countdown_minutes: float = Field(default=0.0, ge=0, le=7 * 24 * 60)
+    slots: Union[Literal["auto"], int, list[int]] = D.slots
+    countdown_minutes: float = Field(default=D.countdown_minutes, ge=0, le=7 * 24 * 60)
     env: dict[str, str] = Field(default_factory=dict)
-    output_root: str = Field(default="runs", min_length=1)
+    output_root: str = Field(default=D.output_root, min_length=1)
     overrides: YamlMapping = Field(default_factory=dict)
     notify: YamlMapping = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
-    gpus_per_job: int = Field(default=1, ge=1, le=64)  # gang-scheduled; configs may set their own
-    min_free_gb: float = Field(default=0.0, ge=0)  # a GPU with less free memory takes no new job
-    backend: Literal["local", "slurm"] = "local"
+    gpus_per_job: int = Field(default=D.gpus_per_job, ge=1, le=64)  # gang-scheduled; configs may set their own
+    min_free_gb: float = Field(default=D.min_free_gb, ge=0)  # a GPU with less free memory takes no new job
+    backend: Literal["local", "slurm"] = D.backend
     slurm: YamlMapping = Field(default_factory=dict)  # options of the Slurm backend (lat_core.engine.backends.slurm)
     on_oom: Optional[OnOom] = None  # automatic retry of OOM-killed jobs (lat_core.engine.retries)
     on_failure: Optional[OnFailure] = None  # automatic retry of transient failure classes (same module)
-    resume: bool = False  # restart started jobs from their last checkpoint-* (strict)
-    overwrite: bool = False  # rerun jobs that already succeeded, from scratch
-    mps: bool = False  # jobs on a GPU share it through a private CUDA MPS daemon (lat_core.engine.mps)
+    resume: bool = D.resume  # restart started jobs from their last checkpoint-* (strict)
+    overwrite: bool = D.overwrite  # rerun jobs that already succeeded, from scratch
+    mps: bool = D.mps  # jobs on a GPU share it through a private CUDA MPS daemon (lat_core.engine.mps)
     # Queued jobs that can share one base (lat_core.config.fuse) train as one fused process per group
     # (lat_core.engine.fusion). "auto" (the default): on GPUs, where it wins (bench/RESULTS.md:
     # GLA-1.3B suite, 8.9x the steady tokens/s of a process per job in a quarter of the memory);
     # true: on the CPU too; false: a process per job everywhere.
-    fuse: Union[Literal["auto"], bool] = "auto"
-    warm_start: bool = True  # fork trainers from a process that has imported torch & co. (lat_core.engine.warm)
-    allow_cpu: bool = False  # train a model too big for the CPU there anyway (lat_core.front.preflight refuses it)
+    fuse: Union[Literal["auto"], bool] = D.fuse
+    warm_start: bool = D.warm_start  # fork trainers from a process that has imported torch & co. (lat_core.engine.warm)
+    allow_cpu: bool = D.allow_cpu  # train a model too big for the CPU there anyway (lat_core.front.preflight refuses it)
     # the circuit breaker (lat_core.engine.breaker): admission pauses when the run's first `breaker`
     # ended jobs all failed with the same systemic class (hub, data, config, ...); 0 turns it off.
     # Always saved, so the engine reads it from the saved plan (a plan saved before it had none: off).
-    breaker: int = Field(default=3, ge=0, le=1000)
+    breaker: int = Field(default=D.breaker, ge=0, le=1000)
 
     @field_validator("suites", mode="before")
     @classmethod
@@ -195,18 +197,16 @@ class Plan(BaseModel):
         data = self.model_dump(mode="json", exclude_defaults=False)
         data["pairs"] = [str(p) for p in self.pairs]
         data["suites"] = [{"name": s.name, "rounds": s.rounds} for s in self.suites]
-        if data["backend"] == "local":
-            del data["backend"]
-        if data["gpus_per_job"] == 1:
-            del data["gpus_per_job"]
-        if not data["min_free_gb"]:
-            del data["min_free_gb"]
-        # fuse stays, false included: a saved plan without it is one from before fusion (fusion.fuses_on)
+        for at_default in ("backend", "gpus_per_job", "min_free_gb"):  # a saved plan reads them back from the table
+            if data[at_default] == getattr(D, at_default):
+                del data[at_default]
+        # fuse and breaker stay, false and 0 included: a saved plan without one is from before it
+        # (saved_plan.FUSE_IF_UNSAVED, BREAKER_IF_UNSAVED)
         for optional in ("overrides", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps",
                          "allow_cpu"):
             if not data[optional]:
                 del data[optional]
-        if data["warm_start"]:
+        if data["warm_start"] == D.warm_start:
             del data["warm_start"]
         data["env"] = mask_env(data["env"])
         if "notify" in data:

@@ -1,6 +1,6 @@
 """``on_failure:`` of a plan: which failure classes are retried as they are, how often, how late.
 
-Classes are checked against the one list triage produces (:class:`lat_core.triage.classes.FailureClass`);
+Classes are checked against the one list triage produces (:class:`lat_core.contract.failure_classes.FailureClass`);
 OOM classes belong to ``on_oom`` (retried with a remedy), and a clean or cancelled job is never
 retried. The engine side is :mod:`lat_core.engine.retries`.
 """
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lat_core.triage.classes import OOM_CLASSES, FailureClass
+from lat_core.contract.failure_classes import OOM_CLASSES, FailureClass
+from lat_core.contract.plan_defaults import PLAN_DEFAULTS as D
 
 NEVER_RETRIED = (FailureClass.OK, FailureClass.CANCELLED)
 
@@ -23,8 +24,8 @@ class OnFailure(BaseModel):
     """Retry jobs that failed with one of ``classes`` (transient: rendezvous, NCCL, hub timeouts)."""
     model_config = ConfigDict(extra="forbid")
     classes: list[str] = Field(min_length=1)
-    max_retries: int = Field(default=2, ge=1, le=10)
-    backoff_s: float = Field(default=30.0, ge=0, le=24 * 3600)
+    max_retries: int = Field(default=D.max_retries, ge=1, le=10)
+    backoff_s: float = Field(default=D.backoff_s, ge=0, le=24 * 3600)
 
     @field_validator("classes")
     @classmethod

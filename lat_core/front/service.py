@@ -177,12 +177,12 @@ def jobs_to_add(run: RunRow, suites: list[str], rounds: object, pairs: object, r
     ``rounds`` and ``pairs`` are as a user gave them (checked as a plan's fields).
     With ``state_dir``, RunConflictError (nothing written) when a live run, this one included,
     already owns one of their folders: writing its job.yaml would change a running job's config."""
-    import yaml
-
     from lat_core.front.jobs import expand
     from lat_core.front.plan import plan_from_mapping
 
-    data = yaml.safe_load(run.plan_yaml)
+    if run.plan.problem:
+        raise PlanError([f"the run's saved plan is damaged: {run.plan.problem}"], where=f"run {run.id}")
+    data = run.plan.mapping()
     data["suites"] = [{"name": n, "rounds": rounds} for n in suites]
     data["pairs"] = pairs
     plan = plan_from_mapping(data, registry, where="jobs to add")

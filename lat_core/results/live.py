@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lat_core.results.scan import (CONFIG_FILE, EVENTS_FILE, JobResult, Report, Skipped, build_result, parse_events,
-                                   scan_tree)
+from lat_core.contract.jobdir.names import EVENTS as EVENTS_FILE
+from lat_core.contract.jobdir.names import JOB_YAML as CONFIG_FILE
+from lat_core.results.scan import JobResult, Report, Skipped, build_result, parse_events, scan_tree
 
 UNFINISHED = "unfinished"  # the scan's reason for a job folder whose events have no end yet
 NOT_STARTED = "not started"  # the scan's reason for a job folder without events: a queued job

@@ -19,11 +19,11 @@ from lat_core.contract.jobdir import Failed, Finished
 from lat_core.text import fmt_bytes, signal_name
 from lat_core.triage import known
 from lat_core.triage import remedies as fix
-from lat_core.triage.classes import FailureClass as F
+from lat_core.contract.failure_classes import FailureClass as F
 from lat_core.triage.explain import cuda_oom_text
 from lat_core.triage.facts import Facts, gather, make_diagnosis
 from lat_core.triage.hostoom import oom_kills_between
-from lat_core.triage.model import Diagnosis, Remedy
+from lat_core.contract.diagnosis import Diagnosis, Remedy
 from lat_core.triage.oom import oom_kind, parse_cuda_oom
 from lat_core.triage.patterns import LogLine, decisive_exception, tracebacks, watchdog_numbers
 from lat_core.triage.sources import JobFiles, RawEnv, check_readable, config_value, read_job_dir, read_log_file

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from lat_core.contract.jobdir import Memory
 
-from lat_core.triage.classes import FailureClass
+from lat_core.contract.failure_classes import FailureClass
 from lat_core.text import shorten, signal_name
 from lat_core.triage.explain import signal_of
-from lat_core.triage.model import Diagnosis, Remedy
+from lat_core.contract.diagnosis import Diagnosis, Remedy
 from lat_core.triage.patterns import LogLine, RootCause, Signature, root_cause, signature_hits, split_lines
 from lat_core.triage.sources import JobFiles
 

@@ -12,9 +12,9 @@ import re
 from lat_core.config.hub_cache import LOCAL_DIR_VARS
 from lat_core.contract.jobdir import Failed
 from lat_core.triage import remedies as fix
-from lat_core.triage.classes import FailureClass as F
+from lat_core.contract.failure_classes import FailureClass as F
 from lat_core.triage.facts import Facts, make_diagnosis
-from lat_core.triage.model import Diagnosis
+from lat_core.contract.diagnosis import Diagnosis
 from lat_core.triage.patterns import LogLine
 from lat_core.triage.sources import config_value
 

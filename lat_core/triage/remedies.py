@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from lat_core.contract.jobdir import AnyEvent, CheckpointSaved
-from lat_core.triage.model import Remedy
+from lat_core.contract.diagnosis import Remedy
 from lat_core.triage.sources import RawConfig, RawEnv, config_value, whole_number
 
 EXPANDABLE = "expandable_segments:True"

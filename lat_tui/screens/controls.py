@@ -12,6 +12,7 @@ from lat_core.contract.commands import (FRESH, AddJobs, CancelJob, CancelRun, Co
                                         PauseRun, RequeueJob, RequeueJobs, ResumeRun, SetSlots, SkipCountdown, Start)
 from lat_core.front.client import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, CommandRow, plan_env_of, resumable_checkpoints
 from lat_core.errors import LatError
+from lat_core.contract.diagnosis import Remedy
 from lat_core.contract.rows import JobRow, JobSummary, RunRow
 from lat_tui.columns import job_name
 from lat_tui.context import AppContext
@@ -136,7 +137,7 @@ class RunControls:
         if job is not None:
             self.requeue(job)
 
-    def requeue(self, job: JobSummary, remedy: dict | None = None, start: Start | None = None) -> bool:
+    def requeue(self, job: JobSummary, remedy: Remedy | None = None, start: Start | None = None) -> bool:
         """Send the requeue; a failed or cancelled job with checkpoints first gets the resume offer
         (its answer comes back here as ``start``)."""
         if job.state not in REQUEUEABLE:
@@ -150,8 +151,8 @@ class RunControls:
                 self.app.push_screen(ResumeOffer(job, self.name_of(job), checkpoints),
                                      lambda picked: picked and self.requeue(job, start=picked))
                 return True
-        label = f"requeue {self.name_of(job)}" + (f" with {remedy['key']}" if remedy else "") + (f" ({start})" if start else "")
-        command = RequeueJob(job.id, start=start or None, remedy=remedy["key"] if remedy else None)
+        label = f"requeue {self.name_of(job)}" + (f" with {remedy.key}" if remedy else "") + (f" ({start})" if start else "")
+        command = RequeueJob(job.id, start=start or None, remedy=remedy.key if remedy else None)
         if self.send_command(command, label=label):
             self.notify(f"{label} ...")
             return True

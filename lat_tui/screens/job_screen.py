@@ -19,6 +19,7 @@ from textual.widgets import Footer, Static
 
 from lat_core.front.client import JOB_FINAL, fmt_bytes
 from lat_core.errors import LatError
+from lat_core.contract.diagnosis import Diagnosis
 from lat_core.contract.rows import JobRow, Transition
 from lat_tui import fmt
 from lat_tui.context import AppContext
@@ -124,12 +125,12 @@ def describe(job: JobRow, history: list[Transition]) -> Text:
     return text
 
 
-def diagnosis_lines(diagnosis: dict) -> list[str]:
-    lines = [f"{diagnosis.get('class', '?')}: {diagnosis.get('title', '')}"]
-    if diagnosis.get("diagnosis"):
-        lines.append(diagnosis["diagnosis"])
-    for rank, remedy in enumerate(diagnosis.get("remedies") or [], 1):
-        lines.append(f"{rank}. {remedy.get('key')} ({remedy.get('cost', '')}): {remedy.get('change', '')}")
+def diagnosis_lines(diagnosis: Diagnosis) -> list[str]:
+    lines = [diagnosis.one_line()]
+    if diagnosis.diagnosis:
+        lines.append(diagnosis.diagnosis)
+    for rank, remedy in enumerate(diagnosis.remedies, 1):
+        lines.append(f"{rank}. {remedy.key} ({remedy.cost}): {remedy.change}")
     return lines
 
 

@@ -16,7 +16,7 @@ from lat_core.errors import LatError
 from lat_core.front.client import KNOWN_DATASETS, GpuSnapshot
 from lat_tui import fmt
 from lat_tui.context import AppContext
-from lat_tui.plan_form import CPU, EMPTY_FORM, PlanForm, form_from_plan_yaml, problem_lines, start_run
+from lat_tui.plan_form import CPU, EMPTY_FORM, PlanForm, form_from_saved_plan, problem_lines, start_run
 from lat_tui.widgets.checked_list import CheckedSelectionList
 from lat_tui.widgets.monitor import no_gpu_text
 
@@ -96,7 +96,7 @@ class PlanScreen(Screen[int | None]):
             run = self.context.client.latest_run()
         except LatError:
             return EMPTY_FORM
-        return form_from_plan_yaml(run.plan_yaml) if run else EMPTY_FORM
+        return form_from_saved_plan(run.plan) if run else EMPTY_FORM
 
     def _suite_list(self, picked: list[str]) -> SelectionList:
         options = []

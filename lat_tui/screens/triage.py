@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from lat_core.errors import LatError
+from lat_core.contract.diagnosis import Remedy
 from lat_core.contract.rows import JobRow
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
@@ -73,9 +74,9 @@ class TriageScreen(Screen):
         keep = self._shown
         table.clear()
         for job in self._failed.values():
-            diagnosis = job.diagnosis or {}
-            table.add_row(self._name_of(job, NAME_WIDTH), diagnosis.get("class", "?"), diagnosis.get("title", job.error or ""),
-                          key=str(job.id))
+            diagnosis = job.diagnosis
+            table.add_row(self._name_of(job, NAME_WIDTH), diagnosis.cls if diagnosis else "?",
+                          diagnosis.title if diagnosis else job.error or "", key=str(job.id))
         count = len(self._failed)
         title = f"Triage · run {self.run_id} · {count} failed job{'s' if count != 1 else ''}"
         self.query_one("#triage-title", Static).update(Text(title, style="bold"))
@@ -109,12 +110,10 @@ class TriageScreen(Screen):
         if job is None:
             self.query_one("#diagnosis", Static).update(Text("No failed jobs in this run.", style="italic"))
             return
-        diagnosis = job.diagnosis or {}
         text = Text(f"{self._name_of(job)}\n", style="bold")
-        text.append(diagnosis.get("diagnosis") or job.error or "no diagnosis recorded")
+        text.append((job.diagnosis.diagnosis if job.diagnosis else "") or job.error or "no diagnosis recorded")
         self.query_one("#diagnosis", Static).update(text)
-        remedies.add_options([Option(remedy_label(n, r), id=r["key"])
-                              for n, r in enumerate(diagnosis.get("remedies") or [], 1)])
+        remedies.add_options([Option(remedy_label(n, r), id=r.key) for n, r in enumerate(_remedies(job), 1)])
 
     def _name_of(self, job: JobRow, width: int = WHOLE_NAME) -> str:
         """The job table's name; in the list, cut the way the job table cuts it."""
@@ -126,7 +125,7 @@ class TriageScreen(Screen):
 
     def action_remedy(self, rank: int) -> None:
         job = self._highlighted()
-        remedies = (job.diagnosis or {}).get("remedies") or [] if job else []
+        remedies = _remedies(job) if job else ()
         if job is None:
             return
         if not 1 <= rank <= len(remedies):
@@ -142,9 +141,13 @@ class TriageScreen(Screen):
             self.set_timer(RELOAD_AFTER_SECONDS, self.reload)
 
 
-def remedy_label(rank: int, remedy: dict) -> Text:
+def _remedies(job: JobRow) -> tuple[Remedy, ...]:
+    return job.diagnosis.remedies if job.diagnosis else ()
+
+
+def remedy_label(rank: int, remedy: Remedy) -> Text:
     text = Text(f"{rank}. ", style="bold")
-    text.append(str(remedy.get("key", "?")), style="bold")
-    text.append(f"  {remedy.get('cost', '')}\n", style="dim")
-    text.append(f"   {remedy.get('change', '')}")
+    text.append(remedy.key, style="bold")
+    text.append(f"  {remedy.cost}\n", style="dim")
+    text.append(f"   {remedy.change}")
     return text

@@ -59,10 +59,10 @@ def test_real_cuda_oom_is_classified_and_triaged(tmp_path):
         pass
     job = store.jobs(run_id)[0]
     print(job.error)
-    print(job.diagnosis["diagnosis"])
-    print([r["key"] for r in job.diagnosis["remedies"]], job.diagnosis["numbers"])
-    assert job.state == "failed" and job.diagnosis["class"] == "cuda_oom"
-    numbers = job.diagnosis["numbers"]
+    print(job.diagnosis.diagnosis)
+    print([r.key for r in job.diagnosis.remedies], job.diagnosis.numbers)
+    assert job.state == "failed" and job.diagnosis.cls == "cuda_oom"
+    numbers = job.diagnosis.numbers
     assert numbers["requested_bytes"] == 2 * 2**30
     assert abs(numbers["capacity_bytes"] - gpu.memory_total) < 0.02 * gpu.memory_total
     assert numbers["oom_kind"] == "peak"  # alone on the card: this job itself exceeded it

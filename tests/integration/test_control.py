@@ -8,6 +8,7 @@ import yaml
 
 from lat_core.contract.commands import (AddJobs, CancelJob, CancelRun, ExtendCountdown, PauseRun, RequeueJob,
                                         RequeueJobs, ResumeRun, SetSlots, SkipCountdown)
+from lat_core.contract.diagnosis import Diagnosis
 from lat_core.contract.journal import Store
 from lat_core.engine.loop import Engine
 from lat_core.front.client import Client
@@ -116,12 +117,12 @@ def test_requeue_with_remedy_patches_config_and_env(tmp_path):
         {"key": "smaller_micro_batch", "change": "", "cost": "", "patch": {"train.batch_size": 4, "train.grad_accum": 2}},
     ]}
     job_id = store.jobs(run_id)[0].id
-    store.set_job_state(job_id, "failed", "triaged", diagnosis_json=json.dumps(diagnosis))
+    store.set_job_state(job_id, "failed", "triaged", diagnosis=Diagnosis.from_json(diagnosis))
     store.add_command(run_id, RequeueJob(job_id, remedy="smaller_micro_batch"))
     drain(store)
     config = yaml.safe_load((tmp_path / "out" / "oom" / "job.yaml").read_text())
     assert config["train"] == {"batch_size": 4, "grad_accum": 2}  # effective batch kept
-    store.set_job_state(job_id, "failed", "triaged", diagnosis_json=json.dumps(diagnosis))
+    store.set_job_state(job_id, "failed", "triaged", diagnosis=Diagnosis.from_json(diagnosis))
     store.add_command(run_id, RequeueJob(job_id, remedy="expandable_segments"))
     drain(store)
     assert (tmp_path / "out" / "oom" / "env.txt").read_text().strip() == "expandable_segments:True"

@@ -159,7 +159,7 @@ def test_failed_job_gets_a_triage_diagnosis(tmp_path):
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "bad", exit_code=1)])
     drain(store)
     job = store.jobs(run_id)[0]
-    assert job.diagnosis["class"] == "python_exception"
+    assert job.diagnosis.cls == "python_exception"
     assert "RuntimeError" in job.error and "injected failure of bad" in job.error
 
 

@@ -214,8 +214,9 @@ def test_a_run_whose_tick_raises_is_told_and_retried_and_other_runs_drain(tmp_pa
         engine.tick()
         time.sleep(0.05)
     errors = [d for s, d in history(store, broken) if s == "engine error"]
-    assert len(errors) == 1 and errors[0].startswith("ValueError: could not convert string to float: 'lots'")
-    told = "engine error: ValueError: could not convert string to float: 'lots'"
+    told = f"JournalError: run {broken}'s saved plan is damaged: field 'min_free_gb': expected a number, got str 'lots'"
+    assert len(errors) == 1 and errors[0].startswith(told)
+    told = f"engine error: {told}"
     status(["--state-dir", str(tmp_path / "state"), "--run", str(broken)])
     assert told in capsys.readouterr().out
     progress = [progress_line(t, None, 0.0, "") for t in store.transitions(broken) if t.job_id is None]
@@ -440,7 +441,7 @@ def test_a_full_output_disk_pauses_the_run_once_and_fails_only_the_jobs_that_hit
     assert 1 <= len(failed) <= 2  # the jobs started before the pause, nothing after
     for job in failed:
         assert job.error.startswith(f"disk full at {out}") and "engine error" not in job.error, job.error
-        assert job.diagnosis["class"] == "disk_full"
+        assert job.diagnosis.cls == "disk_full"
     queued = [j for j in store.jobs(run_id) if j.state is JobState.QUEUED]
     assert len(queued) == 8 - len(failed) and {j.waiting for j in queued} == {reason}
     assert "Traceback" not in capfd.readouterr().err
@@ -463,6 +464,6 @@ def test_a_job_whose_own_write_hit_a_full_disk_pauses_its_run(tmp_path):
         time.sleep(0.05)
     engine.tick()
     full, waiting = store.jobs(run_id)
-    assert full.diagnosis["class"] == "disk_full" and store.run(run_id).paused
+    assert full.diagnosis.cls == "disk_full" and store.run(run_id).paused
     reason = f"disk full at {tmp_path / 'out'}: free space, then `lat-tui resume`"
     assert waiting.state is JobState.QUEUED and waiting.waiting == reason and launches(tmp_path, "next") == 0

@@ -132,7 +132,7 @@ def test_a_member_that_cannot_start_fails_alone_with_its_reason(tmp_path, base):
     assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "failed", "c": "succeeded"}
     assert jobs_["b"].error.startswith("exit code 2: config_error: Configuration refused: ") and \
         "cannot fill grad_accum 500 micro-batches" in jobs_["b"].error, jobs_["b"].error
-    assert jobs_["b"].diagnosis["class"] == "config_error"
+    assert jobs_["b"].diagnosis.cls == "config_error"
     assert len({store.attempts(j.id)[0].pid for j in jobs_.values()}) == 1  # one group, b in it
     assert all(store.attempts(j.id)[0].returncode == 0 for k, j in jobs_.items() if k != "b")
 

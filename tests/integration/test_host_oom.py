@@ -58,7 +58,7 @@ def test_kernel_oom_kill_is_classified_as_host_oom(tmp_path, cgroup):
     drain(store, timeout=60, launch_fn=launch_in_cgroup)
     failed = store.jobs(run_id)[0]
     assert failed.state == "failed" and failed.returncode == -9
-    assert failed.diagnosis["class"] == "host_oom", failed.diagnosis
+    assert failed.diagnosis.cls == "host_oom", failed.diagnosis
     assert "host_oom" in failed.error
-    keys = [r["key"] for r in failed.diagnosis["remedies"]]
+    keys = [r.key for r in failed.diagnosis.remedies]
     assert keys  # ranked remedies are offered

@@ -15,6 +15,7 @@ import pytest
 from lat_core.contract.devices import cpu_device
 from lat_core.front.jobs import JobSpec
 from lat_core.contract.journal_faults import WalLost
+from lat_core.contract.states import HistoryKind
 from lat_core.front.plan import Plan
 from lat_core.front.service import (
     EngineLock,
@@ -78,7 +79,7 @@ def test_secrets_stay_out_of_the_journal_and_reach_a_job_after_an_engine_restart
         path = state / name
         assert not path.exists() or SECRET.encode() not in path.read_bytes(), name
         assert not path.exists() or HOOK_TOKEN.encode() not in path.read_bytes(), name
-    saved = store.run(run_id).plan_yaml
+    saved = store.run(run_id).plan.text
     assert SECRET not in saved and HOOK_TOKEN not in saved and "WANDB_API_KEY: '***'" in saved
     assert store.jobs(run_id)[1].env["WANDB_API_KEY"] == "***"
 
@@ -250,7 +251,7 @@ def test_wal_lost_under_a_live_connection(tmp_path):
     state = tmp_path / "state"
     a_journal_with_a_live_run(state, tmp_path)
     holder = open_store(state)
-    holder.add_transition(1, None, "note", "in the WAL only")
+    holder.add_transition(1, None, HistoryKind.ENGINE, "in the WAL only")
     (state / "journal.sqlite-wal").unlink()
     try:
         done = lat_tui("status", "--state-dir", str(state))
@@ -286,11 +287,11 @@ def test_wal_removed_under_a_live_store_stops_its_writes(tmp_path):
     state = tmp_path / "state"
     a_journal_with_a_live_run(state, tmp_path)
     store = open_store(state)
-    store.add_transition(1, None, "note", "in the WAL only")
+    store.add_transition(1, None, HistoryKind.ENGINE, "in the WAL only")
     (state / "journal.sqlite-wal").unlink()
     try:
         with pytest.raises(WalLost, match="its -wal file was removed while this process had it open: writes stopped"):
-            store.add_transition(1, None, "note", "never written")
+            store.add_transition(1, None, HistoryKind.ENGINE, "never written")
     finally:
         store.close()
 

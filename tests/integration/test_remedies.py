@@ -57,7 +57,7 @@ def wait_attempt(store, job_id, n, timeout=90):
 
 
 def offered(job) -> dict:
-    return {r["key"]: r["patch"] for r in (job.diagnosis or {}).get("remedies", [])}
+    return {r.key: r.patch for r in (job.diagnosis.remedies if job.diagnosis else ())}
 
 
 def requeue(state, job_id, key):
@@ -99,7 +99,7 @@ def test_expandable_segments_reaches_the_env_and_is_not_offered_again(tmp_path):
     _, _, second, patch = fail_remedy_fail(tmp_path, job, "expandable_segments")
     assert echoes(second)[1]["env"]["PYTORCH_CUDA_ALLOC_CONF"] is None
     assert echoes(second)[2]["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
-    assert second.diagnosis["class"] == "cuda_oom" and "expandable_segments" not in offered(second)
+    assert second.diagnosis.cls == "cuda_oom" and "expandable_segments" not in offered(second)
 
 
 @pytest.mark.slow
@@ -116,7 +116,7 @@ def test_fewer_workers_halves_the_dataloader_workers(tmp_path):
     job = planned_job(tmp_path, "workers", {"batch_size": 8, "num_workers": 4}, fail="dataloader_killed")
     _, _, second, patch = fail_remedy_fail(tmp_path, job, "fewer_workers")
     assert patch == {"train.num_workers": 2} and echoes(second)[2]["train"]["num_workers"] == 2
-    assert second.diagnosis["class"] == "host_oom"
+    assert second.diagnosis.cls == "host_oom"
     assert offered(second)["fewer_workers"] == {"train.num_workers": 1}  # from the live config, not 4 -> 2 again
 
 
@@ -135,7 +135,7 @@ def test_avoid_device_moves_the_job_to_another_gpu(tmp_path):
     seen = echoes(second)
     assert (seen[1]["device"], seen[2]["device"]) == ("GPU-0", "GPU-1")  # gpu0 comes first in plan order
     assert second.avoid_devices == ("gpu0",) and second.device == "gpu1"
-    assert second.diagnosis["class"] == "device_fault" and "avoid_device" not in offered(second)
+    assert second.diagnosis.cls == "device_fault" and "avoid_device" not in offered(second)
 
 
 @pytest.mark.slow
@@ -143,7 +143,7 @@ def test_resume_restarts_from_the_checkpoint(tmp_path):
     job = planned_job(tmp_path, "slow", {"batch_size": 8}, fail="time_limit", extra=("--checkpoint",))
     _, _, second, _ = fail_remedy_fail(tmp_path, job, "resume")
     assert (echoes(second)[1]["resumed"], echoes(second)[2]["resumed"]) == (False, True)
-    assert second.argv[-1] == "--resume" and second.diagnosis["class"] == "timeout"
+    assert second.argv[-1] == "--resume" and second.diagnosis.cls == "timeout"
     assert "resume" not in offered(second)
 
 
@@ -183,7 +183,7 @@ def test_slurm_time_and_mem_remedies_change_the_next_submission(slurm_cluster, t
                                    ("sacct_out_of_memory.txt", "slurm_mem", "MinMemoryNode=200M")):
         text = (FIXTURES / fixture).read_text()
         diagnosis = slurm_diagnosis(parse_sacct(text, text.split("|")[0]), options)  # what Slurm's verdict offers
-        store.set_job_state(job_id, "failed", "triaged", diagnosis_json=json.dumps(diagnosis.to_json()))
+        store.set_job_state(job_id, "failed", "triaged", diagnosis=diagnosis)
         store.add_command(run_id, RequeueJob(job_id, remedy=key))
         drain(engine)
         assert expected in scontrol_job(store.attempts(job_id)[-1].pid)

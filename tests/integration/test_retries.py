@@ -55,7 +55,7 @@ def test_retries_stop_at_max_retries(tmp_path):
     job = fake_job(tmp_path, "clash", sleep=0.1, extra=("--fail-log", "port_in_use"))
     plan = ON_FAILURE.replace("max_retries: 2", "max_retries: 1").replace("backoff_s: 2", "backoff_s: 0")
     store, run_id, final = run_with_plan(tmp_path, job, plan)
-    assert final.state == "failed" and final.attempts == 2 and final.diagnosis["class"] == "rendezvous"
+    assert final.state == "failed" and final.attempts == 2 and final.diagnosis.cls == "rendezvous"
     assert "--resume" not in final.argv  # no checkpoint: retried from the start
 
 
@@ -63,5 +63,5 @@ def test_retries_stop_at_max_retries(tmp_path):
 def test_a_class_not_listed_is_not_retried(tmp_path):
     job = fake_job(tmp_path, "bug", sleep=0.1, extra=("--fail-log", "python", "--fail-before-attempt", "2"))
     store, run_id, final = run_with_plan(tmp_path, job)
-    assert final.state == "failed" and final.attempts == 1 and final.diagnosis["class"] == "python_exception"
+    assert final.state == "failed" and final.attempts == 1 and final.diagnosis.cls == "python_exception"
     assert not [d for _, d in history(store, run_id, final.id) if d.startswith("auto-retry")]

@@ -345,7 +345,7 @@ def test_engine_job_killed_by_the_time_limit(overtime):
     store, run_id, engine = overtime
     drain(engine, timeout=150)
     job = store.jobs(run_id)[0]
-    assert job.state == "failed" and job.diagnosis["class"] == "timeout"
+    assert job.state == "failed" and job.diagnosis.cls == "timeout"
     assert "killed by SIGTERM" in job.error
     final = SlurmBackend().final_state(store.attempts(job.id)[0].pid, wait_s=10)
     assert final["state"] == "TIMEOUT" and slurm_failure(final["state"])[0] == "timeout"
@@ -377,7 +377,7 @@ def test_engine_takes_slurms_word_when_the_runner_never_ran(slurm_cluster, tmp_p
     drain(engine)
     job = store.jobs(run_id)[0]
     assert job.state == "failed" and job.returncode is None
-    assert job.diagnosis["class"] == "cancelled" and "Slurm" in job.diagnosis["title"]
+    assert job.diagnosis.cls == "cancelled" and "Slurm" in job.diagnosis.title
 
 
 # ---------------------------------------------------------------- job arrays (slurm.array: true)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from textual.widgets import DataTable, Input, OptionList
 
 from lat_core.contract.commands import (AddJobs, CancelJob, Command, ExtendCountdown, PauseRun, RequeueJob, ResumeRun, SetSlots,
                                         SkipCountdown)
+from lat_core.contract.diagnosis import Diagnosis
 from lat_tui.screens.add_jobs import AddJobsScreen
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.screens.job_screen import JobScreen
@@ -40,7 +40,7 @@ def sent(journal, run_id) -> list[Command]:
 def fail(journal, job_id, diagnosis=DIAGNOSIS) -> None:
     journal.set_job_state(job_id, "failed", device="cpu", started=time.time() - 30, ended=time.time(),
                           attempts=1, returncode=1, error="cuda_oom: CUDA out of memory at step 42",
-                          diagnosis_json=json.dumps(diagnosis))
+                          diagnosis=Diagnosis.from_json(diagnosis))
 
 
 async def on_dashboard(pilot, app, rows: int = 2) -> None:

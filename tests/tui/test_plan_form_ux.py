@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from textual.widgets import Input, SelectionList, Static
 
-from lat_tui.plan_form import form_from_plan_yaml, human_problem
+from lat_core.contract.saved_plan import SavedPlan
+from lat_tui.plan_form import form_from_saved_plan, human_problem
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.screens.plan import PlanScreen
 
@@ -101,5 +102,5 @@ async def test_the_next_plan_starts_from_the_last_runs_values(make_app, tmp_path
 
 
 def test_a_broken_saved_plan_fills_nothing():
-    assert form_from_plan_yaml(": :\n  - [").suites == []
-    assert form_from_plan_yaml("gpus: [0, 1]\nslots: [2, 3]\n").devices == [0, 1]
+    assert form_from_saved_plan(SavedPlan.from_text(": :\n  - [")).suites == []
+    assert form_from_saved_plan(SavedPlan.from_text("gpus: [0, 1]\nslots: [2, 3]\n")).devices == [0, 1]

@@ -179,6 +179,7 @@ def test_warm_start_is_on_by_default_and_only_its_opt_out_is_saved(tmp_path, con
 
 
 def test_fuse_is_auto_by_default_round_trips_and_anything_else_is_refused(tmp_path, configs):
+    from lat_core.contract.saved_plan import SavedPlan
     from lat_core.engine.fusion import fuses_on
     registry = SuiteRegistry(configs)
     base = {"suites": ["E4"], "pairs": ["1:glue-tvt_cola"], "gpus": "cpu"}
@@ -189,10 +190,10 @@ def test_fuse_is_auto_by_default_round_trips_and_anything_else_is_refused(tmp_pa
         path.write_text(yaml.safe_dump({**base, **({} if fuse is None else {"fuse": fuse})}))
         plan = load_plan(path, registry)
         assert plan.fuse == loaded
-        again = yaml.safe_load(plan.to_yaml())
-        assert again["fuse"] == loaded   # written even when false: a plan without it predates fusion
+        assert yaml.safe_load(plan.to_yaml())["fuse"] == loaded   # written even when false: a plan without it predates fusion
+        again = SavedPlan.from_text(plan.to_yaml())
         assert (fuses_on(again, device_is_cpu=False), fuses_on(again, device_is_cpu=True)) == (gpu, cpu)
-    assert not fuses_on({}, device_is_cpu=False)   # saved before fuse was recorded: no groups, as then
+    assert not fuses_on(SavedPlan.from_text("{}"), device_is_cpu=False)   # saved before fuse was recorded: no groups, as then
     for bad in ("sometimes", 2, "gpu"):
         path.write_text(yaml.safe_dump({**base, "fuse": bad}))
         with pytest.raises(PlanError, match="fuse"):

@@ -9,7 +9,7 @@ import yaml
 from lat_core.engine.remedy import APPLIERS, Target, apply_change, apply_remedy, would_act
 from lat_core.front.plan import Plan
 from lat_core.contract.journal import Store
-from lat_core.triage.model import (CHANGE_KINDS, AvoidDevice, BackendOption, ConfigChange, Diagnosis, EnvChange,
+from lat_core.contract.diagnosis import (CHANGE_KINDS, AvoidDevice, BackendOption, ConfigChange, Diagnosis, EnvChange,
                                    Remedy, Resume, SlotsChange, change_from_json, change_to_json)
 
 EXAMPLES = {
@@ -83,8 +83,7 @@ def test_every_change_kind_has_an_applier_that_acts(kind, target):
 
 def test_a_remedy_with_a_change_that_cannot_act_applies_nothing(target):
     remedies = [Remedy("both", "", "", changes=(EnvChange("A", "1"), BackendOption("time", "two hours")))]
-    target.store.set_job_state(target.job.id, "failed", "", diagnosis_json=json.dumps(
-        Diagnosis("timeout", "", "", tuple(remedies)).to_json()))
+    target.store.set_job_state(target.job.id, "failed", "", diagnosis=Diagnosis("timeout", "", "", tuple(remedies)))
     job = target.store.job(target.job.id)
     with pytest.raises(ValueError, match="slurm.time"):
         apply_remedy(target.store, target.run, job, "both")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 from lat_core.config.slurm_options import SlurmOptions, double_mem, time_minutes
-from lat_core.triage.classes import FailureClass as F
-from lat_core.triage.model import Diagnosis, Remedy
+from lat_core.contract.failure_classes import FailureClass as F
+from lat_core.contract.diagnosis import Diagnosis, Remedy
 
 # Slurm job states in which the job may still start or is still running: the job is "alive".
 ACTIVE_STATES = frozenset({

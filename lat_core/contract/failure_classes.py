@@ -3,6 +3,7 @@
 Values are the strings journals have always stored, so old rows still read. Every member has a row
 in ``CLASS_INFO`` (a test checks it, and checks the README's table of classes against it), so code
 that asks "is this an OOM?" or "does the class name the cause?" asks the table, never a string list.
+Triage produces them; a job's diagnosis carries one through the journal, so they live in the contract.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ class FailureClass(StrEnum):
     EXIT_CODE = "exit_code"
 
     @classmethod
-    def parse(cls, value) -> FailureClass | None:
+    def parse(cls, value: object) -> FailureClass | None:
         """The member for a journal's stored string; None for a missing or unknown one."""
+        if not isinstance(value, str):
+            return None
         try:
             return cls(value)
         except ValueError:
