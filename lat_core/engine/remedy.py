@@ -16,7 +16,7 @@ import yaml
 
 from lat_core.contract.journal import JobRow, RunRow, Store
 from lat_core.contract.diagnosis import (AvoidDevice, BackendOption, Change, ConfigChange, Diagnosis, EnvChange, Remedy,
-                                   Resume, SlotsChange)
+                                         Resume, SlotsChange)
 from lat_core.contract.jobdir.names import JOB_YAML
 
 

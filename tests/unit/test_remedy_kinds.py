@@ -10,7 +10,7 @@ from lat_core.engine.remedy import APPLIERS, Target, apply_change, apply_remedy,
 from lat_core.front.plan import Plan
 from lat_core.contract.journal import Store
 from lat_core.contract.diagnosis import (CHANGE_KINDS, AvoidDevice, BackendOption, ConfigChange, Diagnosis, EnvChange,
-                                   Remedy, Resume, SlotsChange, change_from_json, change_to_json)
+                                         Remedy, Resume, SlotsChange, change_from_json, change_to_json)
 
 EXAMPLES = {
     ConfigChange: ConfigChange("train.batch_size", 4), EnvChange: EnvChange("PYTORCH_CUDA_ALLOC_CONF", "x"),
