@@ -61,6 +61,11 @@ class Containment:
         return cls(str(data["kind"]), str(data.get("token") or ""), str(cgroup) if cgroup else None,
                    str(data.get("why") or ""))
 
+    def cgroup_dir(self) -> Path | None:
+        """The job's cgroup folder, or None where the job is not in a cgroup of its own (a record that
+        says cgroup but names no folder, damaged or hand-written, holds nothing to look in)."""
+        return Path(self.cgroup) if self.kind == "cgroup" and self.cgroup else None
+
     def describe(self) -> str:
         """For the attempt's log header."""
         if self.kind == "cgroup":
@@ -136,16 +141,17 @@ def _make_job_cgroup(name: str) -> Path:
 def enter(containment: Containment) -> None:
     """In the trainer, before it runs anything: join the job's cgroup (the token travels in the
     environment, :meth:`Containment.child_env`)."""
-    if containment.kind == "cgroup":
-        Path(containment.cgroup, "cgroup.procs").write_text(str(os.getpid()))
+    if (folder := containment.cgroup_dir()) is not None:
+        (folder / "cgroup.procs").write_text(str(os.getpid()))
 
 
 # ---------------------------------------------------------------- finding and stopping a tree
 def members(containment: Containment | None, runner_pid: int, runner_start: float | None = None) -> list[psutil.Process]:
     """The live processes of the job's tree, the runner itself left out."""
     found: dict[int, psutil.Process] = {}
-    if containment is not None and containment.kind == "cgroup":
-        for pid in _cgroup_pids(Path(containment.cgroup)):
+    folder = containment.cgroup_dir() if containment is not None else None
+    if folder is not None:
+        for pid in _cgroup_pids(folder):
             _add(found, pid)
     else:
         for proc in _descendants(runner_pid, runner_start) + _same_session(runner_pid, runner_start):
@@ -195,8 +201,8 @@ def job_oom_kills(containment: Containment | None) -> OomKills | None:
 
 def release(containment: Containment | None) -> None:
     """Remove the job's (empty) cgroup."""
-    if containment is not None and containment.kind == "cgroup":
-        _rmdir(Path(containment.cgroup))
+    if containment is not None and (folder := containment.cgroup_dir()) is not None:
+        _rmdir(folder)
 
 
 def _kill(containment: Containment | None, alive: list[psutil.Process]) -> None:

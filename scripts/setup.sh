@@ -60,6 +60,8 @@ case "$what" in
     mypy --strict lat_core/contract
     echo "==> mypy --strict on the front end (lat_core/front, and the config, triage, monitor and notice code it calls)" >&2
     mypy --strict lat_core/front
+    echo "==> mypy on the engine (lat_core/engine: its parts over a declared state)" >&2
+    mypy lat_core/engine
     echo "==> the test suite in 4 workers (GPU tests skipped where no GPU is)" >&2
     # most tests wait on real processes (engines, trainers, tmux), so 4 workers fit 2 cores;
     # tests sharing one thing of the host are kept in one worker (tests/conftest.py)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lat_core.containment import Containment, ContainmentError, cgroup2_mount, contain, job_oom_kills
+from lat_core.containment import (Containment, ContainmentError, cgroup2_mount, contain, job_oom_kills, members,
+                                  release)
 from lat_core.engine.launch import read_containment
 from lat_core.contract.jobdir import AttemptFiles, ExitRecord, OomKills, PidRecord
 from lat_core.triage.hostoom import oom_kill_readings
@@ -74,3 +75,14 @@ def test_the_cgroup2_mount_is_found_on_hybrid_and_unified_hosts(tmp_path):
     assert cgroup2_mount(mounts) == Path("/sys/fs/cgroup")
     mounts.write_text("proc /proc proc rw 0 0\n")
     assert cgroup2_mount(mounts) is None
+
+
+def test_a_record_saying_cgroup_without_a_folder_is_looked_at_as_a_process_tree():
+    """A damaged or hand-written pid file (kind cgroup, no folder) must not crash the engine that
+    stops the job: there is no cgroup to read, so the runner's descendants are the job."""
+    damaged = Containment.from_json({"kind": "cgroup", "token": "t", "cgroup": None})
+    assert damaged is not None and damaged.cgroup_dir() is None
+    assert os.getpid() not in {p.pid for p in members(damaged, os.getpid())}  # read as a tree, no crash
+    release(damaged)  # nothing to remove, no error
+    assert Containment("cgroup", "t", "/sys/fs/cgroup/x").cgroup_dir() == Path("/sys/fs/cgroup/x")
+    assert Containment("subreaper", "t", "/sys/fs/cgroup/x").cgroup_dir() is None
