@@ -15,9 +15,7 @@ from typing import Literal, Union
 @dataclass(frozen=True)
 class PlanDefaults:
     gpus: Literal["cpu"] = "cpu"
-    # "auto": on a GPU, as many jobs as memory-aware admission lets in, at most one per CPU core the
-    # GPU has; on the CPU or Slurm, one per device
-    slots: Literal["auto"] = "auto"
+    slots: Literal["auto"] = "auto"  # what "auto" means: lat_core.front.plan.Plan.slots
     countdown_minutes: float = 0.0
     output_root: str = "runs"
     gpus_per_job: int = 1
