@@ -111,6 +111,8 @@ def main() -> int:
                    help="as lat_core.train does: log a finished event, refuse a finished folder without a "
                         "flag and --resume without a complete checkpoint")
     p.add_argument("--say-steps", action="store_true", help="print a line per step (a log to follow)")
+    p.add_argument("--wait-for", help="before ending, wait (up to 300 s) until this file exists: a test's "
+                                        "release, so the job runs as long as the test needs, whatever the load")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--overwrite", action="store_true")
     a = p.parse_args()
@@ -145,6 +147,7 @@ def main() -> int:
             ev.flush()
             if a.say_steps:
                 print(f"step {step}/3 loss {2.0 / step:.4f}", flush=True)
+        _wait_for(a.wait_for)
         if a.like_trainer and not a.exit:
             ev.write(json.dumps({"t": time.time(), "event": "finished"}) + "\n")
     print(f"fake trainer {a.name} done, exiting {a.exit}", flush=True)
@@ -154,6 +157,12 @@ def main() -> int:
     with open(log, "a") as fh:
         fh.write(f"end {time.time()}\n")
     return a.exit
+
+
+def _wait_for(path: str | None, limit_s: float = 300.0) -> None:
+    deadline = time.time() + limit_s
+    while path and not os.path.exists(path) and time.time() < deadline:
+        time.sleep(0.1)
 
 
 def _finished_before() -> bool:

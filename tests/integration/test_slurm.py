@@ -436,7 +436,8 @@ def test_array_runs_each_job_in_its_own_task(slurm_cluster, tmp_path):
 
 @pytest.mark.slow
 def test_array_task_failure_and_cancel_stay_in_their_task(slurm_cluster, tmp_path):
-    jobs = [fake_job(tmp_path, "ok", sleep=4), fake_job(tmp_path, "bad", exit_code=3),
+    release = tmp_path / "release-ok"  # "ok" runs until the cancel of its sibling was applied, at any load
+    jobs = [fake_job(tmp_path, "ok", extra=("--wait-for", str(release))), fake_job(tmp_path, "bad", exit_code=3),
             fake_job(tmp_path, "slow", sleep=60)]
     store, run_id = make_run(tmp_path, jobs, devices=[GPU3])
     engine = array_engine(store)
@@ -449,6 +450,7 @@ def test_array_task_failure_and_cancel_stay_in_their_task(slurm_cluster, tmp_pat
     store.add_command(run_id, CancelJob(by_key["slow"].id))
     engine.tick()
     assert store.job(by_key["ok"].id).state == "running"  # its sibling task runs on
+    release.touch()
     drain(engine, timeout=30)
     by_key = {j.key: store.job(j.id) for j in by_key.values()}
     assert by_key["ok"].state == "succeeded" and by_key["slow"].state == "cancelled"
