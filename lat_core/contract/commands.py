@@ -31,12 +31,10 @@ class CommandError(ValueError):
     """Fields that do not make a command; the message is the engine's answer to it."""
 
 
-# ---------------------------------------------------------------------- the run's countdown
-@dataclass(frozen=True)
-class SkipCountdown:
-    """Start the run now rather than at the countdown's end."""
+class _NoFields:
+    """The JSON of a command that carries nothing but its kind (not a command itself)."""
 
-    kind: ClassVar[str] = "skip_countdown"
+    kind: ClassVar[str]
 
     def to_json(self) -> dict[str, object]:
         return {}
@@ -45,6 +43,14 @@ class SkipCountdown:
     def from_json(cls, data: Fields) -> Self:
         _only(cls, data)
         return cls()
+
+
+# ---------------------------------------------------------------------- the run's countdown
+@dataclass(frozen=True)
+class SkipCountdown(_NoFields):
+    """Start the run now rather than at the countdown's end."""
+
+    kind: ClassVar[str] = "skip_countdown"
 
 
 @dataclass(frozen=True)
@@ -67,48 +73,24 @@ class ExtendCountdown:
 
 # ---------------------------------------------------------------------- the run
 @dataclass(frozen=True)
-class CancelRun:
+class CancelRun(_NoFields):
     """Nothing new starts; every running job is stopped."""
 
     kind: ClassVar[str] = "cancel_run"
 
-    def to_json(self) -> dict[str, object]:
-        return {}
-
-    @classmethod
-    def from_json(cls, data: Fields) -> Self:
-        _only(cls, data)
-        return cls()
-
 
 @dataclass(frozen=True)
-class PauseRun:
+class PauseRun(_NoFields):
     """Stop admitting queued jobs; running ones go on."""
 
     kind: ClassVar[str] = "pause"
 
-    def to_json(self) -> dict[str, object]:
-        return {}
-
-    @classmethod
-    def from_json(cls, data: Fields) -> Self:
-        _only(cls, data)
-        return cls()
-
 
 @dataclass(frozen=True)
-class ResumeRun:
+class ResumeRun(_NoFields):
     """Admit queued jobs again after a pause."""
 
     kind: ClassVar[str] = "resume"
-
-    def to_json(self) -> dict[str, object]:
-        return {}
-
-    @classmethod
-    def from_json(cls, data: Fields) -> Self:
-        _only(cls, data)
-        return cls()
 
 
 @dataclass(frozen=True)
@@ -291,7 +273,7 @@ class CommandRow:
 
 
 # ---------------------------------------------------------------------- reading fields
-def _only(command_type: type[Command], data: Fields, *names: str) -> Fields:
+def _only(command_type: type[Command | _NoFields], data: Fields, *names: str) -> Fields:
     """``data``, once it holds no field but ``names`` (and its kind): a field this LAT does not
     know (a newer front end's) is refused, never ignored."""
     unknown = sorted(set(data) - {"kind", *names})
