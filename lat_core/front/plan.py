@@ -28,6 +28,7 @@ from lat_core.errors import LatError, PlanError
 from lat_core.front.plan_problems import Found, bounded, problem_lines
 from lat_core.text import shorten
 from lat_core.front.plan_retries import OnFailure
+from lat_core.front.sweep import read_sweep
 from lat_core.safe_files import escape_problem
 
 AUTO_REMEDIES = ("expandable_segments", "smaller_micro_batch", "gradient_checkpointing", "fewer_workers",
@@ -39,6 +40,7 @@ class SuiteRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1)
     rounds: Union[Literal["all"], list[int]] = "all"
+    sweep: YamlMapping = Field(default_factory=dict)  # this entry's own sweep (lat_core.front.sweep), else the plan's
 
     @field_validator("rounds", mode="before")
     @classmethod
@@ -93,6 +95,8 @@ class Plan(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     output_root: str = Field(default=D.output_root, min_length=1)
     overrides: YamlMapping = Field(default_factory=dict)
+    # one job per point of each config x pair (lat_core.front.sweep); a suite entry's own replaces it there
+    sweep: YamlMapping = Field(default_factory=dict)
     notify: YamlMapping = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
     gpus_per_job: int = Field(default=D.gpus_per_job, ge=1, le=64)  # gang-scheduled; configs may set their own
     min_free_gb: float = Field(default=D.min_free_gb, ge=0)  # a GPU with less free memory takes no new job
@@ -196,13 +200,14 @@ class Plan(BaseModel):
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_defaults=False)
         data["pairs"] = [str(p) for p in self.pairs]
-        data["suites"] = [{"name": s.name, "rounds": s.rounds} for s in self.suites]
+        data["suites"] = [{"name": s.name, "rounds": s.rounds, **({"sweep": s.sweep} if s.sweep else {})}
+                          for s in self.suites]
         for at_default in ("backend", "gpus_per_job", "min_free_gb"):  # a saved plan reads them back from the table
             if data[at_default] == getattr(D, at_default):
                 del data[at_default]
         # fuse and breaker stay, false and 0 included: a saved plan without one is from before it
         # (saved_plan.FUSE_IF_UNSAVED, BREAKER_IF_UNSAVED)
-        for optional in ("overrides", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps",
+        for optional in ("overrides", "sweep", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps",
                          "allow_cpu"):
             if not data[optional]:
                 del data[optional]
@@ -329,7 +334,15 @@ def _absolute_dataset(pair: Pair, base: Path) -> Pair:
 
 def check_plan(plan: Plan, registry: SuiteRegistry, base: Path) -> list[str]:
     """Checks that need the outside world: suites, rounds, datasets, slot shape, env values."""
-    return _check_suites(plan, registry) + _check_datasets(plan, base) + _check_slots(plan) + _check_env(plan)
+    return (_check_suites(plan, registry) + _check_sweeps(plan) + _check_datasets(plan, base) + _check_slots(plan)
+            + _check_env(plan))
+
+
+def _check_sweeps(plan: Plan) -> list[str]:
+    problems = read_sweep(plan.sweep)[1]
+    for i, ref in enumerate(plan.suites):
+        problems += read_sweep(ref.sweep, f"suites[{i}].sweep")[1]
+    return problems
 
 
 def _check_suites(plan: Plan, registry: SuiteRegistry) -> list[str]:
