@@ -24,7 +24,7 @@ EXIT_USAGE = 2
 # seeds' flag -> plan field, so errors about a flag name the flag the user typed
 FLAG_FIELDS = {
     "suite": "suites", "pairs": "pairs", "gpus": "gpus", "gpu_plan": "slots",
-    "sleep_mins": "countdown_minutes", "output_root": "output_root", "env": "env", "sweep": "sweep",
+    "sleep_mins": "countdown_minutes", "output_root": "output_root", "env": "env", "sweep": "sweep", "after": "after",
 }
 
 
@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2,...",
                    help="a grid over a config field or variable (train.lr=1e-4,2e-4): one job per combination "
                    "(repeatable; adds to the plan's sweep: grid)")
+    p.add_argument("--after", action="append", default=[], metavar="JOB",
+                   help="start the plan's jobs only once job JOB (an id of `lat-tui status`, any run) succeeded; "
+                   "cancel them if it fails or is cancelled (repeatable)")
     p.add_argument("--resume", action="store_true", default=None,
                    help="restart jobs that had started from their last checkpoint-* (strict)")
     p.add_argument("--overwrite", action="store_true", default=None, help="rerun jobs that already succeeded")
@@ -207,6 +210,8 @@ def flags_to_mapping(args) -> dict:
         data["env"] = _parse_env_flags(args.env)
     if args.sweep:
         data["sweep"] = {"grid": _parse_sweep_flags(args.sweep)}
+    if args.after:
+        data["after"] = " ".join(args.after)
     for flag in ("resume", "overwrite", "allow_cpu"):
         if getattr(args, flag):
             data[flag] = True

@@ -58,6 +58,10 @@ class JobSpec:
     world: int = 1  # gpus_per_job: processes under torchrun
     use_libuv: bool = True
     typed: JobConfig | None = None  # the typed view of ``config``, as the trainer will parse job.yaml
+    # whose success it waits for: keys of jobs of the same plan (a suite entry's after:), ids of any
+    # job of the state directory (the plan's after:, --after); shared, read-only, among an entry's jobs
+    after_keys: list[str] = field(default_factory=list)
+    after_ids: list[int] = field(default_factory=list)
 
     def command(self) -> list[str]:
         flags = {"resume": ["--resume"], "overwrite": ["--overwrite"]}.get(self.mode, [])
@@ -79,18 +83,30 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     root = Path(plan.output_root).expanduser().resolve()
     shell_env = dict(shell_env or {})
     _check_dataset_variables(plan, shell_env)
-    jobs: list[JobSpec] = []
     seen: dict[str, int] = {}
     typed_cache: dict[str, JobConfig] = {}
+    entries: list[list[JobSpec]] = []
     for ref in plan.suites:
         suite = registry.get(ref.name)
         swept = points(_sweep_of(plan, ref))
+        entries.append([])
         for round_no, cfg_path in suite.configs_for(plan.round_list(ref)):
             base_cfg = registry.pin_user_peft_spec(_load_experiment(cfg_path))
             for point in swept:
-                jobs += [_make_job(plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg, pair, seen,
-                                   typed_cache, point) for pair in plan.pairs]
+                entries[-1] += [_make_job(plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg, pair, seen,
+                                          typed_cache, point) for pair in plan.pairs]
+    jobs = [job for entry in entries for job in entry]
+    _link_after(plan, entries, jobs)
     return jobs
+
+
+def _link_after(plan: Plan, entries: list[list[JobSpec]], jobs: list[JobSpec]) -> None:
+    """Each job's parents: the plan's ``after`` ids, and the keys of the jobs its entry's ``after`` names."""
+    after_ids = list(plan.after)
+    for ref, entry in zip(plan.suites, entries):
+        keys = [j.key for j in jobs if any(a.holds(j.suite, j.round) for a in ref.after)]
+        for job in entry:
+            job.after_keys, job.after_ids = keys, after_ids
 
 
 def _sweep_of(plan: Plan, ref: SuiteRef) -> Sweep:
