@@ -78,3 +78,21 @@ def test_a_journal_from_before_dependencies_opens_with_none(tmp_path):
     db.close()
     again = Store(path)
     assert again.jobs(run_id)[0].after == () and again.queued_dependents(run_id) == []
+
+
+def test_jobs_added_to_a_live_run_may_wait_for_a_job_of_the_journal(tmp_path):
+    from lat_core.config.paths import config_trees
+    from lat_core.front.plan import plan_from_mapping
+    from lat_core.front.service import create_run, jobs_to_add, open_store, prepare_run
+
+    registry, state = SuiteRegistry(config_trees()), tmp_path / "state"
+    plan = plan_from_mapping({"suites": [{"name": "demo"}], "pairs": ["1:tiny-sst2"], "gpus": "cpu",
+                              "countdown_minutes": 30, "output_root": str(tmp_path / "runs")}, registry, where="test")
+    store = open_store(state)
+    run = store.run(create_run(store, prepare_run(plan, registry=registry)))
+    parent = store.jobs(run.id)[0].id
+    added = jobs_to_add(run, ["demo"], "all", "2:tiny-sst2", registry, state, after=str(parent))
+    assert added and all(job["after_ids"] == [parent] for job in added)
+    with pytest.raises(PlanError, match="field 'after': no job 999 in this state directory's journal"):
+        jobs_to_add(run, ["demo"], "all", "3:tiny-sst2", registry, state, after="999")
+    assert not list((tmp_path / "runs").glob("tiny-sst2_seed3"))  # refused before any folder is written
