@@ -99,11 +99,12 @@ def transformers_version() -> str:
 
 def training_arguments(cfg: JobConfig, loader: dict, device: torch.device, debug: bool = False,
                        report_to: list | None = None, run_name: str | None = None) -> TrainingArguments:
-    """LAT's TrainingArguments (lat_arguments) with the user's ``train.args`` on top; a value
-    TrainingArguments refuses is a config error naming train.args."""
+    """LAT's TrainingArguments (lat_arguments) with the user's ``train.args`` on top (a field LAT
+    only defaults, such as max_grad_norm, takes the user's value); a value TrainingArguments refuses
+    is a config error naming train.args."""
     lat, user = lat_arguments(cfg, loader, device, debug, report_to, run_name), user_arguments(cfg)
     try:
-        return TrainingArguments(**lat, **user)
+        return TrainingArguments(**{**lat, **user})
     except (ValueError, TypeError) as exc:
         if not user:
             raise
