@@ -188,3 +188,50 @@ def test_both_spellings_of_early_stopping_must_agree(tmp_path):
     with pytest.raises(TrainConfigError, match="train.early_stopping_patience: 3 differs"):
         parse_config(job_raw(tmp_path, "tiny-sst2", early_stopping={"patience": 2}, early_stopping_patience=3),
                      environ={})
+
+
+# --- through a plan: the plan's `datasets`, the engine, the headless front end ---------------------
+@pytest.fixture
+def own_suite(tmp_path) -> Path:
+    """The shipped configs plus a suite of one tiny GLA config that stops early when it stalls."""
+    import shutil
+    root = tmp_path / "configs"
+    shutil.copytree(ROOT / "configs", root)
+    config = job_raw(tmp_path, "tiny-sst2", max_steps=40, eval_every=2, lr=1e-12, early_stopping={"patience": 2})
+    del config["output_dir"]
+    (root / "experiments" / "gla" / "stalls.yaml").write_text(yaml.safe_dump(config))
+    (root / "suites" / "own.yaml").write_text(yaml.safe_dump({"rounds": {1: ["gla/stalls.yaml"]}}))
+    write_csv(tmp_path / "reviews.csv")
+    return root
+
+
+def plan_file(tmp: Path, label: str) -> Path:
+    plan = {"suites": ["own"], "pairs": ["1:reviews"], "gpus": "cpu", "slots": 1, "countdown_minutes": 0,
+            "output_root": str(tmp / "runs"),
+            "datasets": {"reviews": {"path": "reviews.csv", "text": "review", "label": label}}}
+    (tmp / "plan.yaml").write_text(yaml.safe_dump(plan))
+    return tmp / "plan.yaml"
+
+
+@pytest.mark.slow
+def test_a_plan_dataset_trains_and_an_early_stop_succeeds(tmp_path, own_suite, capsys):
+    from lat_tui.cli import main
+    code = main(["--plan", str(plan_file(tmp_path, "sentiment")), "--configs", str(own_suite),
+                 "--state-dir", str(tmp_path / "state")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "1/1 jobs succeeded" in out
+    job = tmp_path / "runs" / "reviews_seed1" / "stalls"
+    assert yaml.safe_load((job / "job.yaml").read_text())["data"] == {
+        "name": "reviews", "path": str(tmp_path / "reviews.csv"), "text": "review", "label": "sentiment"}
+    assert "stopped at step 6 of 40" in (job / "train.log").read_text()
+
+
+def test_a_plan_dataset_with_a_missing_column_is_exit_2_and_starts_nothing(tmp_path, own_suite, capsys):
+    from lat_tui.cli import main
+    plan = plan_file(tmp_path, "stars")
+    code = main(["--plan", str(plan), "--configs", str(own_suite), "--state-dir", str(tmp_path / "state")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "field 'datasets.reviews': data.label: no column 'stars'" in err and str(plan) in err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "state").exists()
