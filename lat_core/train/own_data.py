@@ -28,8 +28,11 @@ UNLABELLED = (None, "", -1, "-1")   # GLUE's test splits on the hub carry -1
 
 def load(spec: DataSpec, environ: Mapping[str, str]) -> Dataset:
     """The Dataset of ``spec``; TrainConfigError naming the key, file or split at fault."""
+    hub_data.fingerprints.clear()
     splits, files = raw_splits(spec, environ)
     info: dict = {"files": [str(p) for p in files], "source": spec.path}
+    if hub_data.fingerprints:   # the job record keeps what the hub served (record.data_fingerprint)
+        info["hub_fingerprints"] = dict(hub_data.fingerprints)
     if "validation" not in splits:
         splits["train"], splits["validation"] = _held_out(splits["train"])
         info["validation"] = f"{HELD_OUT:.0%} of the training rows (seed {SPLIT_SEED})"

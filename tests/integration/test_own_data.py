@@ -127,6 +127,7 @@ def test_hub_id_goes_through_the_hub_code(tmp_path, monkeypatch):
     ds = load_dataset(spec, environ={})
     assert calls == [("someone/reviews", "en")] and ds.name == "reviews_en"
     assert len(ds.train) == 40 and ds.label_words == ("0", "1") and ds.metric == "accuracy"
+    assert set(ds.info["hub_fingerprints"]) == {"someone/reviews/en:train", "someone/reviews/en:validation"}
 
 
 def test_pass_through_arg_reaches_training_arguments_and_a_callback_by_path_runs(tmp_path):
