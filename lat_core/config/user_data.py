@@ -165,6 +165,9 @@ def local_files(spec: DataSpec) -> dict[str, Path] | None:
     if not path.is_absolute() or not path.exists() or (path / "dataset_dict.json").is_file():
         return None
     if path.is_file():
+        if spec.split:
+            raise DataSpecError(f"data.split: {path} is one file, whose rows are the training split (a fifth held "
+                                "out for validation); split files go in a folder: <split>.<ext>", "data.split")
         return {"train": path}
     out = {}
     for split in SPLITS:

@@ -67,6 +67,11 @@ def test_preflight_finds_a_missing_column_and_a_missing_callback_module(reviews)
         f"data.label: no column 'stars' in {reviews / 'reviews.csv'} (columns: review, sentiment)"]
 
 
+def test_split_names_need_a_folder_of_split_files(reviews):
+    c = cfg(reviews, {"path": "reviews.csv", "text": "review", "label": "sentiment", "split": {"test": "test"}})
+    assert own_pieces_problems(c, {})[0].startswith("data.split: ") and "is one file" in own_pieces_problems(c, {})[0]
+
+
 def test_preflight_reads_the_job_pythonpath_for_callbacks(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
