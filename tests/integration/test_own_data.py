@@ -130,6 +130,7 @@ def test_hub_id_goes_through_the_hub_code(tmp_path, monkeypatch):
     assert set(ds.info["hub_fingerprints"]) == {"someone/reviews/en:train", "someone/reviews/en:validation"}
 
 
+@pytest.mark.slow
 def test_pass_through_arg_reaches_training_arguments_and_a_callback_by_path_runs(tmp_path):
     (tmp_path / "my_callbacks.py").write_text(CALLBACK)
     write_csv(tmp_path / "reviews.csv")
@@ -142,6 +143,7 @@ def test_pass_through_arg_reaches_training_arguments_and_a_callback_by_path_runs
     assert seen == {"label_smoothing_factor": 0.1, "max_grad_norm": 1.0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("train, needle", [
     ({"args": {"learning_rate": 0.1}}, "train.args.learning_rate: LAT sets it itself; use train.lr instead"),
     ({"args": {"label_smothing_factor": 0.1}}, "train.args.label_smothing_factor: not a field of transformers"),
@@ -157,6 +159,7 @@ def test_what_cannot_work_is_exit_2_naming_it(tmp_path, train, needle):
         assert "did you mean 'label_smoothing_factor'?" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data, needle", [
     ({"path": "reviews.csv", "text": "review", "label": "stars"}, "data.label: the train split has no column 'stars'"),
     ({"path": "missing.csv", "text": "review", "label": "sentiment"}, "data.path: no such file or folder"),
