@@ -216,7 +216,7 @@ def file_columns(path: Path) -> list[str] | None:
 
 def _parquet_columns(path: Path) -> list[str] | None:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped,import-not-found,unused-ignore]  # no stubs
     except ImportError:
         return None
     return list(pq.read_schema(path).names)
