@@ -94,7 +94,9 @@ def by_config(report, dataset="glue-tvt_cola"):
 
 
 def skipped_reasons(report) -> dict[str, str]:
-    return {s.path.name: s.reason for s in report.skipped}
+    """Folder name -> why it is not in a table: jobs (with their state) and folders that hold none."""
+    jobs = {a.job_dir.name: f"{a.state}: {a.reason}" for a in report.accounts if not a.in_table}
+    return {**jobs, **{s.path.name: s.reason for s in report.skipped}}
 
 
 def test_metric_specs():
@@ -137,10 +139,10 @@ def test_best_checkpoint_and_test_metrics(tree):
 
 def test_skipped_folders_have_reasons(tree):
     reasons = skipped_reasons(aggregate(tree))
-    assert reasons["no_evals"] == "no validation eval"
-    assert reasons["corrupt_lost"].startswith("corrupt events.jsonl (1 bad lines)")
+    assert reasons["no_evals"] == "succeeded: no usable evaluation: no validation eval"
+    assert reasons["corrupt_lost"].startswith("succeeded: no usable evaluation: corrupt events.jsonl (1 bad lines)")
     assert reasons["oom"].startswith("failed: OutOfMemoryError: CUDA out of memory")
-    assert reasons["running"].startswith("unfinished")
+    assert reasons["running"].startswith("unfinished: no finished event")
     assert reasons["misc"].startswith("foreign folder")
     assert reasons["empty_top"].startswith("foreign folder")
     assert "_results" not in reasons
@@ -186,14 +188,16 @@ def test_every_format_parses_back(tree, tmp_path):
     assert lora["metrics"]["val_mcc"]["n"] == 3 and lora["metrics"]["test_mcc"]["best"] is True
     assert lora["metrics"]["val_mcc"]["best"] is False
     assert lora["checkpoints"][0] == "glue-tvt_cola_seed1/lora_r8/checkpoint-20"
-    assert len(data["skipped"]) == 6 and all(s["reason"] for s in data["skipped"])
+    assert len(data["skipped"]) == 2 and all(s["reason"] for s in data["skipped"])  # folders of no job
+    left_out = [j for j in data["jobs"] if not j["in_table"]]
+    assert len(data["jobs"]) == 14 and len(left_out) == 4 and all(j["reason"] for j in left_out)
     rows = list(csv.DictReader(io.StringIO((out / "results_glue-tvt_cola.csv").read_text())))
     tie = next(r for r in rows if r["config"] == "tie")
     assert tie["val_mcc_best"] == "*" and float(tie["val_mcc_mean"]) == 0.7 and tie["val_mcc_n"] == "1"
     assert next(r for r in rows if r["config"] == "lora_r8")["seeds"] == "1;2;3"
     md = (out / "results.md").read_text()
-    assert "**0.7000**" in md and "| lora_r8 | 3 | 0.5600 ± 0.0529 |" in md
-    assert "Skipped folders (6)" in md and "checkpoint-20" in md
+    assert "**0.7000**" in md and "| lora_r8 | 3 of 3 | 0.5600 ± 0.0529 |" in md
+    assert "Skipped folders (2)" in md and "### Jobs (14)" in md and "checkpoint-20" in md
 
 
 def test_small_drops_paths(tree, tmp_path):
@@ -224,7 +228,7 @@ def test_unknown_format_and_missing_root(tree, tmp_path):
 
 def test_empty_tree_renders(tmp_path):
     report = aggregate(tmp_path)
-    assert report.results == () and "No finished job" in report_markdown(report, [])
+    assert report.results == () and "No job succeeded with a usable evaluation" in report_markdown(report, [])
 
 
 def test_many_folders_with_workers(tmp_path):
@@ -246,7 +250,8 @@ def test_cli_prints_tables_and_skipped(tree, tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0
     assert "### glue-tvt_cola" in captured.out and "| tie |" in captured.out
-    assert "6 folder(s) skipped" in captured.err and "OutOfMemoryError" in captured.err
+    assert "2 folder(s) skipped" in captured.err and "Not in the tables (4):" in captured.out
+    assert "oom 5:glue-tvt_cola: failed: OutOfMemoryError: CUDA out of memory" in captured.out
     assert (tree / "_results" / "results.json").is_file()
     assert not list((tree / "_results").glob("*.png"))
 
