@@ -310,3 +310,67 @@ def test_a_missing_meteor_is_said_under_its_table_not_left_blank(tmp_path):
     assert f"- {table.notes[0]}" in report_markdown(report, [table])
     write_job(tmp_path / "complete", data="dart", evals=[(2, {"bleu": 0.3, "meteor": 0.5, "sacrebleu": 30.0})])
     assert build_tables(aggregate(tmp_path / "complete"))[0].notes == ()
+
+
+def test_aliases_and_subsets_rank_by_their_tasks_metric(tmp_path):
+    """The seeds' spider-tvt is Spider (exec_accuracy, not accuracy); glue-tvt_cola_200 is CoLA."""
+    write_job(tmp_path, data="spider-tvt", config="lora", evals=[(10, {"exec_accuracy": 0.4, "accuracy": 0.9})])
+    write_job(tmp_path, data="glue-tvt_cola_200", config="lora", evals=[(10, {"mcc": 0.3, "accuracy": 0.8})])
+    tables = {t.dataset: t for t in build_tables(aggregate(tmp_path))}
+    assert tables["spider-tvt"].spec.main == "exec_accuracy" and tables["spider-tvt"].rows[0].stats["val_exec_accuracy"].mean == 0.4
+    assert tables["glue-tvt_cola_200"].spec.main == "mcc"
+
+
+def test_the_task_the_trainer_named_decides_the_main_metric(tmp_path):
+    """A CoLA-like dataset under a name of its own (a local folder) ranks by MCC when its started
+    event says task cola."""
+    job = write_job(tmp_path, data="/data/acceptability", config="lora",
+                    evals=[(10, {"mcc": 0.2, "accuracy": 0.9}), (20, {"mcc": 0.4, "accuracy": 0.6})])
+    text = (job / "events.jsonl").read_text().replace('"event": "started",', '"event": "started", "task": "cola",')
+    (job / "events.jsonl").write_text(text)
+    (result,) = aggregate(tmp_path).results
+    assert (result.metric, result.best_step, result.task) == ("mcc", 20, "cola")
+    assert build_tables(aggregate(tmp_path))[0].spec.main == "mcc"
+
+
+def test_a_job_that_failed_then_resumed_and_finished_is_in_the_table(tmp_path):
+    job = write_job(tmp_path, config="lora", evals=[(10, {"mcc": 0.2})], failed="RuntimeError")
+    with (job / "events.jsonl").open("a") as fh:
+        for line in ({"event": "started", "config": "lora", "data": "glue-tvt_cola", "seed": 1, "resumed_from": 10},
+                     {"event": "eval", "step": 20, "split": "validation", "metrics": {"mcc": 0.5}},
+                     {"event": "checkpoint", "step": 20, "path": "checkpoint-20"},
+                     {"event": "finished", "status": "ok", "steps": 20}):
+            fh.write(json.dumps({"t": 2.0, **line}) + "\n")
+    report = aggregate(tmp_path)
+    assert [(r.best_step, r.best_value) for r in report.results] == [(20, 0.5)]
+    assert [(a.state, a.in_table) for a in report.accounts] == [("succeeded", True)]
+
+
+def test_folders_alone_count_planned_and_give_partial_rows_on_request(tree):
+    """Without a journal every job folder is a planned job: a config whose seed failed reads
+    ``n of planned`` with the mark; --include-partial adds its best so far as a row apart."""
+    plain = aggregate(tree)
+    rows = {r.config: r for r in build_tables(plain)[0].rows}
+    assert (rows["oom"].n, rows["oom"].planned, rows["oom"].short) == (0, 1, True)
+    assert (rows["lora_r8"].n, rows["lora_r8"].planned, rows["lora_r8"].short) == (3, 3, False)
+    assert not plain.partial
+    report = aggregate(tree, include_partial=True)
+    partial = [r for r in build_tables(report)[0].rows if r.partial]
+    assert {r.config: r.stats["val_mcc"].mean for r in partial} == {"oom": 0.9, "running": 0.9}
+    assert not any(r.best for r in partial)   # a partial row never holds a column's best
+    assert {a.job_dir.name for a in report.accounts if a.partial} == {"oom", "running"}
+    assert [r.config for r in report.results if r.config in ("oom", "running")] == []
+
+
+def test_results_json_validates_against_the_shipped_schema(tree, tmp_path):
+    from lat_core.results.render import SCHEMA_VERSION
+    from tests.helpers.json_schema import problems
+
+    schema = json.loads((Path(results_cli.__file__).parents[1] / "lat_core/results/results.schema.json").read_text())
+    write_report(aggregate(tree, include_partial=True), tmp_path / "o", formats={"json"})
+    document = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert document["schema_version"] == SCHEMA_VERSION == schema["properties"]["schema_version"]["const"]
+    assert problems(document, schema) == []
+    document["datasets"][0]["rows"][0]["n"] = "3"
+    del document["jobs"][0]["state"]
+    assert problems(document, schema) == ["$.datasets[0].rows[0].n: expected integer, got str", "$.jobs[0]: lacks 'state'"]
