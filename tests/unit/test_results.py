@@ -374,3 +374,37 @@ def test_results_json_validates_against_the_shipped_schema(tree, tmp_path):
     document["datasets"][0]["rows"][0]["n"] = "3"
     del document["jobs"][0]["state"]
     assert problems(document, schema) == ["$.datasets[0].rows[0].n: expected integer, got str", "$.jobs[0]: lacks 'state'"]
+
+
+def test_curves_give_each_config_one_colour_a_seed_band_and_a_legend_for_every_panel(tree):
+    """Read through matplotlib's objects: per config one colour in both panels, a mean line with a
+    min-max band over its seeds, and one figure legend naming every config (issue 28, item 19)."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_hex
+
+    from lat_core.results.plots import curves_figure
+
+    report = aggregate(tree)
+    table = next(t for t in build_tables(report) if t.dataset == "glue-tvt_cola")
+    figure = curves_figure(table, [r for r in report.results if r.dataset == "glue-tvt_cola"])
+    configs = sorted({r.config for r in report.results if r.dataset == "glue-tvt_cola"})
+    panels = figure.axes
+    assert len(panels) == 2
+    colours = [{line.get_label().split(" (n=")[0]: to_hex(line.get_color()) for line in axes.get_lines()}
+               for axes in panels]
+    assert set(colours[0]) == set(configs) and colours[0] == colours[1]
+    assert len(set(colours[0].values())) == len(configs)   # no two configs share a colour
+    (legend,) = figure.legends
+    assert [t.get_text().split(" (n=")[0] for t in legend.get_texts()] == configs
+    assert [to_hex(h.get_color()) for h in legend.legend_handles] == [colours[0][c] for c in configs]
+    metric = panels[1]
+    mean = next(line for line in metric.get_lines() if line.get_label().startswith("lora_r8 "))
+    assert list(mean.get_xdata()) == [10, 20, 30]
+    assert list(mean.get_ydata()) == pytest.approx([statistics.fmean(v[i] for v in COLA_A.values()) for i in range(3)])
+    band = next(c for c in metric.collections if isinstance(c, PolyCollection) and c.get_label().startswith("lora_r8 "))
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(min(min(v) for v in COLA_A.values()))
+    assert max(ys) == pytest.approx(max(max(v) for v in COLA_A.values()))
+    assert to_hex(band.get_facecolor()[0], keep_alpha=False) == colours[1]["lora_r8"]
+    single = [c for c in metric.collections if c.get_label().startswith("tie ")]
+    assert single == []   # one seed: no band to draw
