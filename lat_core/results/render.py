@@ -154,23 +154,23 @@ def report_markdown(report: Report, tables: list[Table]) -> str:
 
 
 def _csv_header(table: Table) -> list[str]:
-    header = ["config", "partial", "n", "planned", "seeds"]
+    header = ["config", "n", "seeds"]
     for column in table.columns:
         header += [f"{column.key}_mean", f"{column.key}_std", f"{column.key}_n", f"{column.key}_best"]
     header += ["best_steps", "peak_memory_bytes"]
-    return header + ([] if table.small else ["checkpoints", "job_configs"])
+    return header + ([] if table.small else ["checkpoints", "job_configs"]) + ["planned", "short", "partial"]
 
 
 def _csv_row(table: Table, row: Row) -> list[object]:
-    cells: list[object] = [row.config, "~" if row.partial else "", row.n, "" if row.planned is None else row.planned,
-                           _joined(row.seeds).replace(", ", ";")]
+    cells: list[object] = [row.config, row.n, _joined(row.seeds).replace(", ", ";")]
     for column in table.columns:
         stat = row.stats[column.key]
         cells += [_num(stat.mean), _num(stat.std), stat.n, "*" if column.key in row.best else ""]
     cells += [";".join(map(str, row.best_steps)), row.peak_memory_bytes or ""]
     if not table.small:
         cells += [";".join(row.checkpoints), ";".join(row.config_paths)]
-    return cells
+    return cells + ["" if row.planned is None else row.planned, SHORT_MARK if row.short else "",
+                    PARTIAL_MARK if row.partial else ""]
 
 
 def _num(value: float | None) -> str:
