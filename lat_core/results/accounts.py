@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lat_core.contract.rows import JobRow, JobSummary
 from lat_core.contract.states import JobState
-from lat_core.results.scan import ENDED_OK, Identity, JobResult, Report, Skipped, scan_job
+from lat_core.results.scan import ENDED_OK, UNKNOWN, Identity, JobResult, Report, Skipped, scan_job
 
 NO_FOLDER = "no job folder"
 
@@ -68,13 +68,18 @@ def _state_reason(state: str, outcome: JobResult | Skipped | None, job: JobSumma
 
 
 def _identity(outcome: JobResult | Skipped | None, job: JobSummary | None, path: Path) -> Identity:
+    """Which job: as its folder says (tables group results by it), else as the journal planned it
+    (a folder may not say: a trainer that died before its first event, with no job.yaml)."""
     if isinstance(outcome, JobResult):
-        return Identity(outcome.config, outcome.data, outcome.seed)
-    if isinstance(outcome, Skipped) and outcome.identity is not None:
-        return outcome.identity
-    if job is not None:
+        found: Identity | None = Identity(outcome.config, outcome.data, outcome.seed)
+    else:
+        found = outcome.identity if isinstance(outcome, Skipped) else None
+    if job is None:
+        return found or Identity(path.name, UNKNOWN, None)
+    if found is None:
         return Identity(job.stem, job.dataset, job.seed)
-    return Identity(path.name, "unknown", None)
+    return Identity(found.config, job.dataset if found.data == UNKNOWN else found.data,
+                    job.seed if found.seed is None else found.seed)
 
 
 def _folder_state(outcome: JobResult | Skipped) -> str:

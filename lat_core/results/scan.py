@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # accounts builds on this module
 log = logging.getLogger(__name__)
 
 FOREIGN_REASON = "foreign folder: no job.yaml or events.jsonl"
+UNKNOWN = "unknown"  # the data of a folder that names none
 _PAIR_DIR = re.compile(r"^(?P<data>.+)_seed(?P<seed>-?\d+)$")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -213,7 +214,7 @@ def _identity(job_dir: Path, config: dict[str, Any], started: Started) -> Identi
     """Config name, data and seed: the started event, then job.yaml, then folder names."""
     pair = _PAIR_DIR.match(job_dir.parent.name)
     name = started.config or config.get("name") or job_dir.name
-    data = started.data or config.get("data") or (pair["data"] if pair else "unknown")
+    data = started.data or config.get("data") or (pair["data"] if pair else UNKNOWN)
     seed = started.seed if started.seed is not None else config.get("seed")
     if seed is None and pair:
         seed = pair["seed"]
