@@ -408,3 +408,36 @@ def test_curves_give_each_config_one_colour_a_seed_band_and_a_legend_for_every_p
     assert to_hex(band.get_facecolor()[0], keep_alpha=False) == colours[1]["lora_r8"]
     single = [c for c in metric.collections if c.get_label().startswith("tie ")]
     assert single == []   # one seed: no band to draw
+
+
+def test_run_selection_and_the_latest_runs_job_of_a_folder(tmp_path, capsys):
+    """The journal decides which jobs count: by default every run written to the root (a folder's
+    job in a later run replaces its earlier one) and the folders none names; ``--run N`` that run's
+    jobs alone."""
+    from lat_core.contract.journal import Store
+
+    root = tmp_path / "runs"
+    a = write_job(root, data="glue-tvt_rte", seed=1, config="a", evals=[(10, {"accuracy": 0.6})])
+    b = write_job(root, data="glue-tvt_rte", seed=1, config="b", evals=[(10, {"accuracy": 0.7})], failed="RuntimeError")
+    write_job(root, data="glue-tvt_rte", seed=1, config="stray", evals=[(10, {"accuracy": 0.8})])
+    store = Store(tmp_path / "state" / "journal.sqlite")
+
+    def add(run_id, folder, state):
+        store.add_jobs(run_id, [{"key": folder.name, "suite": "s", "round": 1, "stem": folder.name, "seed": 1,
+                                 "dataset": "glue-tvt_rte", "job_dir": str(folder), "argv": [], "env": {},
+                                 "state": state}])
+
+    first, second = (store.create_run("plan: x", str(root), [], 0.0) for _ in range(2))
+    add(first, a, "succeeded")
+    add(first, b, "succeeded")   # run 2 ran b again, and it failed
+    add(second, b, "failed")
+
+    def states(*args):
+        code = results_cli.main([*args, "--state-dir", str(tmp_path / "state"), "--json", "--format", "json"])
+        document = json.loads(capsys.readouterr().out)
+        return code, document["runs"], {j["config"]: (j["state"], j["run_id"]) for j in document["jobs"]}
+
+    assert states(str(root)) == (0, [first, second], {"a": ("succeeded", first), "b": ("failed", second),
+                                                      "stray": ("succeeded", None)})
+    assert states("--run", str(second)) == (1, [second], {"b": ("failed", second)})
+    assert states("--run", str(first)) == (0, [first], {"a": ("succeeded", first), "b": ("succeeded", first)})
