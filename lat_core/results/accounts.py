@@ -129,10 +129,17 @@ def account_for(report: Report, jobs: Sequence[JobSummary] = (), *, runs: Sequen
                     if path not in planned and _is_a_job(outcome)]
     results = tuple(o for a, o in entries if a.in_table and isinstance(o, JobResult))
     best_so_far = [_partial_candidate(a, o) if include_partial else None for a, o in entries]
-    accounts = tuple(replace(a, partial=p is not None) for (a, _), p in zip(entries, best_so_far))
+    accounts = tuple(_with_partial(a, p is not None) for (a, _), p in zip(entries, best_so_far))
     others = tuple(s for s in report.skipped if not _is_a_job(s) and _path_of(s) not in planned)
     return replace(report, results=results, skipped=others, accounts=accounts,
                    partial=tuple(p for p in best_so_far if p is not None), runs=tuple(runs))
+
+
+def _with_partial(job: JobAccount, partial: bool) -> JobAccount:
+    """A job out of the tables shows its best so far only when partial results were asked for."""
+    if job.in_table or partial:
+        return replace(job, partial=partial)
+    return replace(job, best_step=None, value=None)
 
 
 def _path_of(item: JobResult | Skipped) -> Path:

@@ -85,6 +85,7 @@ def test_every_job_is_accounted_for_with_its_state_and_reason(evening, capsys):
     assert {k: j["state"] for k, j in listed.items()} == {
         (CONFIG, 1): "succeeded", (CONFIG, 2): "failed", ("broken", 1): "failed", (CONFIG, 3): "cancelled"}
     assert listed[(CONFIG, 1)]["in_table"] and listed[(CONFIG, 1)]["reason"] == ""
+    assert (listed[(CONFIG, 2)]["value"], listed[(CONFIG, 2)]["partial"]) == (None, False)
     for key, job in jobs.items():   # the journal's reason, in the report itself
         if job.state == "failed":
             entry = next(j for j in document["jobs"] if j["job_id"] == job.id)
@@ -103,6 +104,9 @@ def test_include_partial_adds_the_crashed_seeds_best_so_far_marked(evening, caps
     assert list(evals) == [3]   # it crashed after step 4: one checkpointed eval
     code, text = results(evening, capsys, "--json", "--include-partial")
     rows = rows_of(json.loads(text))
+    crashed_job = next(j for j in json.loads(text)["jobs"] if j["seed"] == 2)
+    assert (crashed_job["state"], crashed_job["partial"], crashed_job["best_step"], crashed_job["value"]) == \
+        ("failed", True, 3, evals[3])
     partial = rows[(CONFIG, True)]
     assert (partial["n"], partial["best_steps"], partial["metrics"]["val_mcc"]["mean"]) == (1, [3], evals[3])
     assert not partial["metrics"]["val_mcc"]["best"] and rows[(CONFIG, False)]["n"] == 1
