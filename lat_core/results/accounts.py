@@ -120,7 +120,8 @@ def account_for(report: Report, jobs: Sequence[JobSummary] = (), *, runs: Sequen
 
     Only succeeded jobs' results stay in the tables; ``include_partial`` puts the best so far of
     the others in ``partial``. Folders that are no job's stay in ``skipped``."""
-    by_folder = {_path_of(item): item for item in (*report.results, *report.skipped)}
+    outcomes: list[JobResult | Skipped] = [*report.results, *report.skipped]
+    by_folder = {_path_of(item): item for item in outcomes}
     planned = _latest_per_folder(jobs)
     entries = [(account(path, outcome, job), outcome) for path, job in planned.items()
                for outcome in [by_folder.get(path) or (scan_job(path) if path.is_dir() else None)]]

@@ -89,7 +89,10 @@ def _by_config(results: list[JobResult]) -> dict[str, list[JobResult]]:
     return dict(sorted(groups.items()))
 
 
-def config_colours(configs: list[str]) -> dict[str, tuple[float, ...]]:
+Colour = tuple[float, float, float, float]  # RGBA
+
+
+def config_colours(configs: list[str]) -> dict[str, Colour]:
     """One colour per config, distinct among them (tab10, tab20, then a sampled continuous map):
     the same config has the same colour in every panel."""
     from matplotlib import colormaps
@@ -97,11 +100,11 @@ def config_colours(configs: list[str]) -> dict[str, tuple[float, ...]]:
     name = "tab10" if len(configs) <= 10 else "tab20" if len(configs) <= 20 else "turbo"
     cmap = colormaps[name]
     if name == "turbo":
-        return {c: tuple(cmap(i / max(1, len(configs) - 1))) for i, c in enumerate(configs)}
-    return {c: tuple(cmap(i)) for i, c in enumerate(configs)}
+        return {c: cmap(i / max(1, len(configs) - 1)) for i, c in enumerate(configs)}
+    return {c: cmap(i) for i, c in enumerate(configs)}
 
 
-def _draw_band(axes: Axes, band: Band, colour: tuple[float, ...], label: str, marker: str | None) -> None:
+def _draw_band(axes: Axes, band: Band, colour: Colour, label: str, marker: str | None) -> None:
     """The seeds' mean as a line and their min-max as a shaded band (only where seeds differ)."""
     axes.plot(band.steps, band.mean, color=colour, label=label, linewidth=1.2, marker=marker, markersize=3)
     if any(hi > lo for lo, hi in zip(band.low, band.high)):
