@@ -27,10 +27,10 @@ from lat_core.config.job import TrainConfigError
 from lat_core.config.user_data import DataSpec
 
 DATA_ROOT = Path(__file__).resolve().parent.parent / "data"
-# dataset name -> (folder under lat_core/data, label words for label 0 and 1)
+# dataset name -> (folder under lat_core/data, label words for label 0 and 1, task: its metrics)
 SHIPPED = {
-    "tiny-sst2": ("tiny_sst2", ("negative", "positive")),
-    "tiny-cola": ("tiny_cola", ("unacceptable", "acceptable")),
+    "tiny-sst2": ("tiny_sst2", ("negative", "positive"), "sst2"),
+    "tiny-cola": ("tiny_cola", ("unacceptable", "acceptable"), "cola"),  # cola: MCC, as GLUE's CoLA
 }
 SPLITS = ("train", "validation")
 EOS, UNK = "<eos>", "<unk>"
@@ -101,8 +101,9 @@ def load_dataset(name: str | DataSpec, data_dir: str = "", environ: dict | None 
         name = f"glue-tvt_{name}"
     if R.is_known(name):
         return R.load(name, data_dir, environ)
+    task = "accuracy"
     if name in SHIPPED:
-        folder, words = SHIPPED[name]
+        folder, words, task = SHIPPED[name]
         root = DATA_ROOT / folder
     else:
         root = Path(name).expanduser()
@@ -118,7 +119,7 @@ def load_dataset(name: str | DataSpec, data_dir: str = "", environ: dict | None 
             raise TrainConfigError(f"data: {root} has no {split}.jsonl")
     files = [root / f"{split}.jsonl" for split in SPLITS] + [p for p in [root / "labels.json"] if p.is_file()]
     return Dataset(name, _read_jsonl(root / "train.jsonl"),
-                   _read_jsonl(root / "validation.jsonl"), tuple(words),
+                   _read_jsonl(root / "validation.jsonl"), tuple(words), task=task,
                    info={"files": [str(p.resolve()) for p in files]})
 
 

@@ -285,7 +285,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     setup.lap("trainer")
     if is_main:
         events.write(started_event(
-            cfg, device=device.type, trainable=trainable, total=total, train_examples=len(train_ex),
+            cfg, task=ds.task, device=device.type, trainable=trainable, total=total, train_examples=len(train_ex),
             lr_scheduler=sched_name, warmup_steps=warm, logits_to_keep=model._lat_ltk[0],
             resumed_from=start if resume else None, optimizer_state=optimizer_state, report_to=trackers.active,
             modes=modes, gradient_checkpointing=tr.gradient_checkpointing, dataloader=loader_cfg,

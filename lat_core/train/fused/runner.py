@@ -78,7 +78,7 @@ def started(m: Member, group, resumed: bool) -> None:
     optimizer_state = None if not resumed else \
         ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh")
     m.out.events.write(started_event(
-        cfg, device=group.device.type, trainable=trainable, total=frozen + trainable,
+        cfg, task=group.data[run.member.index].ds.task, device=group.device.type, trainable=trainable, total=frozen + trainable,
         train_examples=len(run.train_ex), lr_scheduler=sched_name, warmup_steps=warm,
         logits_to_keep=m.view._lat_ltk[0], resumed_from=run.step if resumed else None,
         optimizer_state=optimizer_state, report_to=tracked.active, modes=group.modes, fused_group=len(group.runs)))
