@@ -28,7 +28,7 @@ from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, R
 from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store
 from lat_core.front.service import PreparedRun, create_run, ensure_engine, jobs_to_add, prepare_run
 from lat_core.contract.states import JOB_UNFINISHED
-from lat_core.contract.journal import JOB_FINAL, RUN_ACTIVE, Store
+from lat_core.contract.journal import JOB_FINAL, PAUSED_BY_USER, RUN_ACTIVE, Store
 
 if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
     from lat_core.front.plan import Plan
@@ -53,7 +53,8 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
 
 __all__ = [
     # the journal: runs, jobs, commands
-    "Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoJobError", "NoRunError", "NoStateError",
+    "Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "PAUSED_BY_USER", "RUN_ACTIVE", "NoJobError", "NoRunError",
+    "NoStateError",
     "ensure_engine",
     "journal_faults_in", "plan_env_of", "resolve_state_dir", "LAT_VERSION",
     # job folders
@@ -192,7 +193,7 @@ class Client:
             return store.engine_error(run_id)
 
     def pause_reason(self, run_id: int) -> str:
-        """Why the run's admission is paused: the user, a full disk, the circuit breaker."""
+        """Why the run's admission is paused: the user (PAUSED_BY_USER), a full disk, the circuit breaker."""
         with self._journal() as store:
             return store.pause_reason(run_id)
 

@@ -61,7 +61,9 @@ class DashboardScreen(RunControls, Screen):
         Binding("s", "skip_countdown", "Start now"),
         Binding("x", "extend_countdown", "+5min"),
         Binding("enter", "details", "Details", show=False),
-        Binding("p", "pause", "Pause", tooltip="Pause or resume admission (running jobs go on)"),
+        # one key, two bindings: the footer names what p does now (check_action keeps one of them)
+        Binding("p", "pause", "Pause", tooltip="Pause admission (running jobs go on)"),
+        Binding("p", "resume", "Resume", tooltip="Resume admission of a paused run"),
         Binding("c", "cancel_job", "Cancel", tooltip="Cancel the selected job (a running one: press twice)"),
         Binding("C", "cancel_run", "Cancel run", key_display="C", show=False,
                 tooltip="Cancel the whole run (press twice)"),
@@ -169,7 +171,7 @@ class DashboardScreen(RunControls, Screen):
         self._jobs = {job.id: job for job in data.jobs}
         self.job_families = data.families
         self.engine_alive = data.engine_alive
-        self.query_one(RunStatus).show(data.run, data.jobs, data.engine_alive)
+        self.query_one(RunStatus).show(data.run, data.jobs, data.engine_alive, data.pause_reason)
         self.gpu_history.add(data.gpus)
         self.query_one(MonitorPanel).show(data.gpus, data.host, self.gpu_history, slots_text(data.run.devices),
                                           data.cpu_percent)
@@ -196,8 +198,9 @@ class DashboardScreen(RunControls, Screen):
         job = self.selected_job()
         if action in ("skip_countdown", "extend_countdown"):
             return state == "countdown"
-        if action == "pause":
-            return state in RUN_ACTIVE and state != "countdown"
+        if action in ("pause", "resume"):
+            paused = bool(self._run and self._run.paused)
+            return state in RUN_ACTIVE and state != "countdown" and paused == (action == "resume")
         if action == "cancel_run":
             return state in RUN_ACTIVE or None
         if action == "cancel_job":
