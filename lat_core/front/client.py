@@ -222,6 +222,11 @@ class Client:
         """The run's failed and cancelled jobs, in table order: what ``requeue --failed`` sends back."""
         return [job for job in self.job_table(run_id) if job.state in JOB_UNFINISHED]
 
+    def job_counts(self, run_id: int) -> dict[str, int]:
+        """How many of the run's jobs are in each state (states with none left out)."""
+        with self._journal() as store:
+            return store.job_counts(run_id)
+
     def fused_groups(self, run_id: int) -> dict[str, GroupUsage]:
         """The run's fused groups by id, with their measured memory (a member's is its group's)."""
         with self._journal() as store:
