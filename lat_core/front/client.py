@@ -38,7 +38,8 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
     from lat_core.config.email_yaml import OLD_EVENTS
     from lat_core.config.env import EMAIL_YAML_VAR, MASK, EnvValueError, pair_from_env
     from lat_core.config.suites import SuiteRegistry
-    from lat_core.front.plan import plan_from_mapping
+    from lat_core.contract.plan_defaults import PLAN_DEFAULTS
+    from lat_core.front.plan import AUTO_REMEDIES, plan_from_mapping
     from lat_core.front.rerun import prepare_rerun
     from lat_core.monitor.gpu import GpuInfo, GpuProbe, GpuSnapshot
     from lat_core.monitor.host import HostSnapshot, host_snapshot
@@ -60,7 +61,8 @@ __all__ = [
     # job folders
     "last_log_line", "recent_events", "requeue_start", "resumable_checkpoints",
     # configs, plans, reruns, notices
-    "EMAIL_YAML_VAR", "EnvValueError", "KNOWN_DATASETS", "MASK", "OLD_EVENTS", "Plan", "SuiteRegistry", "mail_notice",
+    "AUTO_REMEDIES", "EMAIL_YAML_VAR", "EnvValueError", "KNOWN_DATASETS", "MASK", "OLD_EVENTS", "PLAN_DEFAULTS", "Plan",
+    "SuiteRegistry", "mail_notice",
     "pair_from_env", "plan_from_mapping", "prepare_rerun", "read_plan_file", "suite_registry",
     # the machine
     "GpuInfo", "GpuProbe", "GpuSnapshot", "HostSnapshot", "host_snapshot",
@@ -389,7 +391,8 @@ _ELSEWHERE: dict[str, tuple[str, ...]] = {
     "lat_core.config.email_yaml": ("OLD_EVENTS",),
     "lat_core.config.env": ("EMAIL_YAML_VAR", "MASK", "EnvValueError", "pair_from_env"),
     "lat_core.config.suites": ("SuiteRegistry",),
-    "lat_core.front.plan": ("Plan", "plan_from_mapping"),
+    "lat_core.contract.plan_defaults": ("PLAN_DEFAULTS",),
+    "lat_core.front.plan": ("AUTO_REMEDIES", "Plan", "plan_from_mapping"),
     "lat_core.front.rerun": ("prepare_rerun",),
     "lat_core.monitor.gpu": ("GpuInfo", "GpuProbe", "GpuSnapshot"),
     "lat_core.monitor.host": ("HostSnapshot", "host_snapshot"),
