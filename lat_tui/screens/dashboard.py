@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
@@ -81,7 +82,9 @@ class DashboardScreen(RunControls, Screen):
         Binding("m", "toggle_monitor", "Monitor", show=False, tooltip="Show or hide the monitor panel"),
         Binding("n", "new_run", "New", show=False, tooltip="Plan a new run"),
         Binding("e", "start_engine", "Engine", show=False, tooltip="Start an engine if none runs"),
-        Binding("slash", "search_log", "Search", key_display="/", tooltip="Search the log (n/N: next/previous)"),
+        # a priority key, so the search field has the keys typed right behind it (lat_tui.widgets.log_pane)
+        Binding("slash", "search_log", "Search", key_display="/", priority=True,
+                tooltip="Search the log (n/N: next/previous)"),
         Binding("tab", "app.focus_next", "Focus", show=False,
                 tooltip="Move the keys between the job table and the log (shift+tab: back)"),
         Binding("escape", "focus_jobs", "Jobs", key_display="esc", show=False,
@@ -337,7 +340,10 @@ class DashboardScreen(RunControls, Screen):
             self.load_run(run_id)
 
     def action_search_log(self) -> None:
-        self.query_one(LogPane).open_search()
+        pane = self.query_one(LogPane)
+        if self.focused is pane.search_field:
+            raise SkipAction()  # a "/" in the search text
+        pane.open_search()
 
     def action_focus_jobs(self) -> None:
         self.query_one(LogPane).close_search()

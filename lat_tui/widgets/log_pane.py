@@ -143,7 +143,13 @@ def _mark_cuts(strip: Strip, width: int, left: bool, right: bool, style: Style) 
 
 class LogPane(Vertical):
     """The log and its search input (shown by ``open_search``, hidden again on enter, or on escape by
-    the screen, which gives the keys back to the job table)."""
+    the screen, which gives the keys back to the job table).
+
+    The search field takes the focus at once, never through ``Widget.focus`` (which moves it on a
+    later turn): keys typed right after ``/`` are handed to the widget focused when the app handles
+    them, and the search text went to the job table (``n`` opened the plan form, ``r`` requeued).
+    The dashboard's ``/`` is a priority key for the same reason (lat_tui.screens.fields).
+    """
 
     def __init__(self, max_lines: int, **kwargs):
         super().__init__(**kwargs)
@@ -159,17 +165,20 @@ class LogPane(Vertical):
     def log(self) -> FollowingLog:
         return self.query_one(FollowingLog)
 
+    @property
+    def search_field(self) -> Input:
+        return self.query_one("#log-search", Input)
+
     def open_search(self) -> None:
-        search = self.query_one("#log-search", Input)
-        search.display = True
-        search.focus()
+        self.search_field.display = True
+        self.screen.set_focus(self.search_field)
 
     @on(Input.Submitted, "#log-search")
     def _search(self, event: Input.Submitted) -> None:
         """The log takes the keys, so n/N walk the matches (escape, the screen's key, gives them back)."""
         event.stop()
         self.close_search()
-        self.log.focus()
+        self.screen.set_focus(self.log)
         self.log.search(event.value.strip())
 
     def close_search(self) -> None:

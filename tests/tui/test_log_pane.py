@@ -151,3 +151,23 @@ async def test_another_job_leaves_the_last_ones_search_behind(make_app, journal,
             assert not log.border_subtitle and log.highlighter.pattern is None
             await pilot.press("n")  # the table has the keys: nothing to walk, no "no match" warning
             assert not app._notifications
+
+
+async def test_keys_typed_fast_after_slash_go_to_the_search(make_app, journal, tmp_path, engine_spy):
+    """Typed ahead, the search text went to the job table: ``n`` opened a new run's form, ``e``
+    started an engine, ``r`` requeued, ``c`` cancelled."""
+    from .test_plan_form_fields import type_fast
+
+    for size in SIZES:
+        app = await finished_job_app(make_app, journal, tmp_path / str(size[0]), 300, size)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: len(log_lines(app)) == 300)
+            screen, pane = app.screen, app.screen.query_one(LogPane)
+            calls = len(engine_spy.calls)
+            type_fast(app, "slash", *"line 10")
+            await wait_for(pilot, lambda: pane.search_field.value == "line 10")
+            assert app.screen is screen and app.focused is pane.search_field and len(engine_spy.calls) == calls
+            await pilot.press("enter")
+            assert app.focused is screen.query_one(FollowingLog) and pane.log._match_line == 108
+            type_fast(app, "slash", "slash")  # the second one is search text (replacing the last, selected)
+            await wait_for(pilot, lambda: pane.search_field.value == "/")

@@ -18,7 +18,7 @@ from .test_dashboard import make_run, wait_for
 from .test_plan_screen import _fill, _problems
 
 SIZES = [(80, 24), (160, 48)]
-CHARACTERS = {"tab": "\t", "enter": "\r", "space": " "}
+CHARACTERS = {"tab": "\t", "enter": "\r", "space": " ", "slash": "/"}
 
 
 def saved_plans(state_dir) -> list:
