@@ -29,7 +29,7 @@ def started_event(cfg, *, device: str, trainable: int, total: int, train_example
     tr = cfg.train
     chosen = modes.event(cfg)
     return Started(pid=os.getpid(), config=cfg.name, model=cfg.model.family, device=device, seed=cfg.seed,
-                   data=cfg.data, name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
+                   data=cfg.data_name, name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
                    dtype=cfg.model.dtype, trainable_params=trainable, total_params=total, resumed_from=resumed_from,
                    max_steps=tr.max_steps, batch_size=tr.batch_size, grad_accum=tr.grad_accum,
                    effective_batch_size=tr.batch_size * tr.grad_accum, epochs=tr.epochs,

@@ -84,7 +84,7 @@ def started(m: Member, group, resumed: bool) -> None:
         optimizer_state=optimizer_state, report_to=tracked.active, modes=group.modes, fused_group=len(group.runs)))
     m.out.log(f"started {cfg.name} in a fused group of {len(group.runs)}: {cfg.model.family} "
               f"{cfg.model.name_or_path} on {group.device.type}, {cfg.peft.method} r{cfg.peft.r} trainable "
-              f"{trainable:,} params, data {cfg.data} ({len(run.train_ex)} train), batch {tr.batch_size} x "
+              f"{trainable:,} params, data {cfg.data_name} ({len(run.train_ex)} train), batch {tr.batch_size} x "
               f"accum {tr.grad_accum}, lr schedule {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps"
               + (f", resumed at step {run.step}" if resumed else ""))
     m.out.log(group.modes.line(" for the group"))
