@@ -19,15 +19,18 @@ from lat_core.engine.progress import Progress
 from lat_core.engine.remedy import still_effective
 from lat_core.engine.retries import maybe_retry
 from lat_core.engine.state import EngineState
-from lat_core.contract.jobdir import AttemptFiles, ExitRecord, JobDir, PeakUsage, PidRecord, describe_exit
+from lat_core.contract.jobdir import (AttemptFiles, ExitRecord, JobDir, PeakUsage, PidRecord, closing_line, describe_exit,
+                                      how_it_ended)
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.diagnosis import Diagnosis
 from lat_core.contract.failure_classes import FailureClass
 from lat_core.contract.states import HistoryKind, JobState
+from lat_core.errors import OutputPathError
 from lat_core.triage import classify
 from lat_core.triage.hostoom import oom_kill_readings
 
 
+VERDICTS = {JobState.CANCELLED: "cancelled by user"}  # else the state's own word (succeeded, failed)
 LAUNCH_GRACE_S = 30.0
 CANCEL_GRACE_S = 10.0
 
@@ -145,11 +148,22 @@ class Recovery:
             ended = self.store.job(job.id)  # as failed, before a retry queues it again
             if state is JobState.FAILED and not self._groups.split_after_oom(attempt):
                 maybe_retry(self.store, self.store.run(job.run_id), ended, now=self._clock())
+        self._close_log(job, state, how_it_ended(returncode, diagnosis) + (f" ({problem})" if problem else ""))
         if state is JobState.SUCCEEDED and group is None:
             self._remember_peak(job)
         elif state is JobState.SUCCEEDED:  # a group's peak is recorded with its size, never as a job's alone
             self._groups.remember_peak(job)
         return ended, state
+
+    def _close_log(self, job: JobRow, state: JobState, how: str) -> None:
+        """The attempt's end as the last line of its train.log (a fused member's too: its own log),
+        after the verdict, which quotes the log's last line, was taken from the trainer's."""
+        verdict = VERDICTS.get(state, state.value)
+        line = closing_line(verdict, how, job.last_step, self._progress.max_steps(job.id), self._clock())
+        try:
+            JobDir(job.job_dir).append_log_line(line)
+        except (OSError, OutputPathError):  # a folder gone, read-only or with a planted link: the journal has it
+            pass
 
     def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
         """The journal's peak RSS raised to ``rss`` (written only when that raises it: the sampled
