@@ -71,6 +71,7 @@ def test_a_requeued_row_shows_where_it_starts_and_time_sums_its_attempts(tmp_pat
     assert again.time_spent() > second.ended - second.launched  # the table's time is both attempts'
     shown = json.loads(lat(tmp_path / "state", "status", "--json").stdout)
     assert [j["state"] for j in shown["jobs"]] == ["failed", "succeeded", "succeeded"]
+    assert shown["jobs"][0]["time_spent"] == pytest.approx(again.time_spent())
 
 
 def test_an_ended_run_with_a_job_queued_again_reads_requeued(tmp_path):
