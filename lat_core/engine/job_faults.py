@@ -7,13 +7,12 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from lat_core.contract.jobdir import JobDir, closing_line
-from lat_core.contract.rows import JobRow, RunRow
+from lat_core.contract.rows import RunRow
 from lat_core.contract.states import JobState
+from lat_core.engine.closing import close_log
 from lat_core.engine.faults import disk_full_failure, disk_full_pause
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.state import EngineState
-from lat_core.errors import OutputPathError
 
 
 class JobFaults:
@@ -37,15 +36,8 @@ class JobFaults:
                                       **fields)
         if not attempts and not job.state.final:
             self.store.set_job_state(job_id, JobState.FAILED, reason, ended=self._clock(), error=reason, **fields)
-        if attempts:
-            self._close_log(job, reason)
-
-    def _close_log(self, job: JobRow, reason: str) -> None:
-        """The job's log ends saying why the engine stopped it (the trainer's would just stop)."""
-        try:
-            JobDir(job.job_dir).append_log_line(closing_line("failed", reason, job.last_step, None, self._clock()))
-        except (OSError, OutputPathError):  # the folder is what failed (a full disk, a planted link)
-            pass
+        if attempts:  # its log ends saying why the engine stopped it
+            close_log(job, "failed", reason, self._clock())
 
     def disk_full(self, job_id: int, exc: OSError) -> None:
         """The engine could not write a job's files: the disk is full. That job fails as such (no

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lat_core.engine.breaker import Breaker
+from lat_core.engine.closing import close_log
 from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, LostAttempt, find_lost_attempt
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.job_faults import JobFaults
@@ -19,13 +20,12 @@ from lat_core.engine.progress import Progress
 from lat_core.engine.remedy import still_effective
 from lat_core.engine.retries import maybe_retry
 from lat_core.engine.state import EngineState
-from lat_core.contract.jobdir import (AttemptFiles, ExitRecord, JobDir, PeakUsage, PidRecord, closing_line, describe_exit,
+from lat_core.contract.jobdir import (AttemptFiles, ExitRecord, JobDir, PeakUsage, PidRecord, describe_exit,
                                       how_it_ended)
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.diagnosis import Diagnosis
 from lat_core.contract.failure_classes import FailureClass
 from lat_core.contract.states import HistoryKind, JobState
-from lat_core.errors import OutputPathError
 from lat_core.triage import classify
 from lat_core.triage.hostoom import oom_kill_readings
 
@@ -158,12 +158,7 @@ class Recovery:
     def _close_log(self, job: JobRow, state: JobState, how: str) -> None:
         """The attempt's end as the last line of its train.log (a fused member's too: its own log),
         after the verdict, which quotes the log's last line, was taken from the trainer's."""
-        verdict = VERDICTS.get(state, state.value)
-        line = closing_line(verdict, how, job.last_step, self._progress.max_steps(job.id), self._clock())
-        try:
-            JobDir(job.job_dir).append_log_line(line)
-        except (OSError, OutputPathError):  # a folder gone, read-only or with a planted link: the journal has it
-            pass
+        close_log(job, VERDICTS.get(state, state.value), how, self._clock(), self._progress.max_steps(job.id))
 
     def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
         """The journal's peak RSS raised to ``rss`` (written only when that raises it: the sampled

@@ -63,3 +63,14 @@ def test_each_end_closes_the_log_with_how_and_at_which_step(tmp_path):
     assert re.fullmatch(STAMP + r"failed at step 3: killed by SIGKILL.*", last_line(jobs_["killed"]))
     # the job row's reason still quotes the trainer's last words, not the closing line
     assert "injected failure of exit1" in jobs_["exit1"].error
+
+
+def test_a_launch_that_failed_closes_the_log_too(tmp_path):
+    job = fake_job(tmp_path, "unlaunchable")
+    blocker = Path(job["job_dir"], ".lat", "attempt-1.exit.json")
+    (blocker / "in-the-way").mkdir(parents=True)  # where the runner's exit record goes stands a folder
+    store, run_id = make_run(tmp_path, [job])
+    drain(Engine(store))
+    (failed,) = store.jobs(run_id)
+    assert failed.state == "failed" and failed.error.startswith("launch failed: "), failed.error
+    assert re.fullmatch(STAMP + r"failed: launch failed: .*", last_line(failed))
