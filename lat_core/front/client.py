@@ -309,9 +309,10 @@ class Client:
             return store.run(create_run(store, prepared))
 
     def jobs_to_add(self, run: RunRow, suites: list[str], rounds: object, pairs: object,
-                    registry: SuiteRegistry) -> list[dict[str, object]]:
-        """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders."""
-        return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir)
+                    registry: SuiteRegistry, after: object = None) -> list[dict[str, object]]:
+        """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders.
+        ``after``: ids of jobs they wait for (as a plan's ``after:`` takes them)."""
+        return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir, after)
 
 
 def mail_notice(yaml_path: str | Path, kind: str, subject: str, body: str) -> tuple[bool, list[str]]:
