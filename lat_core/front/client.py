@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
     from lat_core.monitor.host import HostSnapshot, host_snapshot
     from lat_core.results import JobResult, Report, Table, aggregate, build_tables, check_formats, write_report
     from lat_core.results.live import aggregate_live
-    from lat_core.results.render import table_markdown
+    from lat_core.results.render import not_in_tables, report_json, summary_line, table_markdown
     from lat_core.results.scan import FOREIGN_REASON
     from lat_core.results.tables import Row
     from lat_core.text import fmt_bytes
@@ -65,7 +65,8 @@ __all__ = [
     "GpuInfo", "GpuProbe", "GpuSnapshot", "HostSnapshot", "host_snapshot",
     # results and triage
     "Diagnosis", "FOREIGN_REASON", "JobResult", "Report", "Row", "Table", "TriageError", "aggregate", "aggregate_live",
-    "build_tables", "check_formats", "classify", "table_markdown", "write_report",
+    "build_tables", "check_formats", "classify", "not_in_tables", "report_json", "summary_line", "table_markdown",
+    "write_report",
     # words people read
     "display_name", "fmt_bytes",
 ]
@@ -390,7 +391,7 @@ _ELSEWHERE: dict[str, tuple[str, ...]] = {
     "lat_core.monitor.host": ("HostSnapshot", "host_snapshot"),
     "lat_core.results": ("JobResult", "Report", "Table", "aggregate", "build_tables", "check_formats", "write_report"),
     "lat_core.results.live": ("aggregate_live",),
-    "lat_core.results.render": ("table_markdown",),
+    "lat_core.results.render": ("not_in_tables", "report_json", "summary_line", "table_markdown"),
     "lat_core.results.scan": ("FOREIGN_REASON",),
     "lat_core.results.tables": ("Row",),
     "lat_core.text": ("fmt_bytes",),
