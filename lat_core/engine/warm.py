@@ -9,6 +9,10 @@ imported under the engine's environment; the job's own variables are set after t
 While the process is still importing, such jobs wait for it (it is doing the imports they would do
 themselves); if it fails, or takes longer than ``READY_TIMEOUT_S``, jobs start cold and the run's
 history says why, once.
+
+Before it serves, the process compiles the GPU kernels of the run's queued jobs once
+(:mod:`lat_core.engine.kernel_shapes`, :mod:`lat_core.train.kernel_warmup`), so the jobs load them
+from Triton's cache instead of each compiling them at once; meanwhile they wait with that reason.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import time
 from pathlib import Path
 
 from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
+from lat_core.contract.kernel_warmup import KernelShape, WarmupPhase, read_phase, write_shapes
+from lat_core.engine.kernel_shapes import run_kernel_shapes
 from lat_core.engine.launch import Launched, process_start_time
 from lat_core.contract.jobdir.names import TRAIN_LOG
 from lat_core.contract.states import HistoryKind
@@ -39,6 +45,9 @@ LATE_READ_NAMES = frozenset((*ENV_FIELDS, *EXTRA_NAMES)) - READ_AT_IMPORT
 # GLUE_LOCAL_DIR & co.: where the trainer loads its data from; DART_HUB_ID & co.: which hub dataset
 LATE_READ_SUFFIXES = ("_LOCAL_DIR", "_HUB_ID")
 READY_TIMEOUT_S = 180.0
+# the kernel warm-up's own limit (lat_core.train.warm): only a hang takes this long (one process
+# compiled the SST-2 suite's kernels in well under this on an H100; eight at once took 355 s)
+KERNEL_WARMUP_LIMIT_S = 1200.0
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes
 PREPARE_LOOKAHEAD = 16  # queued jobs looked at per tick for one that may fork
 
@@ -67,7 +76,12 @@ class WarmStarter:
         self.failure: str | None = None  # why warm start is off for this engine, once known
 
     # ------------------------------------------------------------------ lifecycle
-    def ensure_started(self) -> None:
+    @property
+    def phase_path(self) -> Path:
+        return self.dir / "kernels.json"
+
+    def ensure_started(self, shapes: list[KernelShape] | None = None) -> None:
+        """Start the process; with ``shapes``, it compiles their GPU kernels before it serves."""
         if self._proc is not None or self.failure:
             return
         if len(self.socket_path) > SOCKET_PATH_MAX:
@@ -76,13 +90,28 @@ class WarmStarter:
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         Path(self.socket_path).unlink(missing_ok=True)
+        self.phase_path.unlink(missing_ok=True)  # an earlier engine's
         with open(self.dir / "warm.log", "ab") as log:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "lat_core.train.warm", "--socket", self.socket_path,
-                 "--parent-pid", str(os.getpid())],
+                 "--parent-pid", str(os.getpid()), *self._kernel_args(shapes or [])],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._started_at = self._clock()
+
+    def _kernel_args(self, shapes: list[KernelShape]) -> list[str]:
+        if not shapes:
+            return []
+        write_shapes(self.dir / "kernel_shapes.json", shapes)
+        return ["--kernel-shapes", str(self.dir / "kernel_shapes.json"), "--kernel-phase", str(self.phase_path)]
+
+    def kernel_phase(self) -> WarmupPhase | None:
+        """How the process's kernel warm-up stands (None: none, or not begun)."""
+        return read_phase(self.phase_path) if self._proc is not None else None
+
+    def _ready_limit_s(self) -> float:
+        phase = self.kernel_phase()
+        return READY_TIMEOUT_S + (KERNEL_WARMUP_LIMIT_S if phase is not None else 0.0)
 
     def status(self) -> str:
         """``off`` (never started), ``starting``, ``ready`` or ``failed`` (see :attr:`failure`)."""
@@ -96,8 +125,8 @@ class WarmStarter:
             return "failed"
         if os.path.exists(self.socket_path):
             return "ready"
-        if self._clock() - self._started_at > READY_TIMEOUT_S:
-            self.failure = f"the preloaded process was not ready after {READY_TIMEOUT_S:.0f}s"
+        if self._clock() - self._started_at > self._ready_limit_s():
+            self.failure = f"the preloaded process was not ready after {self._ready_limit_s():.0f}s"
             self.stop()
             return "failed"
         return "starting"
@@ -181,7 +210,7 @@ class WarmStarts:
         warm = self._first_warm(run.id)
         if warm is None:
             return
-        warm.ensure_started()
+        warm.ensure_started(run_kernel_shapes(self.store, run.id))
         self._tell(run.id, warm)
 
     def _first_warm(self, run_id: int) -> WarmStarter | None:
@@ -211,6 +240,9 @@ class WarmStarts:
         warm = self._for(job)
         if warm is None or warm.status() != "starting":
             return None
+        phase = warm.kernel_phase()
+        if phase is not None and phase.state == "compiling":
+            return f"{phase.waiting_reason()}: {warm.waited_s():.0f}s"
         return f"waiting for the warm-start process to import torch, transformers, peft ({warm.waited_s():.0f}s)"
 
     def launch(self, job, argv: list[str], env: dict, job_dir: Path, exit_path: Path) -> Launched | None:

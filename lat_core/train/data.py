@@ -24,6 +24,7 @@ import torch
 
 from lat_core.config.datasets import ALIASES
 from lat_core.config.job import TrainConfigError
+from lat_core.config.kernel_shapes import bucket_widths  # noqa: F401 - the trainer's name for it
 from lat_core.config.user_data import DataSpec
 
 DATA_ROOT = Path(__file__).resolve().parent.parent / "data"
@@ -293,17 +294,6 @@ class MicroBatchSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return max(0, self.args[5] - self.args[4]) * self.args[2]
-
-
-def bucket_widths(max_seq_len: int, smallest: int = 16) -> list[int]:
-    """Row widths of a graphed job: 16, 32, 64, ... below max_seq_len, then max_seq_len itself.
-    Every micro-batch is padded to the smallest that holds its longest example, so a job needs one
-    captured graph per width it meets (a handful), not one per length."""
-    out, width = [], smallest
-    while width < max_seq_len:
-        out.append(width)
-        width *= 2
-    return out + [max_seq_len]
 
 
 def bucket_width(widths: list[int], longest: int) -> int:

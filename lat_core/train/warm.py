@@ -1,6 +1,6 @@
 """Warm start: a process that imports the training stack once and forks each job from it.
 
-    python -m lat_core.train.warm --socket PATH --parent-pid PID
+    python -m lat_core.train.warm --socket PATH --parent-pid PID [--kernel-shapes F --kernel-phase F]
 
 Why: a short LoRA job spends much of its life importing torch, transformers and peft (about 13 s
 of a cold start on an H200 host, more when several jobs import at once). This process pays that
@@ -11,6 +11,10 @@ fla, which queries the GPU when imported, is imported by each job itself. It ass
 it serves. The engine's environment is the one imported under; a job's own variables are set in
 its child, and the engine sends here only jobs whose variables are read after import (see
 :mod:`lat_core.engine.warm`).
+
+GPU kernels: given the run's kernel shapes, it compiles them once before it serves, in a forked
+child (which may use CUDA, as this process may not): :mod:`lat_core.train.kernel_warmup`. The jobs
+then load them from Triton's cache, and each job's log says how its kernels came.
 
 Per request (one JSON line on the Unix socket): fork a child that becomes the job's runner (own
 session, stdio appended to train.log, cwd the job dir, the job's environment, the runner's header
@@ -32,6 +36,7 @@ import traceback
 import warnings
 from pathlib import Path
 
+from lat_core.contract.kernel_warmup import WarmupPhase, read_phase, read_shapes, write_phase
 from lat_core.safe_files import open_append
 
 from lat_core.titles import set_title
@@ -43,6 +48,9 @@ PRELOAD = ("torch", "transformers", "transformers.trainer", "peft", "tokenizers"
 # import: importing it queries the GPU, and a fork after that cannot use CUDA; measured on an H200.)
 PRELOAD_IF_PRESENT = ("einops",)
 IDLE_EXIT_S = 600.0  # nobody asked for a job this long, and none is running: go away
+KERNEL_WARMUP_LIMIT_S = 1200.0  # lat_core.engine.warm's: only a hang takes this long
+KERNEL_POLL_S = 0.5
+kernel_phase: WarmupPhase | None = None  # how the warm-up before serving went: each job's log says
 
 
 class PreloadTouchedCuda(RuntimeError):
@@ -171,6 +179,8 @@ def _become_runner(request: dict) -> None:
         runner.write_pid_file(request["exit_file"], containment, rss_at_fork=runner.own_rss())
         runner._echo([sys.executable, "-m", request["module"], *request["args"]], request.get("show_env", ""))
         print("[lat] warm start: forked from the preloaded process", flush=True)
+        if kernel_phase is not None:
+            print(f"[lat] {kernel_phase.job_line()}", flush=True)
         print(f"[lat] containment: {containment.describe()}", flush=True)
         os.environ.update(containment.child_env())
         trainer = os.fork()
@@ -238,10 +248,54 @@ def _exit_code(value) -> int:
     return 1
 
 
+def warm_kernels_in_child(shapes_path: Path, phase_path: Path, limit_s: float = KERNEL_WARMUP_LIMIT_S,
+                          warm=None) -> WarmupPhase:
+    """Compile the shapes' kernels in a forked child (this process must not touch CUDA), waiting at
+    most ``limit_s``; never raises: a failure is a phase that says why, and jobs compile their own.
+    ``warm(shapes, phase_path)`` is kernel_warmup.warm_kernels unless given."""
+    started = time.time()
+    pid = os.fork()
+    if pid == 0:
+        _warm_kernels_then_exit(shapes_path, phase_path, warm)
+    while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.time() - started < limit_s:
+        time.sleep(KERNEL_POLL_S)
+    if not done[0]:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return _failed(phase_path, started, f"still compiling after {limit_s:.0f} s: stopped")
+    phase = read_phase(phase_path)
+    if phase is None or phase.state == "compiling":
+        return _failed(phase_path, started, f"the warm-up process exited ({os.waitstatus_to_exitcode(done[1])}); "
+                                            "see warm.log")
+    return phase
+
+
+def _failed(phase_path: Path, started: float, why: str) -> WarmupPhase:
+    phase = WarmupPhase("failed", seconds=time.time() - started, why=why)
+    write_phase(phase_path, phase)
+    print(f"[warm] kernel warm-up failed: {why}", flush=True)
+    return phase
+
+
+def _warm_kernels_then_exit(shapes_path: Path, phase_path: Path, warm) -> None:
+    code = 1
+    try:
+        if warm is None:
+            from lat_core.train.kernel_warmup import warm_kernels as warm
+        warm(read_shapes(shapes_path), phase_path)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    sys.stdout.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lat_core.train.warm")
     parser.add_argument("--socket", required=True)
     parser.add_argument("--parent-pid", type=int, required=True, help="exit when this process (the engine) is gone")
+    parser.add_argument("--kernel-shapes", type=Path, help="compile these GPU kernel shapes before serving")
+    parser.add_argument("--kernel-phase", type=Path, help="where the kernel warm-up reports its phase")
     args = parser.parse_args(argv)
     set_title(f"lat warm: {args.socket}")
     # The only threads are torch's and peft's idle native helpers, the same state DataLoader's
@@ -254,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[warm] not usable: {exc}", flush=True)
         return 3
     print(f"[warm] preloaded {', '.join(PRELOAD)} in {time.time() - started:.1f}s", flush=True)
+    if args.kernel_shapes and args.kernel_phase:
+        global kernel_phase
+        kernel_phase = warm_kernels_in_child(args.kernel_shapes, args.kernel_phase)
     serve(args.socket, args.parent_pid)
     return 0
 

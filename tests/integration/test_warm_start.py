@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import subprocess
+
 import psutil
 import pytest
 
@@ -19,7 +21,8 @@ from lat_core.engine.loop import Engine
 from lat_core.front.plan import Plan
 from lat_core.front.service import create_run, prepare_run
 from lat_core.contract.journal import Store
-from lat_core.engine.warm import WarmStarter, can_fork
+from lat_core.contract.kernel_warmup import WarmupPhase, read_shapes, write_phase
+from lat_core.engine.warm import KERNEL_WARMUP_LIMIT_S, READY_TIMEOUT_S, WarmStarter, WarmStarts, can_fork
 from tests.helpers.titles import title_of
 
 MARK = "[lat] warm start: forked from the preloaded process"
@@ -196,3 +199,45 @@ def test_the_preloaded_process_refuses_to_serve_if_a_fork_could_not_use_cuda(mon
     with pytest.raises(preloaded.PreloadTouchedCuda, match="forked job could not use the GPU"):
         preloaded.check_fork_can_use_cuda()
 
+
+
+@pytest.mark.slow
+def test_the_preloaded_process_warms_the_runs_kernels_before_it_forks_a_job(tmp_path):
+    store, run_id = demo_run(tmp_path, warm=True, env={"HP_MAX_STEPS": "2"})
+    drain(Engine(store))
+    jobs = store.jobs(run_id)
+    assert [j.state for j in jobs] == ["succeeded", "succeeded"], [j.error for j in jobs]
+    warm_dir = tmp_path / "state" / "warm"
+    (shape,) = read_shapes(warm_dir / "kernel_shapes.json")  # the demo's two jobs share one shape
+    assert (shape.family, shape.name_or_path, shape.widths) == ("gla", "tiny-random", (16, 32, 48))
+    # no GPU here: the warm-up ran (in the preload, before serving) and found nothing to compile
+    assert "[warm] kernel warm-up: no GPU on this machine: nothing to compile" in (warm_dir / "warm.log").read_text()
+    for job in jobs:  # the phase was known when the job forked: the warm-up came first
+        assert "[lat] kernels: no GPU on this machine: nothing to compile" in (Path(job.job_dir) / "train.log").read_text()
+
+
+class _Plan:
+    warm_start = True
+
+
+def test_jobs_waiting_on_the_kernel_warm_up_say_so_and_are_waited_for_longer(tmp_path):
+    store, run_id, _ = missing_config_run(tmp_path)
+    now = [1000.0]
+    starts = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(), warm_capable=lambda _: True,
+                        clock=lambda: now[0])
+    job = store.jobs(run_id)[0]
+    starter = starts._for(job)
+    starter.dir.mkdir(parents=True)
+    # a process that never gets ready, standing in for a preload that is still compiling
+    starter._proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    starter._started_at = now[0]
+    try:
+        assert starts.hold(job).startswith("waiting for the warm-start process to import")
+        write_phase(starter.phase_path, WarmupPhase("compiling", (16, 32, 64)))
+        now[0] += READY_TIMEOUT_S + 41  # past the import limit: compiling is given its own
+        assert starts.hold(job) == ("compiling GPU kernels for 16-, 32-, 64-token rows "
+                                    f"(first run on this machine): {READY_TIMEOUT_S + 41:.0f}s")
+        now[0] += KERNEL_WARMUP_LIMIT_S  # a hang: given up on, jobs start cold
+        assert starts.hold(job) is None and "not ready after" in starter.failure
+    finally:
+        starts.close()

@@ -1,0 +1,149 @@
+"""Compile and autotune fla's GLA kernels once, for the shapes a run's jobs will use.
+
+    python -m lat_core.train.kernel_warmup --shapes SHAPES.json [--phase PHASE.json]
+
+Why: each job compiles the Triton kernels it meets, once per process, and eight jobs doing it at
+once on a fresh machine slow each other down (355 s to the SST-2 suite's first step on an H100,
+bench/RESULTS.md). Run here once first, the kernels land in Triton's on-disk cache (per user:
+:func:`lat_core.contract.kernel_warmup.triton_cache_dir`) and the jobs load them.
+
+What runs: one forward and backward of a one-layer model with the job's real layer sizes (hidden
+size, heads, head dims, fused SwiGLU), dtype and micro-batch rows, at each row width, without an
+attention mask and with short rows routed to the chunk kernels, as a graphed training step runs
+(lat_core.train.graphs, fla_gla). The embedding and head are cut to a small vocabulary: they are
+cuBLAS matmuls, not Triton kernels.
+
+Who calls it: the warm-start process (:mod:`lat_core.train.warm`, in a forked child, since that
+process itself must never touch CUDA) and ``lat-tui warmup`` (this module's main). Without a GPU or
+fla it does nothing and says so; a failure is reported, never raised: jobs then compile as before.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from lat_core.config.job import TINY, TINY_DEFAULTS
+from lat_core.contract.kernel_warmup import (KernelShape, WarmupPhase, read_shapes, triton_cache_dir,
+                                             widths_phrase, write_phase)
+
+WARMUP_VOCAB = 256  # the embedding and head are not Triton kernels: keep them small
+RunShape = Callable[[KernelShape, int], None]
+
+
+def warm_kernels(shapes: list[KernelShape], phase_path: Path | None = None, *,
+                 run_shape: RunShape | None = None, out=print) -> WarmupPhase:
+    """Run every shape at every width (``run_shape``, by default on the GPU); the phase reached.
+    Its phase file says ``compiling`` meanwhile, for the engine's waiting reason."""
+    if run_shape is None:
+        why_not = gpu_missing()
+        if why_not:
+            return _finish(WarmupPhase("done", cached=True, why=why_not), phase_path, out)
+        run_shape = run_on_gpu
+    if not shapes:
+        return _finish(WarmupPhase("done", cached=True, why="no GLA job: nothing to compile"), phase_path, out)
+    widths = tuple(sorted({w for s in shapes for w in s.widths}))
+    if phase_path is not None:
+        write_phase(phase_path, WarmupPhase("compiling", widths))
+    cache = triton_cache_dir(os.environ)
+    files_before, started = _count_files(cache), time.time()
+    try:
+        for shape in shapes:
+            _run_widths(shape, run_shape, out)
+    except Exception as exc:  # noqa: BLE001 - any failure leaves the jobs to compile as before
+        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return _finish(WarmupPhase("failed", widths, time.time() - started, why=why), phase_path, out)
+    seconds, cached = time.time() - started, _count_files(cache) == files_before
+    return _finish(WarmupPhase("done", widths, seconds, cached=cached), phase_path, out)
+
+
+def _run_widths(shape: KernelShape, run_shape: RunShape, out) -> None:
+    for width in shape.widths:
+        started = time.time()
+        run_shape(shape, width)
+        out(f"[warm] kernels: {shape.describe()}, {width}-token rows: {time.time() - started:.1f} s", flush=True)
+
+
+def _finish(phase: WarmupPhase, phase_path: Path | None, out) -> WarmupPhase:
+    if phase_path is not None:
+        write_phase(phase_path, phase)
+    out(f"[warm] {summary(phase)}", flush=True)
+    return phase
+
+
+def summary(phase: WarmupPhase) -> str:
+    if phase.state == "failed":
+        return f"kernel warm-up failed after {phase.seconds:.0f} s ({phase.why}); jobs compile their own"
+    if phase.why:
+        return f"kernel warm-up: {phase.why}"
+    where = "loaded from Triton's cache" if phase.cached else "compiled"
+    return f"kernels for {widths_phrase(phase.widths)} {where} in {phase.seconds:.1f} s"
+
+
+def _count_files(folder: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(folder))
+
+
+def gpu_missing() -> str | None:
+    """Why nothing can be compiled here, or None."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no GPU on this machine: nothing to compile"
+    try:
+        from .fla_gla import gla_classes
+        gla_classes()
+    except ImportError as exc:
+        return f"fla is not importable ({exc}): nothing to compile"
+    return None
+
+
+def run_on_gpu(shape: KernelShape, width: int) -> None:
+    """One forward and backward of the shape's one-layer model at this width, on the GPU."""
+    import torch
+
+    from .fla_gla import train_short_rows_in_chunks
+    from .models import DTYPES
+
+    train_short_rows_in_chunks()
+    model = _one_layer_model(shape).to(device="cuda", dtype=DTYPES[shape.dtype])
+    ids = torch.randint(0, WARMUP_VOCAB, (shape.rows, width), device="cuda")
+    model(input_ids=ids).logits.float().mean().backward()
+    torch.cuda.synchronize()
+
+
+def _one_layer_model(shape: KernelShape):
+    from .fla_gla import gla_classes
+
+    config_cls, model_cls = gla_classes()
+    own = {"fuse_cross_entropy": False, "fuse_swiglu": shape.fused_swiglu, "tie_word_embeddings": False,
+           "num_hidden_layers": 1, "vocab_size": WARMUP_VOCAB}
+    if shape.name_or_path == TINY:
+        config = config_cls(**{**TINY_DEFAULTS["gla"], **dict(shape.tiny), **own})
+    else:
+        config = config_cls.from_pretrained(shape.name_or_path, **own)
+    import torch
+    with torch.device("cuda"):
+        return model_cls(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lat_core.train.kernel_warmup")
+    parser.add_argument("--shapes", required=True, type=Path, help="JSON list of kernel shapes")
+    parser.add_argument("--phase", type=Path, help="where to report the phase (for the engine)")
+    args = parser.parse_args(argv)
+    try:
+        shapes = read_shapes(args.shapes)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"[warm] Triton cache: {triton_cache_dir(os.environ)}", flush=True)
+    warm_kernels(shapes, args.phase)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

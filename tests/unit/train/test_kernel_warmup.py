@@ -1,0 +1,89 @@
+"""The kernel warm-up's bookkeeping on the CPU: every shape at every width, its phase for the engine,
+"cached" only when Triton's cache did not grow, failures reported and never raised, and the
+warm-start process's child that runs it within a limit. (The real compile: tests/gpu.)"""
+import time
+
+import pytest
+import torch
+
+from lat_core.contract.kernel_warmup import KernelShape, WarmupPhase, read_phase, write_phase, write_shapes
+from lat_core.train import kernel_warmup as W
+from lat_core.train import warm as preloaded
+
+SHAPES = [KernelShape("gla", "tiny-random", (("hidden_size", 64),), "float32", False, 8, (16, 32)),
+          KernelShape("gla", "tiny-random", (), "bfloat16", False, 4, (48,))]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "triton"
+    folder.mkdir()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(folder))
+    return folder
+
+
+def test_every_shape_runs_at_every_width_while_the_phase_says_compiling(tmp_path, cache):
+    seen = []
+
+    def compile_one(shape, width):
+        seen.append((shape.rows, width, read_phase(tmp_path / "phase.json")))
+        (cache / f"{shape.rows}-{width}.so").write_text("kernel")
+
+    lines = []
+    phase = W.warm_kernels(SHAPES, tmp_path / "phase.json", run_shape=compile_one,
+                           out=lambda line, flush: lines.append(line))
+    compiling = WarmupPhase("compiling", (16, 32, 48))
+    assert seen == [(8, 16, compiling), (8, 32, compiling), (4, 48, compiling)]
+    assert phase.state == "done" and not phase.cached and read_phase(tmp_path / "phase.json") == phase
+    assert any(line.startswith("[warm] kernels: gla tiny-random float32, 8 rows, 32-token rows: ") for line in lines)
+    assert "compiled in" in lines[-1]
+
+
+def test_a_cache_that_does_not_grow_means_the_kernels_were_cached(tmp_path, cache):
+    phase = W.warm_kernels(SHAPES, None, run_shape=lambda shape, width: None, out=lambda *a, **k: None)
+    assert phase.cached and phase.job_line().startswith("kernels: cached")
+
+
+def test_a_failing_warm_up_is_reported_not_raised(tmp_path, cache):
+    def broken(shape, width):
+        raise RuntimeError("out of resources")
+
+    phase = W.warm_kernels(SHAPES, tmp_path / "phase.json", run_shape=broken, out=lambda *a, **k: None)
+    assert phase.state == "failed" and "out of resources" in phase.why
+    assert read_phase(tmp_path / "phase.json") == phase
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a machine without a GPU does")
+def test_without_a_gpu_the_warm_up_compiles_nothing_and_says_so(tmp_path, cache):
+    phase = W.warm_kernels(SHAPES, tmp_path / "phase.json", out=lambda *a, **k: None)
+    assert phase.state == "done" and phase.why == "no GPU on this machine: nothing to compile"
+    assert phase.job_line() == "kernels: no GPU on this machine: nothing to compile"
+
+
+def record_shapes(shapes, phase_path):
+    write_phase(phase_path, WarmupPhase("done", tuple(w for s in shapes for w in s.widths), 1.0))
+
+
+def hang(shapes, phase_path):
+    write_phase(phase_path, WarmupPhase("compiling", (16,)))
+    time.sleep(3600)
+
+
+def crash(shapes, phase_path):
+    raise SystemExit(5)
+
+
+def test_the_preloaded_process_warms_in_a_child_and_reads_back_its_phase(tmp_path):
+    write_shapes(tmp_path / "shapes.json", SHAPES)
+    phase = preloaded.warm_kernels_in_child(tmp_path / "shapes.json", tmp_path / "phase.json", warm=record_shapes)
+    assert phase == WarmupPhase("done", (16, 32, 48), 1.0)
+    assert not torch.cuda.is_initialized()  # the child's business, never this process's
+
+
+def test_a_hung_or_crashed_warm_up_is_stopped_and_jobs_compile_their_own(tmp_path):
+    write_shapes(tmp_path / "shapes.json", SHAPES)
+    hung = preloaded.warm_kernels_in_child(tmp_path / "shapes.json", tmp_path / "phase.json", limit_s=1, warm=hang)
+    assert hung.state == "failed" and hung.why == "still compiling after 1 s: stopped"
+    assert read_phase(tmp_path / "phase.json") == hung
+    crashed = preloaded.warm_kernels_in_child(tmp_path / "shapes.json", tmp_path / "p2.json", warm=crash)
+    assert crashed.state == "failed" and "exited (1)" in crashed.why
