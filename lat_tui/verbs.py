@@ -7,7 +7,7 @@ import argparse
 import importlib
 from dataclasses import dataclass
 
-from lat_tui import control_cli, inspect_cli, monitor_cli, notify_cli, watch_cli
+from lat_tui import control_cli, inspect_cli, monitor_cli, notify_cli, warmup_cli, watch_cli
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ def _table() -> tuple[Verb, ...]:
              Verb("notify", "lat_tui.notify_cli", notify_cli.HELP, False),
              Verb("triage", "lat_tui.triage_cli", "why a job died: class, diagnosis, ranked remedies", False),
              Verb("results", "lat_tui.results_cli", "aggregate a run's outputs into tables and plots", False),
+             Verb("warmup", "lat_tui.warmup_cli", warmup_cli.HELP, False),
              Verb("completion", "lat_tui.completion", "print a bash or zsh completion script", False)]
     return tuple(own + control + other)
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
     from lat_core.contract.plan_defaults import PLAN_DEFAULTS
     from lat_core.front.plan import AUTO_REMEDIES, plan_from_mapping
     from lat_core.front.rerun import prepare_rerun
+    from lat_core.front.warmup import plan_kernel_shapes, warm_up_kernels
     from lat_core.monitor.gpu import GpuInfo, GpuProbe, GpuSnapshot
     from lat_core.monitor.host import HostSnapshot, host_snapshot
     from lat_core.results import JobResult, Report, Table, aggregate, build_tables, check_formats, write_report
@@ -64,6 +65,8 @@ __all__ = [
     "AUTO_REMEDIES", "EMAIL_YAML_VAR", "EnvValueError", "KNOWN_DATASETS", "MASK", "OLD_EVENTS", "PLAN_DEFAULTS", "Plan",
     "SuiteRegistry", "mail_notice",
     "pair_from_env", "plan_from_mapping", "prepare_rerun", "read_plan_file", "suite_registry",
+    # GPU kernels compiled ahead of time
+    "plan_kernel_shapes", "warm_up_kernels",
     # the machine
     "GpuInfo", "GpuProbe", "GpuSnapshot", "HostSnapshot", "host_snapshot",
     # results and triage
@@ -396,6 +399,7 @@ _ELSEWHERE: dict[str, tuple[str, ...]] = {
     "lat_core.contract.plan_defaults": ("PLAN_DEFAULTS",),
     "lat_core.front.plan": ("AUTO_REMEDIES", "Plan", "plan_from_mapping"),
     "lat_core.front.rerun": ("prepare_rerun",),
+    "lat_core.front.warmup": ("plan_kernel_shapes", "warm_up_kernels"),
     "lat_core.monitor.gpu": ("GpuInfo", "GpuProbe", "GpuSnapshot"),
     "lat_core.monitor.host": ("HostSnapshot", "host_snapshot"),
     "lat_core.results": ("JobResult", "Report", "Table", "aggregate", "build_tables", "check_formats", "write_report"),

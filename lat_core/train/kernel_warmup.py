@@ -141,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"[warm] Triton cache: {triton_cache_dir(os.environ)}", flush=True)
-    warm_kernels(shapes, args.phase)
-    return 0
+    return 1 if warm_kernels(shapes, args.phase).state == "failed" else 0
 
 
 if __name__ == "__main__":

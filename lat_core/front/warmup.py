@@ -1,0 +1,41 @@
+"""``lat-tui warmup``: compile a plan's GPU kernels ahead of time (lat_core.train.kernel_warmup),
+so that the run's first step does not wait for Triton, and the shapes it computes from a plan.
+
+The compile runs in a child process with the trainer's stack (the front end never imports torch);
+it shares the user's Triton cache with the jobs (lat_core.contract.kernel_warmup.triton_cache_dir).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from lat_core.config.kernel_shapes import shapes_for
+from lat_core.config.suites import SuiteRegistry
+from lat_core.contract.kernel_warmup import KernelShape, write_shapes
+from lat_core.front.plan import Plan
+
+WARMUP_MODULE = "lat_core.train.kernel_warmup"
+
+
+def plan_kernel_shapes(plan: Plan, registry: SuiteRegistry | None = None) -> list[KernelShape]:
+    """The kernel shapes of every job of the plan (ConfigError names a config that does not load)."""
+    from lat_core.front.jobs import expand
+
+    jobs = expand(plan, plan.suite_registry(registry))
+    return shapes_for(job.typed for job in jobs if job.typed is not None)
+
+
+def warm_up_kernels(shapes: list[KernelShape], gpu: int | None = None) -> int:
+    """Compile ``shapes`` on GPU ``gpu`` (by PCI bus order, as NVML numbers them; None: the first
+    CUDA sees), its lines on this process's stdout; the child's exit code."""
+    env = dict(os.environ)
+    if gpu is not None:
+        env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(gpu))
+    with tempfile.TemporaryDirectory(prefix="lat-warmup-") as folder:
+        path = Path(folder) / "shapes.json"
+        write_shapes(path, shapes)
+        return subprocess.run([sys.executable, "-m", WARMUP_MODULE, "--shapes", str(path)], env=env,
+                              stdin=subprocess.DEVNULL, check=False).returncode
