@@ -24,7 +24,8 @@ its own copy of the (warm) Triton cache named by TRITON_CACHE_DIR (SPEED lists e
 7. ``lat-eager-pack``: ``lat-eager`` on packed rows (``pack: true``): the old trainer's math in
    another layout, whose loss check against ``old`` shows how far bf16 rounding alone moves a curve.
 
-Prints wall time, trained tokens/s over the whole wall time and in the steady state (the window in
+Prints wall time, the seconds to the first optimizer step (``first_step_s``: the cold-start figure,
+bench/coldstart.sh runs it on an empty Triton cache), trained tokens/s over the whole wall time and in the steady state (the window in
 which every job of the side is training: from the last job's first step event to the first job's
 last one), the GPU's peak used memory and the ratio to ``old``, and checks every job's loss curve
 against the same job under ``old`` (one process per job there, so each ran alone as far as its
@@ -148,6 +149,7 @@ def run_side(args, side: str, out: Path, data: Path | None) -> dict:
         peak = sampler.stop()
     tokens = sum(_trained_tokens(Path(d)) for d in jobs)
     return {"side": side, "jobs": len(jobs), "wall_s": round(wall, 1), "tokens": tokens,
+            "first_step_s": first_step_after([Path(d) for d in jobs], start),
             "tokens_per_s": round(tokens / wall), **steady_state([Path(d) for d in jobs]),
             "gpu_peak_used_gib": round(peak / 2**30, 1),
             "job_dirs": jobs, "losses": {Path(d).name: _losses(Path(d)) for d in jobs}}
@@ -209,6 +211,13 @@ def _trained_tokens(job_dir: Path) -> int:
     started = events.of(Started)[0]
     config = yaml.safe_load((job_dir / "job.yaml").read_text())
     return started.max_steps * started.effective_batch_size * config["train"]["max_seq_len"]
+
+
+def first_step_after(job_dirs: list[Path], start: float) -> float | None:
+    """Seconds from the side's start (``lat-tui --plan``) to the first optimizer step any job logged:
+    issue 26's cold-start figure (imports, kernel compiles, set-up). None: no step was logged."""
+    firsts = [steps[0].t for d in job_dirs if (steps := JobDir(d).read_events().of(Step))]
+    return round(min(firsts) - start, 1) if firsts else None
 
 
 def steady_state(job_dirs: list[Path]) -> dict:

@@ -40,7 +40,8 @@ def main(argv: list[str]) -> int:
     from lat_core.front.client import plan_kernel_shapes, warm_up_kernels
 
     try:
-        shapes = plan_kernel_shapes(_plan(args))
+        plan = _plan(args)
+        shapes = plan_kernel_shapes(plan)
     except LatError as exc:
         print(f"lat-tui warmup: {exc.title}: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -49,7 +50,7 @@ def main(argv: list[str]) -> int:
         return 0
     for shape in shapes:
         print(f"shape: {shape.describe()}, widths {', '.join(map(str, shape.widths))}", flush=True)
-    return 0 if warm_up_kernels(shapes, args.gpus) == 0 else 1
+    return 0 if warm_up_kernels(shapes, args.gpus, plan.env) == 0 else 1
 
 
 def _plan(args):

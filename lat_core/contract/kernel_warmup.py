@@ -20,6 +20,9 @@ from typing import Literal, Mapping
 
 PhaseState = Literal["compiling", "done", "failed"]
 TRITON_CACHE_DEFAULT = "~/.triton/cache"  # Triton's own default, per user, shared by every process
+# what decides where kernels are cached and how they are tuned, and on which GPU they compile: a
+# warm-up runs under the jobs' values of these (a plan's env may point TRITON_CACHE_DIR elsewhere)
+KERNEL_ENV_PREFIXES = ("TRITON_", "FLA_", "TORCHINDUCTOR_", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
 
 @dataclass(frozen=True)
@@ -62,19 +65,26 @@ def widths_phrase(widths: tuple[int, ...] | list[int]) -> str:
     return ", ".join(f"{w}-" for w in ordered[:-1]) + (", " if len(ordered) > 1 else "") + f"{ordered[-1]}-token rows"
 
 
-def write_shapes(path: Path, shapes: list[KernelShape]) -> None:
-    path.write_text(json.dumps([s.to_json() for s in shapes]))
+def kernel_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` that a warm-up must share with the jobs (KERNEL_ENV_PREFIXES)."""
+    return {k: v for k, v in environ.items() if k.startswith(KERNEL_ENV_PREFIXES)}
 
 
-def read_shapes(path: Path) -> list[KernelShape]:
-    """The shapes a file holds; ValueError names the file when it is not a list of shapes."""
+def write_shapes(path: Path, shapes: list[KernelShape], env: Mapping[str, str] | None = None) -> None:
+    """The shapes to compile and the jobs' kernel variables (:func:`kernel_env`) to compile under."""
+    path.write_text(json.dumps({"shapes": [s.to_json() for s in shapes], "env": kernel_env(env or {})}))
+
+
+def read_shapes(path: Path) -> tuple[list[KernelShape], dict[str, str]]:
+    """The shapes and variables a file holds; ValueError names the file when it holds something else."""
     try:
         data = json.loads(path.read_text())
-        if not isinstance(data, list):
-            raise ValueError("not a list")
-        return [KernelShape.from_json(item) for item in data]
+        env = data["env"]
+        if not isinstance(data["shapes"], list) or not isinstance(env, dict):
+            raise ValueError("expected shapes (a list) and env (a mapping)")
+        return [KernelShape.from_json(item) for item in data["shapes"]], kernel_env(env)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a list of kernel shapes: {exc}") from exc
+        raise ValueError(f"{path}: not a file of kernel shapes: {exc}") from exc
 
 
 @dataclass(frozen=True)

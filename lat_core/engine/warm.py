@@ -29,6 +29,7 @@ from lat_core.contract.kernel_warmup import KernelShape, WarmupPhase, read_phase
 from lat_core.engine.kernel_shapes import run_kernel_shapes
 from lat_core.engine.launch import Launched, process_start_time
 from lat_core.contract.jobdir.names import TRAIN_LOG
+from lat_core.contract.rows import JobRow
 from lat_core.contract.states import HistoryKind
 from lat_core.safe_files import ensure_folder, open_append, remove_files
 
@@ -80,8 +81,9 @@ class WarmStarter:
     def phase_path(self) -> Path:
         return self.dir / "kernels.json"
 
-    def ensure_started(self, shapes: list[KernelShape] | None = None) -> None:
-        """Start the process; with ``shapes``, it compiles their GPU kernels before it serves."""
+    def ensure_started(self, shapes: list[KernelShape] | None = None, kernel_env: dict[str, str] | None = None) -> None:
+        """Start the process; with ``shapes``, it compiles their GPU kernels before it serves, under
+        ``kernel_env`` (the jobs' Triton variables and GPU: lat_core.contract.kernel_warmup.kernel_env)."""
         if self._proc is not None or self.failure:
             return
         if len(self.socket_path) > SOCKET_PATH_MAX:
@@ -94,15 +96,15 @@ class WarmStarter:
         with open(self.dir / "warm.log", "ab") as log:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "lat_core.train.warm", "--socket", self.socket_path,
-                 "--parent-pid", str(os.getpid()), *self._kernel_args(shapes or [])],
+                 "--parent-pid", str(os.getpid()), *self._kernel_args(shapes or [], kernel_env or {})],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._started_at = self._clock()
 
-    def _kernel_args(self, shapes: list[KernelShape]) -> list[str]:
+    def _kernel_args(self, shapes: list[KernelShape], kernel_env: dict[str, str]) -> list[str]:
         if not shapes:
             return []
-        write_shapes(self.dir / "kernel_shapes.json", shapes)
+        write_shapes(self.dir / "kernel_shapes.json", shapes, kernel_env)
         return ["--kernel-shapes", str(self.dir / "kernel_shapes.json"), "--kernel-phase", str(self.phase_path)]
 
     def kernel_phase(self) -> WarmupPhase | None:
@@ -207,22 +209,26 @@ class WarmStarts:
             return
         # the jobs admission reaches next: a run whose first warm-capable job waits behind thousands
         # of others starts the process when that job comes near, and a tick stays cheap meanwhile
-        warm = self._first_warm(run.id)
-        if warm is None:
+        first = self._first_warm(run.id)
+        if first is None:
             return
-        warm.ensure_started(run_kernel_shapes(self.store, run.id))
+        warm, job = first
+        # compiled where and as the jobs will load them: their Triton variables, the run's first GPU
+        env = {**job.env, **(run.devices[0].env if run.devices else {})}
+        warm.ensure_started(run_kernel_shapes(self.store, run.id), env)
         self._tell(run.id, warm)
 
-    def _first_warm(self, run_id: int) -> WarmStarter | None:
-        """The preloaded process, if one of the next queued jobs may fork from it. Jobs found to
+    def _first_warm(self, run_id: int) -> tuple[WarmStarter, JobRow] | None:
+        """The preloaded process and the first of the next queued jobs that may fork from it. Jobs found to
         start cold are remembered (by attempt), so a queue of jobs that never fork costs a cheap
         query per tick, not PREPARE_LOOKAHEAD decoded rows."""
         for job_id, attempts in self.store.queued_heads(run_id, PREPARE_LOOKAHEAD):
             if (job_id, attempts) in self._cold:
                 continue
-            warm = self._for(self.store.job(job_id))
+            job = self.store.job(job_id)
+            warm = self._for(job)
             if warm is not None:
-                return warm
+                return warm, job
             self._cold.add((job_id, attempts))
         return None
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Mapping
 
 from lat_core.config.kernel_shapes import shapes_for
 from lat_core.config.suites import SuiteRegistry
@@ -28,14 +29,15 @@ def plan_kernel_shapes(plan: Plan, registry: SuiteRegistry | None = None) -> lis
     return shapes_for(job.typed for job in jobs if job.typed is not None)
 
 
-def warm_up_kernels(shapes: list[KernelShape], gpu: int | None = None) -> int:
+def warm_up_kernels(shapes: list[KernelShape], gpu: int | None = None, plan_env: Mapping[str, str] | None = None) -> int:
     """Compile ``shapes`` on GPU ``gpu`` (by PCI bus order, as NVML numbers them; None: the first
-    CUDA sees), its lines on this process's stdout; the child's exit code."""
-    env = dict(os.environ)
+    CUDA sees) under the plan's Triton variables (where its jobs will look for the kernels), its
+    lines on this process's stdout; the child's exit code."""
+    env = {**os.environ, **(plan_env or {})}
     if gpu is not None:
         env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(gpu))
     with tempfile.TemporaryDirectory(prefix="lat-warmup-") as folder:
         path = Path(folder) / "shapes.json"
-        write_shapes(path, shapes)
+        write_shapes(path, shapes, env)
         return subprocess.run([sys.executable, "-m", WARMUP_MODULE, "--shapes", str(path)], env=env,
                               stdin=subprocess.DEVNULL, check=False).returncode

@@ -136,10 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase", type=Path, help="where to report the phase (for the engine)")
     args = parser.parse_args(argv)
     try:
-        shapes = read_shapes(args.shapes)
+        shapes, env = read_shapes(args.shapes)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    os.environ.update(env)  # the jobs' cache and tuning variables, read when kernels compile
     print(f"[warm] Triton cache: {triton_cache_dir(os.environ)}", flush=True)
     return 1 if warm_kernels(shapes, args.phase).state == "failed" else 0
 

@@ -282,7 +282,9 @@ def _warm_kernels_then_exit(shapes_path: Path, phase_path: Path, warm) -> None:
     try:
         if warm is None:
             from lat_core.train.kernel_warmup import warm_kernels as warm
-        warm(read_shapes(shapes_path), phase_path)
+        shapes, env = read_shapes(shapes_path)
+        os.environ.update(env)  # the jobs' Triton cache and GPU: only this child compiles under them
+        warm(shapes, phase_path)
         code = 0
     except BaseException:
         traceback.print_exc()

@@ -203,12 +203,14 @@ def test_the_preloaded_process_refuses_to_serve_if_a_fork_could_not_use_cuda(mon
 
 @pytest.mark.slow
 def test_the_preloaded_process_warms_the_runs_kernels_before_it_forks_a_job(tmp_path):
-    store, run_id = demo_run(tmp_path, warm=True, env={"HP_MAX_STEPS": "2"})
+    store, run_id = demo_run(tmp_path, warm=True, env={"HP_MAX_STEPS": "2", "TRITON_CACHE_DIR": str(tmp_path / "plan-triton")})
     drain(Engine(store))
     jobs = store.jobs(run_id)
     assert [j.state for j in jobs] == ["succeeded", "succeeded"], [j.error for j in jobs]
     warm_dir = tmp_path / "state" / "warm"
-    (shape,) = read_shapes(warm_dir / "kernel_shapes.json")  # the demo's two jobs share one shape
+    (shape,), env = read_shapes(warm_dir / "kernel_shapes.json")  # the demo's two jobs share one shape
+    # where the jobs will look for them, on the run's first device (here the CPU: no GPU visible)
+    assert env == {"TRITON_CACHE_DIR": str(tmp_path / "plan-triton"), "CUDA_VISIBLE_DEVICES": ""}
     assert (shape.family, shape.name_or_path, shape.widths) == ("gla", "tiny-random", (16, 32, 48))
     # no GPU here: the warm-up ran (in the preload, before serving) and found nothing to compile
     assert "[warm] kernel warm-up: no GPU on this machine: nothing to compile" in (warm_dir / "warm.log").read_text()

@@ -25,10 +25,13 @@ def test_a_suite_prints_its_shapes_and_a_machine_without_a_gpu_compiles_nothing(
     assert lines[-1] == "[warm] kernel warm-up: no GPU on this machine: nothing to compile"
 
 
-def test_a_plan_gives_its_jobs_shapes():
-    out = warmup("--plan", "demo")
+def test_a_plan_gives_its_jobs_shapes_and_the_triton_cache_its_jobs_use(tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"suites: [demo]\npairs: ['1:tiny-sst2']\nenv: {{TRITON_CACHE_DIR: {tmp_path / 'jobs'}}}\n")
+    out = warmup("--plan", str(plan))
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("shape: gla tiny-random float32, 8 rows, widths 16, 32, 48\n")
+    assert f"[warm] Triton cache: {tmp_path / 'jobs'}\n" in out.stdout
 
 
 def test_an_unknown_suite_or_no_plan_is_a_usage_error():

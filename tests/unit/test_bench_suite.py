@@ -66,3 +66,19 @@ def test_a_reference_joins_only_the_sides_of_the_same_data_this_call_did_not_run
     assert [(r.get("data"), r["side"]) for r in got] == [("long", "old"), (None, "lat-eager"), ("long", "lat")]
     assert got[0]["from"] == str(ref) and "from" not in got[-1]
     assert joined(mine, None, "long", ["lat"]) == mine
+
+
+def test_the_cold_start_figure_is_the_first_step_of_any_job_after_the_start(tmp_path):
+    from bench.bench_suite_throughput import first_step_after
+    from lat_core.contract.jobdir import Started, Step
+    from lat_core.contract.jobdir.event_writer import EventWriter
+
+    for name, first in (("a", 1041.5), ("b", 1012.25)):
+        (tmp_path / name).mkdir()
+        with EventWriter(tmp_path / name / "events.jsonl") as w:
+            w.write(Started(t=1001.0, pid=1))
+            w.write(Step(t=first, step=1, loss=1.0))
+            w.write(Step(t=first + 5, step=2, loss=0.9))
+    (tmp_path / "none").mkdir()  # a job that logged no step yet counts for nothing
+    assert first_step_after([tmp_path / "a", tmp_path / "b", tmp_path / "none"], 1000.0) == 12.2
+    assert first_step_after([tmp_path / "none"], 1000.0) is None

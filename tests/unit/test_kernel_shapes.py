@@ -47,8 +47,9 @@ def test_bucket_widths_double_from_16_up_to_max_seq_len():
 
 def test_shapes_and_phases_round_trip_through_their_files(tmp_path):
     shapes = shapes_for([cfg(max_seq_len=64)])
-    write_shapes(tmp_path / "s.json", shapes)
-    assert read_shapes(tmp_path / "s.json") == shapes
+    write_shapes(tmp_path / "s.json", shapes, {"TRITON_CACHE_DIR": "/c", "CUDA_VISIBLE_DEVICES": "GPU-1", "HOME": "/h"})
+    # only what decides where kernels compile and are cached travels with them
+    assert read_shapes(tmp_path / "s.json") == (shapes, {"TRITON_CACHE_DIR": "/c", "CUDA_VISIBLE_DEVICES": "GPU-1"})
     phase = WarmupPhase("compiling", (16, 32, 64))
     write_phase(tmp_path / "p.json", phase)
     assert read_phase(tmp_path / "p.json") == phase

@@ -61,7 +61,9 @@ def test_without_a_gpu_the_warm_up_compiles_nothing_and_says_so(tmp_path, cache)
 
 
 def record_shapes(shapes, phase_path):
-    write_phase(phase_path, WarmupPhase("done", tuple(w for s in shapes for w in s.widths), 1.0))
+    import os
+    write_phase(phase_path, WarmupPhase("done", tuple(w for s in shapes for w in s.widths), 1.0,
+                                        why=os.environ["TRITON_CACHE_DIR"]))
 
 
 def hang(shapes, phase_path):
@@ -74,9 +76,10 @@ def crash(shapes, phase_path):
 
 
 def test_the_preloaded_process_warms_in_a_child_and_reads_back_its_phase(tmp_path):
-    write_shapes(tmp_path / "shapes.json", SHAPES)
+    write_shapes(tmp_path / "shapes.json", SHAPES, {"TRITON_CACHE_DIR": str(tmp_path / "jobs-cache")})
     phase = preloaded.warm_kernels_in_child(tmp_path / "shapes.json", tmp_path / "phase.json", warm=record_shapes)
-    assert phase == WarmupPhase("done", (16, 32, 48), 1.0)
+    # the shapes given, compiled into the cache the jobs will read
+    assert phase == WarmupPhase("done", (16, 32, 48), 1.0, why=str(tmp_path / "jobs-cache"))
     assert not torch.cuda.is_initialized()  # the child's business, never this process's
 
 
