@@ -102,7 +102,9 @@ def gpu_missing() -> str | None:
 
 
 def run_on_gpu(shape: KernelShape, width: int) -> None:
-    """One forward and backward of the shape's one-layer model at this width, on the GPU."""
+    """At this width, on the GPU, the shape's one-layer model: a training forward and backward (no
+    mask, as a graphed step), then the evaluation forwards (no gradients, so fla's recurrent kernel
+    for short rows; unmasked, and left-padded with a mask, which fla unpads to variable lengths)."""
     import torch
 
     from .fla_gla import train_short_rows_in_chunks
@@ -112,6 +114,11 @@ def run_on_gpu(shape: KernelShape, width: int) -> None:
     model = _one_layer_model(shape).to(device="cuda", dtype=DTYPES[shape.dtype])
     ids = torch.randint(0, WARMUP_VOCAB, (shape.rows, width), device="cuda")
     model(input_ids=ids).logits.float().mean().backward()
+    mask = torch.ones_like(ids)
+    mask[: shape.rows // 2, : width // 2] = 0  # half the rows left-padded
+    with torch.no_grad():
+        model(input_ids=ids)
+        model(input_ids=ids, attention_mask=mask)
     torch.cuda.synchronize()
 
 
