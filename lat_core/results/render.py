@@ -42,12 +42,14 @@ def _path_headers(table: Table) -> list[str]:
 
 
 def count_text(row: Row) -> str:
-    """``2``, ``1 of 2 !`` (fewer succeeded than planned), ``1 ~`` (a partial row's jobs)."""
+    """``2``, ``1 of 2 !`` (fewer succeeded than planned), ``1 ~`` (a partial row's jobs), and on a
+    live screen ``1+1 of 3 !`` (one succeeded, one running with a provisional result)."""
     if row.partial:
         return f"{row.n} {PARTIAL_MARK}"
+    done = f"{row.succeeded}+{row.running}" if row.running else str(row.n)
     if row.planned is None:
-        return str(row.n)
-    return f"{row.n} of {row.planned}" + (f" {SHORT_MARK}" if row.short else "")
+        return done
+    return f"{done} of {row.planned}" + (f" {SHORT_MARK}" if row.short else "")
 
 
 def config_text(row: Row) -> str:
