@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lat_core.results.metrics import ABSENT_BECAUSE, Metrics, MetricSpec, metric_value, spec_for
+from lat_core.results.metrics import ABSENT_BECAUSE, Metrics, MetricSpec, metric_value, ranked_by, spec_for
 from lat_core.results.scan import JobResult, Report
 
 SPLIT_PREFIX = {"validation": "val", "test": "test"}
@@ -188,9 +188,12 @@ def _by_config(results: Sequence[JobResult]) -> dict[str, list[JobResult]]:
 
 def table_spec(dataset: str, results: Sequence[JobResult]) -> MetricSpec:
     """The dataset's spec, by the task its jobs' trainer named where one did (a CoLA-like dataset
-    of any name ranks by MCC), else by the dataset's name."""
+    of any name ranks by MCC), else by the dataset's name; ranked by the metric, in the direction,
+    its jobs were ranked by (a user's ``data.metric``)."""
     task = next((r.task for r in results if r.task), None)
-    return spec_for(dataset, task)
+    spec = spec_for(dataset, task)
+    first = results[0] if results else None
+    return ranked_by(spec, first.metric, first.higher_is_better) if first else spec
 
 
 def build_table(dataset: str, results: list[JobResult], root: Path, small: bool = False,

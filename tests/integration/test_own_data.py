@@ -77,9 +77,26 @@ def test_own_csv_with_word_labels_trains_and_evaluates_on_its_metric(tmp_path):
     evals = [e for e in evs if isinstance(e, Eval)]
     assert [e.step for e in evals] == [3, 6] and all({"mcc", "accuracy", "loss"} <= set(e.metrics) for e in evals)
     assert isinstance(finished, Finished) and finished.best["metric"] == "mcc"
+    assert (started.metric, started.higher_is_better) == ("mcc", True)  # what results rank it by
     # a fifth of the 264 rows held out for validation (no validation split in one file)
     assert len(list((tmp_path / "out" / "predictions").glob("step-6-validation.jsonl"))) == 1
     assert len((tmp_path / "out" / "predictions" / "step-6-validation.jsonl").read_text().splitlines()) == 53
+
+
+def test_results_rank_own_data_by_the_metric_it_names(tmp_path):
+    """`metric: mcc` on data whose task ("own") ranks by accuracy: the results table ranks by MCC,
+    its best checkpoint is the best MCC among the checkpointed evaluations, accuracy beside it."""
+    from lat_core.results import aggregate, build_tables
+    write_csv(tmp_path / "reviews.csv")
+    raw = job_raw(tmp_path, {"path": "./reviews.csv", "text": "review", "label": "sentiment", "metric": "mcc"},
+                  save_every=3)
+    evs = train_in_process(tmp_path, raw)
+    mcc = {e.step: e.metrics["mcc"] for e in evs if isinstance(e, Eval) and e.split == "validation"}
+    (result,) = aggregate(tmp_path).results
+    assert (result.metric, result.best_value) == ("mcc", max(mcc.values()))
+    (table,) = build_tables(aggregate(tmp_path))
+    assert (table.spec.main, table.spec.higher_is_better) == ("mcc", True)
+    assert [c.key for c in table.columns][:2] == ["val_mcc", "val_accuracy"]
 
 
 def test_own_jsonl_folder_generation_task(tmp_path):

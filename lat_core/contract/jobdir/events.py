@@ -65,6 +65,8 @@ class Started(Event):
     seed: int | None = field(default=None, metadata=SIGNED)
     data: str | None = None
     task: str | None = None  # the task its metrics are computed for (cola: mcc), whatever the dataset's name
+    metric: str | None = None  # the validation metric it ranks evaluations by (best/, early stopping, results)
+    higher_is_better: bool | None = None  # that metric's direction
     name_or_path: str | None = None
     peft_method: str | None = None
     dtype: str | None = None
