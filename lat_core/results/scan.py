@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, SupportsInt, TypedDict
 import yaml
 
 from lat_core.errors import LatError
-from lat_core.contract.jobdir import CheckpointSaved, Eval, Failed, Finished, JobDir, Memory, Started, Step, job_peak
+from lat_core.contract.jobdir import (CheckpointSaved, EarlyStop, Eval, Failed, Finished, JobDir, Memory, Started, Step,
+                                      job_peak)
 from lat_core.contract.jobdir.event_reader import decode_text
 from lat_core.contract.jobdir.names import EVENTS as EVENTS_FILE
 from lat_core.contract.jobdir.names import JOB_YAML as CONFIG_FILE
@@ -70,6 +71,7 @@ class JobResult:
     task: str | None = None  # the task the trainer computed its metrics for (None: an older trainer's job)
     partial: bool = False  # best so far of a job that failed, was cancelled or never finished
     higher_is_better: bool = True  # the direction of ``metric``
+    stopped_early: EarlyStop | None = None  # its training stopped before max_steps (train.early_stopping)
 
 
 # What a job folder says of its job when the journal is not asked (Skipped.ended)
@@ -101,6 +103,7 @@ class Skipped:
     identity: Identity | None = None
     ended: str = ""
     partial: JobResult | None = None
+    stopped_early: EarlyStop | None = None  # a job that ended well but early, with no usable eval
 
 
 @dataclass(frozen=True)
@@ -288,7 +291,8 @@ def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobRe
         **_peak_memory(job_dir, parsed),
         trainable_params=parsed.started.trainable_params, total_params=parsed.started.total_params,
         config_path=folder.job_yaml if has_config else None, bad_lines=parsed.bad_lines,
-        task=parsed.started.task, higher_is_better=spec.higher_is_better)
+        task=parsed.started.task, higher_is_better=spec.higher_is_better,
+        stopped_early=parsed.finished.stopped_early if parsed.finished else None)
 
 
 def _not_started(job_dir: Path, folder: JobDir) -> Skipped:
@@ -307,7 +311,8 @@ def _scan_job_unguarded(job_dir: Path) -> JobResult | Skipped:
     outcome = build_result(job_dir, folder.job_yaml.is_file(), parsed)
     problem = _status_problem(parsed)
     if problem is None:
-        return outcome if isinstance(outcome, JobResult) else replace(outcome, ended=ENDED_OK)
+        return outcome if isinstance(outcome, JobResult) else \
+            replace(outcome, ended=ENDED_OK, stopped_early=parsed.finished.stopped_early if parsed.finished else None)
     ended = UNFINISHED_STATE if problem.startswith(UNFINISHED_STATE) else ENDED_FAILED
     if isinstance(outcome, JobResult):
         return Skipped(job_dir, problem, _identity_of(outcome), ended, replace(outcome, partial=True))

@@ -309,7 +309,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         return None
     save_final(model, cfg.output_dir)   # the adapter as training left it
     events.write(memory_event())
-    done = events.write(Finished(steps=step, best=best, elapsed_s=round(time.time() - t0, 2)))
+    done = events.write(Finished(steps=step, best=best, elapsed_s=round(time.time() - t0, 2),
+                                 stopped_early=stopping.stop(tr.max_steps) if stopping else None))
     log(f"finished {cfg.name}: {step} steps, best {best}, {time.time() - t0:.1f}s")
     return done
 

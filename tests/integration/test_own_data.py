@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from lat_core.config.job import TrainConfigError, parse_config
-from lat_core.contract.jobdir import Eval, Finished, JobDir, Started
+from lat_core.contract.jobdir import EarlyStop, Eval, Finished, JobDir, Started
 from lat_core.train.loop import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,10 +199,19 @@ def test_early_stopping_ends_a_stalled_job_successfully(tmp_path, capsys, stoppi
     evs = train_in_process(tmp_path, raw)
     finished = evs[-1]
     assert isinstance(finished, Finished) and finished.status == "ok" and finished.steps == 6
+    assert finished.stopped_early == EarlyStop(step=6, max_steps=40, metric="accuracy", patience=2)
     assert [e.step for e in evs if isinstance(e, Eval)] == [2, 4, 6]
     out = capsys.readouterr().out
     assert "early stopping: validation accuracy did not improve by more than 0 in 2 evaluations" in out
     assert "stopped at step 6 of 40" in out
+    # the results' Jobs section says so too (the table's row is an ordinary success)
+    from lat_core.results import aggregate
+    from lat_core.results.render import jobs_markdown, report_document
+    report = aggregate(tmp_path)
+    line = "stopped early at step 6 of 40 (no better accuracy for 2 evals)"
+    assert f"| succeeded, {line} |" in jobs_markdown(report)
+    (job,) = report_document(report, [])["jobs"]
+    assert job["stopped_early"] == {"step": 6, "max_steps": 40, "metric": "accuracy", "patience": 2}
 
 
 def test_both_spellings_of_early_stopping_must_agree(tmp_path):
@@ -246,6 +255,11 @@ def test_a_plan_dataset_trains_and_an_early_stop_succeeds(tmp_path, own_suite, c
     assert yaml.safe_load((job / "job.yaml").read_text())["data"] == {
         "name": "reviews", "path": str(tmp_path / "reviews.csv"), "text": "review", "label": "sentiment"}
     assert "stopped at step 6 of 40" in (job / "train.log").read_text()
+    from lat_core.front.client import Client
+    client = Client(tmp_path / "state")
+    (row,) = client.jobs(client.latest_run().id)
+    ends = [t.detail for t in client.history(row.run_id, job_id=row.id) if t.new_state == "succeeded"]
+    assert ends == ["exit 0; stopped early at step 6 of 40 (no better accuracy for 2 evals)"]
 
 
 def test_a_plan_dataset_with_a_missing_column_is_exit_2_and_starts_nothing(tmp_path, own_suite, capsys):
