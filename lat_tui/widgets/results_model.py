@@ -140,7 +140,7 @@ def row_summary(table: Table, row: Row, compact: bool = False) -> list[str]:
     metrics = [f"{c.label} {stat_text(row, c.key)}{'*' if c.key in row.best else ''}" for c in table.columns]
     if compact:
         return [f"{row.config} · n={count_cell(row)} · {table.dataset}", " · ".join(metrics)]
-    lines = [f"{table.dataset} · n={count_cell(row)}",
+    lines = [table.dataset, f"n {count_cell(row)}",
              f"seeds {', '.join(str(s) for s in row.seeds)}",
              f"best steps {', '.join(str(s) for s in row.best_steps)}"]
     return lines + metrics

@@ -316,6 +316,8 @@ async def test_counts_and_reasons_agree_with_the_report(journal_run, size):
         assert n_column.get_render_width(screen.query_one("#results-table", DataTable)) >= len("0+1 of 1 !")
         status = str(screen.query_one("#results-status", Static).render())
         assert "1 succeeded · 1 running" in status and "2 left out: press k to list" in status
+        summary = str(screen.query_one("#results-summary", Static).render()).splitlines()
+        assert summary[:3] == ["lora_r8", COLA, "n 1 of 3 !"]  # the count on a line of its own: never cut
         await pilot.press("k")
         await pilot.pause()
         lines = pilot.app.screen.lines
