@@ -152,6 +152,35 @@ def test_a_preloaded_process_that_dies_is_reported_not_waited_for(tmp_path):
     assert warm.status() == "failed" and "exited" in warm.failure and "warm.log" in warm.failure
 
 
+def test_a_slow_import_is_waited_for_and_only_one_that_makes_no_progress_is_given_up(tmp_path):
+    """A loaded host stretches the imports' wall time, not their CPU time: warm start is given up on
+    a process that uses no CPU (stopped here with SIGSTOP), never on the clock alone."""
+    now = [0.0]
+    warm = WarmStarter(tmp_path / "state", clock=lambda: now[0])
+    warm.ensure_started()
+    importing = psutil.Process(warm._proc.pid)
+    importing.suspend()  # long before its imports end (seconds of CPU): it is not ready
+    try:
+        assert warm.status() == "starting"
+        now[0] += 3600  # an hour of wall time on a loaded host ...
+        used = sum(importing.cpu_times()[:2])
+        importing.resume()
+        deadline = time.time() + 300  # only a hang: the process is running
+        while sum(importing.cpu_times()[:2]) <= used:  # ... in which it went on importing
+            assert time.time() < deadline, "the importing process used no CPU"
+            time.sleep(0.05)
+        importing.suspend()
+        assert not os.path.exists(warm.socket_path)
+        assert warm.status() == "starting", warm.failure
+        now[0] += 121  # two minutes in which it used no CPU at all: stuck
+        assert warm.status() == "failed"
+        assert "used no CPU for 120 s" in warm.failure and "warm.log" in warm.failure
+        assert not importing.is_running() or importing.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if importing.is_running():
+            importing.kill()
+
+
 @pytest.mark.slow
 def test_a_restarted_engine_adopts_forked_jobs_and_never_launches_them_again(tmp_path):
     store, run_id = demo_run(tmp_path, warm=True, env={"HP_MAX_STEPS": "30"})
