@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from .test_tmux_demo import REPO, Tmux, job_rows, lat_tui_command, start_from_form
+from tests.helpers.waits import HANG_S
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -55,7 +56,7 @@ def tui_process(tmux: Tmux) -> psutil.Process:
 
 def status(state_dir: Path) -> str:
     out = subprocess.run([lat_tui_command(), "status", "--state-dir", str(state_dir)],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=HANG_S)
     return out.stdout + out.stderr
 
 
@@ -89,7 +90,7 @@ def test_run_finishes_after_the_tui_dies(sessions, tmp_path, how):
         first.kill()  # tmux kill-session: SIGHUP to the pane's processes
     else:
         tui.send_signal(signal.SIGKILL)
-    tui.wait(timeout=15)
+    tui.wait(timeout=HANG_S)
     assert "running" in status(state_dir)  # the TUI died mid-run
     final = wait_for_finish(state_dir)
     assert "run 1: finished" in final and final.count("succeeded") >= JOBS, final
