@@ -47,6 +47,7 @@ READY_STALL_S = 120.0  # wall seconds in which the importing process used no CPU
 READY_CPU_S = 300.0  # CPU seconds of importing (about 14 s when all is well): spinning
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes
 PREPARE_LOOKAHEAD = 16  # queued jobs looked at per tick for one that may fork
+STARTING = "loading torch, transformers and peft once, for every job to fork from (10-15 s on an idle host)"
 
 
 class WarmUnavailable(Exception):
@@ -223,12 +224,19 @@ class WarmStarts:
         return None
 
     def _tell(self, run_id: int, warm: WarmStarter) -> None:
+        """The run's history at each change: the import begins (the seconds in which no job starts
+        get a line in the headless output and the TUI), then it is ready or failed."""
         status = warm.status()
-        if status not in ("ready", "failed") or self._told.get(run_id) == status:
+        if status == "off" or self._told.get(run_id) == status:
             return
         self._told[run_id] = status
-        detail = (f"jobs fork from a process with torch, transformers and peft imported "
-                  f"(ready after {warm.waited_s():.1f}s)" if status == "ready" else f"not used: {warm.failure}")
+        if status == "starting":
+            detail = STARTING
+        elif status == "ready":
+            detail = (f"jobs fork from a process with torch, transformers and peft imported "
+                      f"(ready after {warm.waited_s():.1f}s)")
+        else:
+            detail = f"not used: {warm.failure}"
         self.store.add_transition(run_id, None, HistoryKind.WARM_START, detail)
 
     def hold(self, job) -> str | None:

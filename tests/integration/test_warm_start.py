@@ -19,7 +19,7 @@ from lat_core.engine.loop import Engine
 from lat_core.front.plan import Plan
 from lat_core.front.service import create_run, prepare_run
 from lat_core.contract.journal import Store
-from lat_core.engine.warm import WarmStarter, can_fork
+from lat_core.engine.warm import STARTING, WarmStarter, can_fork
 from tests.helpers.titles import title_of
 from tests.helpers.waits import HANG_S
 
@@ -63,7 +63,9 @@ def test_forked_jobs_train_exactly_like_cold_ones_and_the_process_goes_with_the_
         assert [j.state for j in jobs] == ["succeeded", "succeeded"], [j.error for j in jobs]
         runs[warm] = (store, run_id, jobs)
     store, run_id, warm_jobs = runs[True]
-    assert any(h.startswith("warm start: jobs fork from a process") for h in history(store, run_id))
+    told = [t.detail for t in store.transitions(run_id) if t.job_id is None and t.new_state == "warm start"]
+    assert told[0] == STARTING  # said before the seconds of importing, once
+    assert told[1].startswith("jobs fork from a process") and len(told) == 2
     for job in warm_jobs:  # each job's own history says how it was started
         assert "warm start: forked from the preloaded process" in [
             f"{t.new_state}: {t.detail}" for t in store.transitions(run_id, job_id=job.id)]
