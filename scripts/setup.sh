@@ -18,7 +18,8 @@ pip() {
   step "pip $*"
   python -m pip --disable-pip-version-check "$@" 2>&1 | { grep --line-buffered -v "^WARNING: Location" || true; }
 }
-if ! python -c "import torch" 2>/dev/null; then
+# is torch installed? found, not imported (an import takes 10-15 s, silent)
+if ! python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"; then
   if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     step "no NVIDIA GPU visible: the CPU build of torch first"
     pip install "torch==${LAT_CPU_TORCH:-2.13.0}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
