@@ -21,7 +21,7 @@ from lat_core.front.service import create_run, prepare_run
 from lat_core.contract.journal import Store
 from lat_core.engine.warm import STARTING, WarmStarter, can_fork
 from tests.helpers.titles import title_of
-from tests.helpers.waits import HANG_S
+from tests.helpers.waits import HANG_S, wait_until
 
 MARK = "[lat] warm start: forked from the preloaded process"
 CFG = ["-m", "lat_core.train", "--cfg", "job.yaml"]
@@ -168,10 +168,8 @@ def test_a_slow_import_is_waited_for_and_only_one_that_makes_no_progress_is_give
         now[0] += 3600  # an hour of wall time on a loaded host ...
         used = sum(importing.cpu_times()[:2])
         importing.resume()
-        deadline = time.time() + HANG_S
-        while sum(importing.cpu_times()[:2]) <= used:  # ... in which it went on importing
-            assert time.time() < deadline, "the importing process used no CPU"
-            time.sleep(0.05)
+        wait_until(lambda: sum(importing.cpu_times()[:2]) > used, "CPU used by the importing process",
+                   every=0.01)  # ... in which it went on importing
         importing.suspend()
         assert not os.path.exists(warm.socket_path)
         assert warm.status() == "starting", warm.failure
