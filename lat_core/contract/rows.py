@@ -38,7 +38,8 @@ class RunRow:
 @dataclass(frozen=True)
 class JobSummary:
     """A job as a table shows it: the journal's plain columns, nothing to decode, so a run of
-    10,000 jobs reads in one query (``status``, the TUI's table). Field names are column names."""
+    10,000 jobs reads in one query (``status``, the TUI's table). Field names are column names, but
+    for ``earlier_s``, which the journal computes from the job's attempts in the same query."""
     id: int
     run_id: int
     seq: int
@@ -68,6 +69,8 @@ class JobSummary:
     added: float | None = None  # when the journal got the job: older records in its folder are not its own
     family: str | None = None  # the resolved config's model.family (None: a journal from before it was kept)
     fused_group: str | None = None  # the fused group its current attempt trains in (its usage is the group's)
+    # how long its attempts before the latest ran, together (the journal sums them from ``attempts``)
+    earlier_s: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # typed however the row was built
@@ -78,9 +81,15 @@ class JobSummary:
         return f"{self.suite}/{self.stem.split('__rep')[0]}|{self.dataset}"
 
     def elapsed(self, now: float | None = None) -> float | None:
+        """How long its latest attempt ran (runs)."""
         if self.started is None:
             return None
         return (self.ended or now or time.time()) - self.started
+
+    def time_spent(self, now: float | None = None) -> float | None:
+        """How long all its attempts ran, together: the job table's ``time`` (``try`` counts them)."""
+        latest = self.elapsed(now)
+        return None if latest is None else self.earlier_s + latest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +101,7 @@ class JobRow(JobSummary):
     use_libuv: int = 1
     avoid_devices: tuple[str, ...] = ()  # device ids a remedy excluded for this job (placement skips them)
     backend_options: dict[str, Any] = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
+    after: tuple[int, ...] = ()  # ids of the jobs whose success this one waits for (lat_core.engine.dependencies)
 
 
 SUMMARY_COLUMNS = tuple(f.name for f in fields(JobSummary))  # in order: JobSummary(*row) takes them
@@ -168,6 +178,7 @@ def job_row(row: sqlite3.Row) -> JobRow:
     data["env"] = json.loads(columns["env_json"])
     data["avoid_devices"] = tuple(json.loads(columns["avoid_devices_json"]))
     data["backend_options"] = json.loads(columns["backend_options_json"])
+    data["after"] = tuple(json.loads(columns.get("after_json") or "[]"))
     data["diagnosis"] = _diagnosis(columns["diagnosis_json"], f"jobs.diagnosis_json of job {data['id']}")
     return JobRow(**data)
 

@@ -19,7 +19,7 @@ from tests.helpers.waits import HANG_S
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def lat(state: Path, *args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+def lat(state: Path, *args: str, timeout: float = HANG_S, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(state)}
     return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, **kw)
@@ -73,8 +73,9 @@ def test_logs_prints_the_last_lines(finished):
     state, _, jobs = finished
     out = lat(state, "logs", str(jobs["ok"].id), "-n", "2")
     assert out.returncode == 0
-    assert out.stdout.splitlines() == ["step 3/3 loss 0.6667", "fake trainer ok done, exiting 0"]
-    assert lat(state, "logs", str(jobs["ok"].id), "-f").stdout.endswith("exiting 0\n")  # ended: -f returns
+    trainer_said, engine_said = out.stdout.splitlines()
+    assert trainer_said == "fake trainer ok done, exiting 0" and engine_said.endswith(" succeeded at step 3: exit code 0")
+    assert lat(state, "logs", str(jobs["ok"].id), "-f").stdout.endswith("exit code 0\n")  # ended: -f returns
 
 
 def test_wait_and_follow_exit_like_headless(finished):
@@ -154,7 +155,12 @@ def test_results_without_a_root_uses_the_latest_run_and_nothing_found_is_exit_1(
     state, _, _ = finished
     out = lat(state, "results", "--format", "md", cwd=tmp_path)  # no ./runs here
     run_root = Path(finished[2]["ok"].job_dir).parent
-    assert out.returncode == 0 and f"under {run_root}" in out.stdout and f"{run_root}/bad:" in out.stderr
+    # the fake trainer evaluates nothing: nothing usable is exit 1, each job listed with its state and reason
+    assert out.returncode == 1 and f"no job under {run_root} succeeded" in out.stderr
+    assert "2 job(s) planned in run(s) 1: 1 failed, 1 succeeded; 0 in the tables." in out.stdout
+    assert "job 1 ok 1:tiny-sst2: succeeded: no usable evaluation: " in out.stdout
+    assert "bad 1:tiny-sst2: failed: python_exception" in out.stdout
+    assert "### Jobs (2)" in (run_root / "_results" / "results.md").read_text()
     empty = tmp_path / "empty"
     (empty / "demo" / "x_seed1").mkdir(parents=True)
     out = lat(state, "results", str(empty))

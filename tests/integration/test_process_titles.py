@@ -23,7 +23,7 @@ from tests.helpers.waits import HANG_S
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tick_until(engine: Engine, done, timeout: float = 240) -> None:
+def tick_until(engine: Engine, done, timeout: float = HANG_S) -> None:
     deadline = time.time() + timeout
     while not done():
         assert time.time() < deadline, "the jobs never got going"

@@ -471,7 +471,7 @@ class Inbox:
         self.messages.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
         return "250 OK"
 
-    def wait_for(self, n: int, timeout: float = 60.0) -> list:
+    def wait_for(self, n: int, timeout: float = HANG_S) -> list:
         deadline = time.monotonic() + timeout
         while len(self.messages) < n and time.monotonic() < deadline:
             time.sleep(0.1)
