@@ -15,6 +15,7 @@ import yaml
 from lat_core.config.job import TrainConfigError, parse_config
 from lat_core.contract.jobdir import EarlyStop, Eval, Finished, JobDir, Started
 from lat_core.train.loop import run
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SST2 = ROOT / "lat_core" / "data" / "tiny_sst2"
@@ -65,7 +66,7 @@ def train_cli(tmp: Path, raw: dict, pythonpath: str = "") -> subprocess.Complete
     (tmp / "job.yaml").write_text(yaml.safe_dump(raw))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), pythonpath) if p)}
     return subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(tmp / "job.yaml")], cwd=tmp,
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=env, capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_own_csv_with_word_labels_trains_and_evaluates_on_its_metric(tmp_path):

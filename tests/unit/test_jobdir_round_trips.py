@@ -13,6 +13,7 @@ from lat_core.contract.jobdir import (CheckpointSaved, EarlyStop, Eval, EventTai
 from lat_core.contract.jobdir.event_reader import decode_text
 from lat_core.contract.jobdir.events import EVENT_TYPES, event_to_json
 from lat_core.safe_files import UnsafePathError
+from tests.helpers.waits import HANG_S
 
 # one of each kind, every field set (so that a field the writer or the reader drops fails the test)
 EVERY_EVENT = [
@@ -198,5 +199,5 @@ def test_the_package_names_each_type_once_and_loads_it_on_first_use():
     # the runner, started for every attempt, loads an attempt's records and never the event types
     probe = ("import sys, lat_core.runner.detached; "
              "print('lat_core.contract.jobdir.events' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=HANG_S)
     assert out.stdout.strip() == "False", out.stderr
