@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, Mapping
 
-PhaseState = Literal["compiling", "done", "failed"]
+PhaseState = Literal["preparing", "compiling", "done", "failed"]
 TRITON_CACHE_DEFAULT = "~/.triton/cache"  # Triton's own default, per user, shared by every process
 # what decides where kernels are cached and how they are tuned, and on which GPU they compile: a
 # warm-up runs under the jobs' values of these (a plan's env may point TRITON_CACHE_DIR elsewhere)
@@ -89,7 +89,8 @@ def read_shapes(path: Path) -> tuple[list[KernelShape], dict[str, str]]:
 
 @dataclass(frozen=True)
 class WarmupPhase:
-    """How the warm-up stands: ``compiling`` (``widths`` of the shapes not in the cache yet),
+    """How the warm-up stands: ``preparing`` (begun: importing fla, finding the GPU), ``compiling``
+    (``widths``: every width of the shapes),
     ``done`` (``seconds`` it took; ``cached`` when every shape was there already) or ``failed``
     (``why``; jobs then compile for themselves, as without a warm-up)."""
     state: PhaseState
@@ -102,7 +103,7 @@ class WarmupPhase:
         """What a forked job's log says about its kernels."""
         if self.state == "failed":
             return f"kernels: not warmed ({self.why}); this job compiles what it needs"
-        if self.state == "compiling":
+        if self.state in ("preparing", "compiling"):
             return "kernels: still compiling in the preload process"
         if self.why:
             return f"kernels: {self.why}"

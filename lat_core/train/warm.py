@@ -254,6 +254,7 @@ def warm_kernels_in_child(shapes_path: Path, phase_path: Path, limit_s: float = 
     most ``limit_s``; never raises: a failure is a phase that says why, and jobs compile their own.
     ``warm(shapes, phase_path)`` is kernel_warmup.warm_kernels unless given."""
     started = time.time()
+    write_phase(phase_path, WarmupPhase("preparing"))  # the engine now waits for the compile, not the imports
     pid = os.fork()
     if pid == 0:
         _warm_kernels_then_exit(shapes_path, phase_path, warm)
@@ -264,7 +265,7 @@ def warm_kernels_in_child(shapes_path: Path, phase_path: Path, limit_s: float = 
         os.waitpid(pid, 0)
         return _failed(phase_path, started, f"still compiling after {limit_s:.0f} s: stopped")
     phase = read_phase(phase_path)
-    if phase is None or phase.state == "compiling":
+    if phase is None or phase.state in ("preparing", "compiling"):
         return _failed(phase_path, started, f"the warm-up process exited ({os.waitstatus_to_exitcode(done[1])}); "
                                             "see warm.log")
     return phase
