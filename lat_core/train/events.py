@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lat_core.contract.jobdir import Failed, Memory, SpeedMode, Started
+from lat_core.contract.kernel_warmup import KERNELS_ENV
 from lat_core.results.metrics import MetricSpec, ranked_by, spec_for
 
 
@@ -45,7 +46,8 @@ def started_event(cfg, *, task: str, ranking: MetricSpec, device: str, trainable
                    train_examples=train_examples, lr_scheduler=lr_scheduler, warmup_steps=warmup_steps,
                    logits_to_keep=logits_to_keep, save_optimizer_state=tr.save_optimizer_state,
                    optimizer_state=optimizer_state, report_to=tuple(report_to),
-                   graphs=_speed_mode(chosen["graphs"]), pack=_speed_mode(chosen["pack"]), **own)
+                   graphs=_speed_mode(chosen["graphs"]), pack=_speed_mode(chosen["pack"]),
+                   kernels=os.environ.get(KERNELS_ENV), **own)
 
 
 def _speed_mode(chosen: Mapping[str, Any]) -> SpeedMode:

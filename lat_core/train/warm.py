@@ -36,7 +36,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from lat_core.contract.kernel_warmup import WarmupPhase, read_phase, read_shapes, write_phase
+from lat_core.contract.kernel_warmup import KERNELS_ENV, WarmupPhase, read_phase, read_shapes, write_phase
 from lat_core.safe_files import open_append
 
 from lat_core.titles import set_title
@@ -181,6 +181,7 @@ def _become_runner(request: dict) -> None:
         print("[lat] warm start: forked from the preloaded process", flush=True)
         if kernel_phase is not None:
             print(f"[lat] {kernel_phase.job_line()}", flush=True)
+            os.environ[KERNELS_ENV] = kernel_phase.job_line().removeprefix("kernels: ")
         print(f"[lat] containment: {containment.describe()}", flush=True)
         os.environ.update(containment.child_env())
         trainer = os.fork()

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from lat_core.contract.commands import CancelJob
+from lat_core.contract.jobdir import JobDir, Started
 from lat_core.engine.loop import Engine
 from lat_core.front.plan import Plan
 from lat_core.front.service import create_run, prepare_run
@@ -246,6 +247,8 @@ def test_the_preloaded_process_warms_the_runs_kernels_before_it_forks_a_job(tmp_
     assert "[warm] kernel warm-up: no GPU on this machine: nothing to compile" in (warm_dir / "warm.log").read_text()
     for job in jobs:  # the phase was known when the job forked: the warm-up came first
         assert "[lat] kernels: no GPU on this machine: nothing to compile" in (Path(job.job_dir) / "train.log").read_text()
+        started = JobDir(job.job_dir).read_events().of(Started)[0]
+        assert started.kernels == "no GPU on this machine: nothing to compile"
 
 
 class _Plan:

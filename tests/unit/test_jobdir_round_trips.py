@@ -26,6 +26,7 @@ EVERY_EVENT = [
             graphs=SpeedMode("auto", False, "CUDA graphs need a GPU"), pack=SpeedMode(True, True, "train.pack: true"),
             gradient_checkpointing=False, dataloader={"num_workers": 2, "source": {"num_workers": "user"}},
             setup_s={"imports": 1.25, "model": 0.5}, mamba_fast_path=True, slow_path_warning="slow path",
+            kernels="warmed in the preload process in 41 s",
             fused_group=3, world=2, pretrain={"depth": 4, "compile": False}),
     Step(t=2.0, step=7, loss=0.25, lr=1e-4, tokens_per_s=1234.5, tokens=4096, peak_gpu_bytes=2**30),
     Eval(t=3.0, step=10, split="test", metrics={"accuracy": 0.75, "loss": 0.5, "n": 32}),

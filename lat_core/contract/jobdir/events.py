@@ -116,6 +116,7 @@ class Started(Event):
     setup_s: Mapping[str, Any] | None = None  # seconds per set-up phase
     mamba_fast_path: bool | None = None
     slow_path_warning: str | None = None
+    kernels: str | None = None  # how its GPU kernels came, forked from a warm-up (contract.kernel_warmup)
     fused_group: int | None = None
     world: int | None = None
     pretrain: Mapping[str, Any] | None = None
