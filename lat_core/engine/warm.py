@@ -271,10 +271,15 @@ class WarmStarts:
         """The run's history at each change: the import begins (the seconds in which no job starts
         get a line in the headless output and the TUI), then it is ready or failed."""
         status = warm.status()
+        compiling = warm.kernel_phase() if status == "starting" else None
+        if compiling is not None and compiling.state == "compiling":
+            status = "compiling"  # its own line: the longest wait of a first run on a machine
         if status == "off" or self._told.get(run_id) == status:
             return
         self._told[run_id] = status
-        if status == "starting":
+        if compiling is not None and status == "compiling":
+            detail = f"{compiling.waiting_reason()}, once for every job"
+        elif status == "starting":
             detail = STARTING
         elif status == "ready":
             detail = (f"jobs fork from a process with torch, transformers and peft imported "

@@ -273,6 +273,10 @@ def test_jobs_waiting_on_the_kernel_warm_up_say_so_and_are_waited_for_longer(tmp
         now[0] += READY_STALL_S + 41
         assert starts.hold(job) == ("compiling GPU kernels for 16-, 32-, 64-token rows "
                                     f"(first run on this machine): {READY_STALL_S + 41:.0f}s")
+        starts.prepare(store.run(run_id))  # the run's history (headless output) says it once
+        starts.prepare(store.run(run_id))
+        assert [h for h in history(store, run_id) if "compiling" in h] == [
+            "warm start: compiling GPU kernels for 16-, 32-, 64-token rows (first run on this machine), once for every job"]
         now[0] += KERNEL_WARMUP_LIMIT_S  # a hang: given up on, jobs start cold
         assert starts.hold(job) is None and "still compiling GPU kernels" in starter.failure
     finally:
