@@ -50,6 +50,7 @@ PRELOAD_IF_PRESENT = ("einops",)
 IDLE_EXIT_S = 600.0  # nobody asked for a job this long, and none is running: go away
 KERNEL_WARMUP_LIMIT_S = 1200.0  # lat_core.engine.warm's: only a hang takes this long
 KERNEL_POLL_S = 0.5
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 kernel_phase: WarmupPhase | None = None  # how the warm-up before serving went: each job's log says
 
 
@@ -258,18 +259,31 @@ def warm_kernels_in_child(shapes_path: Path, phase_path: Path, limit_s: float = 
     write_phase(phase_path, WarmupPhase("preparing"))  # the engine now waits for the compile, not the imports
     pid = os.fork()
     if pid == 0:
+        _die_with_parent()
         _warm_kernels_then_exit(shapes_path, phase_path, warm)
-    while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.time() - started < limit_s:
-        time.sleep(KERNEL_POLL_S)
+    done: tuple[int, int] = (0, 0)
+    try:
+        while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.time() - started < limit_s:
+            time.sleep(KERNEL_POLL_S)
+    finally:  # past the limit, or this process told to stop (SIGTERM: _stop) meanwhile
+        if not done[0]:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     if not done[0]:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
         return _failed(phase_path, started, f"still compiling after {limit_s:.0f} s: stopped")
     phase = read_phase(phase_path)
     if phase is None or phase.state in ("preparing", "compiling"):
         return _failed(phase_path, started, f"the warm-up process exited ({os.waitstatus_to_exitcode(done[1])}); "
                                             "see warm.log")
     return phase
+
+
+def _die_with_parent() -> None:
+    """The compiling child goes when this process goes, even by SIGKILL (the engine's last resort)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # Linux; elsewhere the engine's stop still ends it
 
 
 def _failed(phase_path: Path, started: float, why: str) -> WarmupPhase:
@@ -314,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[warm] preloaded {', '.join(PRELOAD)} in {time.time() - started:.1f}s", flush=True)
     if args.kernel_shapes and args.kernel_phase:
         global kernel_phase
+        signal.signal(signal.SIGTERM, _stop)  # the engine's stop ends the compile too (its finally)
         kernel_phase = warm_kernels_in_child(args.kernel_shapes, args.kernel_phase)
     serve(args.socket, args.parent_pid)
     return 0

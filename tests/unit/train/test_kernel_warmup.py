@@ -1,8 +1,11 @@
 """The kernel warm-up's bookkeeping on the CPU: every shape at every width, its phase for the engine,
 "cached" only when Triton's cache did not grow, failures reported and never raised, and the
 warm-start process's child that runs it within a limit. (The real compile: tests/gpu.)"""
+import os
+import signal
 import time
 
+import psutil
 import pytest
 import torch
 
@@ -90,3 +93,29 @@ def test_a_hung_or_crashed_warm_up_is_stopped_and_jobs_compile_their_own(tmp_pat
     assert read_phase(tmp_path / "phase.json") == hung
     crashed = preloaded.warm_kernels_in_child(tmp_path / "shapes.json", tmp_path / "p2.json", warm=crash)
     assert crashed.state == "failed" and "exited (1)" in crashed.why
+
+
+def hang_telling_pid(shapes, phase_path):
+    (phase_path.parent / "child.pid").write_text(str(os.getpid()))
+    time.sleep(3600)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_compile_goes_when_the_preloaded_process_is_stopped(tmp_path, how):
+    write_shapes(tmp_path / "shapes.json", SHAPES)
+    preload = os.fork()
+    if preload == 0:  # stands in for the preloaded process, with its stop handler
+        signal.signal(signal.SIGTERM, preloaded._stop)
+        try:
+            preloaded.warm_kernels_in_child(tmp_path / "shapes.json", tmp_path / "phase.json", warm=hang_telling_pid)
+        finally:
+            os._exit(0)
+    pid_file = tmp_path / "child.pid"
+    deadline = time.time() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.time() < deadline, "the compiling child never started"
+        time.sleep(0.05)
+    child = psutil.Process(int(pid_file.read_text()))
+    os.kill(preload, how)
+    os.waitpid(preload, 0)
+    child.wait(timeout=60)  # gone (psutil.TimeoutExpired otherwise)
