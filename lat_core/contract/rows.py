@@ -14,6 +14,7 @@ from lat_core.contract.devices import Device
 from lat_core.contract.diagnosis import Diagnosis, DiagnosisError
 from lat_core.contract.saved_plan import SavedPlan
 from lat_core.contract.states import JobState, RunState
+from lat_core.contract.sweep_roles import SweepRole
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,17 @@ class JobRow(JobSummary):
 
 
 SUMMARY_COLUMNS = tuple(f.name for f in fields(JobSummary))  # in order: JobSummary(*row) takes them
+
+
+@dataclass(frozen=True)
+class SweptJob:
+    """A job with a part in a two-stage search: what the engine ranks and promotes it by."""
+    id: int
+    state: JobState
+    key: str
+    dataset: str
+    job_dir: str
+    role: SweepRole
 
 
 @dataclass(frozen=True)

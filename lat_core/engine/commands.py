@@ -184,6 +184,8 @@ class Commands:
         """Give the new attempt its start flag (see engine/requeue.py), and drop a pause left on an
         ended run, which would otherwise keep the requeued job queued forever."""
         argv = restart_argv(job.argv, job.state is JobState.SUCCEEDED, start)
+        if job.state is JobState.PRUNED:
+            JobDir(job.job_dir).clear_pruned()
         if argv != job.argv:
             self.store.set_job_argv(job.id, argv)
         if run.paused and run.state not in RUN_ACTIVE:

@@ -240,6 +240,9 @@ def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobRe
 
 
 def _scan_job_unguarded(job_dir: Path) -> JobResult | Skipped:
+    pruned = JobDir(job_dir).pruned_reason()  # a sweep's point stopped early or never started: no result
+    if pruned is not None:
+        return Skipped(job_dir, f"pruned: {pruned}")
     events_text = _read_text(job_dir / EVENTS_FILE)
     has_config = (job_dir / CONFIG_FILE).is_file()
     if events_text is None:

@@ -11,7 +11,7 @@ from lat_core.contract.rows import JobSummary, RunRow
 from lat_tui import fmt
 from lat_tui.widgets.quiet import set_content
 
-STATE_ORDER = ("running", "queued", "succeeded", "failed", "cancelled")
+STATE_ORDER = ("running", "queued", "succeeded", "failed", "cancelled", "pruned")
 
 
 class RunStatus(Static):
