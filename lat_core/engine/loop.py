@@ -24,6 +24,7 @@ from lat_core.engine.backends import Backend
 from lat_core.engine.breaker import Breaker
 from lat_core.engine.commands import Commands
 from lat_core.engine.dependencies import Dependencies
+from lat_core.engine.promotion import Promotion
 from lat_core.engine.backends.local import LocalBackend
 from lat_core.contract.jobdir import AttemptFiles, PidRecord
 from lat_core.engine.launch import Launched, launch
@@ -81,9 +82,9 @@ class Engine:
         self._starts = Starts(state, recovery=self._recovery, faults=self._faults, warm=self._warm,
                               secrets=self._job_secrets, mps=self._mps)
         self._dependencies = Dependencies(state)
+        self._promotion = Promotion(state)
         self._group_starts = GroupStarts(state, groups=self._groups, starts=self._starts, warm=self._warm,
-                                         admission=self._admission, secrets=self._job_secrets,
-                                         dependencies=self._dependencies)
+                                         admission=self._admission, secrets=self._job_secrets, waits=self._waits)
         self._commands = Commands(self)
 
     def now(self) -> float:
@@ -150,6 +151,7 @@ class Engine:
         if run.state is RunState.RUNNING:
             self._notices.run_started(run)
             self._dependencies.settle(run)  # before admission: it passes the jobs still waiting by
+            self._promotion.settle(run)
             self._admit(self.store.run(run.id))  # as reaping left it: a full disk pauses admission
         self._finish_if_drained(run)
 
@@ -189,7 +191,7 @@ class Engine:
         batch: Batch | None = [] if self._submits_arrays(run.id) else None
         taken: set[int] = set()  # started this pass as members of a fused group
         for job in self.store.iter_queued(run.id):
-            if job.id in taken or self._dependencies.hold(job):
+            if job.id in taken or self._waits(job):
                 continue
             if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
                 self._set_waiting(job, hold)
@@ -221,6 +223,10 @@ class Engine:
                 self._starts.start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
         self._starts.launch_batch(run.id, batch or [])
+
+    def _waits(self, job: JobRow) -> bool:
+        """A job held for others (after:) or for its search's stage 1: its reason is written already."""
+        return self._dependencies.hold(job) or self._promotion.hold(job)
 
     def _set_waiting(self, job: JobRow, reason: str | None) -> None:
         """Why a queued job waits, written only when it changes: most admitted jobs had no reason

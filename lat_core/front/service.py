@@ -170,6 +170,7 @@ def job_record(job: JobSpec) -> dict[str, object]:
         "world": job.world, "use_libuv": job.use_libuv, "family": _model_family(job),
         **({"after_keys": job.after_keys} if job.after_keys else {}),
         **({"after_ids": job.after_ids} if job.after_ids else {}),
+        **({"sweep": job.sweep} if job.sweep else {}),
     }
 
 
