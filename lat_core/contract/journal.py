@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE TABLE IF NOT EXISTS attempts (
   id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), n INTEGER NOT NULL,
   device TEXT NOT NULL, pid INTEGER, pid_start REAL, launched REAL NOT NULL, ended REAL,
-  returncode INTEGER, exit_path TEXT NOT NULL, cancel_at REAL, oom_source TEXT, oom_before INTEGER
+  returncode INTEGER, exit_path TEXT NOT NULL, cancel_at REAL, oom_source TEXT, oom_before INTEGER,
+  stop_reason TEXT
 );
 CREATE TABLE IF NOT EXISTS transitions (
   id INTEGER PRIMARY KEY, ts REAL NOT NULL, run_id INTEGER NOT NULL, job_id INTEGER,
@@ -539,6 +540,14 @@ class Store:
         """Persisted, so an engine restarted mid-cancel still records the job as cancelled."""
         with self._tx() as db:
             db.execute("UPDATE attempts SET cancel_at=COALESCE(cancel_at, ?) WHERE id=?", (when, attempt_id))
+
+    def request_stop(self, attempt_id: int, when: float, reason: str) -> bool:
+        """A cancel that the sweep's halving asks for: the job ends ``pruned`` with ``reason``. False
+        when the attempt was already being cancelled (a user's cancel stays one)."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE attempts SET cancel_at=?, stop_reason=? WHERE id=? AND cancel_at IS NULL",
+                             (when, reason, attempt_id))
+        return cur.rowcount == 1
 
     def open_attempts(self, run_id: int) -> list[AttemptRow]:
         # CROSS JOIN keeps the open attempts (index attempts_open) the outer loop: the planner would

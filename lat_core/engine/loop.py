@@ -24,6 +24,7 @@ from lat_core.engine.backends import Backend
 from lat_core.engine.breaker import Breaker
 from lat_core.engine.commands import Commands
 from lat_core.engine.dependencies import Dependencies
+from lat_core.engine.halving import Halving
 from lat_core.engine.promotion import Promotion
 from lat_core.engine.backends.local import LocalBackend
 from lat_core.contract.jobdir import AttemptFiles, PidRecord
@@ -42,6 +43,7 @@ from lat_core.engine.starts import Batch, Starts
 from lat_core.engine.state import EngineState
 from lat_core.contract.states import HistoryKind, JobState, RunState
 from lat_core.contract.journal import JobRow, RunRow, Store
+from lat_core.contract.rows import AttemptRow
 from lat_core.engine.warm import WarmStarts
 from lat_core.contract.run_secrets import JobSecrets
 from lat_core.errors import JournalError
@@ -83,6 +85,7 @@ class Engine:
                               secrets=self._job_secrets, mps=self._mps)
         self._dependencies = Dependencies(state)
         self._promotion = Promotion(state)
+        self._halving = Halving(state, stop=self.stop_pruned)
         self._group_starts = GroupStarts(state, groups=self._groups, starts=self._starts, warm=self._warm,
                                          admission=self._admission, secrets=self._job_secrets, waits=self._waits)
         self._commands = Commands(self)
@@ -152,6 +155,7 @@ class Engine:
             self._notices.run_started(run)
             self._dependencies.settle(run)  # before admission: it passes the jobs still waiting by
             self._promotion.settle(run)
+            self._halving.settle(run)
             self._admit(self.store.run(run.id))  # as reaping left it: a full disk pauses admission
         self._finish_if_drained(run)
 
@@ -311,6 +315,16 @@ class Engine:
                                      ended=self._clock(), error="cancelled by user")
         for attempt in attempts:
             self.store.request_cancel(attempt.id, self._clock())
-            if not self._groups.cancel_member(job, attempt) and attempt.pid:
-                self._state.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
+            self._stop_process(job, attempt)
+
+    def stop_pruned(self, job: JobRow, why: str) -> None:
+        """The sweep's halving stops a running job: it ends ``pruned`` with ``why`` (the cancel's
+        signal, or a fused member's cancel marker)."""
+        for attempt in (a for a in self.store.open_attempts(job.run_id) if a.job_id == job.id):
+            if self.store.request_stop(attempt.id, self._clock(), why):
+                self._stop_process(job, attempt)
+
+    def _stop_process(self, job: JobRow, attempt: AttemptRow) -> None:
+        if not self._groups.cancel_member(job, attempt) and attempt.pid:
+            self._state.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
 

@@ -32,7 +32,7 @@ from lat_core.contract.jobdir.names import COMMAND, JOB_YAML, OVERRIDES
 from lat_core.front.plan import Pair, Plan, SuiteRef
 from lat_core.contract.sweep_roles import Stage, SweepRole
 from lat_core.front.sweep import NO_POINT, Point, Sweep, Value, points, read_sweep
-from lat_core.front.sweep_stages import SCREEN_SUFFIX, Stages
+from lat_core.front.sweep_stages import SCREEN_SUFFIX
 from lat_core.front.sweep_fields import target
 from lat_core.safe_files import escape_problem, write_files
 from lat_core.text import shorten
@@ -99,36 +99,40 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
             base_cfg = registry.pin_user_peft_spec(_load_experiment(cfg_path))
             make = partial(_make_job, plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg,
                            seen=seen, typed_cache=typed_cache)
-            if sweep.stages is None:
+            if sweep.stages is None and sweep.halving is None:
                 entries[-1] += [make(pair, point) for point in swept for pair in plan.pairs]
             else:
-                entries[-1] += _two_stages(make, plan, sweep.stages, swept, f"{suite.name}/{round_no}/{cfg_path.stem}")
+                entries[-1] += _searched(make, plan, sweep, swept, f"{suite.name}/{round_no}/{cfg_path.stem}")
     jobs = [job for entry in entries for job in entry]
     _link_after(plan, entries, jobs)
     return jobs
 
 
-def _two_stages(make: Callable[..., JobSpec], plan: Plan, stages: Stages, swept: list[Point],
-                search: str) -> list[JobSpec]:
-    """A config's two-stage search, per dataset: stage 1 runs each point with the dataset's first
-    seed and the ``screen`` fields (folder ``<config>__<point>__screen``), stage 2 each point with
-    every pair, held until the engine promotes it (:mod:`lat_core.engine.promotion`)."""
+def _searched(make: Callable[..., JobSpec], plan: Plan, sweep: Sweep, swept: list[Point], base: str) -> list[JobSpec]:
+    """A config's jobs under a search, each with its role. With ``stages``, per dataset: stage 1
+    runs each point with the dataset's first seed and the ``screen`` fields (folder
+    ``<config>__<point>__screen``), stage 2 each point with every pair, held until the engine
+    promotes it (:mod:`lat_core.engine.promotion`); with ``halving``, the jobs of one dataset, seed
+    and stage race (:mod:`lat_core.engine.halving`)."""
     jobs = []
-    first_pairs: dict[str, Pair] = {}
-    for pair in plan.pairs:
-        first_pairs.setdefault(pair.dataset, pair)
-    for dataset, first in first_pairs.items():
-        where = f"{search}/{dataset}"
-        for i, point in enumerate(swept):
-            job = make(first, point, screen=stages.screen)
-            job.sweep = SweepRole(i, point.name, where, Stage.SCREEN)
-            jobs.append(job)
-    for i, point in enumerate(swept):
+    if sweep.stages is not None:
+        first_pairs: dict[str, Pair] = {}
         for pair in plan.pairs:
-            job = make(pair, point)
-            job.sweep = SweepRole(i, point.name, f"{search}/{pair.dataset}", Stage.FULL, stages.promote)
-            jobs.append(job)
-    return jobs
+            first_pairs.setdefault(pair.dataset, pair)
+        for first in first_pairs.values():
+            jobs += [_with_role(make(first, point, screen=sweep.stages.screen), sweep, i, point, base, Stage.SCREEN)
+                     for i, point in enumerate(swept)]
+    stage = Stage.ONLY if sweep.stages is None else Stage.FULL
+    return jobs + [_with_role(make(pair, point), sweep, i, point, base, stage)
+                   for i, point in enumerate(swept) for pair in plan.pairs]
+
+
+def _with_role(job: JobSpec, sweep: Sweep, i: int, point: Point, base: str, stage: Stage) -> JobSpec:
+    search, rule = f"{base}/{job.dataset}", sweep.halving
+    promote = sweep.stages.promote if sweep.stages is not None and stage is Stage.FULL else 0
+    race = f"{search}/seed{job.seed}/{stage.value}" if rule is not None else ""
+    job.sweep = SweepRole(i, point.name, search, stage, promote, race, rule.rungs if rule else (), rule.eta if rule else 0)
+    return job
 
 
 def _link_after(plan: Plan, entries: list[list[JobSpec]], jobs: list[JobSpec]) -> None:

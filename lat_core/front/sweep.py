@@ -38,13 +38,15 @@ from typing import TYPE_CHECKING, Any, Union
 
 from lat_core.front.sweep_fields import field_label, field_problem, target
 
+from lat_core.front.sweep_halving import HalvingRule, read_halving
+
 if TYPE_CHECKING:  # sweep_stages reads values as this module does
     from lat_core.front.sweep_stages import Stages
 
 MAX_POINTS = 10_000  # points of one sweep: beyond, a typo (a grid of ten 10-value lists) not a plan
 ROUND_DIGITS = 3  # significant digits of a value drawn from a range
 PARTS = ("grid", "zip", "random")
-SEARCHES = ("stages",)  # how the points are run (lat_core.front.sweep_stages), beside the parts that make them
+SEARCHES = ("stages", "halving")  # how the points are run (lat_core.front.sweep_stages), beside the parts that make them
 SPANS = ("uniform", "log_uniform", "int_uniform")
 _NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _TRIES_PER_DRAW = 50  # random draws tried per wanted point before the space counts as too small
@@ -105,6 +107,7 @@ class Sweep:
     zips: tuple[Axis, ...] = ()
     random: Draws | None = None
     stages: Stages | None = None  # a two-stage search over the points (lat_core.front.sweep_stages)
+    halving: HalvingRule | None = None  # successive halving of the points (lat_core.front.sweep_halving)
 
     def fields(self) -> list[str]:
         drawn = [f for f, _ in self.random.space] if self.random else []
@@ -201,6 +204,10 @@ def read_sweep(raw: object, where: str = "sweep") -> tuple[Sweep, list[str]]:
     if "stages" in raw:
         from lat_core.front.sweep_stages import read_stages  # it reads values with this module's parse_value
         sweep = replace(sweep, stages=read_stages(raw["stages"], f"{where}.stages", sweep, problems))
+    if "halving" in raw:
+        sweep = replace(sweep, halving=read_halving(raw["halving"], f"{where}.halving", problems))
+        if len(sweep.fields()) == 0:
+            problems.append(f"field '{where}.halving': halving races a sweep's points: add grid, zip or random")
     return sweep, problems
 
 
