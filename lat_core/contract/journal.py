@@ -721,6 +721,7 @@ class EndFields(TypedDict, total=False):
     diagnosis: Diagnosis | None
     not_before: float
     fused_group: str | None
+    held: str | None  # the search whose stage 1 a job waits for (None: it no longer does)
 
 
 class JobFields(EndFields, total=False):

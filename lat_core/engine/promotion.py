@@ -97,7 +97,7 @@ class Promotion:
             else f"{job.role.point_name} has no stage-1 job"
         why = (f"not promoted by stage 1 of its sweep: {own}; the {promote} best went on "
                f"(the last of them {ranked[min(promote, len(ranked)) - 1].text(metric)})")
-        self.store.set_job_state(job.id, JobState.PRUNED, why, ended=self._clock(), error=why)
+        self.store.set_job_state(job.id, JobState.PRUNED, why, ended=self._clock(), error=why, held=None)
         try:
             JobDir(job.job_dir).write_pruned(why)
         except OSError:  # a folder gone or read-only: the journal says it

@@ -5,6 +5,7 @@ and the reason in each pruned job's row and folder. Real engine, real fake train
 
 from pathlib import Path
 
+from lat_core.contract.commands import RequeueJob
 from lat_core.contract.jobdir import JobDir
 from lat_core.contract.states import HistoryKind
 from lat_core.contract.sweep_roles import Stage, SweepRole
@@ -62,7 +63,17 @@ def test_stage_2_runs_the_best_points_in_full_and_prunes_the_others(tmp_path):
     promoted = next(j for j in store.jobs(run_id) if j.key == "lr1e-3_seed2")
     said = [t.detail for t in store.transitions(run_id, job_id=promoted.id) if t.new_state == HistoryKind.SWEEP]
     assert said == ["promoted by stage 1 of its sweep: 1. lr2e-4 (accuracy 0.8), 2. lr1e-3 (accuracy 0.78) of 4 points"]
-    assert store.run(run_id).state == "finished"
+    assert store.run(run_id).state == "finished" and store.held_jobs(run_id) == []
+
+
+def test_a_pruned_point_requeued_by_hand_runs_and_no_longer_says_it_was_pruned(tmp_path):
+    store, run_id = make_run(tmp_path, search_jobs(tmp_path))
+    drain(store)
+    pruned = next(j for j in store.jobs(run_id) if j.key == "lr1e-4_seed1")
+    store.add_command(run_id, RequeueJob(pruned.id))
+    drain(store)
+    assert store.job(pruned.id).state == "succeeded" and JobDir(pruned.job_dir).pruned_reason() is None
+    assert len([t for t in store.transitions(run_id) if t.new_state == HistoryKind.SWEEP and t.job_id is None]) == 1
 
 
 def test_stage_2_waits_for_the_last_screening_job_saying_so(tmp_path):
