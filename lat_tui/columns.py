@@ -15,7 +15,8 @@ from lat_tui import fmt
 
 SEPARATORS = "-_./"  # where a shared start of config or dataset names may end
 MIN_STEM = 8  # below this the model family gives way to the config name
-MEMBER_INDENT = "  "  # a fused member's name, under its group's line
+# a fused member's name starts with a tree branch under its group's line: the rows share a process
+MEMBER_BRANCH, LAST_MEMBER_BRANCH = "├ ", "└ "
 WHOLE_NAME = 10**6  # plain text: names are never cut
 
 
@@ -29,13 +30,20 @@ class Shown:
     one_dataset: bool = False
     name_width: int = WHOLE_NAME
     shared: Shared | None = None
+    last_members: frozenset[int] = frozenset()  # each fused group's last member (its branch ends)
 
     @classmethod
     def of(cls, jobs: list[JobSummary], families: Mapping[int, str] | None = None, now: float | None = None,
            name_width: int = WHOLE_NAME) -> Shown:
         families = families or {}
         return cls(now or time.time(), families, len({j.dataset for j in jobs}) <= 1, name_width,
-                   Shared.of(jobs, families))
+                   Shared.of(jobs, families), last_members(jobs))
+
+
+def last_members(jobs: list[JobSummary]) -> frozenset[int]:
+    """The id of each fused group's last member in table order."""
+    last = {job.fused_group: job.id for job in jobs if job.fused_group}
+    return frozenset(last.values())
 
 
 @dataclass(frozen=True)
@@ -59,9 +67,16 @@ def usage_cells(job: JobSummary) -> tuple[str, str]:
 
 
 def name_cell(job: JobSummary, shown: Shown) -> str:
-    indent = MEMBER_INDENT if job.fused_group else ""  # a member: under its group's line
-    return indent + job_name(job, shown.families.get(job.id), shown.name_width - len(indent),
+    branch = member_branch(job, shown)
+    return branch + job_name(job, shown.families.get(job.id), shown.name_width - len(branch),
                              with_dataset=not shown.one_dataset, shared=shown.shared)
+
+
+def member_branch(job: JobSummary, shown: Shown) -> str:
+    """A fused member's branch under its group's line; "" for a job with a process of its own."""
+    if not job.fused_group:
+        return ""
+    return LAST_MEMBER_BRANCH if job.id in shown.last_members else MEMBER_BRANCH
 
 
 def member_usage_cells(job: JobSummary) -> tuple[str, str]:
@@ -100,10 +115,18 @@ class GroupLine:
         rss, gpu = (self.group.rss, self.group.gpu_mem) if self.running else (self.group.peak_rss, self.group.peak_gpu)
         started = [m.started for m in self.members if m.started is not None]
         ended = [m.ended or shown.now for m in self.members if m.started is not None]
-        return {"key": f"group {self.group.id}: {self.group.members} jobs", "device": self.group.device or "",
+        return {"key": self.title(shown.name_width), "device": self.group.device or "",
                 "state": "running" if self.running else "ended",
                 "elapsed": fmt.clock(max(ended) - min(started)) if started else "",
                 "rss": fmt_bytes(rss, compact=True), "gpu": fmt_bytes(gpu or None, compact=True)}
+
+
+    def title(self, width: int) -> str:
+        """The longest of the group's names that fits ``width``: it says the jobs share a process."""
+        n, group = self.group.members, self.group.id
+        names = (f"group {group}: {n} jobs in one process", f"group {group}: {n} jobs", f"{n} jobs, 1 process",
+                 f"{n} in 1 proc", f"{n} jobs")
+        return next((name for name in names if len(name) <= width), names[-1])
 
 
 def table_rows(jobs: list[JobSummary], groups: Mapping[str, GroupUsage] | None = None

@@ -253,7 +253,8 @@ def resolve_config(base: Mapping[str, object], cfg_path: Path, plan: Plan, shell
         config = _apply_env_layer(config, env, label, provenance, origin)
     config = _apply_point(config, point.values, cfg_path, provenance, origin)
     config = _apply_point(config, screen, cfg_path, provenance, origin, SCREEN)
-    injected: dict[str, object] = {"name": stem, "data": pair.dataset, "seed": pair.seed, "output_dir": str(job_dir)}
+    data = _plain_copy(plan.datasets[pair.dataset]) if pair.dataset in plan.datasets else pair.dataset
+    injected: dict[str, object] = {"name": stem, "data": data, "seed": pair.seed, "output_dir": str(job_dir)}
     for key, value in injected.items():
         config[key] = value
         provenance.append({"field": key, "value": value, "source": "plan"})
@@ -324,7 +325,8 @@ def typed_config(config: dict[str, Any], cfg_path: Path, job_dir: Path, origin: 
 
     With ``cache``, a config is validated once and its other pairs' jobs are copies with their own
     pair and folder (a third of the CPU of expanding a 10,000-job plan went to repeating it)."""
-    key = _cache_key(config) if cache is not None else None
+    # a dataset named by its columns is a mapping, which the cached copy could not take as it is
+    key = _cache_key(config) if cache is not None and isinstance(config["data"], str) else None
     if cache is not None and key is not None and key in cache:
         return cache[key].model_copy(update={  # shallow: the sections are shared, read-only
             "data": config["data"], "seed": config["seed"], "cfg_path": job_dir / JOB_YAML,

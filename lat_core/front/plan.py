@@ -22,6 +22,7 @@ from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
 from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, mask_env, parse_env_value
 from lat_core.notify import mask_url
 from lat_core.config.suites import SuiteRegistry
+from lat_core.config.user_data import DataSpecError, columns_problem, parse_spec
 from lat_core.contract.plan_defaults import PLAN_DEFAULTS as D
 from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 from lat_core.errors import LatError, PlanError
@@ -120,6 +121,9 @@ class Plan(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     output_root: str = Field(default=D.output_root, min_length=1)
     overrides: YamlMapping = Field(default_factory=dict)
+    # datasets named by their columns (lat_core.config.user_data), which a pair names as its dataset:
+    # {reviews: {path: ./reviews.csv, text: review, label: sentiment}} and pairs ["1:reviews"]
+    datasets: dict[str, YamlMapping] = Field(default_factory=dict)
     # one job per point of each config x pair (lat_core.front.sweep); a suite entry's own replaces it there
     sweep: YamlMapping = Field(default_factory=dict)
     # ids of jobs of this state directory (any run) whose success every job of the plan waits for (--after)
@@ -240,8 +244,8 @@ class Plan(BaseModel):
                 del data[at_default]
         # fuse and breaker stay, false and 0 included: a saved plan without one is from before it
         # (saved_plan.FUSE_IF_UNSAVED, BREAKER_IF_UNSAVED)
-        for optional in ("overrides", "sweep", "after", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps",
-                         "allow_cpu"):
+        for optional in ("overrides", "datasets", "sweep", "after", "notify", "on_oom", "on_failure", "slurm",
+                         "resume", "overwrite", "mps", "allow_cpu"):
             if not data[optional]:
                 del data[optional]
         if data["warm_start"] == D.warm_start:
@@ -349,7 +353,8 @@ def plan_from_mapping(data: object, registry: SuiteRegistry, *, where: str, base
     except ValidationError as exc:
         raise PlanError(bounded(_pydantic_problems(exc)), where=where) from None
     base = base or Path.cwd()
-    problems = check_plan(plan, registry, base) + _override_escapes(plan)
+    plan.datasets, own_problems = own_datasets(plan.datasets, base)
+    problems = own_problems + check_plan(plan, registry, base) + _override_escapes(plan)
     if plan.resume and plan.overwrite:
         problems.append("fields 'resume' and 'overwrite' exclude each other")
     if plan.backend == "slurm" or plan.slurm:
@@ -359,7 +364,7 @@ def plan_from_mapping(data: object, registry: SuiteRegistry, *, where: str, base
     if problems:
         raise PlanError(bounded(problems), where=where)
     # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.
-    plan.pairs = [_absolute_dataset(p, base) for p in plan.pairs]
+    plan.pairs = [_absolute_dataset(p, base, plan.datasets) for p in plan.pairs]
     return plan
 
 
@@ -369,8 +374,29 @@ def _override_escapes(plan: Plan) -> list[str]:
     return [problem for problem in found if problem]
 
 
-def _absolute_dataset(pair: Pair, base: Path) -> Pair:
-    if canonical(pair.dataset) in KNOWN_DATASETS:
+def own_datasets(datasets: dict[str, YamlMapping], base: Path) -> tuple[dict[str, YamlMapping], list[str]]:
+    """The plan's ``datasets``, each checked as a job's ``data:`` mapping (keys, a local path made
+    absolute, the columns of local files) and named by its key; and the problems found."""
+    resolved: dict[str, YamlMapping] = {}
+    problems: list[str] = []
+    for name, raw in datasets.items():
+        where = f"field 'datasets.{name}'"
+        if canonical(name) in KNOWN_DATASETS or "/" in name or name.startswith("."):
+            problems.append(f"{where}: a shipped dataset's name or a path; name it otherwise")
+            continue
+        try:
+            spec = parse_spec({"name": name, **raw}, base)
+        except DataSpecError as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        if problem := columns_problem(spec):
+            problems.append(f"{where}: {problem}")
+        resolved[name] = spec.model_dump(exclude_defaults=True)
+    return resolved, problems
+
+
+def _absolute_dataset(pair: Pair, base: Path, own: Mapping[str, object]) -> Pair:
+    if canonical(pair.dataset) in KNOWN_DATASETS or pair.dataset in own:
         return pair
     return Pair(seed=pair.seed, dataset=str((base / pair.dataset).expanduser().resolve()))
 
@@ -409,7 +435,7 @@ def _check_suites(plan: Plan, registry: SuiteRegistry) -> list[str]:
 def _check_datasets(plan: Plan, base: Path) -> list[str]:
     found: list[Found] = []
     for i, pair in enumerate(plan.pairs):
-        problem = check_dataset(pair.dataset, base)
+        problem = None if pair.dataset in plan.datasets else check_dataset(pair.dataset, base)
         if problem:
             alone = f"field 'pairs[{i}]' ({pair}): {problem}"
             found.append(Found(f"pairs[{i}]", problem, alone, shorten(str(pair), 80)))

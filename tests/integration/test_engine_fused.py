@@ -66,6 +66,19 @@ def stepped(job, n=2) -> bool:
     """The job has logged n steps: its group's process is training."""
     return JobDir(job.job_dir).events_path.is_file() and len(events_of(Path(job.job_dir), Step)) >= n
 
+def test_a_job_that_does_not_fuse_says_why_in_its_history(tmp_path, base):
+    """Under ``fuse: true`` a job that starts alone says why: its config keeps it out, or no queued
+    job shares its base and data (nothing is dropped silently, a speed-up included)."""
+    members = {"a": MEMBERS["a"], "ck": ({"r": 4, "alpha": 8}, {"batch_size": 8, "gradient_checkpointing": True}, 3)}
+    store, run_id = make_run(tmp_path, base, "true", members, slots=2, **{k: {"max_steps": 2} for k in members})
+    drain(Engine(store))
+    jobs_ = by_key(store, run_id)
+    said = {t.job_id: t.detail for t in store.transitions(run_id) if t.new_state == "fused"}
+    assert said[jobs_["ck"].id].startswith("trains alone: ") and "gradient_checkpointing" in said[jobs_["ck"].id]
+    assert said[jobs_["a"].id] == "trains alone: no queued job shares its base, data and settings now"
+    assert {j.state for j in jobs_.values()} == {"succeeded"}
+
+
 def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base):
     store, run_id = make_run(tmp_path / "fused", base, "true")
     drain(Engine(store))

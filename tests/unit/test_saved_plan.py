@@ -19,6 +19,7 @@ FULL = {
     "suites": [{"name": "E4", "rounds": [1, 2]}, "E5"], "pairs": ["1:glue-tvt_cola", "2:tiny-sst2"],
     "gpus": [0, 2], "slots": [2, 3], "countdown_minutes": 5, "env": {"NUM_DATA_WORKERS": "0", "WANDB_API_KEY": "s3"},
     "output_root": "/data/runs", "overrides": {"train": {"lr": 0.001}},
+    "datasets": {"reviews": {"name": "reviews", "path": "/data/reviews.csv", "text": "review", "label": "stars"}},
     "sweep": {"grid": {"train.lr": [0.0001, 0.0002]}, "random": {"n": 2, "seed": 1, "space": {"peft.r": [4, 8]}}}, "after": [3, 5],
     "notify": {"webhook": {"url": "https://hooks.example/T0/token", "headers": {"X-Api-Key": "k"}}, "on": ["failure"]},
     "gpus_per_job": 2, "min_free_gb": 3.5, "backend": "slurm",
