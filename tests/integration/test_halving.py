@@ -24,16 +24,17 @@ def racing_job(tmp_path, i, point, accuracies, release, rungs=(2,)):
     return {**job, "sweep": role}
 
 
-def race(tmp_path, points, rungs=(2,)):
-    """Run the race until every job logged its evals and the engine judged them; returns the jobs
-    by name, and releases the ones still running."""
+def race(tmp_path, points, pruned, rungs=(2,)):
+    """Run the race until every job logged its evals and the ``pruned`` jobs the engine stopped have
+    ended (a release before their stop landed could let them finish), then release the others;
+    returns the jobs by name."""
     release = tmp_path / "release"
     store, run_id = make_run(tmp_path, [racing_job(tmp_path, i, p, a, release, rungs) for i, (p, a) in
                                         enumerate(points.items())], devices=(FOUR_SLOTS,))
     engine = Engine(store)
     logged = [tmp_path / "out" / p / "events.jsonl" for p in points]
     tick_until(engine, lambda: all(f.exists() and f.read_text().count('"eval"') == 4 for f in logged))
-    engine.tick()  # every eval is written: this tick judges every job at every rung
+    tick_until(engine, lambda: [j.state for j in store.jobs(run_id)].count("pruned") == pruned)
     release.touch()
     drain(store)
     return {j.key: j for j in store.jobs(run_id)}
@@ -43,7 +44,8 @@ def test_a_point_behind_the_earlier_ones_at_a_rung_is_stopped_and_pruned(tmp_pat
     jobs = race(tmp_path, {"p0": "0.5,0.6,0.7,0.8",     # the first point always goes on
                            "p1": "0.4,0.5,0.9,0.9",     # 0.5 < p0's 0.6: the best 1 of 2 goes on
                            "p2": "0.7,0.65,0.7,0.7",    # its best so far 0.7: first of 3, the best 2 go on
-                           "p3": "0.3,0.6,0.9,0.9"})    # 0.6 ties p0 (the earlier wins) and trails p2
+                           "p3": "0.3,0.6,0.9,0.9"},    # 0.6 ties p0 (the earlier wins) and trails p2
+                pruned=2)
     assert {k: j.state for k, j in jobs.items()} == {"p0": "succeeded", "p1": "pruned", "p2": "succeeded",
                                                      "p3": "pruned"}
     assert jobs["p1"].error == ("stopped by the sweep's halving at rung 1 (step 2): p1 accuracy 0.5 was behind 1 "
@@ -52,7 +54,8 @@ def test_a_point_behind_the_earlier_ones_at_a_rung_is_stopped_and_pruned(tmp_pat
                                        "behind 2 of the 3 earlier points racing there (the best p2 0.7)")
     folder = Path(jobs["p3"].job_dir)
     assert JobDir(folder).pruned_reason() == jobs["p3"].error
-    assert scan_job(folder) == Skipped(folder, f"pruned: {jobs['p3'].error}")
+    told = scan_job(folder)
+    assert isinstance(told, Skipped) and (told.reason, told.ended) == (f"pruned: {jobs['p3'].error}", "pruned")
 
 
 def test_a_point_stopped_at_a_rung_never_races_at_a_later_one(tmp_path):
@@ -60,7 +63,7 @@ def test_a_point_stopped_at_a_rung_never_races_at_a_later_one(tmp_path):
     # to log 0.95 at step 4 before the stop landed. At 4 p2 races against p0 alone (0.8 > 0.7 of p2): behind
     # 1 of 1, so it stops; had p1 counted, p2 would have been behind 2 of 2 with the best 2 of 3 kept.
     jobs = race(tmp_path, {"p0": "0.5,0.6,0.7,0.8", "p1": "0.4,0.5,0.9,0.95", "p2": "0.7,0.7,0.7,0.7"},
-                rungs=(2, 4))
+                pruned=2, rungs=(2, 4))
     assert {k: j.state for k, j in jobs.items()} == {"p0": "succeeded", "p1": "pruned", "p2": "pruned"}
     assert jobs["p2"].error == ("stopped by the sweep's halving at rung 2 (step 4): p2 accuracy 0.7 was behind 1 "
                                 "of the 1 earlier points racing there (the best p0 0.8); the best 1 of 2 go on")

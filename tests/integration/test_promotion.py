@@ -59,7 +59,8 @@ def test_stage_2_runs_the_best_points_in_full_and_prunes_the_others(tmp_path):
     assert pruned.error == ("not promoted by stage 1 of its sweep: lr5e-4 (failed, no accuracy) ranked 4 of 4; "
                             "the 2 best went on (the last of them lr1e-3 (accuracy 0.78))")
     assert JobDir(pruned.job_dir).pruned_reason() == pruned.error
-    assert scan_job(Path(pruned.job_dir)) == Skipped(Path(pruned.job_dir), f"pruned: {pruned.error}")  # results tell
+    told = scan_job(Path(pruned.job_dir))  # results tell
+    assert isinstance(told, Skipped) and (told.reason, told.ended) == (f"pruned: {pruned.error}", "pruned")
     promoted = next(j for j in store.jobs(run_id) if j.key == "lr1e-3_seed2")
     said = [t.detail for t in store.transitions(run_id, job_id=promoted.id) if t.new_state == HistoryKind.SWEEP]
     assert said == ["promoted by stage 1 of its sweep: 1. lr2e-4 (accuracy 0.8), 2. lr1e-3 (accuracy 0.78) of 4 points"]
