@@ -168,9 +168,10 @@ class Engine:
     def _finish_if_drained(self, run: RunRow) -> None:
         if not self.store.has_unfinished_jobs(run.id) and not self.store.open_attempts(run.id):
             counts = self.store.job_counts(run.id)
-            succeeded = counts.get(JobState.SUCCEEDED, 0)
+            succeeded, pruned = counts.get(JobState.SUCCEEDED, 0), counts.get(JobState.PRUNED, 0)
             final = RunState.CANCELLED if run.state is RunState.CANCELLING else RunState.FINISHED
-            self.store.set_run_state(run.id, final, f"{succeeded} succeeded, {sum(counts.values()) - succeeded} not")
+            said = f"{succeeded} succeeded" + (f", {pruned} pruned by the sweep" if pruned else "")
+            self.store.set_run_state(run.id, final, f"{said}, {sum(counts.values()) - succeeded - pruned} not")
             self._notices.run_finished(self.store.run(run.id))
             self._mps.stop(run.id)
 

@@ -12,6 +12,7 @@ from lat_core.contract.sweep_roles import Stage, SweepRole
 from lat_core.engine.loop import Engine
 from lat_core.results.scan import Skipped, scan_job
 from tests.conftest import fake_job, intervals
+from tests.integration.test_cli_verbs import lat
 from tests.integration.test_control import tick_until
 from tests.integration.test_engine import drain, make_run
 
@@ -65,6 +66,8 @@ def test_stage_2_runs_the_best_points_in_full_and_prunes_the_others(tmp_path):
     said = [t.detail for t in store.transitions(run_id, job_id=promoted.id) if t.new_state == HistoryKind.SWEEP]
     assert said == ["promoted by stage 1 of its sweep: 1. lr2e-4 (accuracy 0.8), 2. lr1e-3 (accuracy 0.78) of 4 points"]
     assert store.run(run_id).state == "finished" and store.held_jobs(run_id) == []
+    ended = [t.detail for t in store.transitions(run_id) if t.job_id is None and t.new_state == "finished"]
+    assert ended == ["7 succeeded, 4 pruned by the sweep, 1 not"]
 
 
 def test_a_pruned_point_requeued_by_hand_runs_and_no_longer_says_it_was_pruned(tmp_path):
@@ -89,3 +92,12 @@ def test_stage_2_waits_for_the_last_screening_job_saying_so(tmp_path):
     release.touch()
     drain(store)
     assert [j.state for j in store.jobs(run_id)].count("pruned") == 4
+
+
+def test_wait_exits_0_when_the_only_jobs_not_succeeded_are_pruned(tmp_path):
+    points = {"lrA": "0.9,0.9,0.9", "lrB": "0.5,0.6,0.7"}
+    jobs = [screen_job(tmp_path, i, p, e) for i, (p, e) in enumerate(points.items())]
+    store, run_id = make_run(tmp_path, jobs + [full_job(tmp_path, i, p, 1, promote=1) for i, p in enumerate(points)])
+    drain(store)
+    out = lat(tmp_path / "state", "wait")
+    assert out.returncode == 0 and out.stdout.startswith("3/4 jobs succeeded, 1 pruned by the sweep"), out.stdout
