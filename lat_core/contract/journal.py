@@ -351,6 +351,16 @@ class Store:
                                 " AND sweep_json IS NOT NULL ORDER BY seq", (run_id,))
         return [SweptJob(r[0], JobState(r[1]), r[2], r[3], r[4], SweepRole.from_json(r[5])) for r in rows]
 
+    def screening_counts(self, run_id: int) -> dict[str, tuple[int, int]]:
+        """search -> (its stage-1 jobs not ended yet, all of them), for the run's two-stage searches:
+        what a tick needs while stage 1 runs, counted by SQLite (no role decoded)."""
+        marks = ",".join("?" * len(JOB_FINAL))
+        rows = self._db.execute(
+            f"SELECT json_extract(sweep_json, '$.search'), SUM(state NOT IN ({marks})), COUNT(*) FROM jobs"
+            " WHERE run_id=? AND sweep_json IS NOT NULL AND json_extract(sweep_json, '$.stage')=? GROUP BY 1",
+            (*JOB_FINAL, run_id, Stage.SCREEN.value))
+        return {search: (unended, total) for search, unended, total in rows}
+
     def release(self, job_ids: Iterable[int], detail: str) -> None:
         """Held jobs that may start now (their search promoted them): the reason in each one's history."""
         with self._tx() as db:

@@ -51,16 +51,18 @@ class Promotion:
         self._held = set()
         if not held:
             return
-        swept = self.store.swept_jobs(run.id)
+        counts = self.store.screening_counts(run.id)
+        swept: list[SweptJob] | None = None  # every role of the run: read only when a search is ranked
         for search in dict.fromkeys(h[1] for h in held):
-            screen = [j for j in swept if j.role.search == search and j.role.stage is Stage.SCREEN]
             waiting = [(job_id, reason) for job_id, s, reason in held if s == search]
-            running = [j for j in screen if not j.state.final]
-            if running:
-                self._hold(waiting, f"waiting for stage 1 of its sweep: {len(running)} of {len(screen)} "
-                                    "screening jobs still to end")
-            else:
-                self._promote(run, search, screen, [j for j in swept if j.id in {w for w, _ in waiting}])
+            unended, total = counts.get(search, (0, 0))
+            if unended:
+                self._hold(waiting, f"waiting for stage 1 of its sweep: {unended} of {total} screening jobs "
+                                    "still to end")
+                continue
+            swept = self.store.swept_jobs(run.id) if swept is None else swept
+            screen = [j for j in swept if j.role.search == search and j.role.stage is Stage.SCREEN]
+            self._promote(run, search, screen, [j for j in swept if j.id in {w for w, _ in waiting}])
 
     def hold(self, job: JobRow) -> bool:
         """True while ``job`` waits for its search's stage 1 (its reason is written): admission passes it by."""
