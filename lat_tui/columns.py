@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from lat_core.contract.rows import GroupUsage, JobSummary
+from lat_core.contract.rows import GroupUsage, JobSummary, RunRow
 from lat_core.front.client import display_name, fmt_bytes
 from lat_tui import fmt
 
@@ -59,6 +59,15 @@ def state_text(state) -> str:
     return str(getattr(state, "value", state))
 
 
+def run_state_text(run: RunRow, jobs: list[JobSummary]) -> str:
+    """The run's state as it is: an ended run with jobs queued again (a requeue the engine has not
+    taken yet: it reopens the run when it does) reads ``requeued``, never ``finished``."""
+    state = state_text(run.state)
+    if state in ("finished", "cancelled") and any(job.state in ("queued", "running") for job in jobs):
+        return "requeued"
+    return state
+
+
 def usage_cells(job: JobSummary) -> tuple[str, str]:
     """Host RSS and GPU memory: the latest sample while the job runs, its peak once it ended."""
     rss, gpu = (job.rss, job.gpu_mem) if job.state == "running" else (job.peak_rss, job.peak_gpu)
@@ -90,7 +99,8 @@ JOB_COLUMNS: tuple[Column, ...] = (
     Column("key", "job", 30, name_cell),
     Column("state", "state", 9, lambda j, s: state_text(j.state)),
     Column("device", "dev", 4, lambda j, s: j.device or ""),
-    Column("elapsed", "time", 7, lambda j, s: fmt.clock(j.elapsed(s.now)) if j.state != "queued" else ""),
+    # all its attempts' time together (``try`` counts them), so a retried job's time is what it took
+    Column("elapsed", "time", 7, lambda j, s: fmt.clock(j.time_spent(s.now)) if j.state != "queued" else ""),
     Column("step", "step", 5, lambda j, s: fmt.step(j.last_step)),
     Column("loss", "loss", 6, lambda j, s: fmt.loss(j.last_loss)),
     Column("rss", "rss", 4, lambda j, s: member_usage_cells(j)[0]),

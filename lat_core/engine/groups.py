@@ -24,7 +24,7 @@ from lat_core.engine.backends import Backend
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, alone_because, fuses_on, group_argv, job_fuse_key,
                                     smaller_limit)
-from lat_core.engine.requeue import restart_argv
+from lat_core.engine.requeue import restart_argv, waiting_step
 from lat_core.engine.retries import backoff_hold
 from lat_core.engine.state import EngineState
 from lat_core.engine.warm import WarmStarts
@@ -295,9 +295,11 @@ class FusedGroups:
             return False
         limit = smaller_limit(JobDir(job.job_dir), len(ref.job_ids), klass)
         JobDir(job.job_dir).write_group_limit(limit)
-        self.store.set_job_argv(job.id, restart_argv(job.argv, False, "fresh"))
+        argv = restart_argv(job.argv, False, "fresh")
+        self.store.set_job_argv(job.id, argv)
         self.store.set_job_state(job.id, JobState.QUEUED, f"{limit.why}: {requeued_to(limit.size)}", ended=None,
-                                 returncode=None, error=None, not_before=0)
+                                 returncode=None, error=None, not_before=0, last_step=waiting_step(argv, job.job_dir),
+                                 last_loss=None)
         return True
 
     def busy_slots(self, on_host: list[JobRow], busy: dict[str, int]) -> dict[str, int]:

@@ -14,6 +14,7 @@ from textual.widgets import Static
 from lat_core.contract.rows import JobSummary, RunRow
 from lat_core.front.client import PAUSED_BY_USER
 from lat_tui import fmt
+from lat_tui.columns import run_state_text
 from lat_tui.widgets.quiet import set_content
 
 STATE_ORDER = ("running", "queued", "succeeded", "failed", "cancelled", "pruned")
@@ -33,7 +34,7 @@ class RunStatus(Static):
 
 
 def describe_run(run: RunRow, jobs: list[JobSummary], engine_alive: bool, now: float) -> str:
-    parts = [f"[b]run {run.id}[/b]", _run_state(run, now), _job_counts(jobs)]
+    parts = [f"[b]run {run.id}[/b]", _run_state(run, jobs, now), _job_counts(jobs)]
     if run.paused and run.state in PAUSABLE:
         parts.insert(2, "[b]paused[/b] (p: resume)")
     if run.state in PAUSABLE and not engine_alive:
@@ -48,12 +49,13 @@ def paused_why(run: RunRow, pause_reason: str) -> str:
     return pause_reason
 
 
-def _run_state(run: RunRow, now: float) -> str:
-    if run.state == "countdown":
+def _run_state(run: RunRow, jobs: list[JobSummary], now: float) -> str:
+    state = run_state_text(run, jobs)
+    if state == "countdown":
         return f"[b]starts in {fmt.clock(run.countdown_until - now)}[/b] (s: now)"
-    if run.state in ("finished", "cancelled") and run.ended and run.started:
-        return f"{run.state} after {fmt.clock(run.ended - run.started)}"
-    return run.state
+    if state in ("finished", "cancelled") and run.ended and run.started:
+        return f"{state} after {fmt.clock(run.ended - run.started)}"
+    return state
 
 
 def _job_counts(jobs: list[JobSummary]) -> str:

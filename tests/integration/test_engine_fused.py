@@ -1,6 +1,7 @@
 """The engine with ``fuse: true`` (``auto``, the default, fuses on GPUs only): same-base tiny GLA
 jobs (real trainer, CPU) run as one fused process on one slot; each member keeps its own attempt, losses, cancel, failure and exit reason."""
 import os
+import re
 import signal
 import sys
 import time
@@ -61,6 +62,12 @@ def by_key(store, run_id):
 
 def losses(job):
     return {e.step: e.loss for e in events_of(Path(job.job_dir), Step)}
+
+CLOSED = r"\[lat\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d "  # the line that closes an attempt's train.log
+
+
+def last_line(job) -> str:
+    return Path(job.job_dir, "train.log").read_text().rstrip("\n").splitlines()[-1]
 
 def stepped(job, n=2) -> bool:
     """The job has logged n steps: its group's process is training."""
@@ -128,6 +135,8 @@ def test_cancel_of_one_member_leaves_the_others_running(tmp_path, base):
     assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "cancelled", "c": "succeeded"}
     assert jobs_["b"].error == "cancelled by user" and jobs_["b"].last_step < 400
     assert store.attempts(jobs_["b"].id)[0].returncode == -15
+    assert re.fullmatch(CLOSED + r"cancelled by user at step \d+/400: killed by SIGTERM", last_line(jobs_["b"]))
+    assert re.fullmatch(CLOSED + r"succeeded at step (\d+)/\1: exit code 0", last_line(jobs_["a"]))  # its own log
 
 def test_a_failing_member_fails_alone(tmp_path, base):
     store, run_id = make_run(tmp_path, base, "true", b={"lr": 1e30})  # b's loss turns non-finite
@@ -176,6 +185,7 @@ def test_kill_9_of_the_group_settles_every_member_with_a_reason(tmp_path, base):
     for job in jobs_.values():
         assert "the fused group's process ended (exit -9)" in job.error, job.error
         assert store.attempts(job.id)[0].returncode == -9
+        assert re.fullmatch(CLOSED + r"failed at step \d+/400: killed by SIGKILL.*", last_line(job))
     assert store.run(run_id).state == "finished"
 
 

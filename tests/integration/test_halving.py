@@ -54,6 +54,7 @@ def test_a_point_behind_the_earlier_ones_at_a_rung_is_stopped_and_pruned(tmp_pat
                                        "behind 2 of the 3 earlier points racing there (the best p2 0.7)")
     folder = Path(jobs["p3"].job_dir)
     assert JobDir(folder).pruned_reason() == jobs["p3"].error
+    assert jobs["p3"].error in (folder / "train.log").read_text().splitlines()[-1]  # its log's closing line
     told = scan_job(folder)
     assert isinstance(told, Skipped) and (told.reason, told.ended) == (f"pruned: {jobs['p3'].error}", "pruned")
 

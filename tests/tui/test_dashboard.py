@@ -36,7 +36,9 @@ def make_run(store, root: Path, keys=("tiny-sst2_seed1/a", "tiny-sst2_seed2/a"),
     return run_id, store.add_jobs(run_id, jobs)
 
 
-async def wait_for(pilot, predicate, tries: int = 60) -> None:
+async def wait_for(pilot, predicate, tries: int = 600) -> None:
+    """Frames until ``predicate`` holds: up to a minute, a limit that catches a hang and not a slow
+    machine (a loaded CI machine takes seconds for what takes one frame here)."""
     for _ in range(tries):
         try:
             if predicate():
@@ -139,6 +141,8 @@ async def test_countdown_keys_send_commands(make_app, journal, tmp_path):
 
 async def test_finished_run_refuses_commands(make_app, journal, tmp_path):
     run_id, (first, second) = make_run(journal, tmp_path / "out")
+    for job_id in (first, second):  # a run with jobs still queued reads "requeued", not "finished"
+        journal.set_job_state(job_id, "succeeded", "done")
     journal.set_run_state(run_id, "finished")
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
