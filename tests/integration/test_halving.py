@@ -12,6 +12,9 @@ from lat_core.results.scan import Skipped, scan_job
 from tests.conftest import fake_job
 from tests.integration.test_control import tick_until
 from tests.integration.test_engine import drain, make_run
+from tests.integration.test_engine_fused import LONG, base, by_key, stepped  # noqa: F401  (base: a fixture)
+from tests.integration.test_engine_fused import drain as fused_drain
+from tests.integration.test_engine_fused import make_run as fused_run
 
 RACE = "demo/1/tiny_lora/tiny-sst2/seed1/only"
 FOUR_SLOTS = {"id": "cpu", "label": "cpu", "slots": 4, "env": {}}
@@ -68,3 +71,16 @@ def test_a_point_stopped_at_a_rung_never_races_at_a_later_one(tmp_path):
     assert {k: j.state for k, j in jobs.items()} == {"p0": "succeeded", "p1": "pruned", "p2": "pruned"}
     assert jobs["p2"].error == ("stopped by the sweep's halving at rung 2 (step 4): p2 accuracy 0.7 was behind 1 "
                                 "of the 1 earlier points racing there (the best p0 0.8); the best 1 of 2 go on")
+
+
+def test_a_fused_member_stopped_by_the_sweep_ends_pruned_alone(tmp_path, base):
+    """The stop is a cancel with the sweep's reason: a fused member leaves its group by its marker."""
+    store, run_id = fused_run(tmp_path, base, "true", b=LONG)
+    engine = Engine(store)
+    fused_drain(engine, until=lambda: stepped(by_key(store, run_id)["b"]))
+    engine.stop_pruned(by_key(store, run_id)["b"], "behind the others")
+    fused_drain(engine)
+    jobs = by_key(store, run_id)
+    assert {k: j.state for k, j in jobs.items()} == {"a": "succeeded", "b": "pruned", "c": "succeeded"}
+    assert jobs["b"].error == "behind the others" and jobs["b"].fused_group and jobs["b"].last_step < 400
+    assert JobDir(jobs["b"].job_dir).pruned_reason() == "behind the others"
