@@ -17,7 +17,7 @@ from typing import Any, TypedDict, Unpack
 from lat_core.contract.commands import Command, CommandRow, decode, encode
 from lat_core.contract.devices import Device
 from lat_core.contract.diagnosis import Diagnosis
-from lat_core.errors import JournalError, NoJobError
+from lat_core.errors import JournalError, NoJobError, NoSuchRunError
 from lat_core.contract.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.contract.rows import (
     GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition, job_row,
@@ -178,7 +178,7 @@ class Store:
     def run(self, run_id: int) -> RunRow:
         row = self._db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
-            raise JournalError(f"no run {run_id}", where=str(self.path))
+            raise NoSuchRunError(f"no run {run_id}", where=str(self.path))
         return run_row(row)
 
     def runs(self) -> list[RunRow]:
