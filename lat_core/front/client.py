@@ -26,7 +26,7 @@ from lat_core.contract.jobdir.names import JOB_YAML
 from lat_core.contract.journal_faults import journal_faults
 from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
 from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store
-from lat_core.front.service import PreparedRun, create_run, ensure_engine, jobs_to_add, prepare_run
+from lat_core.front.service import AddChecks, PreparedRun, create_run, ensure_engine, jobs_to_add, prepare_run
 from lat_core.contract.states import JOB_UNFINISHED
 from lat_core.contract.journal import JOB_FINAL, PAUSED_BY_USER, RUN_ACTIVE, Store
 
@@ -323,10 +323,12 @@ class Client:
             return store.run(create_run(store, prepared))
 
     def jobs_to_add(self, run: RunRow, suites: list[str], rounds: object, pairs: object,
-                    registry: SuiteRegistry, after: object = None) -> list[dict[str, object]]:
-        """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders.
-        ``after``: ids of jobs they wait for (as a plan's ``after:`` takes them)."""
-        return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir, after)
+                    registry: SuiteRegistry, after: object = None, allow_cpu: bool = False,
+                    ) -> list[dict[str, object]]:
+        """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders,
+        and (PreflightError) where they cannot work on its devices unless ``allow_cpu`` lets a big
+        model train on its CPU. ``after``: ids of jobs they wait for (as a plan's ``after:`` takes them)."""
+        return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir, after, AddChecks(allow_cpu))
 
 
 def mail_notice(yaml_path: str | Path, kind: str, subject: str, body: str) -> tuple[bool, list[str]]:
