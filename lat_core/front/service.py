@@ -27,6 +27,7 @@ from lat_core.contract.journal_faults import check_space, clear_fault, explain, 
 from lat_core.contract.run_secrets import SecretFile, collect, create_private
 from lat_core.front.run_guard import check_no_live_overlap, creation_lock
 from lat_core.safe_files import check_state_dir, prepare_output_root
+from lat_core.titles import display_name
 from lat_core.contract.states import JobState
 from lat_core.contract.journal import Store
 from lat_core.contract.rows import RunRow
@@ -73,7 +74,8 @@ def preflight_jobs(plan: Plan, jobs: list[JobSpec], devices: list[Device], gpus:
     # a Slurm job's host is a cluster node, not this one: its RAM is the cluster's to judge
     host_ram = host_snapshot().ram_total if plan.backend == "local" else 0
     target = preflight.Target(devices, gpus, host_ram, plan.allow_cpu)
-    checked = [preflight.Job(j.key, j.typed, {**environ, **j.env})
+    checked = [preflight.Job(display_name(j.typed.model.family, j.stem, j.seed, j.dataset),  # the tables' name
+                             j.typed, {**environ, **j.env})
                for j in jobs if j.typed is not None and j.mode != "done"]
     preflight.check(checked, target, hub_probe)
 

@@ -59,7 +59,7 @@ def test_a_big_model_on_the_cpu_is_refused_and_allow_cpu_says_so(tmp_path, confi
     done = run_plan(tmp_path, configs, "big", ["1:tiny-sst2", "2:tiny-sst2"])
     assert_refused(tmp_path, done)
     assert "parameters in bfloat16 need a GPU, and the run is on the CPU" in done.stderr
-    assert "--allow-cpu" in done.stderr and "[jobs tiny-sst2_seed1/big, tiny-sst2_seed2/big]" in done.stderr
+    assert "--allow-cpu" in done.stderr and "[jobs gla/big 1:tiny-sst2, gla/big 2:tiny-sst2]" in done.stderr
     saved = tmp_path / "saved.yaml"
     done = run_plan(tmp_path, configs, "big", ["1:tiny-sst2"], flags=("--allow-cpu", "--save-plan", str(saved)))
     assert done.returncode == 0 and yaml.safe_load(saved.read_text())["allow_cpu"] is True
@@ -171,7 +171,7 @@ def test_jobs_added_to_a_live_run_go_through_the_preflight(tmp_path, configs):
                "--configs", str(configs), env={"HF_HUB_OFFLINE": "1"})
     assert done.returncode == 2, done.stdout + done.stderr
     assert "The run cannot work: preflight" in done.stderr
-    assert "[jobs tiny-sst2_seed1/big, tiny-sst2_seed2/big]" in done.stderr  # every problem, each job named
+    assert "[jobs gla/big 1:tiny-sst2, gla/big 2:tiny-sst2]" in done.stderr  # every problem, each job named
     assert "model someone/my-model" in done.stderr and "HF_HUB_OFFLINE is set" in done.stderr
     assert [j.key for j in client.jobs(run.id)] == ["tiny-sst2_seed1/tiny"]
     assert not (tmp_path / "runs" / "tiny-sst2_seed1" / "big").exists() and not client.engine_alive()
