@@ -24,6 +24,7 @@ from lat_core.contract.rows import (
     job_summary, run_row,
 )
 from lat_core.contract.states import JOB_FINAL, RUN_ACTIVE, RUN_ENDED, HistoryKind, JobState, RunState, history_entry
+from lat_core.titles import display_name
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -340,14 +341,16 @@ class Store:
         return [(job_id, tuple(json.loads(after)), waiting) for job_id, after, waiting in rows]
 
     def job_states(self, job_ids: Iterable[int]) -> dict[int, tuple[JobState, str]]:
-        """job id -> (state, key) of those of ``job_ids`` the journal holds, in any run."""
+        """job id -> (state, name) of those of ``job_ids`` the journal holds, in any run; the name is
+        the job tables' (lat_core.titles.display_name), as the waiting reasons built from it say it."""
         ids = sorted(set(job_ids))
         found: dict[int, tuple[JobState, str]] = {}
         for start in range(0, len(ids), 500):  # SQLite caps the variables of one statement
             chunk = ids[start:start + 500]
-            rows = self._db.execute(f"SELECT id, state, key FROM jobs WHERE id IN ({','.join('?' * len(chunk))})",
-                                    chunk)
-            found.update({job_id: (JobState(state), key) for job_id, state, key in rows})
+            rows = self._db.execute("SELECT id, state, family, stem, seed, dataset FROM jobs"
+                                    f" WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            found.update({job_id: (JobState(state), display_name(family, stem, seed, dataset))
+                          for job_id, state, family, stem, seed, dataset in rows})
         return found
 
     def record_config_peak(self, key: str, peak_gpu: int, peak_rss: int) -> None:
