@@ -56,7 +56,7 @@ def test_unknown_configs_are_staggered_on_one_gpu(tmp_path):
     states = [j.state for j in store.jobs(run_id)]
     assert states == ["running", "queued"]
     first = store.jobs(run_id)[0]
-    assert store.jobs(run_id)[1].waiting.startswith(f"waiting for job {first.id} u0 1:tiny-sst2 to settle on gpu0")
+    assert store.jobs(run_id)[1].waiting.startswith(f"waiting for job {first.id} (u0 1:tiny-sst2) to settle on gpu0")
 
 
 def test_measured_peaks_are_remembered_per_config_and_dataset(tmp_path):
@@ -240,7 +240,7 @@ def test_configs_without_a_prior_are_still_staggered(tmp_path):
     engine.tick()
     first, second = store.jobs(run_id)
     assert (first.state, second.state) == ("running", "queued")
-    assert second.waiting == f"waiting for job {first.id} {job_title(first)} to settle on gpu0"
+    assert second.waiting == f"waiting for job {first.id} ({job_title(first)}) to settle on gpu0"
     cancel_all(store, engine, run_id)
 
 
