@@ -17,7 +17,7 @@ from typing import Any, TypedDict, Unpack
 from lat_core.contract.commands import Command, CommandRow, decode, encode
 from lat_core.contract.devices import Device
 from lat_core.contract.diagnosis import Diagnosis
-from lat_core.errors import JournalError, NoJobError
+from lat_core.errors import JournalError, NoJobError, NoSuchRunError
 from lat_core.contract.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.contract.rows import (
     GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, SweptJob, Transition, job_row,
@@ -25,6 +25,7 @@ from lat_core.contract.rows import (
 )
 from lat_core.contract.sweep_roles import Stage, SweepRole
 from lat_core.contract.states import JOB_FINAL, RUN_ACTIVE, RUN_ENDED, HistoryKind, JobState, RunState, history_entry
+from lat_core.titles import display_name
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -183,7 +184,7 @@ class Store:
     def run(self, run_id: int) -> RunRow:
         row = self._db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
-            raise JournalError(f"no run {run_id}", where=str(self.path))
+            raise NoSuchRunError(f"no run {run_id}", where=str(self.path))
         return run_row(row)
 
     def runs(self) -> list[RunRow]:
@@ -379,14 +380,16 @@ class Store:
                 _transition(db, run_id, job_id, None, HistoryKind.SWEEP, detail)
 
     def job_states(self, job_ids: Iterable[int]) -> dict[int, tuple[JobState, str]]:
-        """job id -> (state, key) of those of ``job_ids`` the journal holds, in any run."""
+        """job id -> (state, name) of those of ``job_ids`` the journal holds, in any run; the name is
+        the job tables' (lat_core.titles.display_name), as the waiting reasons built from it say it."""
         ids = sorted(set(job_ids))
         found: dict[int, tuple[JobState, str]] = {}
         for start in range(0, len(ids), 500):  # SQLite caps the variables of one statement
             chunk = ids[start:start + 500]
-            rows = self._db.execute(f"SELECT id, state, key FROM jobs WHERE id IN ({','.join('?' * len(chunk))})",
-                                    chunk)
-            found.update({job_id: (JobState(state), key) for job_id, state, key in rows})
+            rows = self._db.execute("SELECT id, state, family, stem, seed, dataset FROM jobs"
+                                    f" WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            found.update({job_id: (JobState(state), display_name(family, stem, seed, dataset))
+                          for job_id, state, family, stem, seed, dataset in rows})
         return found
 
     def record_config_peak(self, key: str, peak_gpu: int, peak_rss: int) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from lat_core.contract.jobdir import EarlyStop
 from lat_core.contract.rows import JobRow, JobSummary
 from lat_core.contract.states import JobState
+from lat_core.titles import display_name
 from lat_core.results.scan import ENDED_OK, UNKNOWN, Identity, JobResult, Report, Skipped, scan_job
 
 NO_FOLDER = "no job folder"
@@ -39,7 +40,13 @@ class JobAccount:
     value: float | None = None  # its main metric at best_step (a partial job's: best so far)
     job_id: int | None = None
     run_id: int | None = None
+    family: str | None = None  # the model family, where the journal knows the job
     stopped_early: EarlyStop | None = None  # its training stopped before max_steps, as its finished event says
+
+    @property
+    def name(self) -> str:
+        """The job's one name, the tables' (``gla/lora_r8 87:glue-tvt_sst2``; lat_core.titles)."""
+        return display_name(self.family, self.config, "?" if self.seed is None else self.seed, self.dataset)
 
     @property
     def state_text(self) -> str:
@@ -111,6 +118,7 @@ def account(path: Path, outcome: JobResult | Skipped | None, job: JobSummary | N
                       in_table=in_table, reason="" if in_table else _state_reason(state, outcome, job),
                       best_step=best.best_step if best else None, value=best.best_value if best else None,
                       job_id=job.id if job else None, run_id=job.run_id if job else None,
+                      family=job.family if job else None,
                       stopped_early=outcome.stopped_early if outcome and state == JobState.SUCCEEDED else None)
 
 
