@@ -48,6 +48,13 @@ class NoJobError(JournalError):
     title = "No such job"
 
 
+class NoSuchRunError(JournalError):
+    """A run id the journal does not hold (``--run 999``): the user's slip, like NoJobError; a
+    JournalError still, so code that treats journal reads alike goes on doing so."""
+
+    title = "No such run"
+
+
 class OutputPathError(LatError):
     title = "Cannot use output path"
 

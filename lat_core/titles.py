@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 MAX_TITLE = 160  # a title stays one readable line in `ps` and nvitop
 PR_SET_NAME = 15  # linux/prctl.h
@@ -30,6 +30,25 @@ def display_name(family: str | None, stem: str, seed: int | str, dataset: str) -
     """``gla/lora_r8 87:glue-tvt_sst2``: model family, config, seed and dataset (as the tables show it)."""
     model = f"{family}/" if family else ""
     return f"{model}{stem} {seed}:{dataset}"
+
+
+class JournalJob(Protocol):
+    """What names a job in the journal (a JobSummary or JobRow of lat_core.contract.rows)."""
+
+    @property
+    def family(self) -> str | None: ...
+    @property
+    def stem(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def dataset(self) -> str: ...
+
+
+def job_title(job: JournalJob) -> str:
+    """A journal job's one name, the tables' (``display_name``): what notices, the engine's answers
+    and reports call it, never its folder key (``tiny-sst2_seed1/lora_r8``)."""
+    return display_name(job.family, job.stem, job.seed, job.dataset)
 
 
 def set_title(title: str) -> None:

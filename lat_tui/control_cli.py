@@ -4,7 +4,9 @@
     lat-tui requeue JOB_ID [--remedy KEY] [--resume | --fresh]
     lat-tui requeue --failed [--run N] [--resume | --fresh]
     lat-tui slots DEVICE N                  lat-tui countdown skip | extend MIN
-    lat-tui add --suite S --pairs P
+    lat-tui add --suite S --pairs P [--after JOB] [--allow-cpu]
+
+Jobs added go through the same preflight as a new run (exit 2, every problem listed, nothing added).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def build_parser(verb: str) -> argparse.ArgumentParser:
         p.add_argument("--configs", help="configs directory (default: the project's configs/)")
         p.add_argument("--after", action="append", default=[], metavar="JOB",
                        help="the added jobs start once job JOB succeeded, and are cancelled if it does not (repeatable)")
+        p.add_argument("--allow-cpu", action="store_true",
+                       help="train a model too big for the CPU there anyway (the preflight refuses it otherwise)")
     return p
 
 
@@ -107,7 +111,7 @@ def command_for(args, client: Client, run: RunRow) -> Command:
 
     names = [n for chunk in args.suite for n in chunk.split()]
     return AddJobs(tuple(client.jobs_to_add(run, names, args.round, args.pairs, suite_registry(args.configs),
-                                            " ".join(args.after))))
+                                            " ".join(args.after), args.allow_cpu)))
 
 
 def requeue_usage(args) -> str:

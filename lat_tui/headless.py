@@ -2,8 +2,8 @@
 
 It creates the run, makes sure a detached engine serves the state directory, and follows the
 journal: one progress line per state change, a summary table at the end, exit code 0 only when
-every job succeeded. Ctrl-C detaches without stopping anything; ``lat-tui status`` re-reads it,
-``lat-tui follow`` picks the stream up again.
+every job succeeded (or a sweep pruned it). Ctrl-C detaches without stopping anything; ``lat-tui
+status`` re-reads it, ``lat-tui follow`` picks the stream up again.
 """
 
 from __future__ import annotations
@@ -87,11 +87,13 @@ def summarize(client: Client, run_id: int, out: TextIO) -> int:
     print("", file=out)
     families = client.model_families(jobs)
     print(plain_table(jobs, families, groups=client.fused_groups(run_id)), file=out)
-    bad = [j for j in jobs if j.state != "succeeded"]
+    pruned = [j for j in jobs if j.state == "pruned"]  # the sweep's choice, not a failure
+    bad = [j for j in jobs if j.state not in ("succeeded", "pruned")]
     earlier = [j for j in jobs if j.state == "succeeded" and j.attempts == 0]
-    ok = len(jobs) - len(bad)
+    ok = len(jobs) - len(bad) - len(pruned)
     note = (f" ({len(earlier)} had succeeded in an earlier run and were not rerun; "
             f"--overwrite reruns them)") if earlier else ""
+    note += f", {len(pruned)} pruned by the sweep" if pruned else ""
     print(f"\n{ok}/{len(jobs)} jobs succeeded{note}", file=out, flush=True)
     for job in bad:
         name = job_name(job, families.get(job.id))

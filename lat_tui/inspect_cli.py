@@ -84,7 +84,8 @@ def show(client: Client, args) -> int:
     config = read_config(job)
     if args.json:
         group = client.fused_groups(job.run_id).get(job.fused_group or "")
-        print(dumps({"job": job_view(job, group=group), "argv": job.argv, "env": job.env, "config": config,
+        view = job_view(job, group=group, family=client.model_family(job))
+        print(dumps({"job": view, "argv": job.argv, "env": job.env, "config": config,
                      "attempts": [attempt_view(a) for a in attempts],
                      "history": [event_view(t) for t in history],
                      "diagnosis": job.diagnosis.to_json() if job.diagnosis else None}))

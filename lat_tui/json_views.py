@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass
 
 from lat_core.contract.rows import GroupUsage, JobSummary, RunRow, Transition
-from lat_tui.columns import state_text
+from lat_tui.columns import job_name, state_text
 
 SCHEMA_VERSION = 1
 
@@ -64,6 +64,7 @@ class JobView:
     group_peak_rss: int | None = None
     group_peak_gpu: int | None = None
     time_spent: float | None = None  # all its attempts together (``elapsed``: the latest one's)
+    name: str = ""  # the job tables' name, ``family/config seed:dataset`` (``key`` is its folder's)
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,16 @@ def run_view(run: RunRow, jobs: list[JobSummary]) -> RunView:
                    [{"id": d.id, "slots": d.slots} for d in run.devices], counts)
 
 
-def job_view(job: JobSummary, now: float | None = None, group: GroupUsage | None = None) -> JobView:
-    """``group``: the fused group of the job's current attempt, whose figures its row carries."""
+def job_view(job: JobSummary, now: float | None = None, group: GroupUsage | None = None,
+             family: str | None = None) -> JobView:
+    """``group``: the fused group of the job's current attempt, whose figures its row carries;
+    ``family``: its model family where the journal row has none (Client.model_family)."""
     figures = (group.id, group.members, group.rss, group.gpu_mem, group.peak_rss, group.peak_gpu) if group else ()
     now = now or time.time()
     return JobView(job.id, job.run_id, job.key, job.suite, job.stem, job.seed, job.dataset, state_text(job.state),
                    job.device, job.attempts, job.started, job.ended, job.elapsed(now),
                    job.last_step, job.last_loss, job.peak_rss, job.peak_gpu, job.waiting, job.error, job.job_dir,
-                   *figures, time_spent=job.time_spent(now))
+                   *figures, time_spent=job.time_spent(now), name=job_name(job, family or job.family))
 
 
 def event_view(t: Transition) -> EventView:

@@ -63,9 +63,8 @@ def print_not_in_tables(report) -> None:
     if missing:
         print(f"Not in the tables ({len(missing)}):")
     for job in missing:
-        seed = "?" if job.seed is None else job.seed
         number = f"job {job.job_id} " if job.job_id is not None else ""
-        print(f"  {number}{job.config} {seed}:{job.dataset}: {job.state}: {job.reason}")
+        print(f"  {number}{job.name}: {job.state}: {job.reason}")
 
 
 def runs_asked(args) -> tuple[Path, list, bool]:

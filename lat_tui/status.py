@@ -31,8 +31,10 @@ def main(argv: list[str]) -> int:
     groups = client.fused_groups(run.id)
     engine, code = _engine_state(client, run)
     if args.json:
+        families = client.model_families(jobs)
         print(dumps({"run": run_view(run, jobs), "engine_alive": client.engine_alive(),
-                     "jobs": [job_view(j, group=groups.get(j.fused_group or "")) for j in jobs]}))
+                     "jobs": [job_view(j, group=groups.get(j.fused_group or ""), family=families.get(j.id))
+                              for j in jobs]}))
         return code
     print(f"run {run.id}: {run_state_text(run, jobs)}{' (admission paused)' if run.paused else ''}; "
           f"engine {engine}; outputs in {run.output_root}")

@@ -18,7 +18,7 @@ from lat_tui.columns import job_name
 from lat_tui.headless import RUN_ENDED, follow_detachable
 
 HELP = {
-    "wait": "wait until jobs (default: the whole run) end; exit 0 all succeeded, 1 not, 130 Ctrl-C",
+    "wait": "wait until jobs (default: the whole run) end; exit 0 all succeeded (or a sweep pruned them), 1 not, 130 Ctrl-C",
     "follow": "the headless progress stream of a run (its history so far, then live) and its summary",
 }
 
@@ -64,9 +64,11 @@ def wait(client: Client, args) -> int:
         if not client.engine_alive():
             client.ensure_engine(plan_env_of(run))
         time.sleep(args.poll)
-    bad = [j for j in jobs if j.state != "succeeded"]
+    bad = [j for j in jobs if j.state not in ("succeeded", "pruned")]  # a pruned point: the sweep's choice
+    pruned = sum(j.state == "pruned" for j in jobs)
     if not args.quiet:
-        print(f"{len(jobs) - len(bad)}/{len(jobs)} jobs succeeded")
+        print(f"{len(jobs) - len(bad) - pruned}/{len(jobs)} jobs succeeded"
+              + (f", {pruned} pruned by the sweep" if pruned else ""))
         for job in bad:
             print(f"  job {job.id} {job.state}: {job_name(job, client.model_family(job))}  {job.error or ''}".rstrip())
     return EXIT_OK if not bad else EXIT_FAILED

@@ -110,6 +110,8 @@ class TrainSection(_Section):
     batch_size: PosInt = 8
     lr: PosNumber = 2e-3
     max_steps: PosInt = 40
+    # the first part of the training split a job trains on (a sweep's screening stage: 0.25)
+    data_fraction: Annotated[float, _kind(V.FRACTION)] = 1.0
     eval_every: PosInt = 20
     save_every: PosInt = 20
     max_seq_len: PosInt = 48

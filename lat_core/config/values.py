@@ -74,6 +74,7 @@ NUMBER = Kind("a finite number", _is_number, _text_number, float)
 POSITIVE_NUMBER = Kind("a finite number > 0", lambda v: _is_number(v) and v > 0, _text_number, float)
 NONNEG_NUMBER = Kind("a finite number >= 0", lambda v: _is_number(v) and v >= 0, _text_number, float)
 RATIO = Kind("a number in [0, 1)", lambda v: _is_number(v) and 0 <= v < 1, _text_number, float)
+FRACTION = Kind("a number in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1, _text_number, float)
 BOOLEAN = Kind("a boolean (1/0, true/false, yes/no, on/off)", lambda v: isinstance(v, bool), _text_bool)
 TEXT = Kind("a string", lambda v: isinstance(v, str))
 NAMES = Kind("a non-empty list of strings",

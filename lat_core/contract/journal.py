@@ -17,13 +17,15 @@ from typing import Any, TypedDict, Unpack
 from lat_core.contract.commands import Command, CommandRow, decode, encode
 from lat_core.contract.devices import Device
 from lat_core.contract.diagnosis import Diagnosis
-from lat_core.errors import JournalError, NoJobError
+from lat_core.errors import JournalError, NoJobError, NoSuchRunError
 from lat_core.contract.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.contract.rows import (
-    GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition, job_row,
+    GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, SweptJob, Transition, job_row,
     job_summary, run_row,
 )
+from lat_core.contract.sweep_roles import Stage, SweepRole
 from lat_core.contract.states import JOB_FINAL, RUN_ACTIVE, RUN_ENDED, HistoryKind, JobState, RunState, history_entry
+from lat_core.titles import display_name
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -41,13 +43,14 @@ CREATE TABLE IF NOT EXISTS jobs (
   world INTEGER NOT NULL DEFAULT 1, use_libuv INTEGER NOT NULL DEFAULT 1,
   avoid_devices_json TEXT NOT NULL DEFAULT '[]', backend_options_json TEXT NOT NULL DEFAULT '{}',
   not_before REAL NOT NULL DEFAULT 0, added REAL, family TEXT, fused_group TEXT,
-  after_json TEXT NOT NULL DEFAULT '[]',
+  after_json TEXT NOT NULL DEFAULT '[]', sweep_json TEXT, held TEXT,
   UNIQUE (run_id, key)
 );
 CREATE TABLE IF NOT EXISTS attempts (
   id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), n INTEGER NOT NULL,
   device TEXT NOT NULL, pid INTEGER, pid_start REAL, launched REAL NOT NULL, ended REAL,
-  returncode INTEGER, exit_path TEXT NOT NULL, cancel_at REAL, oom_source TEXT, oom_before INTEGER
+  returncode INTEGER, exit_path TEXT NOT NULL, cancel_at REAL, oom_source TEXT, oom_before INTEGER,
+  stop_reason TEXT
 );
 CREATE TABLE IF NOT EXISTS transitions (
   id INTEGER PRIMARY KEY, ts REAL NOT NULL, run_id INTEGER NOT NULL, job_id INTEGER,
@@ -91,6 +94,9 @@ CREATE INDEX IF NOT EXISTS commands_pending ON commands(run_id) WHERE status='pe
 LATER_INDEXES = """
 -- the queued jobs that wait for others (what the engine checks every tick), among all queued
 CREATE INDEX IF NOT EXISTS jobs_after ON jobs(run_id, state) WHERE after_json != '[]';
+-- a two-stage search's full jobs that wait for its stage 1 to end, and a run's sweep jobs
+CREATE INDEX IF NOT EXISTS jobs_held ON jobs(run_id, state) WHERE held IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_swept ON jobs(run_id) WHERE sweep_json IS NOT NULL;
 """
 
 
@@ -178,7 +184,7 @@ class Store:
     def run(self, run_id: int) -> RunRow:
         row = self._db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
-            raise JournalError(f"no run {run_id}", where=str(self.path))
+            raise NoSuchRunError(f"no run {run_id}", where=str(self.path))
         return run_row(row)
 
     def runs(self) -> list[RunRow]:
@@ -237,8 +243,10 @@ class Store:
     # ------------------------------------------------------------------ jobs
     def add_jobs(self, run_id: int, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Insert jobs in order (dicts with key, suite, round, stem, seed, dataset, job_dir, argv, env;
-        optional state, world, use_libuv, family, and the jobs each waits for: ``after_keys``, keys
-        of the run's jobs, these included, and ``after_ids``, ids of any jobs of the journal)."""
+        optional state, world, use_libuv, family, the jobs each waits for: ``after_keys``, keys
+        of the run's jobs, these included, and ``after_ids``, ids of any jobs of the journal, and
+        ``sweep``: its :class:`SweepRole` in a two-stage search, a full job held until its search's
+        stage 1 ends)."""
         ids = []
         jobs = list(jobs)
         with self._tx() as db:
@@ -256,6 +264,7 @@ class Store:
                 detail = "already succeeded earlier; overwrite reruns it" if state is JobState.SUCCEEDED else ""
                 _transition(db, run_id, ids[-1], None, state, detail)
             _set_after(db, run_id, list(zip(ids, jobs)))
+            _set_roles(db, list(zip(ids, jobs)))
         return ids
 
     def jobs(self, run_id: int) -> list[JobRow]:
@@ -339,15 +348,48 @@ class Store:
                                 " AND after_json != '[]' ORDER BY seq", (run_id,))
         return [(job_id, tuple(json.loads(after)), waiting) for job_id, after, waiting in rows]
 
+    def held_jobs(self, run_id: int) -> list[tuple[int, str, str | None]]:
+        """(id, its search, its waiting reason) of the run's queued full jobs of a two-stage search
+        still held until its stage 1 ends (index jobs_held)."""
+        rows = self._db.execute("SELECT id, held, waiting FROM jobs WHERE run_id=? AND state='queued'"
+                                " AND held IS NOT NULL ORDER BY seq", (run_id,))
+        return [(job_id, held, waiting) for job_id, held, waiting in rows]
+
+    def swept_jobs(self, run_id: int) -> list[SweptJob]:
+        """The run's jobs that have a part in a two-stage search (index jobs_swept), in plan order."""
+        rows = self._db.execute("SELECT id, state, key, dataset, job_dir, sweep_json FROM jobs WHERE run_id=?"
+                                " AND sweep_json IS NOT NULL ORDER BY seq", (run_id,))
+        return [SweptJob(r[0], JobState(r[1]), r[2], r[3], r[4], SweepRole.from_json(r[5])) for r in rows]
+
+    def screening_counts(self, run_id: int) -> dict[str, tuple[int, int]]:
+        """search -> (its stage-1 jobs not ended yet, all of them), for the run's two-stage searches:
+        what a tick needs while stage 1 runs, counted by SQLite (no role decoded)."""
+        marks = ",".join("?" * len(JOB_FINAL))
+        rows = self._db.execute(
+            f"SELECT json_extract(sweep_json, '$.search'), SUM(state NOT IN ({marks})), COUNT(*) FROM jobs"
+            " WHERE run_id=? AND sweep_json IS NOT NULL AND json_extract(sweep_json, '$.stage')=? GROUP BY 1",
+            (*JOB_FINAL, run_id, Stage.SCREEN.value))
+        return {search: (unended, total) for search, unended, total in rows}
+
+    def release(self, job_ids: Iterable[int], detail: str) -> None:
+        """Held jobs that may start now (their search promoted them): the reason in each one's history."""
+        with self._tx() as db:
+            for job_id in job_ids:
+                db.execute("UPDATE jobs SET held=NULL, waiting=NULL WHERE id=?", (job_id,))
+                run_id = db.execute("SELECT run_id FROM jobs WHERE id=?", (job_id,)).fetchone()[0]
+                _transition(db, run_id, job_id, None, HistoryKind.SWEEP, detail)
+
     def job_states(self, job_ids: Iterable[int]) -> dict[int, tuple[JobState, str]]:
-        """job id -> (state, key) of those of ``job_ids`` the journal holds, in any run."""
+        """job id -> (state, name) of those of ``job_ids`` the journal holds, in any run; the name is
+        the job tables' (lat_core.titles.display_name), as the waiting reasons built from it say it."""
         ids = sorted(set(job_ids))
         found: dict[int, tuple[JobState, str]] = {}
         for start in range(0, len(ids), 500):  # SQLite caps the variables of one statement
             chunk = ids[start:start + 500]
-            rows = self._db.execute(f"SELECT id, state, key FROM jobs WHERE id IN ({','.join('?' * len(chunk))})",
-                                    chunk)
-            found.update({job_id: (JobState(state), key) for job_id, state, key in rows})
+            rows = self._db.execute("SELECT id, state, family, stem, seed, dataset FROM jobs"
+                                    f" WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            found.update({job_id: (JobState(state), display_name(family, stem, seed, dataset))
+                          for job_id, state, family, stem, seed, dataset in rows})
         return found
 
     def record_config_peak(self, key: str, peak_gpu: int, peak_rss: int) -> None:
@@ -521,6 +563,14 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE attempts SET cancel_at=COALESCE(cancel_at, ?) WHERE id=?", (when, attempt_id))
 
+    def request_stop(self, attempt_id: int, when: float, reason: str) -> bool:
+        """A cancel that the sweep's halving asks for: the job ends ``pruned`` with ``reason``. False
+        when the attempt was already being cancelled (a user's cancel stays one)."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE attempts SET cancel_at=?, stop_reason=? WHERE id=? AND cancel_at IS NULL",
+                             (when, reason, attempt_id))
+        return cur.rowcount == 1
+
     def open_attempts(self, run_id: int) -> list[AttemptRow]:
         # CROSS JOIN keeps the open attempts (index attempts_open) the outer loop: the planner would
         # otherwise walk every job of the run, 10,000 index probes for a few running jobs
@@ -587,8 +637,9 @@ class Store:
                         f"{status} {result}".strip())
 
 
-# a queued job whose every parent succeeded (or that has none): slot and pause reasons apply to it
-_NOT_WAITING_FOR_OTHERS = ("(after_json = '[]' OR NOT EXISTS (SELECT 1 FROM json_each(jobs.after_json) AS d"
+# a queued job whose every parent succeeded (or that has none), and no stage 1 holds: slot and pause
+# reasons apply to it
+_NOT_WAITING_FOR_OTHERS = ("held IS NULL AND (after_json = '[]' OR NOT EXISTS (SELECT 1 FROM json_each(jobs.after_json) AS d"
                            " JOIN jobs AS p ON p.id = d.value WHERE p.state != 'succeeded'))")
 
 
@@ -605,6 +656,15 @@ def _set_after(db: sqlite3.Connection, run_id: int, added: list[tuple[int, Mappi
             raise JournalError(f"job {job['key']} waits for {unknown[0]!r}, which run {run_id} does not hold")
         parents = sorted({*(by_key[k] for k in job.get("after_keys", ())), *job.get("after_ids", ())} - {job_id})
         db.execute("UPDATE jobs SET after_json=? WHERE id=?", (json.dumps(parents), job_id))
+
+
+def _set_roles(db: sqlite3.Connection, added: list[tuple[int, Mapping[str, Any]]]) -> None:
+    """The sweep roles of the jobs just added; a full job of a search is held until its stage 1 ends."""
+    for job_id, job in added:
+        role = job.get("sweep")
+        if isinstance(role, SweepRole):
+            held = role.search if role.stage is Stage.FULL else None
+            db.execute("UPDATE jobs SET sweep_json=?, held=? WHERE id=?", (role.to_json(), held, job_id))
 
 
 def _command_row(row: sqlite3.Row) -> CommandRow:
@@ -685,6 +745,7 @@ class EndFields(TypedDict, total=False):
     fused_group: str | None
     last_step: int | None  # a requeued job's row: where its next attempt starts (engine/requeue.py)
     last_loss: float | None
+    held: str | None  # the search whose stage 1 a job waits for (None: it no longer does)
 
 
 class JobFields(EndFields, total=False):

@@ -14,6 +14,7 @@ from lat_core.contract.devices import Device
 from lat_core.contract.diagnosis import Diagnosis, DiagnosisError
 from lat_core.contract.saved_plan import SavedPlan
 from lat_core.contract.states import JobState, RunState
+from lat_core.contract.sweep_roles import SweepRole, SweepRoleError
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +103,21 @@ class JobRow(JobSummary):
     avoid_devices: tuple[str, ...] = ()  # device ids a remedy excluded for this job (placement skips them)
     backend_options: dict[str, Any] = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
     after: tuple[int, ...] = ()  # ids of the jobs whose success this one waits for (lat_core.engine.dependencies)
+    sweep: SweepRole | None = None  # its part in a sweep's search (two stages, halving)
 
 
 SUMMARY_COLUMNS = tuple(f.name for f in fields(JobSummary))  # in order: JobSummary(*row) takes them
+
+
+@dataclass(frozen=True)
+class SweptJob:
+    """A job with a part in a two-stage search: what the engine ranks and promotes it by."""
+    id: int
+    state: JobState
+    key: str
+    dataset: str
+    job_dir: str
+    role: SweepRole
 
 
 @dataclass(frozen=True)
@@ -153,6 +166,7 @@ class AttemptRow:
     cancel_at: float | None = None
     oom_source: str | None = None
     oom_before: int | None = None
+    stop_reason: str | None = None  # why the sweep's halving stopped it (its cancel is then no user's)
 
 
 def run_row(row: sqlite3.Row) -> RunRow:
@@ -180,7 +194,21 @@ def job_row(row: sqlite3.Row) -> JobRow:
     data["backend_options"] = json.loads(columns["backend_options_json"])
     data["after"] = tuple(json.loads(columns.get("after_json") or "[]"))
     data["diagnosis"] = _diagnosis(columns["diagnosis_json"], f"jobs.diagnosis_json of job {data['id']}")
+    data["sweep"] = _sweep_role(columns.get("sweep_json"), f"jobs.sweep_json of job {data['id']}")
     return JobRow(**data)
+
+
+def _sweep_role(text: str | None, where: str) -> SweepRole | None:
+    """The job's sweep role; a damaged one reads as none, logged once (as a damaged diagnosis)."""
+    if not text:
+        return None
+    try:
+        return SweepRole.from_json(text)
+    except SweepRoleError as exc:
+        if (where, hash(text)) not in _TOLD:
+            _TOLD.add((where, hash(text)))
+            log.warning("%s is damaged, read as no sweep role: %s", where, exc)
+        return None
 
 
 def _diagnosis(text: str | None, where: str) -> Diagnosis | None:

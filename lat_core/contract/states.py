@@ -12,6 +12,7 @@ class JobState(str, Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    PRUNED = "pruned"  # the plan's sweep ended it or never started it: a point behind the others
 
     def __str__(self) -> str:
         return self.value
@@ -36,8 +37,9 @@ class RunState(str, Enum):
         return self in RUN_ACTIVE
 
 
-JOB_FINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-JOB_UNFINISHED = (JobState.FAILED, JobState.CANCELLED)  # what `requeue --failed` runs again
+JOB_FINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PRUNED)
+# what `requeue --failed` runs again: a pruned point is the sweep's choice, not a failure
+JOB_UNFINISHED = (JobState.FAILED, JobState.CANCELLED)
 RUN_ACTIVE = (RunState.COUNTDOWN, RunState.RUNNING, RunState.CANCELLING)
 RUN_ENDED = (RunState.FINISHED, RunState.CANCELLED)
 
@@ -62,6 +64,7 @@ class HistoryKind(StrEnum):
     AUTO_RETRY = "auto-retry"  # a retry the plan asked for, not made
     NOTICE = "notice"
     COMMAND = "command"
+    SWEEP = "sweep"  # a two-stage search's ranking: what it promoted and why
 
 
 def history_entry(kind: HistoryKind, about: str | None = None) -> str:

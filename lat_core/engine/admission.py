@@ -29,6 +29,7 @@ from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import HostSnapshot, host_snapshot
 from lat_core.contract.rows import JobRow
 from lat_core.contract.journal import Store
+from lat_core.titles import job_title
 
 GiB = 2**30
 
@@ -217,7 +218,7 @@ class Admission:
             return f"{device.id} has {fmt_gib(free_now)} free, the plan asks for at least {fmt_gib(self._min_free)}"
         unknown = [j for j in starting if self.expected_peak(j) is None]
         if unknown:
-            return f"waiting for {unknown[0].key} to settle on {device.id}"
+            return f"waiting for job {unknown[0].id} ({job_title(unknown[0])}) to settle on {device.id}"
         if expected is None:
             return None
         claims = self._claims(starting, gpu=True)

@@ -19,6 +19,7 @@ from lat_core.contract.states import HistoryKind, JobState
 from lat_core.engine.notices import RunNotices
 from lat_core.engine.state import EngineState
 from lat_core.text import shorten
+from lat_core.titles import job_title
 
 REASON_PREFIX = "breaker: "
 ENDED = (JobState.SUCCEEDED, JobState.FAILED)
@@ -75,6 +76,7 @@ def common_systemic_class(jobs: list[JobRow]) -> FailureClass | None:
 
 def trip_reason(cls: FailureClass, first: list[JobRow]) -> str:
     """The pause's reason, which every queued job shows as what it waits for."""
-    error = shorten(first[-1].error.splitlines()[0], 200) if first[-1].error else cls.info.meaning
-    return (f"{REASON_PREFIX}the first {len(first)} jobs all failed with {cls.value} (latest: {first[-1].key}: "
-            f"{error}); fix the cause, then `lat-tui resume`, or `lat-tui cancel --all`")
+    latest = first[-1]
+    error = shorten(latest.error.splitlines()[0], 200) if latest.error else cls.info.meaning
+    return (f"{REASON_PREFIX}the first {len(first)} jobs all failed with {cls.value} (latest: job {latest.id} "
+            f"{job_title(latest)}: {error}); fix the cause, then `lat-tui resume`, or `lat-tui cancel --all`")

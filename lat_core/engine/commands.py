@@ -18,6 +18,7 @@ from lat_core.engine.requeue import restart_argv, start_said, waiting_step
 from lat_core.contract.jobdir import JobDir
 from lat_core.contract.states import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 from lat_core.contract.journal import RunRow
+from lat_core.titles import job_title
 
 if TYPE_CHECKING:
     from lat_core.engine.loop import Engine
@@ -119,7 +120,7 @@ class Commands:
         if job.state in JOB_FINAL:
             return "rejected", f"job is already {job.state}"
         self.engine.cancel(job)
-        return "done", f"cancel sent to {job.key}"
+        return "done", f"cancel sent to job {job.id} {job_title(job)}"
 
     def requeue(self, run: RunRow, command: RequeueJob) -> Result:
         job = self.store.job(command.job_id)
@@ -137,7 +138,7 @@ class Commands:
         detail = (f"requeued with remedy {remedy}: {applied}" if remedy else "requeued by user") + f" ({said})"
         self._back_to_queue(run, job, start, detail)
         self._reopen(run, "job requeued")
-        return "done", f"{job.key} requeued"
+        return "done", f"job {job.id} {job_title(job)} requeued"
 
     def requeue_jobs(self, run: RunRow, command: RequeueJobs) -> Result:
         """The listed failed or cancelled jobs back to the queue (``lat-tui requeue --failed``), in
@@ -152,7 +153,7 @@ class Commands:
                 self._back_to_queue(run, job, flag, f"requeued by user with the failed ones: {said}")
             self._reopen(run, "jobs requeued")
         lines = [f"{len(got)} job{'s' if len(got) != 1 else ''} requeued"]
-        return "done", "\n".join(lines + [f"  {job.id} {job.key}: {said}" for job, _, said in got])
+        return "done", "\n".join(lines + [f"  {job.id} {job_title(job)}: {said}" for job, _, said in got])
 
     def _unfinished(self, run: RunRow, ids: tuple[int, ...]) -> tuple[list, str]:
         """(the jobs ``ids`` names, why they cannot all be requeued: "" when they can)."""
@@ -162,7 +163,7 @@ class Commands:
         missing = [str(i) for i in ids if i not in jobs]
         if missing:
             return [], f"no job {', '.join(missing)} in run {run.id}"
-        busy = [f"{jobs[i].key} is {jobs[i].state}" for i in ids if jobs[i].state not in JOB_UNFINISHED]
+        busy = [f"job {i} {job_title(jobs[i])} is {jobs[i].state}" for i in ids if jobs[i].state not in JOB_UNFINISHED]
         if busy:
             return [], "only failed or cancelled jobs are requeued with the failed ones; " + ", ".join(busy)
         return [jobs[i] for i in dict.fromkeys(ids)], ""
@@ -185,6 +186,8 @@ class Commands:
         """Give the new attempt its start flag (see engine/requeue.py), and drop a pause left on an
         ended run, which would otherwise keep the requeued job queued forever; the new argv."""
         argv = restart_argv(job.argv, job.state is JobState.SUCCEEDED, start)
+        if job.state is JobState.PRUNED:
+            JobDir(job.job_dir).clear_pruned()
         if argv != job.argv:
             self.store.set_job_argv(job.id, argv)
         if run.paused and run.state not in RUN_ACTIVE:

@@ -14,7 +14,7 @@ import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from lat_core.contract.devices import Device
 from lat_core.contract.journal import Store
@@ -26,7 +26,6 @@ from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, alone_because, 
                                     smaller_limit)
 from lat_core.engine.requeue import restart_argv, waiting_step
 from lat_core.engine.retries import backoff_hold
-from lat_core.engine.dependencies import Dependencies
 from lat_core.engine.state import EngineState
 from lat_core.engine.warm import WarmStarts
 from lat_core.contract.jobdir import AttemptFiles, ExitRecord, GroupRef, JobDir
@@ -47,12 +46,12 @@ class GroupStarts:
     """Which queued jobs join a job's fused group, and the group's start: one launch for all."""
 
     def __init__(self, state: EngineState, *, groups: FusedGroups, starts: Starts, warm: WarmStarts,
-                 admission: Admission, secrets: JobSecrets, dependencies: Dependencies):
+                 admission: Admission, secrets: JobSecrets, waits: Callable[[JobRow], bool]):
         self.store = state.store
         self._clock = state.clock
         self._state = state
         self._groups = groups
-        self._dependencies = dependencies
+        self._waits = waits  # a job held for others (after:, a search's stage 1): it joins no group
         self._starts = starts
         self._warm = warm
         self._admission = admission
@@ -88,7 +87,7 @@ class GroupStarts:
             if other.id in taken or device.id in other.avoid_devices or other_key != key or other_cap <= len(group):
                 continue
             if self._warm.hold(other) or backoff_hold(other, self._clock()) is not None \
-                    or self._dependencies.hold(other):
+                    or self._waits(other):
                 continue
             if self._admission.group_blocker([*group, other], device, running) is None:
                 group.append(other)

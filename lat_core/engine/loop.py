@@ -24,6 +24,8 @@ from lat_core.engine.backends import Backend
 from lat_core.engine.breaker import Breaker
 from lat_core.engine.commands import Commands
 from lat_core.engine.dependencies import Dependencies
+from lat_core.engine.halving import Halving
+from lat_core.engine.promotion import Promotion
 from lat_core.engine.backends.local import LocalBackend
 from lat_core.contract.jobdir import AttemptFiles, PidRecord
 from lat_core.engine.launch import Launched, launch
@@ -41,6 +43,7 @@ from lat_core.engine.starts import Batch, Starts
 from lat_core.engine.state import EngineState
 from lat_core.contract.states import HistoryKind, JobState, RunState
 from lat_core.contract.journal import JobRow, RunRow, Store
+from lat_core.contract.rows import AttemptRow
 from lat_core.engine.warm import WarmStarts
 from lat_core.contract.run_secrets import JobSecrets
 from lat_core.errors import JournalError
@@ -81,9 +84,10 @@ class Engine:
         self._starts = Starts(state, recovery=self._recovery, faults=self._faults, warm=self._warm,
                               secrets=self._job_secrets, mps=self._mps)
         self._dependencies = Dependencies(state)
+        self._promotion = Promotion(state)
+        self._halving = Halving(state, stop=self.stop_pruned)
         self._group_starts = GroupStarts(state, groups=self._groups, starts=self._starts, warm=self._warm,
-                                         admission=self._admission, secrets=self._job_secrets,
-                                         dependencies=self._dependencies)
+                                         admission=self._admission, secrets=self._job_secrets, waits=self._waits)
         self._commands = Commands(self)
 
     def now(self) -> float:
@@ -150,6 +154,8 @@ class Engine:
         if run.state is RunState.RUNNING:
             self._notices.run_started(run)
             self._dependencies.settle(run)  # before admission: it passes the jobs still waiting by
+            self._promotion.settle(run)
+            self._halving.settle(run)
             self._admit(self.store.run(run.id))  # as reaping left it: a full disk pauses admission
         self._finish_if_drained(run)
 
@@ -162,9 +168,10 @@ class Engine:
     def _finish_if_drained(self, run: RunRow) -> None:
         if not self.store.has_unfinished_jobs(run.id) and not self.store.open_attempts(run.id):
             counts = self.store.job_counts(run.id)
-            succeeded = counts.get(JobState.SUCCEEDED, 0)
+            succeeded, pruned = counts.get(JobState.SUCCEEDED, 0), counts.get(JobState.PRUNED, 0)
             final = RunState.CANCELLED if run.state is RunState.CANCELLING else RunState.FINISHED
-            self.store.set_run_state(run.id, final, f"{succeeded} succeeded, {sum(counts.values()) - succeeded} not")
+            said = f"{succeeded} succeeded" + (f", {pruned} pruned by the sweep" if pruned else "")
+            self.store.set_run_state(run.id, final, f"{said}, {sum(counts.values()) - succeeded - pruned} not")
             self._notices.run_finished(self.store.run(run.id))
             self._mps.stop(run.id)
 
@@ -189,7 +196,7 @@ class Engine:
         batch: Batch | None = [] if self._submits_arrays(run.id) else None
         taken: set[int] = set()  # started this pass as members of a fused group
         for job in self.store.iter_queued(run.id):
-            if job.id in taken or self._dependencies.hold(job):
+            if job.id in taken or self._waits(job):
                 continue
             if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
                 self._set_waiting(job, hold)
@@ -224,6 +231,10 @@ class Engine:
                 self._starts.start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
         self._starts.launch_batch(run.id, batch or [])
+
+    def _waits(self, job: JobRow) -> bool:
+        """A job held for others (after:) or for its search's stage 1: its reason is written already."""
+        return self._dependencies.hold(job) or self._promotion.hold(job)
 
     def _set_waiting(self, job: JobRow, reason: str | None) -> None:
         """Why a queued job waits, written only when it changes: most admitted jobs had no reason
@@ -308,6 +319,16 @@ class Engine:
                                      ended=self._clock(), error="cancelled by user")
         for attempt in attempts:
             self.store.request_cancel(attempt.id, self._clock())
-            if not self._groups.cancel_member(job, attempt) and attempt.pid:
-                self._state.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
+            self._stop_process(job, attempt)
+
+    def stop_pruned(self, job: JobRow, why: str) -> None:
+        """The sweep's halving stops a running job: it ends ``pruned`` with ``why`` (the cancel's
+        signal, or a fused member's cancel marker)."""
+        for attempt in (a for a in self.store.open_attempts(job.run_id) if a.job_id == job.id):
+            if self.store.request_stop(attempt.id, self._clock(), why):
+                self._stop_process(job, attempt)
+
+    def _stop_process(self, job: JobRow, attempt: AttemptRow) -> None:
+        if not self._groups.cancel_member(job, attempt) and attempt.pid:
+            self._state.backend(job.run_id).signal(attempt.pid, signal.SIGTERM)
 

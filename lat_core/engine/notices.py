@@ -14,6 +14,7 @@ import threading
 import time
 
 from lat_core.notify import Notices
+from lat_core.titles import job_title
 from lat_core.contract.run_secrets import RunSecrets
 from lat_core.contract.states import HistoryKind, JobState, RunState, history_entry
 from lat_core.contract.journal import JobRow, RunRow, Store
@@ -51,7 +52,7 @@ class RunNotices:
         scripts' SWANLAB_EMAIL_ON_INTERRUPT: training stopped before its end)."""
         jobs = self.store.jobs(run.id)
         bad = [j for j in jobs if j.state is not JobState.SUCCEEDED]
-        lines = [f"{j.state}: {j.key}  {j.error or ''}".rstrip() for j in bad]
+        lines = [f"{j.state}: {j.id} {job_title(j)}  {j.error or ''}".rstrip() for j in bad]
         kind, verb = ("interrupt", "interrupted (cancelled)") if run.state is RunState.CANCELLED else ("finish", "finished")
         self._emit(run, None, kind, f"LAT run {run.id} {verb}: {len(jobs) - len(bad)}/{len(jobs)} succeeded",
                    "\n".join([f"Run {run.id} {verb}; outputs in {run.output_root}.", *lines]))
@@ -65,8 +66,9 @@ class RunNotices:
     def job_failed(self, run: RunRow, job: JobRow) -> None:
         kind = "oom" if job.diagnosis and job.diagnosis.cls in OOM_CLASSES else "failure"
         explained = job.diagnosis.diagnosis if job.diagnosis else ""
-        body = "\n".join([f"{job.key} failed in run {run.id}: {job.error}", "", explained])
-        self._emit(run, job.id, kind, f"LAT job failed: {job.key}", body.strip())
+        name = job_title(job)
+        body = "\n".join([f"job {job.id} {name} failed in run {run.id}: {job.error}", "", explained])
+        self._emit(run, job.id, kind, f"LAT job failed: {name}", body.strip())
 
     def _emit(self, run: RunRow, job_id: int | None, kind: str, subject: str, body: str) -> None:
         notices = self._notices(run)

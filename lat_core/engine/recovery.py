@@ -148,7 +148,10 @@ class Recovery:
             ended = self.store.job(job.id)  # as failed, before a retry queues it again
             if state is JobState.FAILED and not self._groups.split_after_oom(attempt):
                 maybe_retry(self.store, self.store.run(job.run_id), ended, now=self._clock())
-        self._close_log(job, state, how_it_ended(returncode, diagnosis) + (f" ({problem})" if problem else ""))
+        if state is JobState.PRUNED:
+            self._keep_pruned(job, error or "")
+        how = how_it_ended(returncode, diagnosis) + (f" ({problem})" if problem else "")
+        self._close_log(job, state, error or how if state is JobState.PRUNED else how)  # pruned: the sweep's reason
         if state is JobState.SUCCEEDED and group is None:
             self._remember_peak(job)
         elif state is JobState.SUCCEEDED:  # a group's peak is recorded with its size, never as a job's alone
@@ -175,6 +178,13 @@ class Recovery:
         try:
             JobDir(job.job_dir).write_peak_usage(PeakUsage(job.peak_rss, job.peak_gpu))
         except OSError:  # a folder gone or read-only: the journal still has the number
+            pass
+
+    def _keep_pruned(self, job: JobRow, why: str) -> None:
+        """Why the sweep stopped the job, into its folder for the results tables."""
+        try:
+            JobDir(job.job_dir).write_pruned(why)
+        except OSError:  # a folder gone or read-only: the journal still says it
             pass
 
     def _remember_peak(self, job: JobRow) -> None:
@@ -226,6 +236,8 @@ class Recovery:
         whatever goes wrong in it is part of this job's reason, never the engine's end."""
         if returncode == 0:
             return JobState.SUCCEEDED, None, None
+        if attempt.stop_reason is not None:  # the sweep's halving stopped it
+            return JobState.PRUNED, attempt.stop_reason, None
         if attempt.cancel_at is not None:
             return JobState.CANCELLED, "cancelled by user", None
         try:

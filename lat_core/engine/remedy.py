@@ -18,6 +18,7 @@ from lat_core.contract.journal import JobRow, RunRow, Store
 from lat_core.contract.diagnosis import (AvoidDevice, BackendOption, Change, ConfigChange, Diagnosis, EnvChange, Remedy,
                                          Resume, SlotsChange)
 from lat_core.contract.jobdir.names import JOB_YAML
+from lat_core.titles import job_title
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def find_remedy(job: JobRow, key: str) -> Remedy:
     match = next((r for r in remedies if r.key == key), None)
     if match is None:
         offered = ", ".join(r.key for r in remedies) or "none"
-        raise ValueError(f"remedy {key!r} is not offered for {job.key} (offered: {offered})")
+        raise ValueError(f"remedy {key!r} is not offered for job {job.id} {job_title(job)} (offered: {offered})")
     return match
 
 
@@ -56,7 +57,7 @@ def apply_remedy(store: Store, run: RunRow, job: JobRow, key: str) -> str:
     remedy = find_remedy(job, key)
     problems = [p for c in remedy.changes if (p := check_change(run, job, c))]
     if problems:
-        raise ValueError(f"remedy {key!r} cannot be applied to {job.key}: {'; '.join(problems)}")
+        raise ValueError(f"remedy {key!r} cannot be applied to job {job.id} {job_title(job)}: {'; '.join(problems)}")
     described = []
     for change in remedy.changes:
         described.append(apply_change(Target(store, store.run(run.id), store.job(job.id)), change))

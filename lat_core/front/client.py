@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from lat_core import __version__ as LAT_VERSION
 from lat_core.contract.commands import Command, CommandRow
-from lat_core.errors import JournalError, NoJobError
+from lat_core.errors import JournalError, NoJobError, NoSuchRunError
 from lat_core.contract.jobdir import AnyEvent, JobDir, last_log_line
 from lat_core.contract.jobdir.names import JOB_YAML
 from lat_core.contract.journal_faults import journal_faults
 from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
 from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store
-from lat_core.front.service import PreparedRun, create_run, ensure_engine, jobs_to_add, prepare_run
+from lat_core.front.service import AddChecks, PreparedRun, create_run, ensure_engine, jobs_to_add, prepare_run
 from lat_core.contract.states import JOB_UNFINISHED
 from lat_core.contract.journal import JOB_FINAL, PAUSED_BY_USER, RUN_ACTIVE, Store
 
@@ -57,7 +57,7 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
 __all__ = [
     # the journal: runs, jobs, commands
     "Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "PAUSED_BY_USER", "RUN_ACTIVE", "NoJobError", "NoRunError",
-    "NoStateError",
+    "NoSuchRunError", "NoStateError",
     "ensure_engine",
     "journal_faults_in", "plan_env_of", "resolve_state_dir", "LAT_VERSION",
     # job folders
@@ -168,8 +168,13 @@ class Client:
             return store.runs()
 
     def run(self, run_id: int) -> RunRow:
+        """Run ``run_id``; a run id the user typed that is not there is a NoSuchRunError that says
+        which runs the state directory holds (a usage error, not a damaged journal)."""
         with self._journal() as store:
-            return store.run(run_id)
+            try:
+                return store.run(run_id)
+            except NoSuchRunError:
+                raise NoSuchRunError(_no_run_text(store, run_id), where=str(self.state_dir)) from None
 
     def latest_run(self) -> RunRow | None:
         with self._journal() as store:
@@ -337,10 +342,12 @@ class Client:
             return store.run(create_run(store, prepared))
 
     def jobs_to_add(self, run: RunRow, suites: list[str], rounds: object, pairs: object,
-                    registry: SuiteRegistry, after: object = None) -> list[dict[str, object]]:
-        """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders.
-        ``after``: ids of jobs they wait for (as a plan's ``after:`` takes them)."""
-        return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir, after)
+                    registry: SuiteRegistry, after: object = None, allow_cpu: bool = False,
+                    ) -> list[dict[str, object]]:
+        """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders,
+        and (PreflightError) where they cannot work on its devices unless ``allow_cpu`` lets a big
+        model train on its CPU. ``after``: ids of jobs they wait for (as a plan's ``after:`` takes them)."""
+        return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir, after, AddChecks(allow_cpu))
 
 
 def mail_notice(yaml_path: str | Path, kind: str, subject: str, body: str) -> tuple[bool, list[str]]:
@@ -357,6 +364,14 @@ def plan_env_of(run: RunRow) -> dict[str, str]:
     """The plan's ``env:``, handed to an engine started for the run (masked values are dropped
     by the spawner)."""
     return dict(run.plan.env)
+
+
+def _no_run_text(store: Store, run_id: int) -> str:
+    """``no run 999 (runs here: 1-4; `lat-tui runs` lists them)``: the slip, and what to type instead."""
+    ids = [run.id for run in store.runs()]
+    span = f"{min(ids)}-{max(ids)}" if len(ids) > 1 else "".join(map(str, ids))
+    held = f"runs here: {span}" if ids else "the journal holds no run yet"
+    return f"no run {run_id} ({held}; `lat-tui runs` lists them)"
 
 
 def _no_job_text(store: Store, job_id: int, run_id: int | None) -> str:

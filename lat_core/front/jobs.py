@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
@@ -29,7 +30,9 @@ from lat_core.errors import ConfigError, OutputPathError, PlanError
 from lat_core.contract.jobdir import JobDir
 from lat_core.contract.jobdir.names import COMMAND, JOB_YAML, OVERRIDES
 from lat_core.front.plan import Pair, Plan, SuiteRef
-from lat_core.front.sweep import NO_POINT, Point, Sweep, points, read_sweep
+from lat_core.contract.sweep_roles import Stage, SweepRole
+from lat_core.front.sweep import NO_POINT, Point, Sweep, Value, points, read_sweep
+from lat_core.front.sweep_stages import SCREEN_SUFFIX
 from lat_core.front.sweep_fields import target
 from lat_core.safe_files import escape_problem, write_files
 from lat_core.text import shorten
@@ -62,6 +65,7 @@ class JobSpec:
     # job of the state directory (the plan's after:, --after); shared, read-only, among an entry's jobs
     after_keys: list[str] = field(default_factory=list)
     after_ids: list[int] = field(default_factory=list)
+    sweep: SweepRole | None = None  # its part in a two-stage search
 
     def command(self) -> list[str]:
         flags = {"resume": ["--resume"], "overwrite": ["--overwrite"]}.get(self.mode, [])
@@ -88,16 +92,47 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     entries: list[list[JobSpec]] = []
     for ref in plan.suites:
         suite = registry.get(ref.name)
-        swept = points(_sweep_of(plan, ref))
+        sweep = _sweep_of(plan, ref)
+        swept = points(sweep)
         entries.append([])
         for round_no, cfg_path in suite.configs_for(plan.round_list(ref)):
             base_cfg = registry.pin_user_peft_spec(_load_experiment(cfg_path))
-            for point in swept:
-                entries[-1] += [_make_job(plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg, pair, seen,
-                                          typed_cache, point) for pair in plan.pairs]
+            make = partial(_make_job, plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg,
+                           seen=seen, typed_cache=typed_cache)
+            if sweep.stages is None and sweep.halving is None:
+                entries[-1] += [make(pair, point) for point in swept for pair in plan.pairs]
+            else:
+                entries[-1] += _searched(make, plan, sweep, swept, f"{suite.name}/{round_no}/{cfg_path.stem}")
     jobs = [job for entry in entries for job in entry]
     _link_after(plan, entries, jobs)
     return jobs
+
+
+def _searched(make: Callable[..., JobSpec], plan: Plan, sweep: Sweep, swept: list[Point], base: str) -> list[JobSpec]:
+    """A config's jobs under a search, each with its role. With ``stages``, per dataset: stage 1
+    runs each point with the dataset's first seed and the ``screen`` fields (folder
+    ``<config>__<point>__screen``), stage 2 each point with every pair, held until the engine
+    promotes it (:mod:`lat_core.engine.promotion`); with ``halving``, the jobs of one dataset, seed
+    and stage race (:mod:`lat_core.engine.halving`)."""
+    jobs = []
+    if sweep.stages is not None:
+        first_pairs: dict[str, Pair] = {}
+        for pair in plan.pairs:
+            first_pairs.setdefault(pair.dataset, pair)
+        for first in first_pairs.values():
+            jobs += [_with_role(make(first, point, screen=sweep.stages.screen), sweep, i, point, base, Stage.SCREEN)
+                     for i, point in enumerate(swept)]
+    stage = Stage.ONLY if sweep.stages is None else Stage.FULL
+    return jobs + [_with_role(make(pair, point), sweep, i, point, base, stage)
+                   for i, point in enumerate(swept) for pair in plan.pairs]
+
+
+def _with_role(job: JobSpec, sweep: Sweep, i: int, point: Point, base: str, stage: Stage) -> JobSpec:
+    search, rule = f"{base}/{job.dataset}", sweep.halving
+    promote = sweep.stages.promote if sweep.stages is not None and stage is Stage.FULL else 0
+    race = f"{search}/seed{job.seed}/{stage.value}" if rule is not None else ""
+    job.sweep = SweepRole(i, point.name, search, stage, promote, race, rule.rungs if rule else (), rule.eta if rule else 0)
+    return job
 
 
 def _link_after(plan: Plan, entries: list[list[JobSpec]], jobs: list[JobSpec]) -> None:
@@ -134,18 +169,21 @@ def _check_dataset_variables(plan: Plan, shell_env: dict[str, str]) -> None:
 
 
 def _make_job(plan: Plan, root: Path, shell_env: dict[str, str], suite: str, round_no: int, cfg_path: Path,
-              base_cfg: dict[str, Any], pair: Pair, seen: dict[str, int], typed_cache: dict[str, JobConfig],
-              point: Point) -> JobSpec:
+              base_cfg: dict[str, Any], pair: Pair, point: Point, *, seen: dict[str, int],
+              typed_cache: dict[str, JobConfig], screen: tuple[tuple[str, Value], ...] = ()) -> JobSpec:
     group = f"{safe_component(pair.dataset, 'dataset')}_seed{pair.seed}"
     stem = safe_component(cfg_path.stem, "config name")
     if point.name:
         stem = f"{stem}{POINT_SEPARATOR}{safe_component(point.name, 'sweep point')}"
+    if screen:
+        stem = f"{stem}{POINT_SEPARATOR}{SCREEN_SUFFIX}"
     count = seen.get(f"{group}/{stem}", 0) + 1
     seen[f"{group}/{stem}"] = count
     if count > 1:
         stem = f"{stem}__rep{count}"
     job_dir = root / group / stem
-    config, provenance, origin = resolve_config(base_cfg, cfg_path, plan, shell_env, pair, job_dir, stem, point)
+    config, provenance, origin = resolve_config(base_cfg, cfg_path, plan, shell_env, pair, job_dir, stem, point,
+                                                screen)
     wants_resume = bool(config.pop("resume", False)) or plan.resume
     mode = job_mode(job_dir, wants_resume, plan.overwrite, strict=bool(base_cfg.get("resume")))
     world = _positive_int(config.pop("gpus_per_job", plan.gpus_per_job), cfg_path)
@@ -191,15 +229,16 @@ def _load_experiment(path: Path) -> YamlMapping:
 # Where a value can come from, earliest first: a later layer overrides an earlier one. The sweep is
 # last: its values name the job's folder, so nothing may change them after.
 PLAN_OVERRIDES, PLAN_ENV, SHELL, SWEEP = "plan overrides", "plan env", "the launching shell", "the plan's sweep"
+SCREEN = "the plan's sweep stages.screen"
 POINT_SEPARATOR = "__"  # <config stem>__<point>: lr2e-4_r16 of tiny_lora is tiny_lora__lr2e-4_r16
 
 
 def resolve_config(base: Mapping[str, object], cfg_path: Path, plan: Plan, shell_env: dict[str, str], pair: Pair,
-                   job_dir: Path, stem: str, point: Point = NO_POINT,
+                   job_dir: Path, stem: str, point: Point = NO_POINT, screen: tuple[tuple[str, Value], ...] = (),
                    ) -> tuple[dict[str, Any], list[Provenance], dict[str, str]]:
     """The job's final config: experiment YAML < plan overrides < plan env < launching shell < the
-    sweep's point, then the pair's dataset and seed; returns (config, provenance, origin: field ->
-    where it came from).
+    sweep's point < a stage-1 job's ``screen`` fields, then the pair's dataset and seed; returns
+    (config, provenance, origin: field -> where it came from).
 
     This is the one place overrides are applied: the config is written to job.yaml with
     ``resolved: true`` and the trainer applies nothing on top of it."""
@@ -212,7 +251,8 @@ def resolve_config(base: Mapping[str, object], cfg_path: Path, plan: Plan, shell
         origin[dotted] = PLAN_OVERRIDES
     for label, env in ((PLAN_ENV, plan.env), (SHELL, shell_env)):
         config = _apply_env_layer(config, env, label, provenance, origin)
-    config = _apply_point(config, point, cfg_path, provenance, origin)
+    config = _apply_point(config, point.values, cfg_path, provenance, origin)
+    config = _apply_point(config, screen, cfg_path, provenance, origin, SCREEN)
     data = _plain_copy(plan.datasets[pair.dataset]) if pair.dataset in plan.datasets else pair.dataset
     injected: dict[str, object] = {"name": stem, "data": data, "seed": pair.seed, "output_dir": str(job_dir)}
     for key, value in injected.items():
@@ -237,18 +277,20 @@ def _apply_env_layer(config: dict[str, Any], env: dict[str, str], label: str, pr
     return config
 
 
-def _apply_point(config: dict[str, Any], point: Point, cfg_path: Path, provenance: list[Provenance],
-                 origin: dict[str, str]) -> dict[str, Any]:
-    """The point's values over everything else; a variable (HP_LR) sets its field as the env would.
-    Each is in the provenance with source ``sweep``: what results group a sweep's jobs by."""
-    for key, value in point.values:
+def _apply_point(config: dict[str, Any], values: tuple[tuple[str, Value], ...], cfg_path: Path,
+                 provenance: list[Provenance], origin: dict[str, str], layer: str = SWEEP) -> dict[str, Any]:
+    """A point's values (or stage 1's ``screen`` fields) over everything else; a variable (HP_LR)
+    sets its field as the env would. Each is in the provenance with source ``sweep`` (what results
+    group a sweep's jobs by) or ``sweep screen``."""
+    source = "sweep" if layer == SWEEP else "sweep screen"
+    for key, value in values:
         plain = list(value) if isinstance(value, tuple) else value
         if key in ENV_FIELDS:
-            config = _apply_env_layer(config, {key: str(plain)}, SWEEP, [], {})
+            config = _apply_env_layer(config, {key: str(plain)}, layer, [], {})
         else:
             _set(config, key, plain, cfg_path)
-        provenance.append({"field": key, "value": plain, "source": "sweep"})
-        origin[target(key)] = SWEEP
+        provenance.append({"field": key, "value": plain, "source": source})
+        origin[target(key)] = layer
     return config
 
 
@@ -257,7 +299,8 @@ def _rank(origin: dict[str, str], dotted: str, config: dict[str, Any]) -> int:
     where = origin.get(dotted)
     if where is None:
         return 1 if _get(config, dotted) is not None else 0
-    return 2 if where == PLAN_OVERRIDES else 3 if where.endswith(PLAN_ENV) else 5 if where == SWEEP else 4
+    layers = {PLAN_OVERRIDES: 2, SWEEP: 5, SCREEN: 6}
+    return layers.get(where, 3 if where.endswith(PLAN_ENV) else 4)
 
 
 def _drop_outranked_max_steps(config: dict[str, Any], origin: dict[str, str], provenance: list[Provenance]) -> None:

@@ -29,7 +29,8 @@ from lat_core.front.jobs import JobSpec, safe_component
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.front.plan import Pair, Plan, SuiteRef
 from lat_core.safe_files import check_output_root
-from lat_core.front.service import PreparedRun
+from lat_core.front.preflight import HubProbe
+from lat_core.front.service import PreparedRun, preflight_jobs
 
 SUITE = "rerun"   # the suite name the new run files the job under
 T = TypeVar("T")
@@ -135,10 +136,12 @@ def default_output_root(job_dir: Path) -> Path:
 
 def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus: str | list[int] | None = None,
                   environ: dict[str, str] | None = None, probe: GpuProbe | None = None,
-                  keep_env: tuple[str, ...] = ()) -> tuple[PreparedRun, RerunEnv]:
+                  keep_env: tuple[str, ...] = (), allow_cpu: bool = False,
+                  hub_probe: HubProbe | None = None) -> tuple[PreparedRun, RerunEnv]:
     """(a one-job run to create, its env with what was dropped or missing); ConfigError when the
     folder is not a job, PlanError for bad ``gpus`` (indices as a list or in text, or "cpu"; None:
-    as the job ran), OutputPathError when the new folder exists."""
+    as the job ran), OutputPathError when the new folder exists, PreflightError when it cannot
+    work here (a big model on the CPU without ``allow_cpu``, an unreachable hub, too little memory)."""
     job_dir = Path(job_dir).expanduser().resolve()
     environ = environ or {}
     config = resolved_config(job_dir)
@@ -160,12 +163,14 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus: str | li
         accelerator = record.get("accelerator")
         ran_on_gpus = isinstance(accelerator, dict) and bool(accelerator.get("gpus"))
         gpus = list(range(world)) if ran_on_gpus else "cpu"
-    plan = _plan(seed, data, gpus, env, root, world)
+    plan = _plan(seed, data, gpus, env, root, world, allow_cpu)
     provenance = _read_json(job_dir / OVERRIDES, list, []) + [
         {"field": "*", "value": str(job_dir), "source": "rerun of"}]
     job = JobSpec(f"{new_dir.parent.name}/{stem}", SUITE, 1, str(job_dir / JOB_YAML), stem, seed, data,
                   new_dir, config, provenance, env, "fresh", world, True, typed)
-    devices = resolve_devices(plan, (probe or GpuProbe()).snapshot())
+    snapshot = (probe or GpuProbe()).snapshot()
+    devices = resolve_devices(plan, snapshot)
+    preflight_jobs(plan, [job], devices, snapshot, environ, hub_probe)
     return PreparedRun(plan, [job], devices), rerun_env
 
 
@@ -176,12 +181,13 @@ def _world_size(record: dict[str, Any], path: Path) -> int:
     return world
 
 
-def _plan(seed: int, data: str, gpus: str | list[int], env: dict[str, str], root: Path, world: int) -> Plan:
+def _plan(seed: int, data: str, gpus: str | list[int], env: dict[str, str], root: Path, world: int,
+          allow_cpu: bool) -> Plan:
     """The one-job plan; ``gpus`` as the user gave it, read by the plan's own validator."""
     try:
         return Plan.model_validate({"suites": [SuiteRef(name=SUITE)], "pairs": [Pair(seed=seed, dataset=data)],
                                     "gpus": gpus, "slots": 1, "env": env, "output_root": str(root),
-                                    "gpus_per_job": world})
+                                    "gpus_per_job": world, "allow_cpu": allow_cpu})
     except ValidationError as exc:
         raise PlanError([_problem(err) for err in exc.errors()]) from None
 

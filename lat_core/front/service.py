@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ from lat_core.contract.journal_faults import check_space, clear_fault, explain, 
 from lat_core.contract.run_secrets import SecretFile, collect, create_private
 from lat_core.front.run_guard import check_no_live_overlap, creation_lock
 from lat_core.safe_files import check_state_dir, prepare_output_root
+from lat_core.titles import display_name
 from lat_core.contract.states import JobState
 from lat_core.contract.journal import Store
 from lat_core.contract.rows import RunRow
@@ -57,21 +59,23 @@ def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: Gpu
     devices = resolve_devices(plan, gpus)
     jobs = expand(plan, registry, shell_overrides(environ))
     _check_placeable(jobs, devices)
-    _preflight(plan, jobs, devices, gpus, environ, hub_probe)
+    preflight_jobs(plan, jobs, devices, gpus, environ, hub_probe)
     prepare_output_root(Path(plan.output_root))
     return PreparedRun(plan, jobs, devices)
 
 
-def _preflight(plan: Plan, jobs: list[JobSpec], devices: list[Device], gpus: GpuSnapshot, environ: dict[str, str],
-               hub_probe: HubProbe | None) -> None:
-    """What cannot work, refused before anything is written (lat_core.front.preflight); a job
-    that already succeeded is not run again, so it is not checked."""
+def preflight_jobs(plan: Plan, jobs: list[JobSpec], devices: list[Device], gpus: GpuSnapshot,
+                   environ: Mapping[str, str], hub_probe: HubProbe | None = None) -> None:
+    """What cannot work, refused before anything is written (lat_core.front.preflight): a new run,
+    a rerun, jobs added to a live run. A job that already succeeded is not run again, so it is not
+    checked."""
     from lat_core.front import preflight
 
     # a Slurm job's host is a cluster node, not this one: its RAM is the cluster's to judge
     host_ram = host_snapshot().ram_total if plan.backend == "local" else 0
     target = preflight.Target(devices, gpus, host_ram, plan.allow_cpu)
-    checked = [preflight.Job(j.key, j.typed, {**environ, **j.env})
+    checked = [preflight.Job(display_name(j.typed.model.family, j.stem, j.seed, j.dataset),  # the tables' name
+                             j.typed, {**environ, **j.env})
                for j in jobs if j.typed is not None and j.mode != "done"]
     preflight.check(checked, target, hub_probe)
 
@@ -169,6 +173,7 @@ def job_record(job: JobSpec) -> dict[str, object]:
         "world": job.world, "use_libuv": job.use_libuv, "family": _model_family(job),
         **({"after_keys": job.after_keys} if job.after_keys else {}),
         **({"after_ids": job.after_ids} if job.after_ids else {}),
+        **({"sweep": job.sweep} if job.sweep else {}),
     }
 
 
@@ -181,10 +186,23 @@ def _model_family(job: JobSpec) -> str | None:
     return family if isinstance(family, str) else None
 
 
+@dataclass(frozen=True)
+class AddChecks:
+    """How jobs added to a live run are preflighted: ``allow_cpu`` (``add --allow-cpu``; the run's
+    own plan may already say it), and the GPUs, environment and hub as seen from here (tests pass
+    their own). The environment is the adder's shell, as a new run's is its launcher's."""
+    allow_cpu: bool = False
+    probe: GpuProbe | None = None
+    environ: Mapping[str, str] | None = None
+    hub_probe: HubProbe | None = None
+
+
 def jobs_to_add(run: RunRow, suites: list[str], rounds: object, pairs: object, registry: SuiteRegistry,
-                state_dir: Path | None = None, after: object = None) -> list[dict[str, object]]:
+                state_dir: Path | None = None, after: object = None, checks: AddChecks | None = None,
+                ) -> list[dict[str, object]]:
     """Journal records for more suites/pairs in a live run, expanded against the run's own plan
-    (same GPUs, env, output root) and with their directories written; PlanError when invalid.
+    (same GPUs, env, output root) and with their directories written; PlanError when invalid,
+    PreflightError when they cannot work on the run's devices (``checks``: how they are checked).
     ``rounds``, ``pairs`` and ``after`` (jobs they wait for, besides those the run's plan names) are
     as a user gave them (checked as a plan's fields).
     With ``state_dir``, RunConflictError (nothing written) when a live run, this one included,
@@ -200,7 +218,13 @@ def jobs_to_add(run: RunRow, suites: list[str], rounds: object, pairs: object, r
     plan = plan_from_mapping({**data, "after": after} if after else data, registry, where="jobs to add")
     if after:  # besides those every job of the run waits for
         plan.after = [*run.plan.after, *(a for a in plan.after if a not in run.plan.after)]
+    checks = checks or AddChecks()
+    if checks.allow_cpu:
+        plan.allow_cpu = True
     jobs = expand(plan, plan.suite_registry(registry))  # the run's own config tree, when it names one
+    gpus = (checks.probe or GpuProbe()).snapshot()
+    preflight_jobs(plan, jobs, run.devices, gpus, os.environ if checks.environ is None else checks.environ,
+                   checks.hub_probe)
     if state_dir is None:
         _materialize_all(jobs)
         return [job_record(j) for j in jobs]

@@ -32,15 +32,21 @@ import itertools
 import math
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from lat_core.front.sweep_fields import field_label, field_problem, target
+
+from lat_core.front.sweep_halving import HalvingRule, read_halving
+
+if TYPE_CHECKING:  # sweep_stages reads values as this module does
+    from lat_core.front.sweep_stages import Stages
 
 MAX_POINTS = 10_000  # points of one sweep: beyond, a typo (a grid of ten 10-value lists) not a plan
 ROUND_DIGITS = 3  # significant digits of a value drawn from a range
 PARTS = ("grid", "zip", "random")
+SEARCHES = ("stages", "halving")  # how the points are run (lat_core.front.sweep_stages), beside the parts that make them
 SPANS = ("uniform", "log_uniform", "int_uniform")
 _NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _TRIES_PER_DRAW = 50  # random draws tried per wanted point before the space counts as too small
@@ -100,6 +106,8 @@ class Sweep:
     grid: tuple[Axis, ...] = ()
     zips: tuple[Axis, ...] = ()
     random: Draws | None = None
+    stages: Stages | None = None  # a two-stage search over the points (lat_core.front.sweep_stages)
+    halving: HalvingRule | None = None  # successive halving of the points (lat_core.front.sweep_halving)
 
     def fields(self) -> list[str]:
         drawn = [f for f, _ in self.random.space] if self.random else []
@@ -183,7 +191,8 @@ def read_sweep(raw: object, where: str = "sweep") -> tuple[Sweep, list[str]]:
         return NO_SWEEP, []
     if not isinstance(raw, dict):
         return NO_SWEEP, [f"field {where!r}: expected a mapping with {', '.join(PARTS)}, got {_kind(raw)}"]
-    problems = [f"field '{where}.{k}': unknown part (expected {', '.join(PARTS)})" for k in raw if k not in PARTS]
+    problems = [f"field '{where}.{k}': unknown part (expected {', '.join(PARTS + SEARCHES)})" for k in raw
+                if k not in PARTS + SEARCHES]
     grid = _axes(raw.get("grid"), f"{where}.grid", problems)
     zips = _axes(raw.get("zip"), f"{where}.zip", problems)
     if len({len(a.values) for a in zips}) > 1:
@@ -192,6 +201,13 @@ def read_sweep(raw: object, where: str = "sweep") -> tuple[Sweep, list[str]]:
     draws = _draws(raw.get("random"), f"{where}.random", problems) if "random" in raw else None
     sweep = Sweep(grid, zips, draws)
     problems += _twice(sweep, where) + _too_many(sweep, where, problems)
+    if "stages" in raw:
+        from lat_core.front.sweep_stages import read_stages  # it reads values with this module's parse_value
+        sweep = replace(sweep, stages=read_stages(raw["stages"], f"{where}.stages", sweep, problems))
+    if "halving" in raw:
+        sweep = replace(sweep, halving=read_halving(raw["halving"], f"{where}.halving", problems))
+        if len(sweep.fields()) == 0:
+            problems.append(f"field '{where}.halving': halving races a sweep's points: add grid, zip or random")
     return sweep, problems
 
 
@@ -219,7 +235,7 @@ def _values(raw: object, where: str, problems: list[str]) -> tuple[Value, ...] |
         problems.append(f"field {where!r}: expected a non-empty list of values, got {_kind(raw)}")
         return None
     try:
-        values = [_value(item) for item in raw]
+        values = [parse_value(item) for item in raw]
     except ValueError as exc:
         problems.append(f"field {where!r}: {exc}")
         return None
@@ -230,7 +246,7 @@ def _values(raw: object, where: str, problems: list[str]) -> tuple[Value, ...] |
     return tuple(values)
 
 
-def _value(raw: object) -> Value:
+def parse_value(raw: object) -> Value:
     """A value as a job config takes it: text that reads as a number is one; a list is a tuple.
     ValueError for a mapping or a list of lists."""
     if isinstance(raw, str) and _NUMBER.match(raw.strip()):
@@ -239,7 +255,7 @@ def _value(raw: object) -> Value:
     if isinstance(raw, (bool, int, float, str)) or raw is None:
         return raw
     if isinstance(raw, list) and all(not isinstance(v, (list, dict)) for v in raw):
-        return tuple(_value(v) for v in raw)
+        return tuple(parse_value(v) for v in raw)
     raise ValueError(f"a value must be a number, text, true/false or a list of those, got {_kind(raw)}")
 
 
@@ -285,7 +301,7 @@ def _span(raw: dict[Any, Any], where: str, problems: list[str]) -> Span | None:
         problems.append(f"field {where!r}: a range is one of {', '.join(SPANS)}: [low, high], got {raw!r}")
         return None
     kind, ends = next(iter(raw.items()))
-    numbers = [_value(e) for e in ends if not isinstance(e, (list, dict))] if isinstance(ends, list) else []
+    numbers = [parse_value(e) for e in ends if not isinstance(e, (list, dict))] if isinstance(ends, list) else []
     if len(numbers) != 2 or not all(_is_number(e) for e in numbers):
         problems.append(f"field '{where}.{kind}': expected [low, high], two numbers, got {ends!r}")
         return None

@@ -16,6 +16,7 @@ from pathlib import Path
 from lat_core.contract.jobdir import EarlyStop
 from lat_core.contract.rows import JobRow, JobSummary
 from lat_core.contract.states import JobState
+from lat_core.titles import display_name
 from lat_core.results.scan import ENDED_OK, UNKNOWN, Identity, JobResult, Report, Skipped, scan_job
 
 NO_FOLDER = "no job folder"
@@ -24,7 +25,7 @@ NO_FOLDER = "no job folder"
 @dataclass(frozen=True)
 class JobAccount:
     """One job: which it is, its state (the journal's, else its folder's: ``succeeded``, ``failed``,
-    ``cancelled``, ``running``, ``queued``, ``unfinished``, ``not started``), whether its metrics
+    ``cancelled``, ``pruned``, ``running``, ``queued``, ``unfinished``, ``not started``), whether its metrics
     are in a table, and why not."""
 
     job_dir: Path
@@ -39,7 +40,13 @@ class JobAccount:
     value: float | None = None  # its main metric at best_step (a partial job's: best so far)
     job_id: int | None = None
     run_id: int | None = None
+    family: str | None = None  # the model family, where the journal knows the job
     stopped_early: EarlyStop | None = None  # its training stopped before max_steps, as its finished event says
+
+    @property
+    def name(self) -> str:
+        """The job's one name, the tables' (``gla/lora_r8 87:glue-tvt_sst2``; lat_core.titles)."""
+        return display_name(self.family, self.config, "?" if self.seed is None else self.seed, self.dataset)
 
     @property
     def state_text(self) -> str:
@@ -65,7 +72,8 @@ def _journal_reason(job: JobSummary) -> str:
 
 def _state_reason(state: str, outcome: JobResult | Skipped | None, job: JobSummary | None) -> str:
     """Why a job is not in a table: the journal's reason for a failure, else the folder's."""
-    said = _journal_reason(job) if job is not None and state in (JobState.FAILED, JobState.CANCELLED) else ""
+    said = _journal_reason(job) if job is not None and state in (JobState.FAILED, JobState.CANCELLED,
+                                                                  JobState.PRUNED) else ""
     if outcome is None:
         return said or NO_FOLDER
     folder = outcome.reason.removeprefix(f"{state}: ") if isinstance(outcome, Skipped) else ""
@@ -110,6 +118,7 @@ def account(path: Path, outcome: JobResult | Skipped | None, job: JobSummary | N
                       in_table=in_table, reason="" if in_table else _state_reason(state, outcome, job),
                       best_step=best.best_step if best else None, value=best.best_value if best else None,
                       job_id=job.id if job else None, run_id=job.run_id if job else None,
+                      family=job.family if job else None,
                       stopped_early=outcome.stopped_early if outcome and state == JobState.SUCCEEDED else None)
 
 

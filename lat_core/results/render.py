@@ -98,9 +98,8 @@ def skipped_markdown(report: Report, limit: int = SKIPPED_SHOWN) -> str:
 
 def _job_cells(job: JobAccount, report: Report) -> list[str]:
     value = "—" if job.value is None else f"{job.value:.4f}" + (f" {PARTIAL_MARK}" if not job.in_table else "")
-    cells = ["" if job.job_id is None else str(job.job_id), job.config, job.dataset,
-             "?" if job.seed is None else str(job.seed), job.state_text, "—" if job.best_step is None else str(job.best_step),
-             value, job.reason, _relative_text(job.job_dir, report)]
+    cells = ["" if job.job_id is None else str(job.job_id), job.name, job.state_text,
+             "—" if job.best_step is None else str(job.best_step), value, job.reason, _relative_text(job.job_dir, report)]
     return [c.replace("|", "\\|").replace("\n", " ") for c in cells]
 
 
@@ -108,8 +107,7 @@ def jobs_markdown(report: Report) -> str:
     """Every job accounted for: its state, best step and main metric, and why it is not in a table."""
     if not report.accounts:
         return ""
-    headers = ["job", "config", "dataset", "seed", "state", "best step", "main metric", "not in the tables because",
-               "folder"]
+    headers = ["job", "name", "state", "best step", "main metric", "not in the tables because", "folder"]
     lines = [f"### Jobs ({len(report.accounts)})", "", "Every job of the runs accounted for; a value marked "
              f"`{PARTIAL_MARK}` is the best so far of a job that did not succeed.", "",
              "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
@@ -210,7 +208,7 @@ def table_json(table: Table) -> dict[str, object]:
 
 
 def job_json(job: JobAccount, report: Report) -> dict[str, object]:
-    return {"job_id": job.job_id, "run_id": job.run_id, "config": job.config, "dataset": job.dataset,
+    return {"job_id": job.job_id, "run_id": job.run_id, "name": job.name, "config": job.config, "dataset": job.dataset,
             "seed": job.seed, "state": job.state, "in_table": job.in_table, "partial": job.partial,
             "best_step": job.best_step, "value": job.value, "reason": job.reason,
             "stopped_early": asdict(job.stopped_early) if job.stopped_early else None,

@@ -76,6 +76,7 @@ class JobResult:
 
 # What a job folder says of its job when the journal is not asked (Skipped.ended)
 ENDED_OK, ENDED_FAILED, UNFINISHED_STATE, NOT_STARTED_STATE = "succeeded", "failed", "unfinished", "not started"
+PRUNED_STATE = "pruned"  # the plan's sweep stopped the job or never started it (lat_core.engine.halving, promotion)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class Identity:
 class Skipped:
     """A folder that is not in any table, and why. A job's folder also says which job
     (``identity``), how the job ended by its events (``ended``: ENDED_OK with no usable eval,
-    ENDED_FAILED, UNFINISHED_STATE, NOT_STARTED_STATE; "" for a folder that is no job's), and its
+    ENDED_FAILED, UNFINISHED_STATE, NOT_STARTED_STATE, PRUNED_STATE; "" for a folder that is no job's), and its
     best checkpointed eval so far where it has one (``partial``: ``--include-partial``)."""
 
     path: Path
@@ -302,8 +303,17 @@ def _not_started(job_dir: Path, folder: JobDir) -> Skipped:
     return Skipped(job_dir, "not started: no events.jsonl", identity=who, ended=NOT_STARTED_STATE)
 
 
+def _pruned(job_dir: Path, folder: JobDir, why: str) -> Skipped:
+    """A point the plan's sweep stopped or never started: its partial curve is no result."""
+    who = _identity(job_dir, _read_config(folder.job_yaml), Started()) if folder.job_yaml.is_file() else None
+    return Skipped(job_dir, f"{PRUNED_STATE}: {why}", identity=who, ended=PRUNED_STATE)
+
+
 def _scan_job_unguarded(job_dir: Path) -> JobResult | Skipped:
     folder = JobDir(job_dir)
+    pruned = folder.pruned_reason()  # a sweep's point stopped early or never started: no result
+    if pruned is not None:
+        return _pruned(job_dir, folder, pruned)
     events_text = _read_text(folder.events_path)
     if events_text is None:
         return _not_started(job_dir, folder)

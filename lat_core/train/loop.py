@@ -79,6 +79,13 @@ def _setup_batches(train_ex, cfg, n_batches: int, seed_offset: int, pad_id):
     return out
 
 
+def train_part(rows: list, fraction: float) -> list:
+    """The first ``fraction`` of the training rows, at least one (``train.data_fraction``; a sweep's
+    screening stage trains on a part): the splits are already in a fixed, shuffled order, so the
+    first rows are a fair and reproducible part."""
+    return rows if fraction >= 1 else rows[:max(1, math.ceil(len(rows) * fraction))]
+
+
 def _encode_all(ds, tokenizer, cfg):
     tr = cfg.train
     if ds.kind == "cls":
@@ -87,7 +94,7 @@ def _encode_all(ds, tokenizer, cfg):
     else:
         label_ids = []
         enc = lambda rows: D.encode_gen(rows, tokenizer, tr.max_seq_len, cfg.eval.max_target_len)  # noqa: E731
-    splits = {"train": enc(ds.train), "validation": enc(ds.validation)}
+    splits = {"train": enc(train_part(ds.train, tr.data_fraction)), "validation": enc(ds.validation)}
     if ds.test:
         splits["test"] = enc(ds.test)
     extra = {k: enc(v) for k, v in ds.extra_tests.items()}

@@ -16,7 +16,8 @@ KEY_MAX_WIDTH = 48
 ELAPSED_TICK_S = 5
 CHROME = 2 + 2  # the cell padding of the key column, and the vertical scrollbar
 
-STATE_COLORS = {"running": "accent", "succeeded": "success", "failed": "error", "cancelled": "warning"}
+STATE_COLORS = {"running": "accent", "succeeded": "success", "failed": "error", "cancelled": "warning",
+                "pruned": "secondary"}
 
 
 class JobTable(DataTable):

@@ -6,14 +6,15 @@ lines moves the end away from the view without the user asking, and the pane mus
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from rich.highlighter import Highlighter
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual import on
 from textual.app import ComposeResult
+from textual.actions import SkipAction
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.events import Resize
@@ -148,8 +149,14 @@ class LogPane(Vertical):
     The search field takes the focus at once, never through ``Widget.focus`` (which moves it on a
     later turn): keys typed right after ``/`` are handed to the widget focused when the app handles
     them, and the search text went to the job table (``n`` opened the plan form, ``r`` requeued).
-    The dashboard's ``/`` is a priority key for the same reason (lat_tui.screens.fields).
+    The dashboard's ``/`` is a priority key for the same reason (lat_tui.screens.fields), and so is
+    ``enter`` here: as the field's ``Input.Submitted`` message, the focus moved to the log only after
+    the keys typed behind it (``n``, ``N``) were queued for the closing field, and were lost.
     """
+
+    HELP_TITLE = "in the log search"
+    BINDINGS = [Binding("enter", "submit_search", "Find", show=False, priority=True,
+                        tooltip="Find the text; the log takes the keys (n/N: next/previous match)")]
 
     def __init__(self, max_lines: int, **kwargs):
         super().__init__(**kwargs)
@@ -173,13 +180,25 @@ class LogPane(Vertical):
         self.search_field.display = True
         self.screen.set_focus(self.search_field)
 
-    @on(Input.Submitted, "#log-search")
-    def _search(self, event: Input.Submitted) -> None:
-        """The log takes the keys, so n/N walk the matches (escape, the screen's key, gives them back)."""
-        event.stop()
-        self.close_search()
+    def action_submit_search(self) -> None:
+        """The log takes the keys, so n/N walk the matches (escape, the screen's key, gives them back);
+        an ``enter`` anywhere else in the pane is not the search's.
+
+        A priority key runs before the field has taken the characters typed ahead of it (they wait
+        in its queue), so the text is read from within that queue, behind them; the log, which has
+        the keys from now on, finds it before it handles those typed behind ``enter``."""
+        if self.screen.focused is not self.search_field:
+            raise SkipAction()
+        field = self.search_field
+        typed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        field.call_later(lambda: typed.done() or typed.set_result(field.value))
         self.screen.set_focus(self.log)
-        self.log.search(event.value.strip())
+        self.log.call_later(self._find, typed)
+
+    async def _find(self, typed: asyncio.Future[str]) -> None:
+        text = await typed
+        self.close_search()
+        self.log.search(text.strip())
 
     def close_search(self) -> None:
         self.query_one("#log-search", Input).display = False

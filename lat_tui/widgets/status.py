@@ -17,7 +17,7 @@ from lat_tui import fmt
 from lat_tui.columns import run_state_text
 from lat_tui.widgets.quiet import set_content
 
-STATE_ORDER = ("running", "queued", "succeeded", "failed", "cancelled")
+STATE_ORDER = ("running", "queued", "succeeded", "failed", "cancelled", "pruned")
 PAUSABLE = ("countdown", "running")
 
 

@@ -5,6 +5,9 @@
 It appends "start <t> <pid>" / "end <t>" lines to DIR/<name>.log so tests can check concurrency,
 writes a few step events to ./events.jsonl (cwd is the job dir), and exits as told.
 
+For sweep tests: ``--steps N`` logs N steps (3 by default) and ``--evals accuracy=0.5,0.7,...``
+writes a validation eval after each step with the next value.
+
 For remedy tests: ``--echo`` writes an ``echo`` event with what this attempt sees (job.yaml read
 and resolved the way the real trainer does, env variables, device, --resume); ``--fail-log KIND``
 dies with that failure's log signature while ``LAT_ATTEMPT`` is below ``--fail-before-attempt``.
@@ -113,6 +116,8 @@ def main() -> int:
     p.add_argument("--say-steps", action="store_true", help="print a line per step (a log to follow)")
     p.add_argument("--wait-for", help="before ending, wait (up to 300 s) until this file exists: a test's "
                                         "release, so the job runs as long as the test needs, whatever the load")
+    p.add_argument("--steps", type=int, default=3, help="steps to log")
+    p.add_argument("--evals", help="METRIC=V1,V2,...: a validation eval after step i with value i")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--overwrite", action="store_true")
     a = p.parse_args()
@@ -141,12 +146,16 @@ def main() -> int:
         fh.write(f"start {time.time()} {os.getpid()} {flags}".rstrip() + "\n")
     with open("events.jsonl", "a") as ev:
         ev.write(json.dumps({"t": time.time(), "event": "started", "pid": os.getpid()}) + "\n")
-        for step in range(1, 4):
-            time.sleep(a.sleep / 3)
+        evals = _evals(a.evals)
+        for step in range(1, a.steps + 1):
+            time.sleep(a.sleep / a.steps)
             ev.write(json.dumps({"t": time.time(), "event": "step", "step": step, "loss": 2.0 / step}) + "\n")
+            if step <= len(evals[1]):
+                ev.write(json.dumps({"t": time.time(), "event": "eval", "step": step, "split": "validation",
+                                     "metrics": {evals[0]: evals[1][step - 1]}}) + "\n")
             ev.flush()
             if a.say_steps:
-                print(f"step {step}/3 loss {2.0 / step:.4f}", flush=True)
+                print(f"step {step}/{a.steps} loss {2.0 / step:.4f}", flush=True)
         _wait_for(a.wait_for)
         if a.like_trainer and not a.exit:
             ev.write(json.dumps({"t": time.time(), "event": "finished"}) + "\n")
@@ -157,6 +166,13 @@ def main() -> int:
     with open(log, "a") as fh:
         fh.write(f"end {time.time()}\n")
     return a.exit
+
+
+def _evals(spec: str | None) -> tuple[str, list[float]]:
+    if not spec:
+        return "", []
+    metric, _, values = spec.partition("=")
+    return metric, [float(v) for v in values.split(",")]
 
 
 def _wait_for(path: str | None, limit_s: float = 300.0) -> None:

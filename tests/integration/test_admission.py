@@ -7,6 +7,7 @@ from lat_core.engine.admission import GiB, AdmissionPolicy
 from lat_core.engine.loop import Engine
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
+from lat_core.titles import job_title
 from tests.conftest import fake_job
 from tests.integration.test_engine import make_run
 from tests.helpers.waits import HANG_S
@@ -54,7 +55,8 @@ def test_unknown_configs_are_staggered_on_one_gpu(tmp_path):
     engine.tick()
     states = [j.state for j in store.jobs(run_id)]
     assert states == ["running", "queued"]
-    assert store.jobs(run_id)[1].waiting.startswith("waiting for u0 to settle on gpu0")
+    first = store.jobs(run_id)[0]
+    assert store.jobs(run_id)[1].waiting.startswith(f"waiting for job {first.id} (u0 1:tiny-sst2) to settle on gpu0")
 
 
 def test_measured_peaks_are_remembered_per_config_and_dataset(tmp_path):
@@ -238,7 +240,7 @@ def test_configs_without_a_prior_are_still_staggered(tmp_path):
     engine.tick()
     first, second = store.jobs(run_id)
     assert (first.state, second.state) == ("running", "queued")
-    assert second.waiting == "waiting for mb0 to settle on gpu0"
+    assert second.waiting == f"waiting for job {first.id} ({job_title(first)}) to settle on gpu0"
     cancel_all(store, engine, run_id)
 
 

@@ -98,7 +98,9 @@ def breaker_pauses(store, run_id):
 def test_the_first_k_failing_with_one_systemic_class_trip_it(tmp_path):
     store, run_id = engine_run(tmp_path, ["python"] * 5)
     (reason,) = breaker_pauses(store, run_id)
-    assert reason.startswith("breaker: the first 3 jobs all failed with python_exception (latest: j2: ")
+    latest = store.jobs(run_id)[2]   # named as the tables name it, not by its folder key
+    assert reason.startswith(f"breaker: the first 3 jobs all failed with python_exception (latest: job {latest.id} "
+                             "j2 1:tiny-sst2: ")
     assert [j.state for j in store.jobs(run_id)] == ["failed"] * 3 + ["queued"] * 2
     assert {j.waiting for j in store.jobs(run_id)[3:]} == {reason}
 

@@ -193,6 +193,17 @@ def test_a_wrong_job_id_is_a_usage_error_naming_the_run(finished, verb):
     assert f"no job 999 in run {run_id}" in out.stderr and "Journal problem" not in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("verb", [["status"], ["status", "--json"], ["wait"], ["follow"], ["cancel", "1"],
+                                  ["requeue", "1"], ["requeue", "--failed"], ["pause"], ["results"],
+                                  ["add", "--suite", "demo", "--pairs", "1:tiny-sst2"]], ids=" ".join)
+def test_a_wrong_run_id_is_a_usage_error_naming_the_runs_there(finished, verb):
+    state, run_id, _ = finished
+    out = lat(state, *verb, "--run", "999")
+    assert out.returncode == 2
+    assert f"No such run: {state}: no run 999 (runs here: {run_id};" in out.stderr, out.stderr
+    assert "Journal problem" not in out.stderr
+
+
 def test_a_job_of_another_run_than_the_one_named_says_which_run_it_is_in(finished):
     state, run_id, jobs = finished
     out = lat(state, "wait", str(jobs["ok"].id), "--run", str(run_id + 1))

@@ -91,7 +91,7 @@ def test_requeue_failed_job_runs_it_again(tmp_path):
     assert (tmp_path / "record" / "bad.log").read_text().count("start ") == 2
     history = job_history(store, run_id, bad.id)
     assert ("queued", "requeued by user (as first launched)") in history
-    assert ("command:requeue", "done bad requeued") in history
+    assert ("command:requeue", f"done job {bad.id} bad 1:tiny-sst2 requeued") in history  # the tables' name
 
 
 def test_the_history_says_whether_a_requeue_resumes_or_starts_fresh(tmp_path):

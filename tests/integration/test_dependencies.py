@@ -19,7 +19,7 @@ def test_a_dependent_job_waits_for_its_parents_success_then_runs(tmp_path):
     tick_until(engine, lambda: store.job(parent_id).state == "running")
     engine.tick()  # a free slot (2 on the CPU), and still the child waits
     assert store.job(child_id).state == "queued" and store.job(child_id).after == (parent_id,)
-    assert store.job(child_id).waiting == f"waiting for job {parent_id} (parent) to succeed"
+    assert store.job(child_id).waiting == f"waiting for job {parent_id} (parent 1:tiny-sst2) to succeed"  # the tables' name
     release.touch()
     drain(store)
     assert [j.state for j in store.jobs(run_id)] == ["succeeded", "succeeded"]
@@ -34,8 +34,8 @@ def test_a_failed_parent_cancels_what_waits_for_it_and_what_waits_for_that(tmp_p
     drain(store)
     parent, child, grandchild, other = store.jobs(run_id)
     assert [j.state for j in (parent, child, grandchild, other)] == ["failed", "cancelled", "cancelled", "succeeded"]
-    assert child.error == f"job {parent.id} (parent) failed: this job was to run after its success"
-    assert grandchild.error == f"job {child.id} (child) cancelled: this job was to run after its success"
+    assert child.error == f"job {parent.id} (parent 1:tiny-sst2) failed: this job was to run after its success"
+    assert grandchild.error == f"job {child.id} (child 1:tiny-sst2) cancelled: this job was to run after its success"
     assert not (tmp_path / "record" / "child.log").exists()  # never started
     assert store.run(run_id).state == "finished"
 
@@ -52,7 +52,7 @@ def test_a_job_of_another_run_can_be_waited_for_and_its_cancel_cancels(tmp_path)
     store.add_command(first, CancelJob(parent_id))
     drain(store)
     child = store.jobs(second)[0]
-    assert child.state == "cancelled" and child.error.startswith(f"job {parent_id} (parent) cancelled")
+    assert child.state == "cancelled" and child.error.startswith(f"job {parent_id} (parent 1:tiny-sst2) cancelled")
 
 
 def test_slot_reasons_do_not_hide_what_a_dependent_waits_for(tmp_path):

@@ -186,7 +186,8 @@ def test_notices_on_start_failure_and_finish_reach_a_webhook(tmp_path):
         store = Store(tmp_path / "state" / "journal.sqlite")
         plan = f"notify:\n  webhook: {{url: 'http://127.0.0.1:{server.server_port}/hook'}}\n"
         run_id = store.create_run(plan, str(tmp_path / "out"), [CPU], 0)
-        store.add_jobs(run_id, [fake_job(tmp_path, "ok"), fake_job(tmp_path, "bad", exit_code=2)])
+        bad = {**fake_job(tmp_path, "bad", exit_code=2), "key": "tiny-sst2_seed1/bad", "family": "gla"}
+        store.add_jobs(run_id, [fake_job(tmp_path, "ok"), bad])
         drain(store)
         deadline = time.time() + HANG_S
         while len(received) < 3 and time.time() < deadline:
@@ -195,6 +196,10 @@ def test_notices_on_start_failure_and_finish_reach_a_webhook(tmp_path):
         server.shutdown()
     kinds = sorted(r["kind"] for r in received)
     assert kinds == ["failure", "finish", "start"], received
+    said = {r["kind"]: r for r in received}   # the job is named as the tables name it, not by its folder key
+    assert said["failure"]["subject"] == "LAT job failed: gla/bad 1:tiny-sst2"
+    assert said["failure"]["body"].startswith("job 2 gla/bad 1:tiny-sst2 failed in run 1")
+    assert "failed: 2 gla/bad 1:tiny-sst2" in said["finish"]["body"]
     history = [t.new_state for t in store.transitions(run_id)]
     assert history.count("notice:start") == 1 and history.count("notice:finish") == 1
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from lat_core.contract.state_dir import JOURNAL_NAME
+from lat_core.front.preflight import PreflightError
 from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def test_a_big_model_on_the_cpu_is_refused_and_allow_cpu_says_so(tmp_path, confi
     done = run_plan(tmp_path, configs, "big", ["1:tiny-sst2", "2:tiny-sst2"])
     assert_refused(tmp_path, done)
     assert "parameters in bfloat16 need a GPU, and the run is on the CPU" in done.stderr
-    assert "--allow-cpu" in done.stderr and "[jobs tiny-sst2_seed1/big, tiny-sst2_seed2/big]" in done.stderr
+    assert "--allow-cpu" in done.stderr and "[jobs gla/big 1:tiny-sst2, gla/big 2:tiny-sst2]" in done.stderr
     saved = tmp_path / "saved.yaml"
     done = run_plan(tmp_path, configs, "big", ["1:tiny-sst2"], flags=("--allow-cpu", "--save-plan", str(saved)))
     assert done.returncode == 0 and yaml.safe_load(saved.read_text())["allow_cpu"] is True
@@ -109,3 +110,72 @@ def test_allow_cpu_lets_a_pretraining_preset_through_the_preflight():
     assert cfg.param_count() == 85_574_400
     assert preflight(cfg, gpu_visible=False, allow_cpu=True) == [] and preflight(cfg, True, False) == []
     assert preflight(build_config("conservative", ["--depth=1"], environ={}), False, False) == []
+
+
+# ----------------------------------------------------------------------------- rerun and add
+
+def lat(tmp_path, *args, env=None):
+    """A ``lat-tui`` verb in a subprocess, with a closed hub and an empty cache (as run_plan)."""
+    shell = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": "http://127.0.0.1:9", **(env or {}),
+             "PYTHONPATH": str(ROOT)}
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if name not in (env or {}):
+            shell.pop(name, None)
+    return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args, "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, env=shell, timeout=HANG_S)
+
+
+def job_folder(tmp_path, configs, name):
+    """A finished job's folder as the planner leaves it: the experiment's resolved job.yaml."""
+    job = tmp_path / "runs" / "tiny-sst2_seed1" / name
+    job.mkdir(parents=True)
+    cfg = yaml.safe_load((configs / "experiments" / "gla" / f"{name}.yaml").read_text())
+    cfg.update(seed=1, data="tiny-sst2", output_dir=str(job), resolved=True)
+    (job / "job.yaml").write_text(yaml.safe_dump(cfg))
+    return job
+
+
+def shrink_big_model(tmp_path):
+    """The big model cut to ~30 M parameters: still too big for the CPU in bf16, small enough for any
+    host's RAM, so --allow-cpu is all it takes."""
+    (tmp_path / "gla13b" / "config.json").write_text(json.dumps({"hidden_size": 512, "num_hidden_layers": 4}))
+
+
+def test_a_rerun_goes_through_the_preflight(tmp_path, configs):
+    big = job_folder(tmp_path, configs, "big")
+    done = lat(tmp_path, "rerun", str(big), "--gpus", "cpu", "--output-root", str(tmp_path / "again"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "The run cannot work: preflight" in done.stderr and "need a GPU, and the run is on the CPU" in done.stderr
+    hub = job_folder(tmp_path, configs, "hub")
+    done = lat(tmp_path, "rerun", str(hub), "--gpus", "cpu", "--output-root", str(tmp_path / "again"),
+               env={"HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2 and "model someone/my-model" in done.stderr and "HF_HUB_OFFLINE is set" in done.stderr
+    assert not (tmp_path / "state" / JOURNAL_NAME).exists() and not (tmp_path / "again").exists()
+    from lat_core.front.rerun import prepare_rerun
+
+    shrink_big_model(tmp_path)
+    with pytest.raises(PreflightError, match="need a GPU"):
+        prepare_rerun(big, tmp_path / "again", "cpu", {})
+    prepared, _ = prepare_rerun(big, tmp_path / "again", "cpu", {}, allow_cpu=True)
+    assert prepared.plan.allow_cpu and not (tmp_path / "again").exists()
+
+
+def test_jobs_added_to_a_live_run_go_through_the_preflight(tmp_path, configs):
+    from lat_core.front.client import Client, plan_from_mapping, suite_registry
+
+    registry = suite_registry(configs)
+    plan = plan_from_mapping({"suites": ["tiny"], "pairs": ["1:tiny-sst2"], "gpus": "cpu", "countdown_minutes": 60,
+                              "output_root": str(tmp_path / "runs"), "configs": str(configs)}, registry, where="test")
+    client = Client(tmp_path / "state")
+    run, _ = client.new_run(plan, registry=registry)   # queued behind its countdown; no engine started
+    done = lat(tmp_path, "add", "--suite", "big", "--suite", "hub", "--pairs", "1:tiny-sst2 2:tiny-sst2",
+               "--configs", str(configs), env={"HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "The run cannot work: preflight" in done.stderr
+    assert "[jobs gla/big 1:tiny-sst2, gla/big 2:tiny-sst2]" in done.stderr  # every problem, each job named
+    assert "model someone/my-model" in done.stderr and "HF_HUB_OFFLINE is set" in done.stderr
+    assert [j.key for j in client.jobs(run.id)] == ["tiny-sst2_seed1/tiny"]
+    assert not (tmp_path / "runs" / "tiny-sst2_seed1" / "big").exists() and not client.engine_alive()
+    shrink_big_model(tmp_path)
+    added = client.jobs_to_add(run, ["big"], "all", "1:tiny-sst2", registry, allow_cpu=True)
+    assert [job["key"] for job in added] == ["tiny-sst2_seed1/big"]

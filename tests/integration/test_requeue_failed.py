@@ -8,6 +8,7 @@ import psutil
 
 from lat_core.contract.commands import CancelJob, CancelRun, RequeueJob, RequeueJobs
 from lat_core.engine.loop import Engine
+from lat_core.titles import job_title
 from tests.conftest import fake_job
 from tests.integration.test_cli_verbs import lat
 from tests.integration.test_engine import drain, make_run
@@ -46,9 +47,9 @@ def test_requeue_failed_sends_every_failed_and_cancelled_job_back_with_one_answe
     assert out.returncode == 0, out.stderr
     ids = {j.key: j.id for j in store.jobs(a)}
     assert out.stdout.splitlines() == ["requeue_jobs: done 3 jobs requeued",
-                                       f"  {ids['bad']} bad: fresh (no checkpoint)",
-                                       f"  {ids['kept']} kept: resume from checkpoint-5",
-                                       f"  {ids['early']} early: fresh (no checkpoint)"]
+                                       f"  {ids['bad']} bad 1:tiny-sst2: fresh (no checkpoint)",
+                                       f"  {ids['kept']} kept 1:tiny-sst2: resume from checkpoint-5",
+                                       f"  {ids['early']} early 1:tiny-sst2: fresh (no checkpoint)"]
     assert lat(state, "wait", "--run", str(a)).returncode == 1  # bad fails again
     assert starts(tmp_path, "bad") == ["", "--overwrite"] and starts(tmp_path, "kept") == ["", "--resume"]
     assert starts(tmp_path, "early") == ["--overwrite"] and starts(tmp_path, "ok") == [""]
@@ -65,7 +66,7 @@ def test_requeue_failed_with_fresh_starts_every_job_over(tmp_path):
     assert lat(tmp_path / "state", "wait", "--run", str(a)).returncode == 1
     assert starts(tmp_path, "kept") == ["", "--overwrite"]
     answer = [t.detail for t in store.transitions(a) if t.new_state == "command:requeue_jobs"]
-    assert len(answer) == 1 and "kept: fresh (asked)" in answer[0]
+    assert len(answer) == 1 and "kept 1:tiny-sst2: fresh (asked)" in answer[0]
 
 
 def test_bad_run_and_bad_arguments_are_usage_errors_and_send_nothing(tmp_path):
@@ -90,7 +91,7 @@ def test_a_batch_with_one_job_that_cannot_be_requeued_requeues_none(tmp_path):
     Engine(store).tick()
     answer = [t.detail for t in store.transitions(a) if t.new_state == "command:requeue_jobs"]
     assert answer == ["rejected nothing was requeued: only failed or cancelled jobs are requeued with the failed "
-                      "ones; bad is queued"]
+                      f"ones; job {ids['bad']} bad 1:tiny-sst2 is queued"]
     assert store.job(ids["kept"]).state == "failed" and store.job(ids["kept"]).argv == store.jobs(a)[2].argv
     assert "--resume" not in store.job(ids["kept"]).argv
     store.add_command(a, CancelRun())
@@ -109,7 +110,7 @@ def test_the_members_of_a_killed_fused_group_are_requeued_at_once(tmp_path, base
     out = lat(tmp_path / "state", "requeue", "--failed")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0] == "requeue_jobs: done 3 jobs requeued"
-    assert all(f"{job.id} {job.key}: fresh (no checkpoint)" in out.stdout for job in store.jobs(run_id))
+    assert all(f"{job.id} {job_title(job)}: fresh (no checkpoint)" in out.stdout for job in store.jobs(run_id))
     assert {j.state for j in store.jobs(run_id)} <= {"queued", "running"}
     lat(tmp_path / "state", "cancel", "--all")
     assert lat(tmp_path / "state", "wait").returncode == 1

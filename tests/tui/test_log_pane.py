@@ -171,3 +171,20 @@ async def test_keys_typed_fast_after_slash_go_to_the_search(make_app, journal, t
             assert app.focused is screen.query_one(FollowingLog) and pane.log._match_line == 108
             type_fast(app, "slash", "slash")  # the second one is search text (replacing the last, selected)
             await wait_for(pilot, lambda: pane.search_field.value == "/")
+
+
+async def test_keys_typed_fast_after_enter_walk_the_matches(make_app, journal, tmp_path):
+    """Typed ahead behind the search's ``enter``, ``n``/``N`` went into the closing search field
+    (the focus moved only once the field's Submitted message was handled) and were lost."""
+    from .test_plan_form_fields import type_fast
+
+    for size in SIZES:
+        app = await finished_job_app(make_app, journal, tmp_path / str(size[0]), 300, size)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: len(log_lines(app)) == 300)
+            pane = app.screen.query_one(LogPane)
+            type_fast(app, "slash", *"line 10", "enter", "N", "N")
+            await wait_for(pilot, lambda: pane.log._match_line == 106)  # the newest match (108), then two back
+            await pilot.pause(0.2)
+            assert pane.search_field.value == "line 10" and not pane.search_field.display
+            assert app.focused is pane.log and pane.log._match_line == 106

@@ -13,7 +13,7 @@ from .test_dashboard import make_run, text_of, wait_for
 from .test_keys import footer_keys
 
 SIZES = [(80, 24), (160, 48)]
-BREAKER = ("breaker: the first 3 jobs all failed with hub_unreachable (latest: tiny-sst2_seed3/a: cannot reach "
+BREAKER = ("breaker: the first 3 jobs all failed with hub_unreachable (latest: job 3 a 3:tiny-sst2: cannot reach "
            "the hub); fix the cause, then `lat-tui resume`, or `lat-tui cancel --all`")
 
 

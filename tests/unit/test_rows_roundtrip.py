@@ -16,11 +16,13 @@ from lat_core.contract.journal import Store
 from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, Transition
 from lat_core.contract.saved_plan import SavedPlan
 from lat_core.contract.states import HistoryKind, JobState, RunState
+from lat_core.contract.sweep_roles import Stage, SweepRole
 from lat_core.front.plan import Plan
 
 GPU = Device("gpu0", "GPU 0 (H100)", 3, {"CUDA_VISIBLE_DEVICES": "GPU-1234"}, index=0, uuid="GPU-1234")
 PLAN = Plan.model_validate({"suites": ["E4"], "pairs": ["87:glue-tvt_sst2"], "gpus": [0], "slots": 3,
                             "on_failure": {"classes": ["nccl"]}, "fuse": True}).to_yaml()
+ROLE = SweepRole(2, "lr2e-4", "E4/2/r8/glue-tvt_sst2", Stage.FULL, 1, "E4/2/r8/glue-tvt_sst2/seed87/full", (10, 30), 3)
 DIAGNOSIS = Diagnosis(FailureClass.CUDA_OOM, "CUDA out of memory", "It asked for 2 GiB more.",
                       (Remedy("fewer_slots", "one job fewer", "slower", {"plan.slots_delta": -1}),), {"peak": 3},
                       ("torch.OutOfMemoryError",))
@@ -57,7 +59,8 @@ def test_a_job_row_and_its_summary(store, tmp_path):
     run_id = store.create_run(PLAN, str(tmp_path), [GPU], 0.0)
     record = {"key": "glue-tvt_sst2_seed87/r8", "suite": "E4", "round": 2, "stem": "r8__rep1", "seed": 87,
               "dataset": "glue-tvt_sst2", "job_dir": str(tmp_path / "r8"), "argv": ["python", "-m", "lat_core.train"],
-              "env": {"HP_LR": "0.1"}, "world": 2, "use_libuv": False, "family": "gla", "after_ids": [7, 3]}
+              "env": {"HP_LR": "0.1"}, "world": 2, "use_libuv": False, "family": "gla", "after_ids": [7, 3],
+              "sweep": ROLE}
     [job_id] = store.add_jobs(run_id, [record])
     for n in (1, 2):  # an earlier attempt that ran 3 s, and the latest
         attempt_id, _ = store.start_attempt(job_id, "gpu0", str(tmp_path / f"attempt-{n}"))
@@ -80,7 +83,8 @@ def test_a_job_row_and_its_summary(store, tmp_path):
                          2000, 1000, 2000, "memory", 2, 30.0, row.added, "gla", "g1", 3.0)
     expected = JobRow(**{f.name: getattr(summary, f.name) for f in dataclasses.fields(summary)},
                       argv=["python", "-m", "lat_core.train", "--resume"], env={"HP_LR": "0.05"}, diagnosis=DIAGNOSIS,
-                      use_libuv=0, avoid_devices=("gpu0", "gpu1"), backend_options={"time": "02:00:00"}, after=(3, 7))
+                      use_libuv=0, avoid_devices=("gpu0", "gpu1"), backend_options={"time": "02:00:00"}, after=(3, 7),
+                      sweep=ROLE)
     assert away_from_defaults(expected) == []
     assert row == expected and store.jobs(run_id) == [expected] and row.diagnosis.cls is FailureClass.CUDA_OOM
     assert store.job_summaries(run_id) == [summary] and away_from_defaults(summary) == []
@@ -92,14 +96,14 @@ def test_an_attempt_row(store, tmp_path):
                                         "job_dir": str(tmp_path), "argv": ["x"], "env": {}}])
     attempt_id, n = store.start_attempt(job_id, "gpu0", str(tmp_path / "attempt-1.exit.json"))
     store.set_attempt_pid(attempt_id, 4242, 123.5, ("vmstat", 7))
-    store.request_cancel(attempt_id, 99.0)
+    assert store.request_stop(attempt_id, 99.0, "behind") and not store.request_stop(attempt_id, 99.5, "again")
     assert store.open_attempts(run_id)[0].id == attempt_id
-    store.finish_attempt(attempt_id, -15, JobState.CANCELLED, "cancelled by user", ended=100.0)
+    store.finish_attempt(attempt_id, -15, JobState.PRUNED, "behind", ended=100.0)
     [row] = store.attempts(job_id)
     expected = AttemptRow(attempt_id, job_id, n, "gpu0", 4242, 123.5, row.launched, row.ended, -15,
-                          str(tmp_path / "attempt-1.exit.json"), 99.0, "vmstat", 7)
+                          str(tmp_path / "attempt-1.exit.json"), 99.0, "vmstat", 7, "behind")
     assert row == expected and row.ended is not None and away_from_defaults(row) == []
-    assert store.job(job_id).state is JobState.CANCELLED and store.open_attempts(run_id) == []
+    assert store.job(job_id).state is JobState.PRUNED and store.open_attempts(run_id) == []
 
 
 def test_a_transition(store, tmp_path):

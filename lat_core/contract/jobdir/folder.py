@@ -192,6 +192,20 @@ class JobDir:
         """None when the engine never wrote one (a trainer run by hand) or it is not this shape."""
         return PeakUsage.from_json(read_small_json(self.runner_dir / names.PEAK_USAGE))
 
+    def write_pruned(self, reason: str) -> None:
+        """Why the plan's sweep pruned the job, for the results tables (the journal has it too)."""
+        self.ensure_runner_dir()
+        write_json(self.runner_dir / names.PRUNED, {"reason": reason})
+
+    def pruned_reason(self) -> str | None:
+        """Why the sweep pruned the job; None when it did not (or the record is not this shape)."""
+        raw = read_small_json(self.runner_dir / names.PRUNED)
+        return raw["reason"] if isinstance(raw, dict) and isinstance(raw.get("reason"), str) else None
+
+    def clear_pruned(self) -> None:
+        """A pruned job requeued by hand runs, and its record no longer says it was pruned."""
+        remove_files(self.runner_dir, (names.PRUNED,), job_dir=self.path)
+
     def write_group_limit(self, limit: GroupLimit) -> None:
         write_json(self.runner_dir / names.GROUP_LIMIT, limit.to_json())
 

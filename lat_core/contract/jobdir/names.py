@@ -42,6 +42,7 @@ ATTEMPT_EXIT = re.compile(r"^attempt-(\d+)\.exit\.json$")
 GROUP_EXIT = re.compile(r"^group-attempt-(\d+)\.exit\.json$")
 CANCEL_MARKER = "cancel"  # a fused member's cancel: its group leaves it out before its next micro-batch
 PEAK_USAGE = "usage.json"
+PRUNED = "pruned.json"  # why the plan's sweep ended the job or never started it (lat_core.engine.promotion)
 GROUP_LIMIT = "fuse-limit.json"
 OLD_RUNS_ALONE = "fuse-alone"  # an older engine's mark: the job runs alone
 
