@@ -7,13 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.waits import HANG_S
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def warmup(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "lat_tui.cli", "warmup", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+                          timeout=HANG_S, env=env)
 
 
 def test_a_suite_prints_its_shapes_and_a_machine_without_a_gpu_compiles_nothing(tmp_path):

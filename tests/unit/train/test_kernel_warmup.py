@@ -12,6 +12,7 @@ import torch
 from lat_core.contract.kernel_warmup import KernelShape, WarmupPhase, read_phase, write_phase, write_shapes
 from lat_core.train import kernel_warmup as W
 from lat_core.train import warm as preloaded
+from tests.helpers.waits import HANG_S, wait_until
 
 SHAPES = [KernelShape("gla", "tiny-random", (("hidden_size", 64),), "float32", False, 8, (16, 32)),
           KernelShape("gla", "tiny-random", (), "bfloat16", False, 4, (48,))]
@@ -111,11 +112,8 @@ def test_a_compile_goes_when_the_preloaded_process_is_stopped(tmp_path, how):
         finally:
             os._exit(0)
     pid_file = tmp_path / "child.pid"
-    deadline = time.time() + 60
-    while not pid_file.exists() or not pid_file.read_text():
-        assert time.time() < deadline, "the compiling child never started"
-        time.sleep(0.05)
+    wait_until(lambda: pid_file.exists() and pid_file.read_text(), "compiling child")
     child = psutil.Process(int(pid_file.read_text()))
     os.kill(preload, how)
     os.waitpid(preload, 0)
-    child.wait(timeout=60)  # gone (psutil.TimeoutExpired otherwise)
+    child.wait(timeout=HANG_S)  # gone (psutil.TimeoutExpired otherwise)
