@@ -66,12 +66,14 @@ class SlurmOptions:
             return self.save_before_end_s
         return SAVE_BEFORE_END_S if self.time else 0
 
-    def sbatch_args(self, gres_request: str | None) -> list[str]:
+    def sbatch_args(self, gres_request: str | None, *, save_signal: bool = True) -> list[str]:
+        """``save_signal``: the job's trainer can act on SAVE_SIGNAL (one process; under torchrun
+        the signal would end the agent, not save)."""
         args = [f"--{flag}={value}" for flag, value in (
             ("partition", self.partition), ("account", self.account), ("time", self.time),
             ("mem", self.mem), ("cpus-per-task", self.cpus_per_task), ("gres", gres_request),
         ) if value]
-        if self.save_signal_s():  # B: to the batch shell, which execs the runner; it forwards it to the trainer
+        if save_signal and self.save_signal_s():  # B: to the batch shell, which execs the runner; it forwards it to the trainer
             args.append(f"--signal=B:{SAVE_SIGNAL}@{self.save_signal_s()}")
         return [*args, *self.extra_args]
 

@@ -19,6 +19,7 @@ from lat_core.engine.progress import Progress
 from lat_core.engine.remedy import still_effective
 from lat_core.engine.retries import maybe_retry
 from lat_core.engine.state import EngineState
+from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
 from lat_core.contract.jobdir import AttemptFiles, ExitRecord, JobDir, PeakUsage, PidRecord, describe_exit
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.diagnosis import Diagnosis
@@ -113,7 +114,7 @@ class Recovery:
         if ended is None:
             return  # the job had already been settled (cancelled before start, ...): never overwritten
         job, state = ended
-        if state is JobState.FAILED:
+        if state is JobState.FAILED and job.returncode != EXIT_SAVED_TO_RESUME:  # that one saved to resume: no failure
             run = self.store.run(job.run_id)
             if job.diagnosis and job.diagnosis.cls is FailureClass.DISK_FULL:  # the trainer's own write failed
                 self._faults.pause_for_full_disk(run)

@@ -24,6 +24,7 @@ from .events import failed_event, log, memory_event, started_event
 from .checkpoints import checkpoints, load_checkpoint, save_final
 from .portable import moves_base_weights, save_initial_adapter
 from .record import add_data, write_env
+from . import save_request
 from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
     batch_loss, mean_loss_fn, set_logits_to_keep,
 )
@@ -146,6 +147,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
 
     from . import adapters as A
     from .callbacks import EventsCallback, LatRun, RngCallback, TrackerConfigCallback
+    from .save_on_signal import SaveOnSignalCallback
     from lat_core.config.job import resolve_max_steps
     from .graphs import GraphedAdamW, GraphedSteps, layout_for, resolve_modes, set_optimizer_mode
     from .hf_trainer import LatTrainer, build_scheduler, finish_distributed, training_arguments, world_size
@@ -270,7 +272,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     trainer = LatTrainer(model=model, args=args, optimizers=(optimizer, scheduler), lat=run_state, graphed=graphed,
                          eval_dataset={k: v for k, v in splits.items() if k != "train"},
                          callbacks=[TrackerConfigCallback(public_config(cfg), trackers.active),
-                                    RngCallback(cfg.seed, rng_state)])
+                                    RngCallback(cfg.seed, rng_state), SaveOnSignalCallback()])
     trainer.remove_callback(PrinterCallback)   # the project's own log lines replace its dict prints
     if tracker_run is not None:
         attach_tracker_run(trainer.callback_handler.callbacks, tracker_run)
@@ -298,6 +300,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         trainer.train()
     step, best = max(trainer.state.global_step, start), run_state.best
     finish_distributed()
+    if save_request.requested() and step < tr.max_steps:  # saved at the time-limit warning: resumed later
+        raise save_request.SavedToResume(step)
     if not is_main:
         return None
     save_final(model, cfg.output_dir)   # the adapter as training left it

@@ -139,29 +139,30 @@ class SlurmBackend(Backend):
         script = exit_path.with_name(exit_path.name.replace(".exit.json", ".sbatch"))
         script.write_text(self.batch_script(argv, exit_path, show_env))
         command = [f"--comment=lat {exit_path}", f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}",
-                   *self.options.sbatch_args(self.gres_request(env, world)), str(script)]
+                   *self.options.sbatch_args(self.gres_request(env, world), save_signal=world == 1), str(script)]
         return Launched(*self._sbatch(name, command, self._submit_env(env, world)))
 
     def launch_many(self, specs: list[LaunchSpec]) -> list[Launched | OSError]:
         """Each spec's launch (or why it failed), in order: specs with the same gres request go into
         one job array when there are at least two of them (and their environments split safely)."""
-        groups: dict[str | None, list[int]] = {}
+        groups: dict[tuple[str | None, bool], list[int]] = {}  # (gres, one process: may get the save signal)
         for i, spec in enumerate(specs):
-            groups.setdefault(self.gres_request(spec.env, spec.world), []).append(i)
+            groups.setdefault((self.gres_request(spec.env, spec.world), spec.world == 1), []).append(i)
         launched: dict[int, Launched | OSError] = {}
-        for gres, members in groups.items():
+        for (gres, single), members in groups.items():
             envs = [self._submit_env(specs[i].env, specs[i].world) for i in members]
             split = split_envs(envs) if len(members) > 1 else None
             try:
                 if split is None:
                     launched.update({i: self.launch(*_fields(specs[i]), world=specs[i].world) for i in members})
                 else:
-                    launched.update(zip(members, self._submit_array([specs[i] for i in members], gres, *split)))
+                    launched.update(zip(members, self._submit_array([specs[i] for i in members], gres, single, *split)))
             except OSError as exc:  # the other groups went in: only this one's jobs failed
                 launched.update({i: exc for i in members if i not in launched})
         return [launched[i] for i in range(len(specs))]
 
-    def _submit_array(self, specs: list[LaunchSpec], gres: str | None, shared: dict, tasks: list) -> list[Launched]:
+    def _submit_array(self, specs: list[LaunchSpec], gres: str | None, single: bool, shared: dict,
+                      tasks: list) -> list[Launched]:
         first = Path(specs[0].exit_path)
         name = f"{job_name_for(first)}-x{len(specs)}"
         tasks_dir = first.parent / f"{name}.tasks"
@@ -184,7 +185,7 @@ class SlurmBackend(Backend):
         script.write_text(array_script(commands, [Path(s.job_dir) for s in specs], tasks))
         env = {**shared, **{k: v for task in tasks for k, v in task.exported.items()}}
         command = [f"--array=0-{len(specs) - 1}", f"--comment=lat array {first}", f"--chdir={specs[0].job_dir}",
-                   f"--output={tasks_dir}/%a.log", *self.options.sbatch_args(gres), str(script)]
+                   f"--output={tasks_dir}/%a.log", *self.options.sbatch_args(gres, save_signal=single), str(script)]
         job_id, submitted = self._sbatch(name, command, env)
         return [Launched(task_id(job_id, i), submitted) for i in range(len(specs))]
 
