@@ -11,7 +11,7 @@ import time
 import pytest
 
 from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
-from tests.integration.test_trainer import ROOT, events, job, train
+from tests.integration.test_trainer import ROOT, events, job
 
 
 def wait_for_step(job_dir, proc, timeout=300):
