@@ -26,7 +26,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.gpu.test_layouts_gpu import (GLA_1B3, TINY, _loss_and_grads, _model_and_batches, _rel,  # noqa: E402
-                                        rounding_floor)
+                                        rounding_floor, whole_difference)
+
+
+LAYOUTS = ("padded", "static", "packed")
 
 
 def sizes_of(size: str) -> dict:
@@ -40,7 +43,8 @@ def report(name: str, loss: float, grads: dict, ref_loss: float, ref: dict) -> N
     rels = sorted(((_rel(grads[n], g), n) for n, g in ref.items() if g.norm() > 0), reverse=True)
     top = [(f"{r:.1e}", n.split("base_model.model.")[-1]) for r, n in rels[:4]]
     print(f"{name}: loss {loss:.6f} vs padded {ref_loss:.6f} (rel {abs(loss - ref_loss) / abs(ref_loss):.2e}); "
-          f"gradient rel L2 worst {rels[0][0]:.2e} median {statistics.median(r for r, _ in rels):.2e}; top {top}",
+          f"gradient rel L2 worst {rels[0][0]:.2e} median {statistics.median(r for r, _ in rels):.2e} "
+          f"all as one {whole_difference(grads, ref):.2e}; top {top}",
           flush=True)
 
 
@@ -57,12 +61,18 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             model, batches, label_ids = _model_and_batches(pathlib.Path(tmp), sizes_of(args.size), dtype, 8,
                                                            args.device)
-            ref_loss, ref = _loss_and_grads(model, "padded", batches["padded"], label_ids)
+            got = {layout: _loss_and_grads(model, layout, batches[layout], label_ids) for layout in LAYOUTS}
+            ref_loss, ref = got["padded"]
             print(f"== {args.size} {dtype} on {args.device}, padded loss {ref_loss:.6f}", flush=True)
-            for layout in ("static", "packed"):
-                report(layout, *_loss_and_grads(model, layout, batches[layout], label_ids), ref_loss, ref)
-            name, loss, grads = rounding_floor(model, batches, label_ids, dtype)
-            report(f"{name} (floor)", loss, grads, ref_loss, ref)
+            for layout in LAYOUTS[1:]:
+                report(layout, *got[layout], ref_loss, ref)
+            name, floor_loss, floor = rounding_floor(model, batches, label_ids, dtype)
+            report(f"{name} (floor)", floor_loss, floor, ref_loss, ref)
+            # the floor computed in a finer precision is the nearer truth: each layout's own error
+            # against it, the padded layout's included, tells a layout's fault from rounding
+            print(f"-- against {name}", flush=True)
+            for layout in LAYOUTS:
+                report(f"{layout} vs {name}", *got[layout], floor_loss, floor)
             del model
             if args.device == "cuda":
                 torch.cuda.empty_cache()

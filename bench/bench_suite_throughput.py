@@ -83,6 +83,8 @@ def plan_mapping(args, side: str, out: Path, data: Path | None, extra_env: dict)
                "gpus": [args.gpu] if args.gpu >= 0 else "cpu", "env": env, "output_root": str(out / side),
                "overrides": {"model": MODEL_1B3 if args.gpu >= 0 else MODEL_TINY, "train": {"max_steps": steps, "eval_every": steps,
                                                        "save_every": steps, "log_every": 1}}}
+    if args.sweep:
+        mapping["sweep"] = {"grid": dict(args.sweep)}
     if side == "old":
         mapping["slots"] = 3
     fuse, graphs, pack = SPEED[side]
@@ -266,17 +268,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", default="/tmp/lat-suite-bench")
     parser.add_argument("--mps", action="store_true", help="also run lat+mps (a private CUDA MPS daemon)")
     parser.add_argument("--sides", default="", help="comma-separated, from " + ",".join(SPEED))
+    parser.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2",
+                        help="a grid over the suite's jobs (a plan's sweep: grid), e.g. train.lr=1e-4,2e-4: "
+                             "gla_rank_sweep's 8 configs x 2 values are 16 jobs; repeatable")
     parser.add_argument("--reference", help="--json of an earlier call on the same machine: its sides join this "
                                             "call's ratios and loss checks (not run again)")
     parser.add_argument("--json", help="every side's results (with its losses), rewritten after each side, so a "
                                        "call cut short keeps the sides it finished")
     args = parser.parse_args(argv)
     args.data = args.data.split(",")
+    args.sweep = [_sweep_axis(parser, text) for text in args.sweep]
     args.sides = args.sides.split(",") if args.sides else (["old", "lat-eager", "lat"] + (["lat+mps"] if args.mps else []))
     unknown = [d for d in args.data if d not in DATA] + [s for s in args.sides if s not in SPEED]
     if unknown:
         parser.error(f"unknown data or side: {', '.join(unknown)} (data: {', '.join(DATA)}; sides: {', '.join(SPEED)})")
     return args
+
+
+def _sweep_axis(parser: argparse.ArgumentParser, text: str) -> tuple[str, list[str]]:
+    field, _, values = text.partition("=")
+    if not field or not values:
+        parser.error(f"--sweep {text!r}: expected FIELD=V1,V2,...")
+    return field, values.split(",")
 
 
 def joined(results: list[dict], reference: str | None, data: str, sides: list[str]) -> list[dict]:

@@ -73,6 +73,8 @@ def job_label(job_yaml: str | Path) -> str:
     raw = _read_yaml(path)
     name = raw.get("name") or (path.parent.name if path.stem == "job" else path.stem)
     dataset = raw.get("data")
+    if isinstance(dataset, dict):   # a dataset named by its columns (lat_core.config.user_data)
+        dataset = dataset.get("name")
     if not isinstance(dataset, str):
         return path.parent.name or str(path)
     model = raw.get("model")

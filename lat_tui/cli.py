@@ -24,7 +24,7 @@ EXIT_USAGE = 2
 # seeds' flag -> plan field, so errors about a flag name the flag the user typed
 FLAG_FIELDS = {
     "suite": "suites", "pairs": "pairs", "gpus": "gpus", "gpu_plan": "slots",
-    "sleep_mins": "countdown_minutes", "output_root": "output_root", "env": "env",
+    "sleep_mins": "countdown_minutes", "output_root": "output_root", "env": "env", "sweep": "sweep", "after": "after",
 }
 
 
@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sleep-mins", type=float, help="countdown before the first launch, in minutes")
     p.add_argument("--output-root", help="where job directories go")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment override (repeatable)")
+    p.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2,...",
+                   help="a grid over a config field or variable (train.lr=1e-4,2e-4): one job per combination "
+                   "(repeatable; adds to the plan's sweep: grid)")
+    p.add_argument("--after", action="append", default=[], metavar="JOB",
+                   help="start the plan's jobs only once job JOB (an id of `lat-tui status`, any run) succeeded; "
+                   "cancel them if it fails or is cancelled (repeatable)")
     p.add_argument("--resume", action="store_true", default=None,
                    help="restart jobs that had started from their last checkpoint-* (strict)")
     p.add_argument("--overwrite", action="store_true", default=None, help="rerun jobs that already succeeded")
@@ -138,6 +144,9 @@ def plan_from_args(args):
         where = f"{where} + flags" if args.plan else where
     if "env" in flags and isinstance(data.get("env"), dict):  # --env adds to the plan's env: (and wins)
         flags["env"] = {**data["env"], **flags["env"]}
+    if "sweep" in flags and isinstance(data.get("sweep"), dict):  # --sweep adds to the plan's grid (and wins)
+        grid = data["sweep"].get("grid")
+        flags["sweep"] = {**data["sweep"], "grid": {**(grid if isinstance(grid, dict) else {}), **flags["sweep"]["grid"]}}
     data.update(flags)
     if "pairs" not in data and (pair := _pair_from_shell()):
         data["pairs"] = pair
@@ -199,6 +208,10 @@ def flags_to_mapping(args) -> dict:
         data["output_root"] = args.output_root
     if args.env:
         data["env"] = _parse_env_flags(args.env)
+    if args.sweep:
+        data["sweep"] = {"grid": _parse_sweep_flags(args.sweep)}
+    if args.after:
+        data["after"] = " ".join(args.after)
     for flag in ("resume", "overwrite", "allow_cpu"):
         if getattr(args, flag):
             data[flag] = True
@@ -213,6 +226,28 @@ def _parse_env_flags(items: list[str]) -> dict:
             raise PlanError([f"--env {item!r}: expected KEY=VALUE"], where="command line")
         env[key] = value
     return env
+
+
+def _parse_sweep_flags(items: list[str]) -> dict:
+    """``--sweep train.lr=1e-4,2e-4`` -> ``{"train.lr": [...]}``; each value read as YAML (true, 8, text)."""
+    import yaml
+
+    grid = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise PlanError([f"--sweep {item!r}: expected FIELD=VALUE,VALUE,... (train.lr=1e-4,2e-4)"],
+                            where="command line")
+        grid[key.strip()] = [_yaml_scalar(yaml, v) for v in values.split(",")]
+    return grid
+
+
+def _yaml_scalar(yaml, text: str) -> object:
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text.strip()
+    return value if isinstance(value, (bool, int, float, str)) else text.strip()
 
 
 def _name_flags(problem: str, from_flags: set[str]) -> str:

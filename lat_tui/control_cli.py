@@ -61,6 +61,8 @@ def build_parser(verb: str) -> argparse.ArgumentParser:
         p.add_argument("--round", default="all", help="'all' or round numbers (default: all)")
         p.add_argument("--pairs", required=True, help="'seed:dataset' pairs, space-separated")
         p.add_argument("--configs", help="configs directory (default: the project's configs/)")
+        p.add_argument("--after", action="append", default=[], metavar="JOB",
+                       help="the added jobs start once job JOB succeeded, and are cancelled if it does not (repeatable)")
     return p
 
 
@@ -104,7 +106,8 @@ def command_for(args, client: Client, run: RunRow) -> Command:
     from lat_core.front.client import suite_registry
 
     names = [n for chunk in args.suite for n in chunk.split()]
-    return AddJobs(tuple(client.jobs_to_add(run, names, args.round, args.pairs, suite_registry(args.configs))))
+    return AddJobs(tuple(client.jobs_to_add(run, names, args.round, args.pairs, suite_registry(args.configs),
+                                            " ".join(args.after))))
 
 
 def requeue_usage(args) -> str:

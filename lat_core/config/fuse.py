@@ -35,12 +35,28 @@ def adapter_refusal(cfg: JobConfig) -> str | None:
     return None
 
 
+def own_pieces_refusal(cfg: JobConfig) -> str | None:
+    """Why what the user brings (lat_core.config.user_data, train_args) keeps the job out of a fused
+    group, or None: a group runs one step loop, one evaluation and one set of callbacks for all its
+    members, none of which takes a member's own TrainingArguments, callbacks, early stopping or
+    column-named data (its metric and label space), so such a job trains alone rather than lose them."""
+    t = cfg.train
+    own = [what for what, given in (("data as columns (data: {path: ...})", not isinstance(cfg.data, str)),
+                                    (f"train.args ({', '.join(t.args)})", bool(t.args)),
+                                    ("train.callbacks", bool(t.callbacks)),
+                                    ("train.early_stopping", t.stopping is not None)) if given]
+    if not own:
+        return None
+    return f"fuse: {cfg.name} brings its own {' and '.join(own)}, which a fused group does not run per member; it trains alone"
+
+
 def refusal(cfg: JobConfig) -> str | None:
     """Why the engine must not put this job in a fused group, or None. Stricter than the trainer's
     own checks: a dataset whose kind is not known here (a local directory) is not risked."""
-    why = adapter_refusal(cfg)
+    why = adapter_refusal(cfg) or own_pieces_refusal(cfg)
     if why:
         return why
+    assert isinstance(cfg.data, str)   # own_pieces_refusal: data given as columns trains alone
     data = canonical(cfg.data)
     if data in GENERATION_DATASETS:
         return f"fuse: {cfg.name} trains on {cfg.data}, a generation task; only classification jobs fuse"

@@ -24,6 +24,8 @@ from pydantic_core import ErrorDetails
 from lat_core.config import values as V
 from lat_core.config.env import ENV_FIELDS, EnvValueError, apply_env
 from lat_core.config.peft_specs import PeftSpecError, resolve_peft
+from lat_core.config.train_args import args_problem, callbacks_problem
+from lat_core.config.user_data import DataSpec, DataSpecError, parse_spec
 from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml
 from lat_core.errors import ConfigError
 
@@ -96,6 +98,13 @@ class PeftConfig(_Section):
     sdlora_params: Names = Field(default_factory=lambda: ["A_log", "D", "dt_proj.bias"])
 
 
+class EarlyStopping(_Section):
+    """Stop when the main validation metric has not improved by more than ``min_delta`` for
+    ``patience`` evaluations in a row (transformers' EarlyStoppingCallback; README "Bring your own")."""
+    patience: PosInt
+    min_delta: Annotated[float, _kind(V.NONNEG_NUMBER)] = 0.0
+
+
 class TrainSection(_Section):
     """Optimisation and bookkeeping cadence."""
     batch_size: PosInt = 8
@@ -135,6 +144,19 @@ class TrainSection(_Section):
     # wins; true: also on a GPU, where it measured slower). README "Trainer speed modes".
     graphs: Annotated[AutoOrFalse, _kind(V.AUTO_OR_FALSE)] = "auto"
     pack: Annotated[Union[Literal["auto"], bool], _kind(V.AUTO_OR_BOOL)] = "auto"
+    # what the user brings (lat_core.config.train_args): TrainingArguments fields LAT does not own,
+    # TrainerCallback classes by import path, early stopping on the main metric
+    args: YamlMapping = Field(default_factory=dict)
+    callbacks: list[str] = Field(default_factory=list)
+    early_stopping: Optional[EarlyStopping] = None
+    early_stopping_patience: Annotated[Optional[int], _kind(V.POSITIVE_INT, optional=True)] = None  # = early_stopping.patience
+
+    @property
+    def stopping(self) -> EarlyStopping | None:
+        """Early stopping as set by either spelling (JobConfig._one_early_stopping checks they agree)."""
+        if self.early_stopping is None and self.early_stopping_patience is not None:
+            return EarlyStopping(patience=self.early_stopping_patience)
+        return self.early_stopping
 
 
 class EvalSection(_Section):
@@ -159,7 +181,7 @@ class JobConfig(_Section):
     name: str
     model: ModelConfig = Field(default_factory=ModelConfig)
     peft: PeftConfig = Field(default_factory=PeftConfig)
-    data: str = Field(min_length=1)
+    data: Union[str, DataSpec]   # a dataset's name or folder, or a DataSpec (lat_core.config.user_data)
     seed: NonNegInt = 1
     train: TrainSection = Field(default_factory=TrainSection)
     output_dir: Path
@@ -182,7 +204,22 @@ class JobConfig(_Section):
                                  f"(allowed: {', '.join(sorted(allowed))})")
         if self.peft.method == "sdlora" and self.model.family != "mamba":
             raise ValueError("peft.method: sdlora tunes Mamba SSM channels; use it with model.family mamba")
+        problem = args_problem(self.train.args) or callbacks_problem(self.train.callbacks) or self._early_stopping_problem()
+        if problem:
+            raise ValueError(problem)
         return self
+
+    def _early_stopping_problem(self) -> str | None:
+        t = self.train
+        if t.early_stopping and t.early_stopping_patience and t.early_stopping.patience != t.early_stopping_patience:
+            return (f"train.early_stopping_patience: {t.early_stopping_patience} differs from "
+                    f"train.early_stopping.patience {t.early_stopping.patience}; set one of them")
+        return None
+
+    @property
+    def data_name(self) -> str:
+        """The dataset's name in folders, logs, events and tables."""
+        return self.data if isinstance(self.data, str) else self.data.display_name
 
 
 FILE_KEYS = ("name", "model", "peft", "data", "seed", "train", "output_dir", "eval", "data_dir", "gla", "resolved")
@@ -208,6 +245,8 @@ def parse_config(raw: object, cfg_path: Path | None = None, environ: dict[str, s
     explicit = {f"{sec}.{k}" for sec in _SECTIONS if isinstance(raw.get(sec), dict) for k in raw[sec]}
     if raw.get("data") in (None, ""):
         raise TrainConfigError("data: missing dataset name (e.g. tiny-sst2 or a directory path)", field="data")
+    if isinstance(raw["data"], dict):
+        raw = {**raw, "data": _data_spec(raw["data"], cfg_path)}
     values = {**raw, "name": raw.get("name", cfg_path.stem if cfg_path else "job"),
               "output_dir": _output_dir(raw.get("output_dir"), cfg_path), "data_dir": raw.get("data_dir") or "",
               "cfg_path": cfg_path, "sources": sources, "explicit": explicit}
@@ -228,6 +267,14 @@ def load_config(path: str | Path) -> JobConfig:
     except YamlFileError as exc:
         raise TrainConfigError(f"--cfg: {exc}") from None
     return parse_config(raw, path)
+
+
+def _data_spec(raw: dict[object, object], cfg_path: Path | None) -> DataSpec:
+    """``data:`` as a mapping; a local path is taken from the job file's folder."""
+    try:
+        return parse_spec(raw, cfg_path.resolve().parent if cfg_path else Path.cwd())
+    except DataSpecError as exc:
+        raise TrainConfigError(str(exc), field=exc.field) from None
 
 
 def _with_peft_resolved(raw: dict[str, Any], sources: dict[str, str]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   world INTEGER NOT NULL DEFAULT 1, use_libuv INTEGER NOT NULL DEFAULT 1,
   avoid_devices_json TEXT NOT NULL DEFAULT '[]', backend_options_json TEXT NOT NULL DEFAULT '{}',
   not_before REAL NOT NULL DEFAULT 0, added REAL, family TEXT, fused_group TEXT,
+  after_json TEXT NOT NULL DEFAULT '[]',
   UNIQUE (run_id, key)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -86,6 +87,12 @@ CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id, n);
 CREATE INDEX IF NOT EXISTS attempts_open ON attempts(job_id) WHERE ended IS NULL;
 -- the commands still to handle, which every tick asks for, among all ever sent
 CREATE INDEX IF NOT EXISTS commands_pending ON commands(run_id) WHERE status='pending';
+"""
+
+# indexes on columns added since the first journals: made once an older journal has the columns
+LATER_INDEXES = """
+-- the queued jobs that wait for others (what the engine checks every tick), among all queued
+CREATE INDEX IF NOT EXISTS jobs_after ON jobs(run_id, state) WHERE after_json != '[]';
 """
 
 _SUMMARY_SELECT = ", ".join(SUMMARY_COLUMNS)
@@ -223,8 +230,10 @@ class Store:
     # ------------------------------------------------------------------ jobs
     def add_jobs(self, run_id: int, jobs: Iterable[Mapping[str, Any]]) -> list[int]:
         """Insert jobs in order (dicts with key, suite, round, stem, seed, dataset, job_dir, argv, env;
-        optional state, world, use_libuv and family)."""
+        optional state, world, use_libuv, family, and the jobs each waits for: ``after_keys``, keys
+        of the run's jobs, these included, and ``after_ids``, ids of any jobs of the journal)."""
         ids = []
+        jobs = list(jobs)
         with self._tx() as db:
             start = db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs WHERE run_id=?", (run_id,)).fetchone()[0]
             for offset, job in enumerate(jobs, start=1):
@@ -239,6 +248,7 @@ class Store:
                 ids.append(_new_id(cur))
                 detail = "already succeeded earlier; overwrite reruns it" if state is JobState.SUCCEEDED else ""
                 _transition(db, run_id, ids[-1], None, state, detail)
+            _set_after(db, run_id, list(zip(ids, jobs)))
         return ids
 
     def jobs(self, run_id: int) -> list[JobRow]:
@@ -308,10 +318,30 @@ class Store:
 
     def set_waiting_after(self, run_id: int, after_seq: int, reason: str) -> None:
         """The same reason for every queued job of the run after ``after_seq`` (all slots taken, or
-        admission paused): one statement, however many jobs wait."""
+        admission paused): one statement, however many jobs wait. A job still waiting for another's
+        success keeps saying so (:meth:`queued_dependents`)."""
         with self._tx() as db:
             db.execute("UPDATE jobs SET waiting=? WHERE run_id=? AND state='queued' AND seq>? "
-                       "AND COALESCE(waiting, '') != ?", (reason, run_id, after_seq, reason))
+                       f"AND COALESCE(waiting, '') != ? AND {_NOT_WAITING_FOR_OTHERS}",
+                       (reason, run_id, after_seq, reason))
+
+    def queued_dependents(self, run_id: int) -> list[tuple[int, tuple[int, ...], str | None]]:
+        """(id, the jobs it waits for, its waiting reason) of the run's queued jobs that wait for
+        others' success (index jobs_after: a tick reads these, not every queued job)."""
+        rows = self._db.execute("SELECT id, after_json, waiting FROM jobs WHERE run_id=? AND state='queued'"
+                                " AND after_json != '[]' ORDER BY seq", (run_id,))
+        return [(job_id, tuple(json.loads(after)), waiting) for job_id, after, waiting in rows]
+
+    def job_states(self, job_ids: Iterable[int]) -> dict[int, tuple[JobState, str]]:
+        """job id -> (state, key) of those of ``job_ids`` the journal holds, in any run."""
+        ids = sorted(set(job_ids))
+        found: dict[int, tuple[JobState, str]] = {}
+        for start in range(0, len(ids), 500):  # SQLite caps the variables of one statement
+            chunk = ids[start:start + 500]
+            rows = self._db.execute(f"SELECT id, state, key FROM jobs WHERE id IN ({','.join('?' * len(chunk))})",
+                                    chunk)
+            found.update({job_id: (JobState(state), key) for job_id, state, key in rows})
+        return found
 
     def record_config_peak(self, key: str, peak_gpu: int, peak_rss: int) -> None:
         """The largest peak seen for a config on a dataset: what admission expects it to need."""
@@ -550,6 +580,26 @@ class Store:
                         f"{status} {result}".strip())
 
 
+# a queued job whose every parent succeeded (or that has none): slot and pause reasons apply to it
+_NOT_WAITING_FOR_OTHERS = ("(after_json = '[]' OR NOT EXISTS (SELECT 1 FROM json_each(jobs.after_json) AS d"
+                           " JOIN jobs AS p ON p.id = d.value WHERE p.state != 'succeeded'))")
+
+
+def _set_after(db: sqlite3.Connection, run_id: int, added: list[tuple[int, Mapping[str, Any]]]) -> None:
+    """The parents of the jobs just added, as ids: their keys looked up in the run once all of its
+    new jobs are in (a job may wait for one listed after it)."""
+    waiting = [(job_id, job) for job_id, job in added if job.get("after_keys") or job.get("after_ids")]
+    if not waiting:
+        return
+    by_key = {key: job_id for key, job_id in db.execute("SELECT key, id FROM jobs WHERE run_id=?", (run_id,))}
+    for job_id, job in waiting:
+        unknown = [k for k in job.get("after_keys", ()) if k not in by_key]
+        if unknown:
+            raise JournalError(f"job {job['key']} waits for {unknown[0]!r}, which run {run_id} does not hold")
+        parents = sorted({*(by_key[k] for k in job.get("after_keys", ())), *job.get("after_ids", ())} - {job_id})
+        db.execute("UPDATE jobs SET after_json=? WHERE id=?", (json.dumps(parents), job_id))
+
+
 def _command_row(row: sqlite3.Row) -> CommandRow:
     """A row of ``commands``: its ``verb`` column holds the command's kind (the name it had when
     commands were verbs, so journals of either age read the same)."""
@@ -565,6 +615,7 @@ def _connect(path: Path, timeout_s: float) -> sqlite3.Connection:
     db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(SCHEMA)
     _add_missing_columns(db)
+    db.executescript(LATER_INDEXES)
     return db
 
 

@@ -92,6 +92,7 @@ class JobRow(JobSummary):
     use_libuv: int = 1
     avoid_devices: tuple[str, ...] = ()  # device ids a remedy excluded for this job (placement skips them)
     backend_options: dict[str, Any] = field(default_factory=dict)  # per-job backend options (Slurm time/mem)
+    after: tuple[int, ...] = ()  # ids of the jobs whose success this one waits for (lat_core.engine.dependencies)
 
 
 SUMMARY_COLUMNS = tuple(f.name for f in fields(JobSummary))  # in order: JobSummary(*row) takes them
@@ -168,6 +169,7 @@ def job_row(row: sqlite3.Row) -> JobRow:
     data["env"] = json.loads(columns["env_json"])
     data["avoid_devices"] = tuple(json.loads(columns["avoid_devices_json"]))
     data["backend_options"] = json.loads(columns["backend_options_json"])
+    data["after"] = tuple(json.loads(columns.get("after_json") or "[]"))
     data["diagnosis"] = _diagnosis(columns["diagnosis_json"], f"jobs.diagnosis_json of job {data['id']}")
     return JobRow(**data)
 

@@ -75,6 +75,9 @@ class SavedPlan:
     env: Mapping[str, str] = field(default_factory=_empty)
     output_root: str = D.output_root
     overrides: Mapping[str, Any] = field(default_factory=_empty)
+    sweep: Mapping[str, Any] = field(default_factory=_empty)  # as written; lat_core.front.sweep reads it
+    after: tuple[int, ...] = ()  # ids of the jobs every job of the plan waited for, when it was made
+    datasets: Mapping[str, Any] = field(default_factory=_empty)  # name -> a dataset named by its columns
     notify: Mapping[str, Any] = field(default_factory=_empty)
     gpus_per_job: int = D.gpus_per_job
     min_free_gb: float = D.min_free_gb
@@ -255,7 +258,8 @@ def _on_failure(value: object) -> OnFailure:
 
 _DECODERS: dict[str, Callable[[Any], Any]] = {
     "suites": _suites, "pairs": _words, "gpus": _gpus, "slots": _slots, "countdown_minutes": _number,
-    "env": _env, "output_root": _text, "overrides": _mapping, "notify": _mapping, "gpus_per_job": _whole,
+    "env": _env, "output_root": _text, "overrides": _mapping, "datasets": _mapping, "sweep": _mapping,
+    "after": _numbers, "notify": _mapping, "gpus_per_job": _whole,
     "min_free_gb": _number, "backend": _backend, "slurm": _mapping, "on_oom": _on_oom, "on_failure": _on_failure,
     "resume": _flag, "overwrite": _flag, "mps": _flag, "fuse": _fuse, "warm_start": _flag, "allow_cpu": _flag,
     "breaker": _whole,

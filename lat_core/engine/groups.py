@@ -25,6 +25,7 @@ from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.fusion import GROUP_SIZE_LIMIT, MATE_SCAN, fuses_on, group_argv, job_fuse_key, smaller_limit
 from lat_core.engine.requeue import restart_argv
 from lat_core.engine.retries import backoff_hold
+from lat_core.engine.dependencies import Dependencies
 from lat_core.engine.state import EngineState
 from lat_core.engine.warm import WarmStarts
 from lat_core.contract.jobdir import AttemptFiles, ExitRecord, GroupRef, JobDir
@@ -45,11 +46,12 @@ class GroupStarts:
     """Which queued jobs join a job's fused group, and the group's start: one launch for all."""
 
     def __init__(self, state: EngineState, *, groups: FusedGroups, starts: Starts, warm: WarmStarts,
-                 admission: Admission, secrets: JobSecrets):
+                 admission: Admission, secrets: JobSecrets, dependencies: Dependencies):
         self.store = state.store
         self._clock = state.clock
         self._state = state
         self._groups = groups
+        self._dependencies = dependencies
         self._starts = starts
         self._warm = warm
         self._admission = admission
@@ -84,7 +86,8 @@ class GroupStarts:
             other_key, other_cap = self._fuse_info(other)
             if other.id in taken or device.id in other.avoid_devices or other_key != key or other_cap <= len(group):
                 continue
-            if self._warm.hold(other) or backoff_hold(other, self._clock()) is not None:
+            if self._warm.hold(other) or backoff_hold(other, self._clock()) is not None \
+                    or self._dependencies.hold(other):
                 continue
             if self._admission.group_blocker([*group, other], device, running) is None:
                 group.append(other)

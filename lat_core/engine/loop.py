@@ -23,6 +23,7 @@ from lat_core.engine.admission import Admission, AdmissionPolicy
 from lat_core.engine.backends import Backend
 from lat_core.engine.breaker import Breaker
 from lat_core.engine.commands import Commands
+from lat_core.engine.dependencies import Dependencies
 from lat_core.engine.backends.local import LocalBackend
 from lat_core.contract.jobdir import AttemptFiles, PidRecord
 from lat_core.engine.launch import Launched, launch
@@ -79,8 +80,10 @@ class Engine:
                                   progress=self._progress, notices=self._notices, breaker=self._breaker)
         self._starts = Starts(state, recovery=self._recovery, faults=self._faults, warm=self._warm,
                               secrets=self._job_secrets, mps=self._mps)
+        self._dependencies = Dependencies(state)
         self._group_starts = GroupStarts(state, groups=self._groups, starts=self._starts, warm=self._warm,
-                                         admission=self._admission, secrets=self._job_secrets)
+                                         admission=self._admission, secrets=self._job_secrets,
+                                         dependencies=self._dependencies)
         self._commands = Commands(self)
 
     def now(self) -> float:
@@ -146,6 +149,7 @@ class Engine:
             self._warm.prepare(run)
         if run.state is RunState.RUNNING:
             self._notices.run_started(run)
+            self._dependencies.settle(run)  # before admission: it passes the jobs still waiting by
             self._admit(self.store.run(run.id))  # as reaping left it: a full disk pauses admission
         self._finish_if_drained(run)
 
@@ -185,7 +189,7 @@ class Engine:
         batch: Batch | None = [] if self._submits_arrays(run.id) else None
         taken: set[int] = set()  # started this pass as members of a fused group
         for job in self.store.iter_queued(run.id):
-            if job.id in taken:
+            if job.id in taken or self._dependencies.hold(job):
                 continue
             if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
                 self._set_waiting(job, hold)

@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
     from lat_core.monitor.host import HostSnapshot, host_snapshot
     from lat_core.results import JobResult, Report, Table, aggregate, build_tables, check_formats, write_report
     from lat_core.results.live import aggregate_live
-    from lat_core.results.render import table_markdown
+    from lat_core.results.render import not_in_tables, report_json, summary_line, table_markdown
     from lat_core.results.scan import FOREIGN_REASON
     from lat_core.results.tables import Row
     from lat_core.text import fmt_bytes
@@ -65,7 +65,8 @@ __all__ = [
     "GpuInfo", "GpuProbe", "GpuSnapshot", "HostSnapshot", "host_snapshot",
     # results and triage
     "Diagnosis", "FOREIGN_REASON", "JobResult", "Report", "Row", "Table", "TriageError", "aggregate", "aggregate_live",
-    "build_tables", "check_formats", "classify", "table_markdown", "write_report",
+    "build_tables", "check_formats", "classify", "not_in_tables", "report_json", "summary_line", "table_markdown",
+    "write_report",
     # words people read
     "display_name", "fmt_bytes",
 ]
@@ -309,9 +310,10 @@ class Client:
             return store.run(create_run(store, prepared))
 
     def jobs_to_add(self, run: RunRow, suites: list[str], rounds: object, pairs: object,
-                    registry: SuiteRegistry) -> list[dict[str, object]]:
-        """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders."""
-        return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir)
+                    registry: SuiteRegistry, after: object = None) -> list[dict[str, object]]:
+        """Records for more jobs in ``run``; refused (PlanError) where a live run owns their folders.
+        ``after``: ids of jobs they wait for (as a plan's ``after:`` takes them)."""
+        return jobs_to_add(run, suites, rounds, pairs, registry, self.state_dir, after)
 
 
 def mail_notice(yaml_path: str | Path, kind: str, subject: str, body: str) -> tuple[bool, list[str]]:
@@ -389,7 +391,7 @@ _ELSEWHERE: dict[str, tuple[str, ...]] = {
     "lat_core.monitor.host": ("HostSnapshot", "host_snapshot"),
     "lat_core.results": ("JobResult", "Report", "Table", "aggregate", "build_tables", "check_formats", "write_report"),
     "lat_core.results.live": ("aggregate_live",),
-    "lat_core.results.render": ("table_markdown",),
+    "lat_core.results.render": ("not_in_tables", "report_json", "summary_line", "table_markdown"),
     "lat_core.results.scan": ("FOREIGN_REASON",),
     "lat_core.results.tables": ("Row",),
     "lat_core.text": ("fmt_bytes",),

@@ -1,8 +1,9 @@
 """Expand a Plan into jobs and lay out each job's directory.
 
-One job per (suite config x seed x dataset), in plan order: suites, then rounds, then configs, then
-pairs. Each job lives in ``<output_root>/<data>_seed<seed>/<config_stem>/`` (``__repK`` added when a
-config repeats for the same pair) and holds its resolved config (``job.yaml``, marked ``resolved:
+One job per (suite config x sweep point x seed x dataset), in plan order: suites, then rounds, then
+configs, then points, then pairs. Each job lives in ``<output_root>/<data>_seed<seed>/<config_stem>/``
+(``__<point>`` added for a sweep's point, ``lr2e-4_r16``; ``__repK`` when a config repeats for the
+same pair) and holds its resolved config (``job.yaml``, marked ``resolved:
 true``: the trainer trains it as written), where each overridden value came from
 (``overrides.json``), its command line (``command.json``, secrets masked), ``train.log``,
 ``events.jsonl`` and the trainer's outputs.
@@ -19,15 +20,17 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from lat_core.config.datasets import canonical
-from lat_core.config.env import EnvValueError, apply_env, dataset_overrides, mask_env
+from lat_core.config.env import ENV_FIELDS, EnvValueError, apply_env, dataset_overrides, mask_env
 from lat_core.config.job import JobConfig, TrainConfigError, parse_config
 from lat_core.config import yaml_text
 from lat_core.config.suites import SuiteRegistry
 from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
-from lat_core.errors import ConfigError, OutputPathError
+from lat_core.errors import ConfigError, OutputPathError, PlanError
 from lat_core.contract.jobdir import JobDir
 from lat_core.contract.jobdir.names import COMMAND, JOB_YAML, OVERRIDES
-from lat_core.front.plan import Pair, Plan
+from lat_core.front.plan import Pair, Plan, SuiteRef
+from lat_core.front.sweep import NO_POINT, Point, Sweep, points, read_sweep
+from lat_core.front.sweep_fields import target
 from lat_core.safe_files import escape_problem, write_files
 from lat_core.text import shorten
 
@@ -55,6 +58,10 @@ class JobSpec:
     world: int = 1  # gpus_per_job: processes under torchrun
     use_libuv: bool = True
     typed: JobConfig | None = None  # the typed view of ``config``, as the trainer will parse job.yaml
+    # whose success it waits for: keys of jobs of the same plan (a suite entry's after:), ids of any
+    # job of the state directory (the plan's after:, --after); shared, read-only, among an entry's jobs
+    after_keys: list[str] = field(default_factory=list)
+    after_ids: list[int] = field(default_factory=list)
 
     def command(self) -> list[str]:
         flags = {"resume": ["--resume"], "overwrite": ["--overwrite"]}.get(self.mode, [])
@@ -76,17 +83,40 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     root = Path(plan.output_root).expanduser().resolve()
     shell_env = dict(shell_env or {})
     _check_dataset_variables(plan, shell_env)
-    jobs: list[JobSpec] = []
     seen: dict[str, int] = {}
     typed_cache: dict[str, JobConfig] = {}
+    entries: list[list[JobSpec]] = []
     for ref in plan.suites:
         suite = registry.get(ref.name)
+        swept = points(_sweep_of(plan, ref))
+        entries.append([])
         for round_no, cfg_path in suite.configs_for(plan.round_list(ref)):
             base_cfg = registry.pin_user_peft_spec(_load_experiment(cfg_path))
-            for pair in plan.pairs:
-                jobs.append(_make_job(plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg, pair, seen,
-                                       typed_cache))
+            for point in swept:
+                entries[-1] += [_make_job(plan, root, shell_env, suite.name, round_no, cfg_path, base_cfg, pair, seen,
+                                          typed_cache, point) for pair in plan.pairs]
+    jobs = [job for entry in entries for job in entry]
+    _link_after(plan, entries, jobs)
     return jobs
+
+
+def _link_after(plan: Plan, entries: list[list[JobSpec]], jobs: list[JobSpec]) -> None:
+    """Each job's parents: the plan's ``after`` ids, and the keys of the jobs its entry's ``after`` names."""
+    after_ids = list(plan.after)
+    for ref, entry in zip(plan.suites, entries):
+        keys = [j.key for j in jobs if any(a.holds(j.suite, j.round) for a in ref.after)]
+        for job in entry:
+            job.after_keys, job.after_ids = keys, after_ids
+
+
+def _sweep_of(plan: Plan, ref: SuiteRef) -> Sweep:
+    """The entry's own sweep, else the plan's; PlanError for one the plan's checks did not see."""
+    own = bool(ref.sweep)
+    where = f"suites[{plan.suites.index(ref)}].sweep" if own else "sweep"
+    sweep, problems = read_sweep(ref.sweep if own else plan.sweep, where)
+    if problems:
+        raise PlanError(problems, where="plan")
+    return sweep
 
 
 def _check_dataset_variables(plan: Plan, shell_env: dict[str, str]) -> None:
@@ -104,15 +134,18 @@ def _check_dataset_variables(plan: Plan, shell_env: dict[str, str]) -> None:
 
 
 def _make_job(plan: Plan, root: Path, shell_env: dict[str, str], suite: str, round_no: int, cfg_path: Path,
-              base_cfg: dict[str, Any], pair: Pair, seen: dict[str, int], typed_cache: dict[str, JobConfig]) -> JobSpec:
+              base_cfg: dict[str, Any], pair: Pair, seen: dict[str, int], typed_cache: dict[str, JobConfig],
+              point: Point) -> JobSpec:
     group = f"{safe_component(pair.dataset, 'dataset')}_seed{pair.seed}"
     stem = safe_component(cfg_path.stem, "config name")
+    if point.name:
+        stem = f"{stem}{POINT_SEPARATOR}{safe_component(point.name, 'sweep point')}"
     count = seen.get(f"{group}/{stem}", 0) + 1
     seen[f"{group}/{stem}"] = count
     if count > 1:
         stem = f"{stem}__rep{count}"
     job_dir = root / group / stem
-    config, provenance, origin = resolve_config(base_cfg, cfg_path, plan, shell_env, pair, job_dir, stem)
+    config, provenance, origin = resolve_config(base_cfg, cfg_path, plan, shell_env, pair, job_dir, stem, point)
     wants_resume = bool(config.pop("resume", False)) or plan.resume
     mode = job_mode(job_dir, wants_resume, plan.overwrite, strict=bool(base_cfg.get("resume")))
     world = _positive_int(config.pop("gpus_per_job", plan.gpus_per_job), cfg_path)
@@ -155,14 +188,18 @@ def _load_experiment(path: Path) -> YamlMapping:
     return data
 
 
-# Where a value can come from, earliest first: a later layer overrides an earlier one.
-PLAN_OVERRIDES, PLAN_ENV, SHELL = "plan overrides", "plan env", "the launching shell"
+# Where a value can come from, earliest first: a later layer overrides an earlier one. The sweep is
+# last: its values name the job's folder, so nothing may change them after.
+PLAN_OVERRIDES, PLAN_ENV, SHELL, SWEEP = "plan overrides", "plan env", "the launching shell", "the plan's sweep"
+POINT_SEPARATOR = "__"  # <config stem>__<point>: lr2e-4_r16 of tiny_lora is tiny_lora__lr2e-4_r16
 
 
 def resolve_config(base: Mapping[str, object], cfg_path: Path, plan: Plan, shell_env: dict[str, str], pair: Pair,
-                   job_dir: Path, stem: str) -> tuple[dict[str, Any], list[Provenance], dict[str, str]]:
-    """The job's final config: experiment YAML < plan overrides < plan env < launching shell, then
-    the pair's dataset and seed; returns (config, provenance, origin: field -> where it came from).
+                   job_dir: Path, stem: str, point: Point = NO_POINT,
+                   ) -> tuple[dict[str, Any], list[Provenance], dict[str, str]]:
+    """The job's final config: experiment YAML < plan overrides < plan env < launching shell < the
+    sweep's point, then the pair's dataset and seed; returns (config, provenance, origin: field ->
+    where it came from).
 
     This is the one place overrides are applied: the config is written to job.yaml with
     ``resolved: true`` and the trainer applies nothing on top of it."""
@@ -175,7 +212,9 @@ def resolve_config(base: Mapping[str, object], cfg_path: Path, plan: Plan, shell
         origin[dotted] = PLAN_OVERRIDES
     for label, env in ((PLAN_ENV, plan.env), (SHELL, shell_env)):
         config = _apply_env_layer(config, env, label, provenance, origin)
-    injected: dict[str, object] = {"name": stem, "data": pair.dataset, "seed": pair.seed, "output_dir": str(job_dir)}
+    config = _apply_point(config, point, cfg_path, provenance, origin)
+    data = _plain_copy(plan.datasets[pair.dataset]) if pair.dataset in plan.datasets else pair.dataset
+    injected: dict[str, object] = {"name": stem, "data": data, "seed": pair.seed, "output_dir": str(job_dir)}
     for key, value in injected.items():
         config[key] = value
         provenance.append({"field": key, "value": value, "source": "plan"})
@@ -198,12 +237,27 @@ def _apply_env_layer(config: dict[str, Any], env: dict[str, str], label: str, pr
     return config
 
 
+def _apply_point(config: dict[str, Any], point: Point, cfg_path: Path, provenance: list[Provenance],
+                 origin: dict[str, str]) -> dict[str, Any]:
+    """The point's values over everything else; a variable (HP_LR) sets its field as the env would.
+    Each is in the provenance with source ``sweep``: what results group a sweep's jobs by."""
+    for key, value in point.values:
+        plain = list(value) if isinstance(value, tuple) else value
+        if key in ENV_FIELDS:
+            config = _apply_env_layer(config, {key: str(plain)}, SWEEP, [], {})
+        else:
+            _set(config, key, plain, cfg_path)
+        provenance.append({"field": key, "value": plain, "source": "sweep"})
+        origin[target(key)] = SWEEP
+    return config
+
+
 def _rank(origin: dict[str, str], dotted: str, config: dict[str, Any]) -> int:
     """0: not set, 1: the experiment YAML, 2..: the layers after it."""
     where = origin.get(dotted)
     if where is None:
         return 1 if _get(config, dotted) is not None else 0
-    return 2 if where == PLAN_OVERRIDES else 3 if where.endswith(PLAN_ENV) else 4
+    return 2 if where == PLAN_OVERRIDES else 3 if where.endswith(PLAN_ENV) else 5 if where == SWEEP else 4
 
 
 def _drop_outranked_max_steps(config: dict[str, Any], origin: dict[str, str], provenance: list[Provenance]) -> None:
@@ -228,7 +282,8 @@ def typed_config(config: dict[str, Any], cfg_path: Path, job_dir: Path, origin: 
 
     With ``cache``, a config is validated once and its other pairs' jobs are copies with their own
     pair and folder (a third of the CPU of expanding a 10,000-job plan went to repeating it)."""
-    key = _cache_key(config) if cache is not None else None
+    # a dataset named by its columns is a mapping, which the cached copy could not take as it is
+    key = _cache_key(config) if cache is not None and isinstance(config["data"], str) else None
     if cache is not None and key is not None and key in cache:
         return cache[key].model_copy(update={  # shallow: the sections are shared, read-only
             "data": config["data"], "seed": config["seed"], "cfg_path": job_dir / JOB_YAML,

@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -22,12 +22,15 @@ from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
 from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, mask_env, parse_env_value
 from lat_core.notify import mask_url
 from lat_core.config.suites import SuiteRegistry
+from lat_core.config.user_data import DataSpecError, columns_problem, parse_spec
 from lat_core.contract.plan_defaults import PLAN_DEFAULTS as D
 from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 from lat_core.errors import LatError, PlanError
 from lat_core.front.plan_problems import Found, bounded, problem_lines
 from lat_core.text import shorten
 from lat_core.front.plan_retries import OnFailure
+from lat_core.front.sweep import read_sweep
+from lat_core.front.plan_after import after_problems
 from lat_core.safe_files import escape_problem
 
 AUTO_REMEDIES = ("expandable_segments", "smaller_micro_batch", "gradient_checkpointing", "fewer_workers",
@@ -35,15 +38,40 @@ AUTO_REMEDIES = ("expandable_segments", "smaller_micro_batch", "gradient_checkpo
 _PAIR_RE = re.compile(r"^\s*(-?\d+)\s*:\s*(\S.*?)\s*$")
 
 
-class SuiteRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1)
+class AfterRef(BaseModel):
+    """Jobs of the plan that a suite entry's jobs wait for: those of ``suite`` (in ``rounds``)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    suite: str = Field(min_length=1)
     rounds: Union[Literal["all"], list[int]] = "all"
 
     @field_validator("rounds", mode="before")
     @classmethod
     def _rounds(cls, value: object) -> object:
         return parse_rounds(value)
+
+    def holds(self, suite: str, round_no: int) -> bool:
+        return suite == self.suite and (self.rounds == "all" or round_no in self.rounds)
+
+
+class SuiteRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    rounds: Union[Literal["all"], list[int]] = "all"
+    sweep: YamlMapping = Field(default_factory=dict)  # this entry's own sweep (lat_core.front.sweep), else the plan's
+    # its jobs start once every job of these succeeded, and are cancelled if one does not (lat_core.engine.dependencies)
+    after: list[AfterRef] = Field(default_factory=list)
+
+    @field_validator("rounds", mode="before")
+    @classmethod
+    def _rounds(cls, value: object) -> object:
+        return parse_rounds(value)
+
+    @field_validator("after", mode="before")
+    @classmethod
+    def _after(cls, value: object) -> object:
+        """``after: E4``, ``after: {suite: E4, rounds: [1]}`` or a list of those."""
+        value = value if isinstance(value, list) else [value]
+        return [{"suite": v} if isinstance(v, str) else v for v in value]
 
 
 class OnOom(BaseModel):
@@ -93,6 +121,13 @@ class Plan(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     output_root: str = Field(default=D.output_root, min_length=1)
     overrides: YamlMapping = Field(default_factory=dict)
+    # datasets named by their columns (lat_core.config.user_data), which a pair names as its dataset:
+    # {reviews: {path: ./reviews.csv, text: review, label: sentiment}} and pairs ["1:reviews"]
+    datasets: dict[str, YamlMapping] = Field(default_factory=dict)
+    # one job per point of each config x pair (lat_core.front.sweep); a suite entry's own replaces it there
+    sweep: YamlMapping = Field(default_factory=dict)
+    # ids of jobs of this state directory (any run) whose success every job of the plan waits for (--after)
+    after: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
     notify: YamlMapping = Field(default_factory=dict)  # see lat_core.notify: email / webhook / on
     gpus_per_job: int = Field(default=D.gpus_per_job, ge=1, le=64)  # gang-scheduled; configs may set their own
     min_free_gb: float = Field(default=D.min_free_gb, ge=0)  # a GPU with less free memory takes no new job
@@ -142,6 +177,13 @@ class Plan(BaseModel):
                 raise ValueError(f"pair {pair} is listed twice")
             seen.add(pair)
         return value
+
+    @field_validator("after", mode="before")
+    @classmethod
+    def _after_ids(cls, value: object) -> object:
+        if isinstance(value, str):
+            return _split_numbers(value, "job id")
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -196,14 +238,14 @@ class Plan(BaseModel):
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_defaults=False)
         data["pairs"] = [str(p) for p in self.pairs]
-        data["suites"] = [{"name": s.name, "rounds": s.rounds} for s in self.suites]
+        data["suites"] = [_saved_suite(s) for s in self.suites]
         for at_default in ("backend", "gpus_per_job", "min_free_gb"):  # a saved plan reads them back from the table
             if data[at_default] == getattr(D, at_default):
                 del data[at_default]
         # fuse and breaker stay, false and 0 included: a saved plan without one is from before it
         # (saved_plan.FUSE_IF_UNSAVED, BREAKER_IF_UNSAVED)
-        for optional in ("overrides", "notify", "on_oom", "on_failure", "slurm", "resume", "overwrite", "mps",
-                         "allow_cpu"):
+        for optional in ("overrides", "datasets", "sweep", "after", "notify", "on_oom", "on_failure", "slurm",
+                         "resume", "overwrite", "mps", "allow_cpu"):
             if not data[optional]:
                 del data[optional]
         if data["warm_start"] == D.warm_start:
@@ -213,6 +255,16 @@ class Plan(BaseModel):
             data["notify"] = _mask_notify(data["notify"])
         text: str = yaml.safe_dump(data, sort_keys=False)
         return text
+
+
+def _saved_suite(ref: SuiteRef) -> dict[str, object]:
+    """A suite entry as saved: its sweep and what it waits for only where it has them."""
+    saved: dict[str, object] = {"name": ref.name, "rounds": ref.rounds}
+    if ref.sweep:
+        saved["sweep"] = ref.sweep
+    if ref.after:
+        saved["after"] = [a.model_dump() for a in ref.after]
+    return saved
 
 
 def _mask_secrets(node: object) -> object:
@@ -301,7 +353,8 @@ def plan_from_mapping(data: object, registry: SuiteRegistry, *, where: str, base
     except ValidationError as exc:
         raise PlanError(bounded(_pydantic_problems(exc)), where=where) from None
     base = base or Path.cwd()
-    problems = check_plan(plan, registry, base) + _override_escapes(plan)
+    plan.datasets, own_problems = own_datasets(plan.datasets, base)
+    problems = own_problems + check_plan(plan, registry, base) + _override_escapes(plan)
     if plan.resume and plan.overwrite:
         problems.append("fields 'resume' and 'overwrite' exclude each other")
     if plan.backend == "slurm" or plan.slurm:
@@ -313,7 +366,7 @@ def plan_from_mapping(data: object, registry: SuiteRegistry, *, where: str, base
     if problems:
         raise PlanError(bounded(problems), where=where)
     # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.
-    plan.pairs = [_absolute_dataset(p, base) for p in plan.pairs]
+    plan.pairs = [_absolute_dataset(p, base, plan.datasets) for p in plan.pairs]
     return plan
 
 
@@ -337,15 +390,44 @@ def _override_escapes(plan: Plan) -> list[str]:
     return [problem for problem in found if problem]
 
 
-def _absolute_dataset(pair: Pair, base: Path) -> Pair:
-    if canonical(pair.dataset) in KNOWN_DATASETS:
+def own_datasets(datasets: dict[str, YamlMapping], base: Path) -> tuple[dict[str, YamlMapping], list[str]]:
+    """The plan's ``datasets``, each checked as a job's ``data:`` mapping (keys, a local path made
+    absolute, the columns of local files) and named by its key; and the problems found."""
+    resolved: dict[str, YamlMapping] = {}
+    problems: list[str] = []
+    for name, raw in datasets.items():
+        where = f"field 'datasets.{name}'"
+        if canonical(name) in KNOWN_DATASETS or "/" in name or name.startswith("."):
+            problems.append(f"{where}: a shipped dataset's name or a path; name it otherwise")
+            continue
+        try:
+            spec = parse_spec({"name": name, **raw}, base)
+        except DataSpecError as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        if problem := columns_problem(spec):
+            problems.append(f"{where}: {problem}")
+        resolved[name] = spec.model_dump(exclude_defaults=True)
+    return resolved, problems
+
+
+def _absolute_dataset(pair: Pair, base: Path, own: Mapping[str, object]) -> Pair:
+    if canonical(pair.dataset) in KNOWN_DATASETS or pair.dataset in own:
         return pair
     return Pair(seed=pair.seed, dataset=str((base / pair.dataset).expanduser().resolve()))
 
 
 def check_plan(plan: Plan, registry: SuiteRegistry, base: Path) -> list[str]:
     """Checks that need the outside world: suites, rounds, datasets, slot shape, env values."""
-    return _check_suites(plan, registry) + _check_datasets(plan, base) + _check_slots(plan) + _check_env(plan)
+    return (_check_suites(plan, registry) + _check_sweeps(plan) + after_problems(plan, registry)
+            + _check_datasets(plan, base) + _check_slots(plan) + _check_env(plan))
+
+
+def _check_sweeps(plan: Plan) -> list[str]:
+    problems = read_sweep(plan.sweep)[1]
+    for i, ref in enumerate(plan.suites):
+        problems += read_sweep(ref.sweep, f"suites[{i}].sweep")[1]
+    return problems
 
 
 def _check_suites(plan: Plan, registry: SuiteRegistry) -> list[str]:
@@ -369,7 +451,7 @@ def _check_suites(plan: Plan, registry: SuiteRegistry) -> list[str]:
 def _check_datasets(plan: Plan, base: Path) -> list[str]:
     found: list[Found] = []
     for i, pair in enumerate(plan.pairs):
-        problem = check_dataset(pair.dataset, base)
+        problem = None if pair.dataset in plan.datasets else check_dataset(pair.dataset, base)
         if problem:
             alone = f"field 'pairs[{i}]' ({pair}): {problem}"
             found.append(Found(f"pairs[{i}]", problem, alone, shorten(str(pair), 80)))

@@ -24,6 +24,8 @@ from pathlib import Path
 from lat_core.config.gpu_need import cpu_problem, params_from_name
 from lat_core.config.hub_cache import LOCAL_DIR_VARS, dataset_cached, hub_dataset, hub_id, hub_unreachable, offline_vars
 from lat_core.config.job import TINY, JobConfig
+from lat_core.config.train_args import missing_module
+from lat_core.config.user_data import DataSpec, columns_problem
 from lat_core.config.memory_prior import (GiB, PriorUnknown, cached_snapshot, estimate, model_facts,
                                           safetensors_params)
 from lat_core.contract.devices import Device
@@ -69,6 +71,7 @@ def check(jobs: Iterable[Job], target: Target, probe: HubProbe | None = None) ->
 
 def job_problems(job: Job, target: Target, hub: HubState) -> list[str]:
     problems = [hub.problem(what, job.environ) for what in hub_needs(job.cfg, job.environ)]
+    problems += own_pieces_problems(job.cfg, job.environ)
     if all(d.is_cpu for d in target.devices) and not target.allow_cpu:
         problems.append(_cpu_problem(job.cfg, job.environ))
     problems.append(memory_problem(job.cfg, job.environ, target))
@@ -114,6 +117,8 @@ def hub_needs(cfg: JobConfig, environ: Mapping[str, str]) -> list[str]:
     name = cfg.model.name_or_path
     if name != TINY and _model_folder(name, environ) is None:
         needs.append(f"model {name} (a local copy: a folder as model.name_or_path)")
+    if isinstance(cfg.data, DataSpec):
+        return needs + _own_data_need(cfg.data, environ)
     found = hub_dataset(cfg.data)
     if found is not None:
         family, config = found
@@ -123,6 +128,23 @@ def hub_needs(cfg: JobConfig, environ: Mapping[str, str]) -> list[str]:
             needs.append(f"dataset {cfg.data} ({repo}{' ' + config if config else ''}; a local copy: "
                          f"{LOCAL_DIR_VARS[family]} or data_dir)")
     return needs
+
+
+def _own_data_need(spec: DataSpec, environ: Mapping[str, str]) -> list[str]:
+    """A user's dataset given by hub id (a local path was checked when the config was read)."""
+    if Path(spec.path).is_absolute() or dataset_cached(spec.path, spec.config, environ):
+        return []
+    return [f"dataset {spec.path}{' ' + spec.config if spec.config else ''} (data.path; a local copy: a file "
+            "or a save_to_disk folder as data.path)"]
+
+
+def own_pieces_problems(cfg: JobConfig, environ: Mapping[str, str]) -> list[str]:
+    """What the user brings that cannot work, found without importing it: a callback's module not on
+    the job's Python path, a column a local data file lacks (lat_core.config.train_args, user_data)."""
+    problems = [missing_module(path, environ) for path in cfg.train.callbacks]
+    if isinstance(cfg.data, DataSpec):
+        problems.append(columns_problem(cfg.data))
+    return [p for p in problems if p]
 
 
 class HubState:

@@ -85,9 +85,16 @@ def resolved_config(job_dir: Path) -> YamlMapping:
     seed, data = config.get("seed"), config.get("data")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ConfigError(f"field 'seed': expected an integer, got {seed!r}", where=str(path))
-    if not isinstance(data, str) or not data.strip():
+    if not dataset_name(data):
         raise ConfigError(f"field 'data': expected a dataset name, got {data!r}", where=str(path))
     return config
+
+
+def dataset_name(data: object) -> str:
+    """A job.yaml's dataset name: ``data`` itself, or the ``name`` of a dataset named by its columns
+    (the plan's ``datasets``); "" when it has none."""
+    name = data.get("name") if isinstance(data, dict) else data
+    return name.strip() if isinstance(name, str) else ""
 
 
 def job_env(job_dir: Path, environ: dict[str, str], keep: tuple[str, ...] = ()) -> RerunEnv:
@@ -137,7 +144,7 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus: str | li
     config = resolved_config(job_dir)
     record = _read_json(job_dir / ENV_RECORD, dict, {})
     root = check_output_root(Path(output_root).expanduser().resolve() if output_root else default_output_root(job_dir))
-    data, seed, stem = config["data"], config["seed"], job_dir.name
+    data, seed, stem = dataset_name(config["data"]), config["seed"], job_dir.name
     new_dir = root / f"{safe_component(data, 'dataset')}_seed{seed}" / stem
     if new_dir.exists():
         raise OutputPathError("the rerun's folder exists already; pick another --output-root", where=str(new_dir))

@@ -129,10 +129,20 @@ def create_run(store: Store, prepared: PreparedRun, *, now: float | None = None,
                       os.environ if environ is None else environ)
     with creation_lock(store.path.parent), journal_faults(store.path):
         store.check_writable()
+        _check_after_ids(store, prepared.plan.after)
         check_no_live_overlap(store, [job.job_dir for job in prepared.jobs])
         run_id = _write_run(store, prepared, now)
         SecretFile(store.path.parent).save(run_id, secrets)
         return run_id
+
+
+def _check_after_ids(store: Store, after: list[int]) -> None:
+    """The jobs a plan waits for (``after:``, ``--after``) must be in this state directory's journal."""
+    missing = sorted(set(after) - set(store.job_states(after)))
+    if missing:
+        raise PlanError([f"field 'after': no job {missing[0]} in this state directory's journal"
+                         + (f" (nor {', '.join(map(str, missing[1:4]))})" if len(missing) > 1 else "")],
+                        where=str(store.path))
 
 
 def _write_run(store: Store, prepared: PreparedRun, now: float | None) -> int:
@@ -168,6 +178,8 @@ def job_record(job: JobSpec) -> dict[str, object]:
         "dataset": job.dataset, "job_dir": str(job.job_dir), "argv": job.command(), "env": mask_env(job.env),
         "state": JobState.SUCCEEDED if job.mode == "done" else JobState.QUEUED,
         "world": job.world, "use_libuv": job.use_libuv, "family": _model_family(job),
+        **({"after_keys": job.after_keys} if job.after_keys else {}),
+        **({"after_ids": job.after_ids} if job.after_ids else {}),
     }
 
 
@@ -181,10 +193,11 @@ def _model_family(job: JobSpec) -> str | None:
 
 
 def jobs_to_add(run: RunRow, suites: list[str], rounds: object, pairs: object, registry: SuiteRegistry,
-                state_dir: Path | None = None) -> list[dict[str, object]]:
+                state_dir: Path | None = None, after: object = None) -> list[dict[str, object]]:
     """Journal records for more suites/pairs in a live run, expanded against the run's own plan
     (same GPUs, env, output root) and with their directories written; PlanError when invalid.
-    ``rounds`` and ``pairs`` are as a user gave them (checked as a plan's fields).
+    ``rounds``, ``pairs`` and ``after`` (jobs they wait for, besides those the run's plan names) are
+    as a user gave them (checked as a plan's fields).
     With ``state_dir``, RunConflictError (nothing written) when a live run, this one included,
     already owns one of their folders: writing its job.yaml would change a running job's config."""
     from lat_core.front.jobs import expand
@@ -195,13 +208,16 @@ def jobs_to_add(run: RunRow, suites: list[str], rounds: object, pairs: object, r
     data = run.plan.mapping()
     data["suites"] = [{"name": n, "rounds": rounds} for n in suites]
     data["pairs"] = pairs
-    plan = plan_from_mapping(data, registry, where="jobs to add")
+    plan = plan_from_mapping({**data, "after": after} if after else data, registry, where="jobs to add")
+    if after:  # besides those every job of the run waits for
+        plan.after = [*run.plan.after, *(a for a in plan.after if a not in run.plan.after)]
     jobs = expand(plan, registry)
     if state_dir is None:
         _materialize_all(jobs)
         return [job_record(j) for j in jobs]
     store = open_store(state_dir)
     try:
+        _check_after_ids(store, plan.after)
         with creation_lock(state_dir):
             check_no_live_overlap(store, [job.job_dir for job in jobs])
             _materialize_all(jobs)

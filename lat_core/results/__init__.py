@@ -1,13 +1,17 @@
-"""Results aggregation: scan an output tree, pick each job's best checkpoint, write tables and plots.
+"""Results aggregation: scan an output tree, pick each job's best checkpoint, account for every job
+of the runs asked for, write tables and plots.
 
-    report = aggregate("runs", workers=8)
+    report = aggregate("runs", workers=8, jobs=client.jobs(run.id), runs=[run.id])
     paths = write_report(report, "runs/_results", formats={"csv", "json", "md", "png"}, small=False)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from lat_core.contract.rows import JobSummary
+from lat_core.results.accounts import JobAccount, account_for
 
 from lat_core.results.metrics import MetricSpec, dataset_key, spec_for
 from lat_core.results.plots import safe_name, write_plots
@@ -18,14 +22,18 @@ from lat_core.results.tables import Table, build_tables
 FORMATS = frozenset({"csv", "json", "md", "png"})
 
 __all__ = [
-    "FORMATS", "JobResult", "MetricSpec", "Report", "ResultsError", "Skipped", "Table",
+    "FORMATS", "JobAccount", "JobResult", "MetricSpec", "Report", "ResultsError", "Skipped", "Table",
     "aggregate", "build_tables", "check_formats", "dataset_key", "scan_job", "spec_for", "write_report",
 ]
 
 
-def aggregate(root: Path | str, workers: int | None = None) -> Report:
-    """Scan every job folder under ``root`` (``workers`` threads when > 1) into a Report."""
-    return scan_tree(root, workers=workers)
+def aggregate(root: Path | str, workers: int | None = None, *, jobs: Sequence[JobSummary] = (),
+              runs: Sequence[int] = (), strays: bool = True, include_partial: bool = False) -> Report:
+    """Scan every job folder under ``root`` (``workers`` threads when > 1) into a Report that
+    accounts for every job: the journal's ``jobs`` of ``runs`` in their states and, with
+    ``strays``, the job folders under ``root`` that none of them names (see accounts.account_for)."""
+    return account_for(scan_tree(root, workers=workers), jobs, runs=runs, strays=strays,
+                       include_partial=include_partial)
 
 
 def check_formats(formats: Iterable[str]) -> set[str]:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from lat_core.config.datasets import canonical
+
 #: One eval's metrics as events.jsonl holds them (name -> number); metric_value reads one checked.
 Metrics = dict[str, Any]
 
@@ -70,17 +72,20 @@ def dataset_key(data: str) -> str:
 
 
 def task_of(dataset: str) -> str:
-    """``glue-tvt_cola`` / ``tiny-cola`` / ``/data/glue-tvt_cola`` -> ``cola``."""
-    name = dataset_key(dataset).lower()
+    """``glue-tvt_cola`` / ``tiny-cola`` / ``/data/glue-tvt_cola`` / ``glue-tvt_cola_200`` -> ``cola``;
+    an alias the runbooks use is its dataset's task (``spider-tvt`` -> ``spider``: ALIASES)."""
+    name = canonical(dataset_key(dataset).lower())
     for prefix in _GLUE_PREFIXES:
         if name.startswith(prefix):
             return name[len(prefix):]
     return name
 
 
-def spec_for(dataset: str) -> MetricSpec:
-    """The metric spec for a dataset name or path; unknown datasets rank by accuracy."""
-    return _SPECS.get(task_of(dataset), DEFAULT_SPEC)
+def spec_for(dataset: str, task: str | None = None) -> MetricSpec:
+    """The metric spec for a dataset name or path; ``task``, the one the trainer computed the job's
+    metrics for (its started event), decides when known, so a CoLA-like dataset of any name ranks
+    by MCC. Unknown datasets rank by accuracy."""
+    return _SPECS.get(task_of(task or dataset), DEFAULT_SPEC)
 
 
 def metric_value(metrics: Metrics, name: str) -> float | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,9 +17,8 @@ from lat_core.results.scan import JobResult, Report
 from lat_core.results.tables import Table, peak_memory
 
 if TYPE_CHECKING:  # imported when plotting (see above)
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-
-MAX_LEGEND = 20
 
 
 def safe_name(text: str) -> str:
@@ -30,13 +30,12 @@ def _figure(width: float, height: float) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(width, height), dpi=110)
+    figure = Figure(figsize=(width, height), dpi=110, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
 
 
 def _save(figure: Figure, path: Path) -> Path:
-    figure.tight_layout()
     figure.savefig(path, format="png")
     return path
 
@@ -62,14 +61,25 @@ def plot_bars(table: Table, path: Path) -> Path:
     return _save(figure, path)
 
 
-def _mean_curve(curves: list[tuple[tuple[int, float], ...]]) -> tuple[list[int], list[float]]:
-    """Seeds averaged step by step (each step over the seeds that logged it)."""
+@dataclass(frozen=True)
+class Band:
+    """Seeds' curves combined step by step (each step over the seeds that logged it)."""
+
+    steps: list[int]
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+
+
+def seed_band(curves: list[tuple[tuple[int, float], ...]]) -> Band:
+    """Mean, min and max over seeds at each step."""
     by_step: dict[int, list[float]] = defaultdict(list)
     for curve in curves:
         for step, value in curve:
             by_step[step].append(value)
     steps = sorted(by_step)
-    return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
+    return Band(steps, [sum(by_step[s]) / len(by_step[s]) for s in steps],
+                [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps])
 
 
 def _by_config(results: list[JobResult]) -> dict[str, list[JobResult]]:
@@ -79,22 +89,57 @@ def _by_config(results: list[JobResult]) -> dict[str, list[JobResult]]:
     return dict(sorted(groups.items()))
 
 
-def plot_curves(table: Table, results: list[JobResult], path: Path) -> Path:
-    """Training loss and validation main metric against step, one line per config."""
+Colour = tuple[float, float, float, float]  # RGBA
+
+
+def config_colours(configs: list[str]) -> dict[str, Colour]:
+    """One colour per config, distinct among them (tab10, tab20, then a sampled continuous map):
+    the same config has the same colour in every panel."""
+    from matplotlib import colormaps
+
+    name = "tab10" if len(configs) <= 10 else "tab20" if len(configs) <= 20 else "turbo"
+    cmap = colormaps[name]
+    if name == "turbo":
+        return {c: cmap(i / max(1, len(configs) - 1)) for i, c in enumerate(configs)}
+    return {c: cmap(i) for i, c in enumerate(configs)}
+
+
+def _draw_band(axes: Axes, band: Band, colour: Colour, label: str, marker: str | None) -> None:
+    """The seeds' mean as a line and their min-max as a shaded band (only where seeds differ)."""
+    axes.plot(band.steps, band.mean, color=colour, label=label, linewidth=1.2, marker=marker, markersize=3)
+    if any(hi > lo for lo, hi in zip(band.low, band.high)):
+        axes.fill_between(band.steps, band.low, band.high, color=colour, alpha=0.2, linewidth=0, label=label)
+
+
+def curves_figure(table: Table, results: list[JobResult]) -> Figure:
+    """Training loss and validation main metric against step: per config one colour in both panels,
+    the mean over seeds as a line, their min-max as a band, and one legend for the figure."""
+    from matplotlib.lines import Line2D
+
     figure = _figure(12, 4.5)
     loss_axes, metric_axes = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
-    for config, group in _by_config(results).items():
-        loss_axes.plot(*_mean_curve([r.losses for r in group]), label=config, linewidth=1)
-        metric_axes.plot(*_mean_curve([r.curve for r in group]), label=config, marker=".",
-                         linewidth=1)
+    groups = _by_config(results)
+    colours = config_colours(list(groups))
+    for config, group in groups.items():
+        label = f"{config} (n={len(group)})"
+        _draw_band(loss_axes, seed_band([r.losses for r in group]), colours[config], label, None)
+        _draw_band(metric_axes, seed_band([r.curve for r in group]), colours[config], label, ".")
     loss_axes.set(xlabel="step", ylabel="training loss", title=f"{table.dataset}: loss")
     metric_axes.set(xlabel="step", ylabel=f"validation {table.spec.main}",
                     title=f"{table.dataset}: {table.spec.main}")
     for axes in (loss_axes, metric_axes):
         axes.grid(alpha=0.3)
-    if len(_by_config(results)) <= MAX_LEGEND:
-        metric_axes.legend(fontsize=7, loc="best")
-    return _save(figure, path)
+    handles = [Line2D([], [], color=colours[c], linewidth=2) for c in groups]
+    figure.legend(handles, [f"{c} (n={len(g)})" for c, g in groups.items()], loc="outside right upper",
+                  fontsize=7, title="config (line: mean over seeds, band: min-max)", title_fontsize=7)
+    return figure
+
+
+def plot_curves(table: Table, results: list[JobResult], path: Path) -> Path:
+    """curves_figure written as a PNG."""
+    figure = curves_figure(table, results)
+    figure.savefig(path, format="png")
+    return path
 
 
 def plot_memory(table: Table, results: list[JobResult], path: Path) -> Path | None:

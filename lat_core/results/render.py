@@ -12,11 +12,18 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from lat_core.results.accounts import JobAccount
 from lat_core.results.scan import Report
 from lat_core.results.tables import Row, Table
 from lat_core.text import fmt_bytes
 
 SKIPPED_SHOWN = 20
+NOTHING_USABLE = "No job succeeded with a usable evaluation"
+SCHEMA_VERSION = 1  # of results.json and `results --json` (results.schema.json beside this file)
+SHORT_MARK, PARTIAL_MARK = "!", "~"
+MARKS = (f"n = jobs that succeeded of those planned; `{SHORT_MARK}` fewer succeeded than planned (the others are "
+         f"under Jobs with their reason); `{PARTIAL_MARK}` a partial row: the best so far of jobs that failed or "
+         "were cancelled, never in a finished row's mean")
 
 
 def fmt_value(mean: float | None, std: float | None, n: int) -> str:
@@ -34,8 +41,21 @@ def _path_headers(table: Table) -> list[str]:
     return [] if table.small else ["checkpoints", "job configs"]
 
 
+def count_text(row: Row) -> str:
+    """``2``, ``1 of 2 !`` (fewer succeeded than planned), ``1 ~`` (a partial row's jobs)."""
+    if row.partial:
+        return f"{row.n} {PARTIAL_MARK}"
+    if row.planned is None:
+        return str(row.n)
+    return f"{row.n} of {row.planned}" + (f" {SHORT_MARK}" if row.short else "")
+
+
+def config_text(row: Row) -> str:
+    return f"{row.config} {PARTIAL_MARK}" if row.partial else row.config
+
+
 def _md_cells(table: Table, row: Row) -> list[str]:
-    cells = [row.config, str(row.n)]
+    cells = [config_text(row), count_text(row)]
     for column in table.columns:
         stat = row.stats[column.key]
         text = fmt_value(stat.mean, stat.std, stat.n)
@@ -52,7 +72,7 @@ def table_markdown(table: Table) -> str:
     headers = ["config", "n", *(c.label for c in table.columns), "best step", "peak memory",
                *_path_headers(table)]
     lines = [f"### {table.dataset}", "",
-             f"Main metric: `{table.spec.main}` ({direction} is better); best per column in bold.", "",
+             f"Main metric: `{table.spec.main}` ({direction} is better); best per column in bold; {MARKS}.", "",
              "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_md_cells(table, row)) + " |" for row in table.rows]
     if table.notes:
@@ -61,7 +81,8 @@ def table_markdown(table: Table) -> str:
 
 
 def skipped_markdown(report: Report, limit: int = SKIPPED_SHOWN) -> str:
-    """The count of skipped folders and the first ``limit`` with their reasons."""
+    """The count of folders that hold no job (or, unaccounted, no result) and the first ``limit``
+    with their reasons."""
     if not report.skipped:
         return ""
     lines = [f"### Skipped folders ({len(report.skipped)})", ""]
@@ -70,6 +91,49 @@ def skipped_markdown(report: Report, limit: int = SKIPPED_SHOWN) -> str:
     if len(report.skipped) > limit:
         lines.append(f"- … and {len(report.skipped) - limit} more")
     return "\n".join(lines) + "\n"
+
+
+def _job_cells(job: JobAccount, report: Report) -> list[str]:
+    value = "—" if job.value is None else f"{job.value:.4f}" + (f" {PARTIAL_MARK}" if not job.in_table else "")
+    cells = ["" if job.job_id is None else str(job.job_id), job.config, job.dataset,
+             "?" if job.seed is None else str(job.seed), job.state, "—" if job.best_step is None else str(job.best_step),
+             value, job.reason, _relative_text(job.job_dir, report)]
+    return [c.replace("|", "\\|").replace("\n", " ") for c in cells]
+
+
+def jobs_markdown(report: Report) -> str:
+    """Every job accounted for: its state, best step and main metric, and why it is not in a table."""
+    if not report.accounts:
+        return ""
+    headers = ["job", "config", "dataset", "seed", "state", "best step", "main metric", "not in the tables because",
+               "folder"]
+    lines = [f"### Jobs ({len(report.accounts)})", "", "Every job of the runs accounted for; a value marked "
+             f"`{PARTIAL_MARK}` is the best so far of a job that did not succeed.", "",
+             "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_job_cells(job, report)) + " |" for job in _in_order(report.accounts)]
+    return "\n".join(lines) + "\n"
+
+
+def _in_order(accounts: Iterable[JobAccount]) -> list[JobAccount]:
+    """Jobs not in the tables first (what needs a look), then by dataset, config and seed."""
+    return sorted(accounts, key=lambda j: (j.in_table, j.dataset, j.config, j.seed is None, j.seed or 0))
+
+
+def not_in_tables(report: Report) -> list[JobAccount]:
+    return [job for job in _in_order(report.accounts) if not job.in_table]
+
+
+def summary_line(report: Report) -> str:
+    """``6 job(s) planned in run 3: 4 succeeded, 1 failed, 1 cancelled; 4 in the tables.``"""
+    if not report.accounts:
+        return f"{len(report.results)} job(s) in the tables."
+    states: dict[str, int] = {}
+    for job in report.accounts:
+        states[job.state] = states.get(job.state, 0) + 1
+    runs = f" in run(s) {', '.join(map(str, report.runs))}" if report.runs else ""
+    by_state = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    in_tables = sum(job.in_table for job in report.accounts)
+    return f"{len(report.accounts)} job(s) planned{runs}: {by_state}; {in_tables} in the tables."
 
 
 def _relative_text(path: Path, report: Report) -> str:
@@ -81,12 +145,11 @@ def _relative_text(path: Path, report: Report) -> str:
 
 def report_markdown(report: Report, tables: list[Table]) -> str:
     """All tables, then the skipped folders."""
-    head = (f"# Results: {report.root}\n\n{len(report.results)} job(s) in {len(tables)} dataset(s), "
-            f"{len(report.skipped)} folder(s) skipped.\n")
+    head = f"# Results: {report.root}\n\n{summary_line(report)}\n"
     parts = [head, *(table_markdown(t) for t in tables)]
-    if not tables:
-        parts.append("No finished job with a usable evaluation.\n")
-    parts.append(skipped_markdown(report))
+    if not report.results:
+        parts.append(f"{NOTHING_USABLE}.\n")
+    parts += [jobs_markdown(report), skipped_markdown(report)]
     return "\n".join(p for p in parts if p)
 
 
@@ -95,7 +158,7 @@ def _csv_header(table: Table) -> list[str]:
     for column in table.columns:
         header += [f"{column.key}_mean", f"{column.key}_std", f"{column.key}_n", f"{column.key}_best"]
     header += ["best_steps", "peak_memory_bytes"]
-    return header + ([] if table.small else ["checkpoints", "job_configs"])
+    return header + ([] if table.small else ["checkpoints", "job_configs"]) + ["planned", "short", "partial"]
 
 
 def _csv_row(table: Table, row: Row) -> list[object]:
@@ -106,7 +169,8 @@ def _csv_row(table: Table, row: Row) -> list[object]:
     cells += [";".join(map(str, row.best_steps)), row.peak_memory_bytes or ""]
     if not table.small:
         cells += [";".join(row.checkpoints), ";".join(row.config_paths)]
-    return cells
+    return cells + ["" if row.planned is None else row.planned, SHORT_MARK if row.short else "",
+                    PARTIAL_MARK if row.partial else ""]
 
 
 def _num(value: float | None) -> str:
@@ -127,8 +191,9 @@ def _row_json(table: Table, row: Row) -> dict[str, object]:
                        "std": row.stats[c.key].std, "n": row.stats[c.key].n,
                        "best": c.key in row.best}
                for c in table.columns}
-    out: dict[str, object] = {"config": row.config, "n": row.n, "seeds": list(row.seeds), "metrics": metrics,
-           "best_steps": list(row.best_steps), "peak_memory_bytes": row.peak_memory_bytes}
+    out: dict[str, object] = {"config": row.config, "partial": row.partial, "n": row.n, "planned": row.planned,
+                              "short": row.short, "seeds": list(row.seeds), "metrics": metrics,
+                              "best_steps": list(row.best_steps), "peak_memory_bytes": row.peak_memory_bytes}
     if not table.small:
         out.update(checkpoints=list(row.checkpoints), job_configs=list(row.config_paths))
     return out
@@ -141,11 +206,23 @@ def table_json(table: Table) -> dict[str, object]:
             "rows": [_row_json(table, row) for row in table.rows], "notes": list(table.notes)}
 
 
-def report_json(report: Report, tables: list[Table]) -> str:
-    """Every table, the skipped folders with reasons and the warnings, as indented JSON."""
-    data = {"root": str(report.root), "jobs": len(report.results),
+def job_json(job: JobAccount, report: Report) -> dict[str, object]:
+    return {"job_id": job.job_id, "run_id": job.run_id, "config": job.config, "dataset": job.dataset,
+            "seed": job.seed, "state": job.state, "in_table": job.in_table, "partial": job.partial,
+            "best_step": job.best_step, "value": job.value, "reason": job.reason,
+            "folder": _relative_text(job.job_dir, report)}
+
+
+def report_document(report: Report, tables: list[Table]) -> dict[str, object]:
+    """What results.json and ``results --json`` hold (results.schema.json describes it)."""
+    return {"schema_version": SCHEMA_VERSION, "root": str(report.root), "runs": list(report.runs),
+            "summary": summary_line(report), "jobs_in_tables": len(report.results),
             "datasets": [table_json(t) for t in tables],
-            "skipped": [{"path": _relative_text(s.path, report), "reason": s.reason}
-                        for s in report.skipped],
+            "jobs": [job_json(job, report) for job in _in_order(report.accounts)],
+            "skipped": [{"path": _relative_text(s.path, report), "reason": s.reason} for s in report.skipped],
             "warnings": report.warnings}
-    return json.dumps(data, indent=1, allow_nan=False) + "\n"
+
+
+def report_json(report: Report, tables: list[Table]) -> str:
+    """The report as indented JSON (``report_document``)."""
+    return json.dumps(report_document(report, tables), indent=1, allow_nan=False) + "\n"

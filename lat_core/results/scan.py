@@ -13,9 +13,9 @@ import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, SupportsIndex, SupportsInt, TypedDict
+from typing import TYPE_CHECKING, Any, SupportsIndex, SupportsInt, TypedDict
 
 import yaml
 
@@ -27,9 +27,13 @@ from lat_core.contract.jobdir.names import JOB_YAML as CONFIG_FILE
 from lat_core.results.best import choose_best, scored_steps
 from lat_core.results.metrics import Metrics, dataset_key, spec_for
 
+if TYPE_CHECKING:  # accounts builds on this module
+    from lat_core.results.accounts import JobAccount
+
 log = logging.getLogger(__name__)
 
 FOREIGN_REASON = "foreign folder: no job.yaml or events.jsonl"
+UNKNOWN = "unknown"  # the data of a folder that names none
 _PAIR_DIR = re.compile(r"^(?P<data>.+)_seed(?P<seed>-?\d+)$")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -38,12 +42,6 @@ class ResultsError(LatError):
     title = "Cannot aggregate results"
 
 
-@dataclass(frozen=True)
-class Skipped:
-    """A folder that is not in any table, and why."""
-
-    path: Path
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -69,16 +67,54 @@ class JobResult:
     total_params: int | None = None
     config_path: Path | None = None
     bad_lines: int = 0
+    task: str | None = None  # the task the trainer computed its metrics for (None: an older trainer's job)
+    partial: bool = False  # best so far of a job that failed, was cancelled or never finished
+
+
+# What a job folder says of its job when the journal is not asked (Skipped.ended)
+ENDED_OK, ENDED_FAILED, UNFINISHED_STATE, NOT_STARTED_STATE = "succeeded", "failed", "unfinished", "not started"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Which job a folder holds: config name, data as given, seed."""
+
+    config: str
+    data: str
+    seed: int | None
+
+    @property
+    def dataset(self) -> str:
+        return dataset_key(self.data)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A folder that is not in any table, and why. A job's folder also says which job
+    (``identity``), how the job ended by its events (``ended``: ENDED_OK with no usable eval,
+    ENDED_FAILED, UNFINISHED_STATE, NOT_STARTED_STATE; "" for a folder that is no job's), and its
+    best checkpointed eval so far where it has one (``partial``: ``--include-partial``)."""
+
+    path: Path
+    reason: str
+    identity: Identity | None = None
+    ended: str = ""
+    partial: JobResult | None = None
 
 
 @dataclass(frozen=True)
 class Report:
-    """Everything aggregated from one output root."""
+    """Everything aggregated from one output root. ``results`` are the jobs in the tables;
+    ``accounts`` every job of the runs asked for (lat_core.results.accounts), ``partial`` the
+    best-so-far results of those that did not succeed (when asked for)."""
 
     root: Path
     results: tuple[JobResult, ...]
     skipped: tuple[Skipped, ...]
     seconds: float = 0.0
+    accounts: tuple[JobAccount, ...] = ()
+    partial: tuple[JobResult, ...] = ()
+    runs: tuple[int, ...] = ()  # the journal's runs accounted for (none: the folders alone)
 
     @property
     def datasets(self) -> list[str]:
@@ -120,7 +156,6 @@ def _on_checkpoint(parsed: ParsedEvents, event: CheckpointSaved) -> None:
 
 
 _HANDLERS: dict[type, Callable[[ParsedEvents, Any], None]] = {
-    Started: lambda p, e: setattr(p, "started", e),
     Finished: lambda p, e: setattr(p, "finished", e),
     Failed: lambda p, e: setattr(p, "failed", e),
     Memory: lambda p, e: setattr(p, "memory", e),
@@ -128,6 +163,14 @@ _HANDLERS: dict[type, Callable[[ParsedEvents, Any], None]] = {
     Eval: _on_eval,
     CheckpointSaved: _on_checkpoint,
 }
+
+
+def _on_started(parsed: ParsedEvents, event: Started) -> None:
+    """A new attempt (a resume or a retry): how an earlier one ended is not how the job ends."""
+    parsed.started, parsed.finished, parsed.failed = event, None, None
+
+
+_HANDLERS[Started] = _on_started
 
 
 def parse_events(text: str) -> ParsedEvents:
@@ -167,15 +210,15 @@ def _int_or_none(value: str | bytes | SupportsInt | SupportsIndex | None) -> int
         return None
 
 
-def _identity(job_dir: Path, config: dict[str, Any], started: Started) -> tuple[str, str, int | None]:
-    """(config name, data, seed): the started event, then job.yaml, then folder names."""
+def _identity(job_dir: Path, config: dict[str, Any], started: Started) -> Identity:
+    """Config name, data and seed: the started event, then job.yaml, then folder names."""
     pair = _PAIR_DIR.match(job_dir.parent.name)
     name = started.config or config.get("name") or job_dir.name
-    data = started.data or config.get("data") or (pair["data"] if pair else "unknown")
+    data = started.data or config.get("data") or (pair["data"] if pair else UNKNOWN)
     seed = started.seed if started.seed is not None else config.get("seed")
     if seed is None and pair:
         seed = pair["seed"]
-    return str(name), str(data), _int_or_none(seed)
+    return Identity(str(name), str(data), _int_or_none(seed))
 
 
 def _status_problem(parsed: ParsedEvents) -> str | None:
@@ -221,35 +264,51 @@ def _peak_memory(job_dir: Path, parsed: ParsedEvents) -> PeakMemory:
 
 
 def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobResult | Skipped:
-    config = _read_config(job_dir / CONFIG_FILE) if has_config and _needs_config(parsed.started) else {}
-    name, data, seed = _identity(job_dir, config, parsed.started)
-    spec = spec_for(data)
+    folder = JobDir(job_dir)
+    config = _read_config(folder.job_yaml) if has_config and _needs_config(parsed.started) else {}
+    who = _identity(job_dir, config, parsed.started)
+    spec = spec_for(who.data, parsed.started.task)
     best = choose_best(parsed.evals.get("validation", {}), parsed.checkpoints, spec,
                        parsed.evals.get("test"))
     if best is None:
-        return Skipped(job_dir, _no_best_reason(parsed, spec.main))
+        return Skipped(job_dir, _no_best_reason(parsed, spec.main), identity=who)
     return JobResult(
-        job_dir=job_dir, config=name, data=data, dataset=dataset_key(data), seed=seed,
+        job_dir=job_dir, config=who.config, data=who.data, dataset=who.dataset, seed=who.seed,
         metric=spec.main, best_step=best.step, best_value=best.value,
         checkpoint=job_dir / best.checkpoint, validation=best.validation, test=best.test,
         losses=tuple(sorted(parsed.losses)),
         curve=tuple(scored_steps(parsed.evals.get("validation", {}), spec.main)),
         **_peak_memory(job_dir, parsed),
         trainable_params=parsed.started.trainable_params, total_params=parsed.started.total_params,
-        config_path=job_dir / CONFIG_FILE if has_config else None, bad_lines=parsed.bad_lines)
+        config_path=folder.job_yaml if has_config else None, bad_lines=parsed.bad_lines,
+        task=parsed.started.task)
+
+
+def _not_started(job_dir: Path, folder: JobDir) -> Skipped:
+    if not folder.job_yaml.is_file():
+        return Skipped(job_dir, FOREIGN_REASON)
+    who = _identity(job_dir, _read_config(folder.job_yaml), Started())
+    return Skipped(job_dir, "not started: no events.jsonl", identity=who, ended=NOT_STARTED_STATE)
 
 
 def _scan_job_unguarded(job_dir: Path) -> JobResult | Skipped:
-    events_text = _read_text(job_dir / EVENTS_FILE)
-    has_config = (job_dir / CONFIG_FILE).is_file()
+    folder = JobDir(job_dir)
+    events_text = _read_text(folder.events_path)
     if events_text is None:
-        reason = "not started: no events.jsonl" if has_config else FOREIGN_REASON
-        return Skipped(job_dir, reason)
+        return _not_started(job_dir, folder)
     parsed = parse_events(events_text)
+    outcome = build_result(job_dir, folder.job_yaml.is_file(), parsed)
     problem = _status_problem(parsed)
-    if problem is not None:
-        return Skipped(job_dir, problem)
-    return build_result(job_dir, has_config, parsed)
+    if problem is None:
+        return outcome if isinstance(outcome, JobResult) else replace(outcome, ended=ENDED_OK)
+    ended = UNFINISHED_STATE if problem.startswith(UNFINISHED_STATE) else ENDED_FAILED
+    if isinstance(outcome, JobResult):
+        return Skipped(job_dir, problem, _identity_of(outcome), ended, replace(outcome, partial=True))
+    return Skipped(job_dir, problem, outcome.identity, ended)
+
+
+def _identity_of(result: JobResult) -> Identity:
+    return Identity(result.config, result.data, result.seed)
 
 
 def scan_job(job_dir: Path) -> JobResult | Skipped:

@@ -46,6 +46,10 @@ class Stat:
 
 @dataclass(frozen=True)
 class Row:
+    """One config on one dataset. ``n``: its jobs in the row (succeeded ones; a partial row's: the
+    failed or cancelled ones with a best so far); ``planned``: the config's jobs on the dataset in
+    the runs accounted for (None: not known, as for a live scan)."""
+
     config: str
     n: int
     seeds: tuple[int | None, ...]
@@ -55,6 +59,13 @@ class Row:
     peak_memory_bytes: int | None
     checkpoints: tuple[str, ...] = ()
     config_paths: tuple[str, ...] = ()
+    planned: int | None = None
+    partial: bool = False  # best-so-far metrics of jobs that did not succeed (--include-partial)
+
+    @property
+    def short(self) -> bool:
+        """Fewer jobs succeeded than were planned (a finished row; the ``!`` mark)."""
+        return not self.partial and self.planned is not None and self.n < self.planned
 
 
 @dataclass(frozen=True)
@@ -106,7 +117,8 @@ def _relative(path: Path | None, root: Path) -> str:
         return str(path)
 
 
-def _row(config: str, group: list[JobResult], columns: Sequence[Column], root: Path, small: bool) -> Row:
+def _row(config: str, group: list[JobResult], columns: Sequence[Column], root: Path, small: bool,
+         planned: int | None = None, partial: bool = False) -> Row:
     group = sorted(group, key=lambda r: (r.seed is None, r.seed or 0, str(r.job_dir)))
     stats = {c.key: stat_of([v for r in group
                              if (v := metric_value(_metrics_on(r, c.split), c.metric)) is not None])
@@ -116,12 +128,14 @@ def _row(config: str, group: list[JobResult], columns: Sequence[Column], root: P
                best=frozenset(), best_steps=tuple(r.best_step for r in group),
                peak_memory_bytes=max(memories) if memories else None,
                checkpoints=() if small else tuple(_relative(r.checkpoint, root) for r in group),
-               config_paths=() if small else tuple(_relative(r.config_path, root) for r in group))
+               config_paths=() if small else tuple(_relative(r.config_path, root) for r in group),
+               planned=planned, partial=partial)
 
 
 def _best_keys(rows: list[Row], column: Column) -> set[int]:
-    """Indexes of the rows holding the best mean of ``column`` (every tied row)."""
-    means = [(i, m) for i, row in enumerate(rows) if (m := row.stats[column.key].mean) is not None]
+    """Indexes of the finished rows holding the best mean of ``column`` (every tied row)."""
+    means = [(i, m) for i, row in enumerate(rows)
+             if not row.partial and (m := row.stats[column.key].mean) is not None]
     if not means:
         return set()
     pick = max if column.higher_is_better else min
@@ -137,11 +151,12 @@ def _mark_best(rows: list[Row], columns: Sequence[Column]) -> list[Row]:
     return [replace(row, best=frozenset(marks[i])) for i, row in enumerate(rows)]
 
 
-def _rank_key(row: Row, main: Column) -> tuple[int, float, str]:
+def _rank_key(row: Row, main: Column) -> tuple[int, int, float, str]:
+    """Finished rows best first, then partial rows best first; rows without a value last."""
     mean = row.stats[main.key].mean
     if mean is None:
-        return (1, 0.0, row.config)
-    return (0, -mean if main.higher_is_better else mean, row.config)
+        return (2, int(row.partial), 0.0, row.config)
+    return (int(row.partial), 0, -mean if main.higher_is_better else mean, row.config)
 
 
 def absent_notes(spec: MetricSpec, results: list[JobResult]) -> tuple[str, ...]:
@@ -156,22 +171,54 @@ def absent_notes(spec: MetricSpec, results: list[JobResult]) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def build_table(dataset: str, results: list[JobResult], root: Path, small: bool = False) -> Table:
-    """One dataset's table: rows ranked best first by the main validation metric."""
-    spec = spec_for(dataset)
-    columns = columns_for(results, spec)
+def _by_config(results: Sequence[JobResult]) -> dict[str, list[JobResult]]:
     groups: dict[str, list[JobResult]] = defaultdict(list)
     for result in results:
         groups[result.config].append(result)
-    rows = [_row(config, group, columns, root, small) for config, group in groups.items()]
+    return groups
+
+
+def table_spec(dataset: str, results: Sequence[JobResult]) -> MetricSpec:
+    """The dataset's spec, by the task its jobs' trainer named where one did (a CoLA-like dataset
+    of any name ranks by MCC), else by the dataset's name."""
+    task = next((r.task for r in results if r.task), None)
+    return spec_for(dataset, task)
+
+
+def build_table(dataset: str, results: list[JobResult], root: Path, small: bool = False,
+                planned: dict[str, int] | None = None, partial: Sequence[JobResult] = ()) -> Table:
+    """One dataset's table: finished rows ranked best first by the main validation metric, a row
+    for each config planned that has none, then the partial rows. ``planned``: jobs per config."""
+    spec = table_spec(dataset, [*results, *partial])
+    columns = columns_for([*results, *partial], spec)
+    groups = _by_config(results)
+    counts = planned or {}
+    rows = [_row(config, groups.get(config, []), columns, root, small, counts.get(config) if planned else None)
+            for config in sorted(set(groups) | set(counts))]
+    rows += [_row(config, group, columns, root, small, counts.get(config), partial=True)
+             for config, group in _by_config(partial).items()]
     rows.sort(key=lambda r: _rank_key(r, columns[0]))
     return Table(dataset=dataset, spec=spec, columns=columns, rows=tuple(_mark_best(rows, columns)),
                  small=small, notes=absent_notes(spec, results))
 
 
+def planned_counts(report: Report) -> dict[str, dict[str, int]]:
+    """dataset -> config -> jobs planned, from the report's accounts."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for job in report.accounts:
+        counts[job.dataset][job.config] += 1
+    return counts
+
+
 def build_tables(report: Report, small: bool = False) -> list[Table]:
-    """One table per dataset, in dataset name order."""
+    """One table per dataset (every dataset a job of the report was planned on), in name order."""
     by_dataset: dict[str, list[JobResult]] = defaultdict(list)
     for result in report.results:
         by_dataset[result.dataset].append(result)
-    return [build_table(name, by_dataset[name], report.root, small) for name in sorted(by_dataset)]
+    partial: dict[str, list[JobResult]] = defaultdict(list)
+    for result in report.partial:
+        partial[result.dataset].append(result)
+    planned = planned_counts(report) if report.accounts else {}
+    names = sorted(set(by_dataset) | set(planned) | set(partial))
+    return [build_table(name, by_dataset[name], report.root, small, dict(planned[name]) if planned else None,
+                        partial[name]) for name in names]

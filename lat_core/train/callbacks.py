@@ -12,7 +12,7 @@ import math
 import time
 
 import torch
-from transformers import TrainerCallback
+from transformers import EarlyStoppingCallback, TrainerCallback
 
 from . import data as D
 from .checkpoints import best_checkpoint_step, checkpoints, copy_adapter, rotate_checkpoints, save_checkpoint
@@ -197,3 +197,70 @@ class TrackerConfigCallback(TrainerCallback):
         if "swanlab" in self.active:
             import swanlab
             swanlab.config.update({"lat": self.public})
+
+
+class MainMetricEarlyStopping(EarlyStoppingCallback):
+    """transformers' EarlyStoppingCallback on the job's main validation metric (train.early_stopping).
+
+    Why a subclass: HF's reads ``state.best_metric``, which the Trainer keeps only under
+    ``metric_for_best_model`` / ``load_best_model_at_end``; LAT keeps best/ itself (LatRun.save writes
+    ``best_metric`` over checkpointed steps only) and owns those arguments. So the best value this
+    callback compares with is its own, over every evaluation, and it asks for no argument. The
+    counting (patience, threshold = min_delta, higher is better: every main metric is) is HF's."""
+
+    def __init__(self, patience: int, min_delta: float, metric: str):
+        super().__init__(early_stopping_patience=patience, early_stopping_threshold=min_delta)
+        self.metric = metric              # the main metric's name, as evaluation reports it
+        self.best: float | None = None
+        self.stopped_at: int | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        pass   # HF's asserts metric_for_best_model, which LAT does not set (see the class)
+
+    def on_evaluate(self, args, state, control, metrics, **kwargs):
+        value = (metrics or {}).get(f"eval_validation_{self.metric}")
+        if value is None:
+            return   # undefined this time (a constant prediction's MCC): neither better nor worse
+        self.check_metric_value(args, state, control, value)
+        if self.early_stopping_patience_counter >= self.early_stopping_patience:
+            control.should_training_stop = True
+            self.stopped_at = state.global_step
+
+    def check_metric_value(self, args, state, control, metric_value):
+        if self.best is None or metric_value - self.best > self.early_stopping_threshold:
+            self.best, self.early_stopping_patience_counter = metric_value, 0
+        else:
+            self.early_stopping_patience_counter += 1
+
+    def line(self, max_steps: int) -> str:
+        return (f"early stopping: validation {self.metric} did not improve by more than "
+                f"{self.early_stopping_threshold:g} in {self.early_stopping_patience} evaluations (best "
+                f"{self.best:.4f}); stopped at step {self.stopped_at} of {max_steps}")
+
+
+def user_callbacks(paths: list[str]) -> list[TrainerCallback]:
+    """``train.callbacks``: each ``package.module:Name`` imported; a TrainerCallback class is made
+    with no arguments, an instance is used as it is. A config error names the entry at fault."""
+    return [_user_callback(i, path) for i, path in enumerate(paths)]
+
+
+def _user_callback(i: int, path: str) -> TrainerCallback:
+    import importlib
+    from lat_core.config.job import TrainConfigError
+    from lat_core.config.train_args import split_callback
+    module_name, attr = split_callback(path)
+    where = f"train.callbacks[{i}]"
+    try:
+        found: object = importlib.import_module(module_name)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise TrainConfigError(f"{where}: cannot import {path!r} ({type(exc).__name__}: {exc})", field=where) from None
+    if isinstance(found, type) and issubclass(found, TrainerCallback):
+        try:
+            return found()
+        except TypeError as exc:
+            raise TrainConfigError(f"{where}: {path} cannot be made without arguments ({exc})", field=where) from None
+    if isinstance(found, TrainerCallback):
+        return found
+    raise TrainConfigError(f"{where}: {path} is not a transformers TrainerCallback (class or instance)", field=where)

@@ -15,6 +15,7 @@ Row formats after loading (see datasets.py for the real dataset readers):
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +24,13 @@ import torch
 
 from lat_core.config.datasets import ALIASES
 from lat_core.config.job import TrainConfigError
+from lat_core.config.user_data import DataSpec
 
 DATA_ROOT = Path(__file__).resolve().parent.parent / "data"
-# dataset name -> (folder under lat_core/data, label words for label 0 and 1)
+# dataset name -> (folder under lat_core/data, label words for label 0 and 1, task: its metrics)
 SHIPPED = {
-    "tiny-sst2": ("tiny_sst2", ("negative", "positive")),
-    "tiny-cola": ("tiny_cola", ("unacceptable", "acceptable")),
+    "tiny-sst2": ("tiny_sst2", ("negative", "positive"), "sst2"),
+    "tiny-cola": ("tiny_cola", ("unacceptable", "acceptable"), "cola"),  # cola: MCC, as GLUE's CoLA
 }
 SPLITS = ("train", "validation")
 EOS, UNK = "<eos>", "<unk>"
@@ -47,6 +49,7 @@ class Dataset:
     test: list[dict] | None = None
     extra_tests: dict = field(default_factory=dict)   # e.g. {"mm": [...]} for MNLI mismatched
     info: dict = field(default_factory=dict)          # e.g. {"db_root": ...} for Spider
+    metric: str | None = None   # the main metric a user's data names (own_data); None: the task's (results.metrics)
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -77,8 +80,9 @@ def _subset(ds: Dataset, n: int) -> Dataset:
     return ds
 
 
-def load_dataset(name: str, data_dir: str = "", environ: dict | None = None) -> Dataset:
-    """Resolve a dataset name: shipped tiny sets, GLUE/SAMSum/DART/Spider, or a directory.
+def load_dataset(name: str | DataSpec, data_dir: str = "", environ: dict | None = None) -> Dataset:
+    """Resolve a dataset name: shipped tiny sets, GLUE/SAMSum/DART/Spider, or a directory; or a
+    user's dataset named by its columns (a DataSpec: own_data.py).
 
     A directory holds train.jsonl/validation.jsonl ({"sentence", "label"}) and may hold
     labels.json (["word for 0", "word for 1"]); default negative/positive.
@@ -86,6 +90,9 @@ def load_dataset(name: str, data_dir: str = "", environ: dict | None = None) -> 
     """
     from . import datasets as R
 
+    if isinstance(name, DataSpec):
+        from . import own_data
+        return own_data.load(name, dict(os.environ) if environ is None else environ)
     m = SUBSET_RE.match(name)
     if m and not Path(name).expanduser().is_dir():
         return _subset(load_dataset(m.group("base"), data_dir, environ), int(m.group("n")))
@@ -94,8 +101,9 @@ def load_dataset(name: str, data_dir: str = "", environ: dict | None = None) -> 
         name = f"glue-tvt_{name}"
     if R.is_known(name):
         return R.load(name, data_dir, environ)
+    task = "accuracy"
     if name in SHIPPED:
-        folder, words = SHIPPED[name]
+        folder, words, task = SHIPPED[name]
         root = DATA_ROOT / folder
     else:
         root = Path(name).expanduser()
@@ -111,7 +119,7 @@ def load_dataset(name: str, data_dir: str = "", environ: dict | None = None) -> 
             raise TrainConfigError(f"data: {root} has no {split}.jsonl")
     files = [root / f"{split}.jsonl" for split in SPLITS] + [p for p in [root / "labels.json"] if p.is_file()]
     return Dataset(name, _read_jsonl(root / "train.jsonl"),
-                   _read_jsonl(root / "validation.jsonl"), tuple(words),
+                   _read_jsonl(root / "validation.jsonl"), tuple(words), task=task,
                    info={"files": [str(p.resolve()) for p in files]})
 
 

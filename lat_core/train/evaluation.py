@@ -47,12 +47,14 @@ def label_logits(model, batch) -> torch.Tensor:
     return logits[:, -2, :].float()
 
 
-def batch_loss(model, batch, label_ids) -> tuple[torch.Tensor, int]:
-    """(summed loss, number of scored tokens): label token for classification, target tokens else."""
+def batch_loss(model, batch, label_ids, smoothing: float = 0.0) -> tuple[torch.Tensor, int]:
+    """(summed loss, number of scored tokens): label token for classification, target tokens else.
+    ``smoothing``: label smoothing over the vocabulary (train.args.label_smoothing_factor)."""
     if "labels" in batch:
         # label_ids: a list, or (training) a tensor already on the device, to skip a copy per batch
         target = torch.as_tensor(label_ids, device=batch["input_ids"].device)[batch["labels"]]
-        return F.cross_entropy(label_logits(model, batch), target, reduction="sum"), len(target)
+        return F.cross_entropy(label_logits(model, batch), target, reduction="sum",
+                               label_smoothing=smoothing), len(target)
     # n_need comes from the training collate (a host-side int): no device sync per micro-batch
     need = batch["n_need"] if "n_need" in batch else int(batch["target_mask"].sum(1).max()) + 1
     logits, k = _forward(model, batch, need)
@@ -63,7 +65,7 @@ def batch_loss(model, batch, label_ids) -> tuple[torch.Tensor, int]:
     # ignore_index instead of boolean indexing: indexing by a mask waits for the GPU
     tgt = tgt.masked_fill(~mask, -100)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100,
-                           reduction="sum"), n
+                           reduction="sum", label_smoothing=smoothing), n
 
 
 def static_loss(model, batch) -> torch.Tensor:
@@ -77,11 +79,11 @@ def static_loss(model, batch) -> torch.Tensor:
                            ignore_index=-100, reduction="sum")
 
 
-def packed_loss(model, batch) -> torch.Tensor:
+def packed_loss(model, batch, smoothing: float = 0.0) -> torch.Tensor:
     """Summed loss of a packed micro-batch (data.packed_batch): one row, fla's varlen path
     (`cu_seqlens`), logits only at the positions in `keep`."""
     out = model(input_ids=batch["input_ids"], cu_seqlens=batch["cu_seqlens"], logits_to_keep=batch["keep"])
-    return F.cross_entropy(out.logits[0].float(), batch["targets"][0], reduction="sum")
+    return F.cross_entropy(out.logits[0].float(), batch["targets"][0], reduction="sum", label_smoothing=smoothing)
 
 
 def mean_loss_fn(label_ids, device):
@@ -150,8 +152,10 @@ def evaluate_split(model, tokenizer, examples, ds, cfg, label_ids, split, extra=
         elif ds.task == "spider":
             metrics = M.spider(texts, [r["target"] for r in rows_in], [r["db_id"] for r in rows_in],
                                ds.info["db_root"])
-        else:
+        else:   # a user's generation data (own_data): ROUGE, and BLEU when data.metric asks for it
             metrics = M.rouge(texts, [r["target"] for r in rows_in])
+            if ds.metric == "bleu":
+                metrics.update(M.bleu(texts, [r["refs"] for r in rows_in]))
         rows = [{"pred": t, "refs": r["refs"], **({"db_id": r["db_id"]} if "db_id" in r else {})}
                 for t, r in zip(texts, rows_in)]
         return metrics, rows
@@ -181,7 +185,7 @@ def evaluate_cls_copies(model, tokenizer, examples, ds, cfg, label_ids, extra=No
             metrics = {**M.regression(scores, gold_scores), "loss": loss}
             rows = [{"pred": p, "gold": g} for p, g in zip(scores, gold_scores)]
         else:
-            metrics = {**M.classification(ds.task, preds, golds), "loss": loss}
+            metrics = {**M.classification(ds.task, preds, golds, ds.metric, len(ds.label_words)), "loss": loss}
             rows = [{"pred": p, "gold": g} for p, g in zip(preds, golds)]
         if mm:  # MNLI mismatched
             metrics["accuracy_mm"] = M.classification(ds.task, mm[c][0], [e["label"] for e in extra])["accuracy"]

@@ -19,17 +19,18 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def started_event(cfg, *, device: str, trainable: int, total: int, train_examples: int, lr_scheduler: str,
+def started_event(cfg, *, task: str, device: str, trainable: int, total: int, train_examples: int, lr_scheduler: str,
                   warmup_steps: int, logits_to_keep: int | str, resumed_from: int | None,
                   optimizer_state: str | None, report_to: list[str], modes, **own: Any) -> Started:
     """The ``started`` event of a job alone and of a fused member: what the job is (from its
     config), where it runs and how it was set up. ``modes``: the speed modes chosen
     (lat_core.train.graphs.SpeedModes); ``own``: the fields only one of them has (a job alone's
-    loader and set-up, a member's ``fused_group``; see Started)."""
+    loader and set-up, a member's ``fused_group``; see Started). ``task``: the dataset's task
+    (``Dataset.task``), which decides the metrics and so the results table's main metric."""
     tr = cfg.train
     chosen = modes.event(cfg)
     return Started(pid=os.getpid(), config=cfg.name, model=cfg.model.family, device=device, seed=cfg.seed,
-                   data=cfg.data, name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
+                   data=cfg.data_name, task=task, name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
                    dtype=cfg.model.dtype, trainable_params=trainable, total_params=total, resumed_from=resumed_from,
                    max_steps=tr.max_steps, batch_size=tr.batch_size, grad_accum=tr.grad_accum,
                    effective_batch_size=tr.batch_size * tr.grad_accum, epochs=tr.epochs,

@@ -80,6 +80,9 @@ def graphs_blocker(cfg: JobConfig, device: torch.device, world: int) -> str | No
     if p.dropout > 0:
         return (f"LoRA dropout {p.dropout:g} draws random numbers; a graph's random stream differs from "
                 "the eager one a resumed run repeats")
+    if t.args:
+        return (f"train.args ({', '.join(t.args)}) may change the step (label smoothing, NEFTune noise, ...); "
+                "the captured step is verified only without them")
     return None
 
 

@@ -19,7 +19,7 @@ import time
 import torch
 from transformers import Trainer, TrainingArguments
 
-from lat_core.config.job import JobConfig
+from lat_core.config.job import JobConfig, TrainConfigError
 
 
 def lr_multiplier(cfg: JobConfig, max_steps: int) -> tuple:
@@ -76,8 +76,43 @@ def _checkpointing_arguments(enabled: bool) -> dict:
     return {prefix: enabled, f"{prefix}_kwargs": {"use_reentrant": False} if enabled else None}
 
 
+def user_arguments(cfg: JobConfig) -> dict:
+    """``train.args``: TrainingArguments fields LAT does not own (the job schema refused those it
+    does: lat_core.config.train_args); a name TrainingArguments lacks is refused here, where
+    transformers can say which names it has, with the closest one."""
+    import dataclasses
+    import difflib
+    names = [f.name for f in dataclasses.fields(TrainingArguments) if f.init]
+    for key in cfg.train.args:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TrainConfigError(f"train.args.{key}: not a field of transformers {transformers_version()} "
+                                   f"TrainingArguments{hint}", field=f"train.args.{key}")
+    return dict(cfg.train.args)
+
+
+def transformers_version() -> str:
+    import transformers
+    return transformers.__version__
+
+
 def training_arguments(cfg: JobConfig, loader: dict, device: torch.device, debug: bool = False,
                        report_to: list | None = None, run_name: str | None = None) -> TrainingArguments:
+    """LAT's TrainingArguments (lat_arguments) with the user's ``train.args`` on top (a field LAT
+    only defaults, such as max_grad_norm, takes the user's value); a value TrainingArguments refuses
+    is a config error naming train.args."""
+    lat, user = lat_arguments(cfg, loader, device, debug, report_to, run_name), user_arguments(cfg)
+    try:
+        return TrainingArguments(**{**lat, **user})
+    except (ValueError, TypeError) as exc:
+        if not user:
+            raise
+        raise TrainConfigError(f"train.args: TrainingArguments refused {user} ({exc})", field="train.args") from None
+
+
+def lat_arguments(cfg: JobConfig, loader: dict, device: torch.device, debug: bool = False,
+                  report_to: list | None = None, run_name: str | None = None) -> dict:
     """TrainingArguments mirroring the job config (every HP_* override lands in cfg first).
 
     Not mapped on purpose: bf16/fp16 stay off because the weights themselves are cast to
@@ -93,7 +128,7 @@ def training_arguments(cfg: JobConfig, loader: dict, device: torch.device, debug
     if loader["num_workers"] > 0:
         kwargs.update(dataloader_persistent_workers=loader["persistent_workers"],
                       dataloader_prefetch_factor=loader["prefetch_factor"])
-    return TrainingArguments(
+    return dict(
         output_dir=str(cfg.output_dir), run_name=run_name or cfg.name, seed=cfg.seed,
         max_steps=t.max_steps, per_device_train_batch_size=t.batch_size,
         per_device_eval_batch_size=cfg.eval.batch_size or t.batch_size,
@@ -153,12 +188,13 @@ class LatTrainer(Trainer):
         the micro-batch and divided by the step's scored tokens: gradient accumulation then
         equals one full batch."""
         from .evaluation import batch_loss, packed_loss
+        smoothing = self.args.label_smoothing_factor   # train.args; 0 unless the user sets it
         if "cu_seqlens" in inputs:   # train.pack: one row, no padding (data.packed_batch)
-            s_loss = packed_loss(model, inputs)
+            s_loss = packed_loss(model, inputs, smoothing)
         else:
             if self._label_ids is None:
                 self._label_ids = torch.tensor(self.lat.label_ids, dtype=torch.long, device=inputs["input_ids"].device)
-            s_loss, _ = batch_loss(model, inputs, self._label_ids)
+            s_loss, _ = batch_loss(model, inputs, self._label_ids, smoothing)
         loss = s_loss / (num_items_in_batch or max(1, inputs["n_scored"]))
         return (loss, None) if return_outputs else loss
 

@@ -79,7 +79,12 @@ fingerprints: dict[str, str] = {}
 
 def fetch(family: str, config: str | None, local_var: str, environ: Mapping[str, str]) -> Splits:
     """Splits of `family` (with `config`, e.g. the GLUE task) from the hub or its cache."""
-    name = hub_id(family, environ)
+    return fetch_id(hub_id(family, environ), config, local_var, environ)
+
+
+def fetch_id(name: str, config: str | None, local_var: str, environ: Mapping[str, str]) -> Splits:
+    """Splits of the hub dataset `name` (a shipped family's id, or a user's ``data.path``);
+    `local_var` names what to set for a local copy instead."""
     datasets = _import_datasets(f"{name} from the hub", local_var)
     try:
         with _offline_as(datasets, environ):

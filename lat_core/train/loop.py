@@ -146,11 +146,13 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     from transformers.trainer_callback import PrinterCallback
 
     from . import adapters as A
-    from .callbacks import EventsCallback, LatRun, RngCallback, TrackerConfigCallback
+    from .callbacks import (EventsCallback, LatRun, MainMetricEarlyStopping, RngCallback, TrackerConfigCallback,
+                            user_callbacks)
     from .save_on_signal import SaveOnSignalCallback
     from lat_core.config.job import resolve_max_steps
     from .graphs import GraphedAdamW, GraphedSteps, layout_for, resolve_modes, set_optimizer_mode
-    from .hf_trainer import LatTrainer, build_scheduler, finish_distributed, training_arguments, world_size
+    from .hf_trainer import (LatTrainer, build_scheduler, finish_distributed, training_arguments, user_arguments,
+                             world_size)
     from .models import (build_base_model, count_params, load_tokenizer, mamba_fast_path_available,
                          mamba_fast_path_note, wrap_peft)
     from .tracker_run import attach as attach_tracker_run
@@ -170,6 +172,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     check_dtype(cfg, device)
     if is_main:
         write_env(cfg, argv, resume)
+    user_arguments(cfg)   # what the user brings fails here, before the data and the model are loaded
+    own_callbacks = user_callbacks(tr.callbacks)
     ds = D.load_dataset(cfg.data, cfg.data_dir)
     if is_main:
         add_data(cfg.output_dir, ds)
@@ -233,7 +237,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     optimizer = (GraphedAdamW if modes.graphs else torch.optim.AdamW)(groups, lr=tr.lr, weight_decay=tr.weight_decay)
     trainable, total = count_params(model)
     setup.lap("adapter")
-    main_metric = spec_for(ds.task).main  # the results tables rank by the same metric
+    main_metric = ds.metric or spec_for(ds.task).main  # the results tables rank by the same metric
 
     lr_of, sched_desc, sched_name, warm = lr_schedule(cfg, tr.max_steps)
     log(f"lr schedule: {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps")
@@ -269,10 +273,12 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     args = training_arguments(cfg, loader_cfg, device, debug, report_to=trackers.active,
                               run_name=trackers.run_name)
     events_cb = EventsCallback(run_state)
+    stopping = tr.stopping and MainMetricEarlyStopping(tr.stopping.patience, tr.stopping.min_delta, main_metric)
     trainer = LatTrainer(model=model, args=args, optimizers=(optimizer, scheduler), lat=run_state, graphed=graphed,
                          eval_dataset={k: v for k, v in splits.items() if k != "train"},
-                         callbacks=[TrackerConfigCallback(public_config(cfg), trackers.active),
-                                    RngCallback(cfg.seed, rng_state), SaveOnSignalCallback()])
+                         callbacks=[TrackerConfigCallback(public_config(cfg), trackers.active), *own_callbacks,
+                                    *([stopping] if stopping else []), RngCallback(cfg.seed, rng_state),
+                                    SaveOnSignalCallback()])
     trainer.remove_callback(PrinterCallback)   # the project's own log lines replace its dict prints
     if tracker_run is not None:
         attach_tracker_run(trainer.callback_handler.callbacks, tracker_run)
@@ -282,7 +288,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     setup.lap("trainer")
     if is_main:
         events.write(started_event(
-            cfg, device=device.type, trainable=trainable, total=total, train_examples=len(train_ex),
+            cfg, task=ds.task, device=device.type, trainable=trainable, total=total, train_examples=len(train_ex),
             lr_scheduler=sched_name, warmup_steps=warm, logits_to_keep=model._lat_ltk[0],
             resumed_from=start if resume else None, optimizer_state=optimizer_state, report_to=trackers.active,
             modes=modes, gradient_checkpointing=tr.gradient_checkpointing, dataloader=loader_cfg,
@@ -291,7 +297,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         events.write(tracker_run.event(trackers.active))
         log(tracker_run.line(trackers.active))
     log(f"started {cfg.name}: {cfg.model.family} {cfg.model.name_or_path} on {device.type}, "
-        f"{cfg.peft.method} trainable {trainable:,} / {total:,} params, data {cfg.data} "
+        f"{cfg.peft.method} trainable {trainable:,} / {total:,} params, data {cfg.data_name} "
         f"({len(train_ex)} train / {len(splits['validation'])} val"
         f"{' / %d test' % len(splits['test']) if 'test' in splits else ''}), "
         f"batch {tr.batch_size} x accum {tr.grad_accum}, setup {setup}")
@@ -299,8 +305,11 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     if start < tr.max_steps:   # resuming a run that already reached max_steps trains nothing
         trainer.train()
     step, best = max(trainer.state.global_step, start), run_state.best
+    if stopping and stopping.stopped_at is not None and is_main:
+        log(stopping.line(tr.max_steps))
     finish_distributed()
-    if save_request.requested() and step < tr.max_steps:  # saved at the time-limit warning: resumed later
+    stopped_early = stopping and stopping.stopped_at is not None  # done: nothing to resume
+    if save_request.requested() and step < tr.max_steps and not stopped_early:  # saved at the time-limit warning
         raise save_request.SavedToResume(step)
     if not is_main:
         return None

@@ -22,17 +22,21 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def classification(task: str, preds: list[int], golds: list[int]) -> dict:
-    """accuracy always; mcc for CoLA, f1 (positive class 1) for MRPC/QQP."""
-    names = ["accuracy"] + (["mcc"] if task == "cola" else []) + (["f1"] if task in ("mrpc", "qqp") else [])
+def classification(task: str, preds: list[int], golds: list[int], metric: str | None = None,
+                   n_labels: int = 2) -> dict:
+    """accuracy always; mcc for CoLA, f1 (positive class 1) for MRPC/QQP; ``metric`` (mcc or f1) for
+    a user's data (data.metric), whose f1 is the positive class's with two labels, else macro."""
+    wants_mcc, wants_f1 = task == "cola" or metric == "mcc", task in ("mrpc", "qqp") or metric == "f1"
+    names = ["accuracy"] + (["mcc"] if wants_mcc else []) + (["f1"] if wants_f1 else [])
     if not golds:
         return dict.fromkeys(names)
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
     out = {"accuracy": float(accuracy_score(golds, preds))}
-    if task == "cola":
+    if wants_mcc:
         out["mcc"] = float(matthews_corrcoef(golds, preds))
-    if task in ("mrpc", "qqp"):
-        out["f1"] = float(f1_score(golds, preds, zero_division=0))
+    if wants_f1:
+        average = "binary" if n_labels <= 2 else "macro"
+        out["f1"] = float(f1_score(golds, preds, average=average, labels=list(range(n_labels)), zero_division=0))
     return out
 
 

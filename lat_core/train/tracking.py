@@ -62,7 +62,7 @@ def run_naming(config: str, seed: int, dataset: str, suite: str = "") -> RunNami
 
 def public_config(cfg: JobConfig) -> dict:
     """The job config as plain data (no environment, so no secrets)."""
-    return {"name": cfg.name, "data": cfg.data, "seed": cfg.seed,
+    return {"name": cfg.name, "data": cfg.data_name, "seed": cfg.seed,
             **cfg.model_dump(mode="json", include={"model", "peft", "train", "eval"})}
 
 
@@ -75,7 +75,7 @@ class Trackers:
         self.environ = environ
         self.active: list[str] = []
         self.notes: list[str] = []
-        self.naming = run_naming(cfg.name, cfg.seed, cfg.data, environ.get(SUITE_VAR, ""))
+        self.naming = run_naming(cfg.name, cfg.seed, cfg.data_name, environ.get(SUITE_VAR, ""))
         self.run_name = self.naming.name
         out = Path(cfg.output_dir)
         tags = ",".join(self.naming.tags)

@@ -3,6 +3,7 @@ eager trainer, captures one graph per width, and resumes exactly; packing matche
 import pytest
 import torch
 
+from lat_core.contract.jobdir.events import Eval
 from tests.integration.test_trainer_features import cfg_for, losses, train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -30,13 +31,13 @@ def test_graphed_matches_eager_and_packed(tmp_path, capfd):
     graphed = _run(tmp_path, "graphed")
     packed = _run(tmp_path, "packed", graphs=False, pack=True)
     out = capfd.readouterr().out
-    assert graphed[0]["graphs"]["on"] and not graphed[0]["pack"]["on"]
-    assert not eager[0]["graphs"]["on"] and eager[0]["graphs"]["why"] == "train.graphs: false"
-    assert packed[0]["pack"]["on"] and not packed[0]["graphs"]["on"]
+    assert graphed[0].graphs.on and not graphed[0].pack.on
+    assert not eager[0].graphs.on and eager[0].graphs.why == "train.graphs: false"
+    assert packed[0].pack.on and not packed[0].graphs.on
     assert "graphs: captured the training step at width" in out
     _close(losses(eager), losses(graphed), 1e-3)
     _close(losses(eager), losses(packed), 1e-3)
-    evals = {name: [e["metrics"]["loss"] for e in evs if e["event"] == "eval"]
+    evals = {name: [e.metrics["loss"] for e in evs if isinstance(e, Eval)]
              for name, evs in (("eager", eager), ("graphed", graphed))}
     assert evals["graphed"] == pytest.approx(evals["eager"], rel=1e-3)
 

@@ -153,7 +153,12 @@ def test_results_without_a_root_uses_the_latest_run_and_nothing_found_is_exit_1(
     state, _, _ = finished
     out = lat(state, "results", "--format", "md", cwd=tmp_path)  # no ./runs here
     run_root = Path(finished[2]["ok"].job_dir).parent
-    assert out.returncode == 0 and f"under {run_root}" in out.stdout and f"{run_root}/bad:" in out.stderr
+    # the fake trainer evaluates nothing: nothing usable is exit 1, each job listed with its state and reason
+    assert out.returncode == 1 and f"no job under {run_root} succeeded" in out.stderr
+    assert "2 job(s) planned in run(s) 1: 1 failed, 1 succeeded; 0 in the tables." in out.stdout
+    assert "job 1 ok 1:tiny-sst2: succeeded: no usable evaluation: " in out.stdout
+    assert "bad 1:tiny-sst2: failed: python_exception" in out.stdout
+    assert "### Jobs (2)" in (run_root / "_results" / "results.md").read_text()
     empty = tmp_path / "empty"
     (empty / "demo" / "x_seed1").mkdir(parents=True)
     out = lat(state, "results", str(empty))

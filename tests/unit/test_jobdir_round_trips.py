@@ -16,7 +16,7 @@ from lat_core.safe_files import UnsafePathError
 
 # one of each kind, every field set (so that a field the writer or the reader drops fails the test)
 EVERY_EVENT = [
-    Started(t=1.5, pid=42, config="lora_r8", model="gla", device="cuda", seed=-3, data="glue-tvt_cola",
+    Started(t=1.5, pid=42, config="lora_r8", model="gla", device="cuda", seed=-3, data="glue-tvt_cola", task="cola",
             name_or_path="fla-hub/gla-340M", peft_method="lora", dtype="bfloat16", trainable_params=10,
             total_params=1000, resumed_from=4, max_steps=100, batch_size=8, grad_accum=2, effective_batch_size=16,
             epochs=1.5, train_examples=640, lr_scheduler="cosine", warmup_steps=10, logits_to_keep="auto",

@@ -94,7 +94,9 @@ def by_config(report, dataset="glue-tvt_cola"):
 
 
 def skipped_reasons(report) -> dict[str, str]:
-    return {s.path.name: s.reason for s in report.skipped}
+    """Folder name -> why it is not in a table: jobs (with their state) and folders that hold none."""
+    jobs = {a.job_dir.name: f"{a.state}: {a.reason}" for a in report.accounts if not a.in_table}
+    return {**jobs, **{s.path.name: s.reason for s in report.skipped}}
 
 
 def test_metric_specs():
@@ -137,10 +139,10 @@ def test_best_checkpoint_and_test_metrics(tree):
 
 def test_skipped_folders_have_reasons(tree):
     reasons = skipped_reasons(aggregate(tree))
-    assert reasons["no_evals"] == "no validation eval"
-    assert reasons["corrupt_lost"].startswith("corrupt events.jsonl (1 bad lines)")
+    assert reasons["no_evals"] == "succeeded: no usable evaluation: no validation eval"
+    assert reasons["corrupt_lost"].startswith("succeeded: no usable evaluation: corrupt events.jsonl (1 bad lines)")
     assert reasons["oom"].startswith("failed: OutOfMemoryError: CUDA out of memory")
-    assert reasons["running"].startswith("unfinished")
+    assert reasons["running"].startswith("unfinished: no finished event")
     assert reasons["misc"].startswith("foreign folder")
     assert reasons["empty_top"].startswith("foreign folder")
     assert "_results" not in reasons
@@ -186,14 +188,16 @@ def test_every_format_parses_back(tree, tmp_path):
     assert lora["metrics"]["val_mcc"]["n"] == 3 and lora["metrics"]["test_mcc"]["best"] is True
     assert lora["metrics"]["val_mcc"]["best"] is False
     assert lora["checkpoints"][0] == "glue-tvt_cola_seed1/lora_r8/checkpoint-20"
-    assert len(data["skipped"]) == 6 and all(s["reason"] for s in data["skipped"])
+    assert len(data["skipped"]) == 2 and all(s["reason"] for s in data["skipped"])  # folders of no job
+    left_out = [j for j in data["jobs"] if not j["in_table"]]
+    assert len(data["jobs"]) == 14 and len(left_out) == 4 and all(j["reason"] for j in left_out)
     rows = list(csv.DictReader(io.StringIO((out / "results_glue-tvt_cola.csv").read_text())))
     tie = next(r for r in rows if r["config"] == "tie")
     assert tie["val_mcc_best"] == "*" and float(tie["val_mcc_mean"]) == 0.7 and tie["val_mcc_n"] == "1"
     assert next(r for r in rows if r["config"] == "lora_r8")["seeds"] == "1;2;3"
     md = (out / "results.md").read_text()
-    assert "**0.7000**" in md and "| lora_r8 | 3 | 0.5600 ± 0.0529 |" in md
-    assert "Skipped folders (6)" in md and "checkpoint-20" in md
+    assert "**0.7000**" in md and "| lora_r8 | 3 of 3 | 0.5600 ± 0.0529 |" in md
+    assert "Skipped folders (2)" in md and "### Jobs (14)" in md and "checkpoint-20" in md
 
 
 def test_small_drops_paths(tree, tmp_path):
@@ -224,7 +228,7 @@ def test_unknown_format_and_missing_root(tree, tmp_path):
 
 def test_empty_tree_renders(tmp_path):
     report = aggregate(tmp_path)
-    assert report.results == () and "No finished job" in report_markdown(report, [])
+    assert report.results == () and "No job succeeded with a usable evaluation" in report_markdown(report, [])
 
 
 def test_many_folders_with_workers(tmp_path):
@@ -246,7 +250,8 @@ def test_cli_prints_tables_and_skipped(tree, tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0
     assert "### glue-tvt_cola" in captured.out and "| tie |" in captured.out
-    assert "6 folder(s) skipped" in captured.err and "OutOfMemoryError" in captured.err
+    assert "2 folder(s) skipped" in captured.err and "Not in the tables (4):" in captured.out
+    assert "oom 5:glue-tvt_cola: failed: OutOfMemoryError: CUDA out of memory" in captured.out
     assert (tree / "_results" / "results.json").is_file()
     assert not list((tree / "_results").glob("*.png"))
 
@@ -305,3 +310,134 @@ def test_a_missing_meteor_is_said_under_its_table_not_left_blank(tmp_path):
     assert f"- {table.notes[0]}" in report_markdown(report, [table])
     write_job(tmp_path / "complete", data="dart", evals=[(2, {"bleu": 0.3, "meteor": 0.5, "sacrebleu": 30.0})])
     assert build_tables(aggregate(tmp_path / "complete"))[0].notes == ()
+
+
+def test_aliases_and_subsets_rank_by_their_tasks_metric(tmp_path):
+    """The seeds' spider-tvt is Spider (exec_accuracy, not accuracy); glue-tvt_cola_200 is CoLA."""
+    write_job(tmp_path, data="spider-tvt", config="lora", evals=[(10, {"exec_accuracy": 0.4, "accuracy": 0.9})])
+    write_job(tmp_path, data="glue-tvt_cola_200", config="lora", evals=[(10, {"mcc": 0.3, "accuracy": 0.8})])
+    tables = {t.dataset: t for t in build_tables(aggregate(tmp_path))}
+    assert tables["spider-tvt"].spec.main == "exec_accuracy" and tables["spider-tvt"].rows[0].stats["val_exec_accuracy"].mean == 0.4
+    assert tables["glue-tvt_cola_200"].spec.main == "mcc"
+
+
+def test_the_task_the_trainer_named_decides_the_main_metric(tmp_path):
+    """A CoLA-like dataset under a name of its own (a local folder) ranks by MCC when its started
+    event says task cola."""
+    job = write_job(tmp_path, data="/data/acceptability", config="lora",
+                    evals=[(10, {"mcc": 0.2, "accuracy": 0.9}), (20, {"mcc": 0.4, "accuracy": 0.6})])
+    text = (job / "events.jsonl").read_text().replace('"event": "started",', '"event": "started", "task": "cola",')
+    (job / "events.jsonl").write_text(text)
+    (result,) = aggregate(tmp_path).results
+    assert (result.metric, result.best_step, result.task) == ("mcc", 20, "cola")
+    assert build_tables(aggregate(tmp_path))[0].spec.main == "mcc"
+
+
+def test_a_job_that_failed_then_resumed_and_finished_is_in_the_table(tmp_path):
+    job = write_job(tmp_path, config="lora", evals=[(10, {"mcc": 0.2})], failed="RuntimeError")
+    with (job / "events.jsonl").open("a") as fh:
+        for line in ({"event": "started", "config": "lora", "data": "glue-tvt_cola", "seed": 1, "resumed_from": 10},
+                     {"event": "eval", "step": 20, "split": "validation", "metrics": {"mcc": 0.5}},
+                     {"event": "checkpoint", "step": 20, "path": "checkpoint-20"},
+                     {"event": "finished", "status": "ok", "steps": 20}):
+            fh.write(json.dumps({"t": 2.0, **line}) + "\n")
+    report = aggregate(tmp_path)
+    assert [(r.best_step, r.best_value) for r in report.results] == [(20, 0.5)]
+    assert [(a.state, a.in_table) for a in report.accounts] == [("succeeded", True)]
+
+
+def test_folders_alone_count_planned_and_give_partial_rows_on_request(tree):
+    """Without a journal every job folder is a planned job: a config whose seed failed reads
+    ``n of planned`` with the mark; --include-partial adds its best so far as a row apart."""
+    plain = aggregate(tree)
+    rows = {r.config: r for r in build_tables(plain)[0].rows}
+    assert (rows["oom"].n, rows["oom"].planned, rows["oom"].short) == (0, 1, True)
+    assert (rows["lora_r8"].n, rows["lora_r8"].planned, rows["lora_r8"].short) == (3, 3, False)
+    assert not plain.partial
+    report = aggregate(tree, include_partial=True)
+    partial = [r for r in build_tables(report)[0].rows if r.partial]
+    assert {r.config: r.stats["val_mcc"].mean for r in partial} == {"oom": 0.9, "running": 0.9}
+    assert not any(r.best for r in partial)   # a partial row never holds a column's best
+    assert {a.job_dir.name for a in report.accounts if a.partial} == {"oom", "running"}
+    assert [r.config for r in report.results if r.config in ("oom", "running")] == []
+
+
+def test_results_json_validates_against_the_shipped_schema(tree, tmp_path):
+    from lat_core.results.render import SCHEMA_VERSION
+    from tests.helpers.json_schema import problems
+
+    schema = json.loads((Path(results_cli.__file__).parents[1] / "lat_core/results/results.schema.json").read_text())
+    write_report(aggregate(tree, include_partial=True), tmp_path / "o", formats={"json"})
+    document = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert document["schema_version"] == SCHEMA_VERSION == schema["properties"]["schema_version"]["const"]
+    assert problems(document, schema) == []
+    document["datasets"][0]["rows"][0]["n"] = "3"
+    del document["jobs"][0]["state"]
+    assert problems(document, schema) == ["$.datasets[0].rows[0].n: expected integer, got str", "$.jobs[0]: lacks 'state'"]
+
+
+def test_curves_give_each_config_one_colour_a_seed_band_and_a_legend_for_every_panel(tree):
+    """Read through matplotlib's objects: per config one colour in both panels, a mean line with a
+    min-max band over its seeds, and one figure legend naming every config (issue 28, item 19)."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_hex
+
+    from lat_core.results.plots import curves_figure
+
+    report = aggregate(tree)
+    table = next(t for t in build_tables(report) if t.dataset == "glue-tvt_cola")
+    figure = curves_figure(table, [r for r in report.results if r.dataset == "glue-tvt_cola"])
+    configs = sorted({r.config for r in report.results if r.dataset == "glue-tvt_cola"})
+    panels = figure.axes
+    assert len(panels) == 2
+    colours = [{line.get_label().split(" (n=")[0]: to_hex(line.get_color()) for line in axes.get_lines()}
+               for axes in panels]
+    assert set(colours[0]) == set(configs) and colours[0] == colours[1]
+    assert len(set(colours[0].values())) == len(configs)   # no two configs share a colour
+    (legend,) = figure.legends
+    assert [t.get_text().split(" (n=")[0] for t in legend.get_texts()] == configs
+    assert [to_hex(h.get_color()) for h in legend.legend_handles] == [colours[0][c] for c in configs]
+    metric = panels[1]
+    mean = next(line for line in metric.get_lines() if line.get_label().startswith("lora_r8 "))
+    assert list(mean.get_xdata()) == [10, 20, 30]
+    assert list(mean.get_ydata()) == pytest.approx([statistics.fmean(v[i] for v in COLA_A.values()) for i in range(3)])
+    band = next(c for c in metric.collections if isinstance(c, PolyCollection) and c.get_label().startswith("lora_r8 "))
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(min(min(v) for v in COLA_A.values()))
+    assert max(ys) == pytest.approx(max(max(v) for v in COLA_A.values()))
+    assert to_hex(band.get_facecolor()[0], keep_alpha=False) == colours[1]["lora_r8"]
+    single = [c for c in metric.collections if c.get_label().startswith("tie ")]
+    assert single == []   # one seed: no band to draw
+
+
+def test_run_selection_and_the_latest_runs_job_of_a_folder(tmp_path, capsys):
+    """The journal decides which jobs count: by default every run written to the root (a folder's
+    job in a later run replaces its earlier one) and the folders none names; ``--run N`` that run's
+    jobs alone."""
+    from lat_core.contract.journal import Store
+
+    root = tmp_path / "runs"
+    a = write_job(root, data="glue-tvt_rte", seed=1, config="a", evals=[(10, {"accuracy": 0.6})])
+    b = write_job(root, data="glue-tvt_rte", seed=1, config="b", evals=[(10, {"accuracy": 0.7})], failed="RuntimeError")
+    write_job(root, data="glue-tvt_rte", seed=1, config="stray", evals=[(10, {"accuracy": 0.8})])
+    store = Store(tmp_path / "state" / "journal.sqlite")
+
+    def add(run_id, folder, state):
+        store.add_jobs(run_id, [{"key": folder.name, "suite": "s", "round": 1, "stem": folder.name, "seed": 1,
+                                 "dataset": "glue-tvt_rte", "job_dir": str(folder), "argv": [], "env": {},
+                                 "state": state}])
+
+    first, second = (store.create_run("plan: x", str(root), [], 0.0) for _ in range(2))
+    add(first, a, "succeeded")
+    add(first, b, "succeeded")   # run 2 ran b again, and it failed
+    add(second, b, "failed")
+
+    def states(*args):
+        code = results_cli.main([*args, "--state-dir", str(tmp_path / "state"), "--json", "--format", "json"])
+        document = json.loads(capsys.readouterr().out)
+        return code, document["runs"], {j["config"]: (j["state"], j["run_id"]) for j in document["jobs"]}
+
+    assert states(str(root)) == (0, [first, second], {"a": ("succeeded", first), "b": ("failed", second),
+                                                      "stray": ("succeeded", None)})
+    assert states("--run", str(second)) == (1, [second], {"b": ("failed", second)})
+    assert states("--run", str(first)) == (0, [first], {"a": ("succeeded", first), "b": ("succeeded", first)})

@@ -56,7 +56,7 @@ def test_a_job_row_and_its_summary(store, tmp_path):
     run_id = store.create_run(PLAN, str(tmp_path), [GPU], 0.0)
     record = {"key": "glue-tvt_sst2_seed87/r8", "suite": "E4", "round": 2, "stem": "r8__rep1", "seed": 87,
               "dataset": "glue-tvt_sst2", "job_dir": str(tmp_path / "r8"), "argv": ["python", "-m", "lat_core.train"],
-              "env": {"HP_LR": "0.1"}, "world": 2, "use_libuv": False, "family": "gla"}
+              "env": {"HP_LR": "0.1"}, "world": 2, "use_libuv": False, "family": "gla", "after_ids": [7, 3]}
     [job_id] = store.add_jobs(run_id, [record])
     store.set_job_state(job_id, JobState.FAILED, "triaged", device="gpu0", started=10.0, ended=20.0, returncode=1,
                         error="cuda_oom: CUDA out of memory", attempts=1, diagnosis=DIAGNOSIS, not_before=30.0,
@@ -74,7 +74,7 @@ def test_a_job_row_and_its_summary(store, tmp_path):
                          2000, 1000, 2000, "memory", 2, 30.0, row.added, "gla", "g1")
     expected = JobRow(**{f.name: getattr(summary, f.name) for f in dataclasses.fields(summary)},
                       argv=["python", "-m", "lat_core.train", "--resume"], env={"HP_LR": "0.05"}, diagnosis=DIAGNOSIS,
-                      use_libuv=0, avoid_devices=("gpu0", "gpu1"), backend_options={"time": "02:00:00"})
+                      use_libuv=0, avoid_devices=("gpu0", "gpu1"), backend_options={"time": "02:00:00"}, after=(3, 7))
     assert away_from_defaults(expected) == []
     assert row == expected and store.jobs(run_id) == [expected] and row.diagnosis.cls is FailureClass.CUDA_OOM
     assert store.job_summaries(run_id) == [summary] and away_from_defaults(summary) == []

@@ -19,6 +19,8 @@ FULL = {
     "suites": [{"name": "E4", "rounds": [1, 2]}, "E5"], "pairs": ["1:glue-tvt_cola", "2:tiny-sst2"],
     "gpus": [0, 2], "slots": [2, 3], "countdown_minutes": 5, "env": {"NUM_DATA_WORKERS": "0", "WANDB_API_KEY": "s3"},
     "output_root": "/data/runs", "overrides": {"train": {"lr": 0.001}},
+    "datasets": {"reviews": {"name": "reviews", "path": "/data/reviews.csv", "text": "review", "label": "stars"}},
+    "sweep": {"grid": {"train.lr": [0.0001, 0.0002]}, "random": {"n": 2, "seed": 1, "space": {"peft.r": [4, 8]}}}, "after": [3, 5],
     "notify": {"webhook": {"url": "https://hooks.example/T0/token", "headers": {"X-Api-Key": "k"}}, "on": ["failure"]},
     "gpus_per_job": 2, "min_free_gb": 3.5, "backend": "slurm",
     "slurm": {"partition": "gpu", "time": "60", "extra_args": ["--qos=high"]},
@@ -95,7 +97,7 @@ def test_the_plan_schema_takes_its_defaults_from_the_table():
 @pytest.mark.parametrize("name, bad", [
     ("suites", "E4"), ("suites", [{"rounds": "all"}]), ("suites", [{"name": "E4", "rounds": ["x"]}]),
     ("pairs", [[1, 2]]), ("gpus", "two"), ("gpus", [0, "1"]), ("slots", [1, "x"]), ("countdown_minutes", "soon"),
-    ("env", ["A=1"]), ("env", {"A": {"b": 1}}), ("output_root", 3), ("overrides", "x"), ("notify", ["mail"]),
+    ("env", ["A=1"]), ("env", {"A": {"b": 1}}), ("output_root", 3), ("overrides", "x"), ("sweep", [1]), ("after", "3"), ("notify", ["mail"]),
     ("gpus_per_job", True), ("min_free_gb", "lots"), ("backend", "k8s"), ("slurm", "gpu"),
     ("on_oom", {"remedies": ["fewer_slots"], "max_retries": "two"}), ("on_failure", [1]),
     ("on_failure", {"classes": ["nccl"], "backoff_s": "1m"}), ("resume", "yes"), ("overwrite", 1), ("mps", "on"),

@@ -64,6 +64,7 @@ class Started(Event):
     device: str | None = None
     seed: int | None = field(default=None, metadata=SIGNED)
     data: str | None = None
+    task: str | None = None  # the task its metrics are computed for (cola: mcc), whatever the dataset's name
     name_or_path: str | None = None
     peft_method: str | None = None
     dtype: str | None = None

@@ -157,7 +157,7 @@ def _load_member(cfg, device: torch.device) -> tuple:
     check_dtype(cfg, device)
     ds = D.load_dataset(cfg.data, cfg.data_dir)
     if ds.kind != "cls":   # generation: its loss and evaluation (generate) are not fused yet
-        raise TrainConfigError(f"fuse: {cfg.name} trains on {cfg.data}, a generation task; only "
+        raise TrainConfigError(f"fuse: {cfg.name} trains on {cfg.data_name}, a generation task; only "
                                "classification jobs fuse")
     return ds, load_tokenizer(cfg, D.build_tokenizer(ds))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from lat_core.config.fuse import adapter_refusal
+from lat_core.config.fuse import adapter_refusal, own_pieces_refusal
 from lat_core.config.job import TrainConfigError
 from .stacked import LayoutSlot, StackedLoRALinear
 
@@ -43,8 +43,9 @@ class Member:
 
 def check_fusable(cfg) -> None:
     """Plain LoRA only (lat_core.config.fuse.adapter_refusal): DoRA changes the layer's math, PiSSA /
-    LoRA-GA rewrite the base weights, SDLoRA trains base parameters; none can share one frozen base."""
-    why = adapter_refusal(cfg)
+    LoRA-GA rewrite the base weights, SDLoRA trains base parameters; none can share one frozen base.
+    Nor can a job's own data, TrainingArguments, callbacks or early stopping (own_pieces_refusal)."""
+    why = adapter_refusal(cfg) or own_pieces_refusal(cfg)
     if why:
         raise TrainConfigError(why)
 

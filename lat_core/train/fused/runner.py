@@ -78,13 +78,13 @@ def started(m: Member, group, resumed: bool) -> None:
     optimizer_state = None if not resumed else \
         ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh")
     m.out.events.write(started_event(
-        cfg, device=group.device.type, trainable=trainable, total=frozen + trainable,
+        cfg, task=group.data[run.member.index].ds.task, device=group.device.type, trainable=trainable, total=frozen + trainable,
         train_examples=len(run.train_ex), lr_scheduler=sched_name, warmup_steps=warm,
         logits_to_keep=m.view._lat_ltk[0], resumed_from=run.step if resumed else None,
         optimizer_state=optimizer_state, report_to=tracked.active, modes=group.modes, fused_group=len(group.runs)))
     m.out.log(f"started {cfg.name} in a fused group of {len(group.runs)}: {cfg.model.family} "
               f"{cfg.model.name_or_path} on {group.device.type}, {cfg.peft.method} r{cfg.peft.r} trainable "
-              f"{trainable:,} params, data {cfg.data} ({len(run.train_ex)} train), batch {tr.batch_size} x "
+              f"{trainable:,} params, data {cfg.data_name} ({len(run.train_ex)} train), batch {tr.batch_size} x "
               f"accum {tr.grad_accum}, lr schedule {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps"
               + (f", resumed at step {run.step}" if resumed else ""))
     m.out.log(group.modes.line(" for the group"))
