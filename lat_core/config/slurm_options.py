@@ -57,14 +57,15 @@ class SlurmOptions:
     array: bool = False
     max_jobs: int = DEFAULT_MAX_JOBS  # jobs of the run in Slurm (queued or running) at once
     # seconds before the time limit at which Slurm sends SAVE_SIGNAL to the job (0: never);
-    # None: SAVE_BEFORE_END_S when ``time`` is set, else never
+    # None: SAVE_BEFORE_END_S (at most half the limit) when ``time`` is set, else never
     save_before_end_s: int | None = None
 
     def save_signal_s(self) -> int:
-        """Seconds before the end at which the job is asked to save (0: not asked)."""
+        """Seconds before the end at which the job is asked to save (0: not asked); by default
+        SAVE_BEFORE_END_S, at most half of a short time limit (a job is not warned as it starts)."""
         if self.save_before_end_s is not None:
             return self.save_before_end_s
-        return SAVE_BEFORE_END_S if self.time else 0
+        return min(SAVE_BEFORE_END_S, time_minutes(self.time) * 30) if self.time else 0
 
     def sbatch_args(self, gres_request: str | None, *, save_signal: bool = True) -> list[str]:
         """``save_signal``: the job's trainer can act on SAVE_SIGNAL (one process; under torchrun

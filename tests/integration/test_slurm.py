@@ -113,6 +113,7 @@ def test_save_signal_and_max_jobs_options():
     assert not any(a.startswith("--signal") for a in validate_options({"time": "60", "save_before_end_s": 0})
                    .sbatch_args(None))
     assert not any(a.startswith("--signal") for a in validate_options({}).sbatch_args(None))  # no limit known
+    assert "--signal=B:USR1@30" in validate_options({"time": "1"}).sbatch_args(None)  # half a short limit
     assert validate_options({}).max_jobs == 32 and validate_options({"max_jobs": 4}).max_jobs == 4
     assert option_problems({"max_jobs": 0, "save_before_end_s": -1}) == [
         "plan field 'slurm.max_jobs': expected a whole number >= 1, got 0",
@@ -217,7 +218,7 @@ def overtime(slurm_cluster, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("overtime")
     cpu = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "overtime", sleep=600)], devices=[cpu])  # no GPU held
-    engine = Engine(store, backend=SlurmBackend(time="1"))
+    engine = Engine(store, backend=SlurmBackend(time="1", save_before_end_s=0))  # no warning: Slurm's kill
     job_id = store.jobs(run_id)[0].id
     while not store.attempts(job_id) or not store.attempts(job_id)[0].pid:
         engine.tick()
