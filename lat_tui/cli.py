@@ -25,6 +25,7 @@ EXIT_USAGE = 2
 FLAG_FIELDS = {
     "suite": "suites", "pairs": "pairs", "gpus": "gpus", "gpu_plan": "slots",
     "sleep_mins": "countdown_minutes", "output_root": "output_root", "env": "env", "sweep": "sweep", "after": "after",
+    "configs": "configs",
 }
 
 
@@ -206,6 +207,8 @@ def flags_to_mapping(args) -> dict:
         data["countdown_minutes"] = args.sleep_mins
     if args.output_root is not None:
         data["output_root"] = args.output_root
+    if args.configs:  # over the plan's own tree; from here, not from the plan file's folder
+        data["configs"] = str(Path(args.configs).expanduser().resolve())
     if args.env:
         data["env"] = _parse_env_flags(args.env)
     if args.sweep:

@@ -9,13 +9,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from lat_core.contract.rows import GroupUsage, JobSummary
+from lat_core.contract.rows import GroupUsage, JobSummary, RunRow
 from lat_core.front.client import display_name, fmt_bytes
 from lat_tui import fmt
 
 SEPARATORS = "-_./"  # where a shared start of config or dataset names may end
 MIN_STEM = 8  # below this the model family gives way to the config name
-MEMBER_INDENT = "  "  # a fused member's name, under its group's line
+# a fused member's name starts with a tree branch under its group's line: the rows share a process
+MEMBER_BRANCH, LAST_MEMBER_BRANCH = "├ ", "└ "
 WHOLE_NAME = 10**6  # plain text: names are never cut
 
 
@@ -29,13 +30,20 @@ class Shown:
     one_dataset: bool = False
     name_width: int = WHOLE_NAME
     shared: Shared | None = None
+    last_members: frozenset[int] = frozenset()  # each fused group's last member (its branch ends)
 
     @classmethod
     def of(cls, jobs: list[JobSummary], families: Mapping[int, str] | None = None, now: float | None = None,
            name_width: int = WHOLE_NAME) -> Shown:
         families = families or {}
         return cls(now or time.time(), families, len({j.dataset for j in jobs}) <= 1, name_width,
-                   Shared.of(jobs, families))
+                   Shared.of(jobs, families), last_members(jobs))
+
+
+def last_members(jobs: list[JobSummary]) -> frozenset[int]:
+    """The id of each fused group's last member in table order."""
+    last = {job.fused_group: job.id for job in jobs if job.fused_group}
+    return frozenset(last.values())
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,15 @@ def state_text(state) -> str:
     return str(getattr(state, "value", state))
 
 
+def run_state_text(run: RunRow, jobs: list[JobSummary]) -> str:
+    """The run's state as it is: an ended run with jobs queued again (a requeue the engine has not
+    taken yet: it reopens the run when it does) reads ``requeued``, never ``finished``."""
+    state = state_text(run.state)
+    if state in ("finished", "cancelled") and any(job.state in ("queued", "running") for job in jobs):
+        return "requeued"
+    return state
+
+
 def usage_cells(job: JobSummary) -> tuple[str, str]:
     """Host RSS and GPU memory: the latest sample while the job runs, its peak once it ended."""
     rss, gpu = (job.rss, job.gpu_mem) if job.state == "running" else (job.peak_rss, job.peak_gpu)
@@ -59,9 +76,16 @@ def usage_cells(job: JobSummary) -> tuple[str, str]:
 
 
 def name_cell(job: JobSummary, shown: Shown) -> str:
-    indent = MEMBER_INDENT if job.fused_group else ""  # a member: under its group's line
-    return indent + job_name(job, shown.families.get(job.id), shown.name_width - len(indent),
+    branch = member_branch(job, shown)
+    return branch + job_name(job, shown.families.get(job.id), shown.name_width - len(branch),
                              with_dataset=not shown.one_dataset, shared=shown.shared)
+
+
+def member_branch(job: JobSummary, shown: Shown) -> str:
+    """A fused member's branch under its group's line; "" for a job with a process of its own."""
+    if not job.fused_group:
+        return ""
+    return LAST_MEMBER_BRANCH if job.id in shown.last_members else MEMBER_BRANCH
 
 
 def member_usage_cells(job: JobSummary) -> tuple[str, str]:
@@ -75,7 +99,8 @@ JOB_COLUMNS: tuple[Column, ...] = (
     Column("key", "job", 30, name_cell),
     Column("state", "state", 9, lambda j, s: state_text(j.state)),
     Column("device", "dev", 4, lambda j, s: j.device or ""),
-    Column("elapsed", "time", 7, lambda j, s: fmt.clock(j.elapsed(s.now)) if j.state != "queued" else ""),
+    # all its attempts' time together (``try`` counts them), so a retried job's time is what it took
+    Column("elapsed", "time", 7, lambda j, s: fmt.clock(j.time_spent(s.now)) if j.state != "queued" else ""),
     Column("step", "step", 5, lambda j, s: fmt.step(j.last_step)),
     Column("loss", "loss", 6, lambda j, s: fmt.loss(j.last_loss)),
     Column("rss", "rss", 4, lambda j, s: member_usage_cells(j)[0]),
@@ -100,10 +125,18 @@ class GroupLine:
         rss, gpu = (self.group.rss, self.group.gpu_mem) if self.running else (self.group.peak_rss, self.group.peak_gpu)
         started = [m.started for m in self.members if m.started is not None]
         ended = [m.ended or shown.now for m in self.members if m.started is not None]
-        return {"key": f"group {self.group.id}: {self.group.members} jobs", "device": self.group.device or "",
+        return {"key": self.title(shown.name_width), "device": self.group.device or "",
                 "state": "running" if self.running else "ended",
                 "elapsed": fmt.clock(max(ended) - min(started)) if started else "",
                 "rss": fmt_bytes(rss, compact=True), "gpu": fmt_bytes(gpu or None, compact=True)}
+
+
+    def title(self, width: int) -> str:
+        """The longest of the group's names that fits ``width``: it says the jobs share a process."""
+        n, group = self.group.members, self.group.id
+        names = (f"group {group}: {n} jobs in one process", f"group {group}: {n} jobs", f"{n} jobs, 1 process",
+                 f"{n} in 1 proc", f"{n} jobs")
+        return next((name for name in names if len(name) <= width), names[-1])
 
 
 def table_rows(jobs: list[JobSummary], groups: Mapping[str, GroupUsage] | None = None

@@ -63,6 +63,7 @@ class JobView:
     group_gpu_mem: int | None = None
     group_peak_rss: int | None = None
     group_peak_gpu: int | None = None
+    time_spent: float | None = None  # all its attempts together (``elapsed``: the latest one's)
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,11 @@ def run_view(run: RunRow, jobs: list[JobSummary]) -> RunView:
 def job_view(job: JobSummary, now: float | None = None, group: GroupUsage | None = None) -> JobView:
     """``group``: the fused group of the job's current attempt, whose figures its row carries."""
     figures = (group.id, group.members, group.rss, group.gpu_mem, group.peak_rss, group.peak_gpu) if group else ()
+    now = now or time.time()
     return JobView(job.id, job.run_id, job.key, job.suite, job.stem, job.seed, job.dataset, state_text(job.state),
-                   job.device, job.attempts, job.started, job.ended, job.elapsed(now or time.time()),
+                   job.device, job.attempts, job.started, job.ended, job.elapsed(now),
                    job.last_step, job.last_loss, job.peak_rss, job.peak_gpu, job.waiting, job.error, job.job_dir,
-                   *figures)
+                   *figures, time_spent=job.time_spent(now))
 
 
 def event_view(t: Transition) -> EventView:

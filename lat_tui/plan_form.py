@@ -6,22 +6,29 @@ plan validates and its jobs expand.
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
+import yaml
 
 from lat_core.contract.saved_plan import SavedPlan
 from lat_core.errors import LatError, PlanError
-from lat_core.front.client import MASK, Client, GpuProbe, Plan, SuiteRegistry, plan_from_mapping
+from lat_core.front.client import MASK, PLAN_DEFAULTS, Client, GpuProbe, Plan, SuiteRegistry, plan_from_mapping
 
 CPU = "cpu"
 WHERE = "plan form"
+WARM_START, ALLOW_CPU = "warm_start", "allow_cpu"  # the plan's switches the form's Options list holds
+MAX_RETRIES = "max_retries="  # an On OOM word that is not a remedy
+FUSE_WORDS = {"auto": "auto", "yes": True, "true": True, "no": False, "false": False}
 
 
 @dataclass(frozen=True)
 class PlanForm:
+    """The form's raw values; a field left empty means the plan's default."""
     suites: list[str]
     rounds: str
     pairs: str
@@ -30,6 +37,15 @@ class PlanForm:
     countdown: str
     output_root: str
     env: str
+    fuse: str = ""  # auto, yes or no
+    switches: list[str] = field(default_factory=lambda: default_switches())  # WARM_START, ALLOW_CPU: on
+    on_oom: str = ""  # remedies, and max_retries=N
+    overrides: str = ""  # FIELD=VALUE words, e.g. train.lr=0.001
+
+
+def default_switches() -> list[str]:
+    """The switches a plan that names none has on."""
+    return [name for name in (WARM_START, ALLOW_CPU) if getattr(PLAN_DEFAULTS, name)]
 
 
 EMPTY_FORM = PlanForm(suites=[], rounds="", pairs="", devices=[], slots="", countdown="", output_root="", env="")
@@ -50,7 +66,41 @@ def form_from_saved_plan(plan: SavedPlan) -> PlanForm:
         countdown=f"{plan.countdown_minutes:g}" if plan.countdown_minutes else "",
         output_root=plan.output_root,
         env=" ".join(f"{k}={v}" for k, v in plan.env.items() if v != MASK),
+        fuse="" if plan.fuse == PLAN_DEFAULTS.fuse else ("yes" if plan.fuse is True else "no"),
+        switches=[name for name in (WARM_START, ALLOW_CPU) if getattr(plan, name)],
+        on_oom=_on_oom_words(plan),
+        overrides=" ".join(override_words(plan.overrides)),
     )
+
+
+def _on_oom_words(plan: SavedPlan) -> str:
+    if plan.on_oom is None:
+        return ""
+    retries = [] if plan.on_oom.max_retries == PLAN_DEFAULTS.max_retries else [f"{MAX_RETRIES}{plan.on_oom.max_retries}"]
+    return " ".join([*plan.on_oom.remedies, *retries])
+
+
+def override_words(overrides: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``{train: {lr: 0.001}}`` as ``train.lr=0.001``: the Overrides field's words (quoted where a
+    value has spaces)."""
+    words = []
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and value:
+            words += override_words(value, f"{prefix}{key}.")
+        else:
+            words.append(shlex.quote(f"{prefix}{key}={_value_text(value)}"))
+    return words
+
+
+def _value_text(value: object) -> str:
+    """A value as the field reads it back: a string that YAML reads as itself stays bare."""
+    if isinstance(value, str):
+        try:
+            if yaml.safe_load(value) == value:
+                return value
+        except yaml.YAMLError:
+            pass
+    return json.dumps(value)  # JSON is YAML's flow style: numbers, lists and quoted strings read back
 
 
 def _words(value: object) -> str:
@@ -77,7 +127,57 @@ def form_to_mapping(form: PlanForm) -> tuple[dict, list[str]]:
     }
     if form.countdown.strip():
         mapping["countdown_minutes"] = form.countdown.strip()
-    return mapping, problems + env_problems
+    fuse = form.fuse.strip().lower()
+    if fuse in FUSE_WORDS:
+        mapping["fuse"] = FUSE_WORDS[fuse]
+    elif fuse:
+        problems.append(f"field 'fuse': expected auto, yes or no (got {form.fuse.strip()!r})")
+    mapping.update({name: name in form.switches for name in (WARM_START, ALLOW_CPU)})
+    if form.on_oom.strip():
+        mapping["on_oom"] = parse_on_oom(form.on_oom)
+    overrides, override_problems = parse_overrides(form.overrides)
+    if overrides:
+        mapping["overrides"] = overrides
+    return mapping, problems + env_problems + override_problems
+
+
+def parse_on_oom(text: str) -> dict[str, object]:
+    """``smaller_micro_batch expandable_segments max_retries=3``: the remedies in the order to try
+    them, and how often (the plan model checks both)."""
+    words = text.split()
+    on_oom: dict[str, object] = {"remedies": [w for w in words if not w.startswith(MAX_RETRIES)]}
+    for word in words:
+        if word.startswith(MAX_RETRIES):
+            on_oom["max_retries"] = word.removeprefix(MAX_RETRIES)
+    return on_oom
+
+
+def parse_overrides(text: str) -> tuple[dict[str, Any], list[str]]:
+    """``train.lr=0.001 peft.target_modules=[q_proj,v_proj]``: config fields set for every job, each
+    value read as YAML (a number is a number); the jobs' config schema checks them at expansion."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        return {}, [f"field 'overrides': {exc}"]
+    overrides: dict[str, Any] = {}
+    problems = []
+    for word in words:
+        path, sep, value = word.partition("=")
+        keys = path.split(".")
+        if not sep or not all(keys):
+            problems.append(f"field 'overrides': {word!r}: expected FIELD=VALUE, e.g. train.lr=0.001")
+            continue
+        try:
+            parsed = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            parsed = value  # not YAML: the text as it is (the config schema says if it will not do)
+        node = overrides
+        for key in keys[:-1]:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}  # a later word's section replaces an earlier word's value
+            node = node[key]
+        node[keys[-1]] = parsed
+    return overrides, problems
 
 
 def validate_form(form: PlanForm, registry: SuiteRegistry) -> Plan:
@@ -124,7 +224,9 @@ def problem_lines(error: LatError) -> list[str]:
 
 # The plan model's field names as the form labels them.
 FIELD_LABELS = {"suites": "Suites", "rounds": "Rounds", "pairs": "Pairs", "gpus": "Devices", "slots": "Slots",
-                "countdown_minutes": "Countdown", "output_root": "Output", "env": "Env"}
+                "countdown_minutes": "Countdown", "output_root": "Output", "env": "Env", "fuse": "Fuse",
+                "warm_start": "Options", "allow_cpu": "Options", "on_oom": "On OOM", "remedies": "On OOM",
+                "max_retries": "On OOM", "overrides": "Overrides"}
 # pydantic's messages as a researcher would say them, by field ("" for any field).
 PHRASES = (
     ("pairs", r"List should have at least 1 item.*?(?= \(got|$)", "give at least one seed:dataset pair, e.g. 1:tiny-sst2"),

@@ -29,6 +29,7 @@ class DashboardData:
     cpu_percent: tuple[float, ...] = ()  # per core, since the previous poll
     families: dict[int, str] = field(default_factory=dict)  # job id -> model family, where known
     groups: dict[str, GroupUsage] = field(default_factory=dict)  # the run's fused groups, by id
+    pause_reason: str = ""  # why the run's admission is paused; "" when it is not
 
 
 def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState,
@@ -40,11 +41,12 @@ def read_dashboard(client: Client, run_id: int, probe: GpuProbe, tail: TailState
         commands = {cid: client.command(cid) for cid in command_ids}
         families = client.model_families(jobs)
         groups = client.fused_groups(run_id)
+        pause_reason = client.pause_reason(run_id) if run.paused else ""
     finally:
         client.close()  # a worker thread per poll: its connection ends with the read
     lines, tail = read_tail(tail, ended=_tailed_job_ended(jobs, tail))
     return DashboardData(run, jobs, probe.snapshot(), host_snapshot(), client.engine_alive(),
-                         lines, tail, commands, cpu_percent(), families, groups)
+                         lines, tail, commands, cpu_percent(), families, groups, pause_reason)
 
 
 def cpu_percent() -> tuple[float, ...]:

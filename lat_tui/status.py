@@ -10,7 +10,7 @@ from pathlib import Path
 from lat_core.errors import JournalError
 from lat_core.front.client import last_log_line
 from lat_tui.cli_common import EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
-from lat_tui.columns import job_name, plain_table
+from lat_tui.columns import job_name, plain_table, run_state_text
 from lat_tui.format import fmt_elapsed
 from lat_tui.json_views import dumps, job_view, run_view
 
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
         print(dumps({"run": run_view(run, jobs), "engine_alive": client.engine_alive(),
                      "jobs": [job_view(j, group=groups.get(j.fused_group or "")) for j in jobs]}))
         return code
-    print(f"run {run.id}: {run.state}{' (admission paused)' if run.paused else ''}; "
+    print(f"run {run.id}: {run_state_text(run, jobs)}{' (admission paused)' if run.paused else ''}; "
           f"engine {engine}; outputs in {run.output_root}")
     if error := client.engine_error(run.id):
         print(f"engine error: {error}")

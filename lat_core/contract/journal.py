@@ -95,7 +95,16 @@ LATER_INDEXES = """
 CREATE INDEX IF NOT EXISTS jobs_after ON jobs(run_id, state) WHERE after_json != '[]';
 """
 
-_SUMMARY_SELECT = ", ".join(SUMMARY_COLUMNS)
+
+def _earlier_s(jobs: str = "jobs") -> str:
+    """JobSummary.earlier_s as a column of a query on ``jobs`` (the table's name or alias there):
+    the time of the attempts before its latest, each from launch to end (index attempts_job)."""
+    return (f"(SELECT COALESCE(SUM(a.ended - a.launched), 0) FROM attempts a WHERE a.job_id = {jobs}.id"
+            f" AND a.n < {jobs}.attempts AND a.ended IS NOT NULL) AS earlier_s")
+
+
+_SUMMARY_SELECT = ", ".join(_earlier_s() if name == "earlier_s" else name for name in SUMMARY_COLUMNS)
+_JOB_SELECT = f"*, {_earlier_s()}"  # a JobRow: every column and the same computed one
 _GROUP_SELECT = ", ".join(GROUP_COLUMNS)
 PAUSED_BY_USER = "admission paused"
 
@@ -197,10 +206,10 @@ class Store:
             if old == state:
                 return
             state = RunState(state)
-            ended = time.time() if state in RUN_ENDED else None
+            ended = time.time() if state in RUN_ENDED else None  # a run reopened (jobs requeued) has not ended
             started = time.time() if state is RunState.RUNNING else None
             db.execute(
-                "UPDATE runs SET state=?, ended=COALESCE(?, ended), started=COALESCE(started, ?) WHERE id=?",
+                "UPDATE runs SET state=?, ended=?, started=COALESCE(started, ?) WHERE id=?",
                 (state, ended, started, run_id),
             )
             _transition(db, run_id, None, old, state, detail)
@@ -252,7 +261,7 @@ class Store:
         return ids
 
     def jobs(self, run_id: int) -> list[JobRow]:
-        rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? ORDER BY seq", (run_id,))
+        rows = self._db.execute(f"SELECT {_JOB_SELECT} FROM jobs WHERE run_id=? ORDER BY seq", (run_id,))
         return [job_row(r) for r in rows]
 
     def job_summaries(self, run_id: int) -> list[JobSummary]:
@@ -263,7 +272,7 @@ class Store:
         return [job_summary(r) for r in rows]
 
     def job(self, job_id: int) -> JobRow:
-        row = self._db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        row = self._db.execute(f"SELECT {_JOB_SELECT} FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             raise NoJobError(f"no job {job_id}", where=str(self.path))
         return job_row(row)
@@ -424,7 +433,7 @@ class Store:
     # costs the same with 10 or 10,000 jobs queued behind the busy slots.
     def queued_jobs(self, run_id: int, limit: int | None = None, after_seq: int = 0) -> list[JobRow]:
         """Queued jobs in plan order, from ``after_seq`` on, at most ``limit`` of them."""
-        rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? AND state='queued' AND seq>? ORDER BY seq LIMIT ?",
+        rows = self._db.execute(f"SELECT {_JOB_SELECT} FROM jobs WHERE run_id=? AND state='queued' AND seq>? ORDER BY seq LIMIT ?",
                                 (run_id, after_seq, -1 if limit is None else limit))
         return [job_row(r) for r in rows]
 
@@ -446,7 +455,7 @@ class Store:
             after, page = batch[-1].seq, min(page * 2, max_page)
 
     def running_jobs(self, run_id: int) -> list[JobRow]:
-        rows = self._db.execute("SELECT * FROM jobs WHERE run_id=? AND state='running' ORDER BY seq", (run_id,))
+        rows = self._db.execute(f"SELECT {_JOB_SELECT} FROM jobs WHERE run_id=? AND state='running' ORDER BY seq", (run_id,))
         return [job_row(r) for r in rows]
 
     def has_unfinished_jobs(self, run_id: int) -> bool:
@@ -504,7 +513,7 @@ class Store:
         """Jobs ``running`` with no open attempt: what a crash between two journal writes of an
         older engine could leave; the engine's recovery pass settles them."""
         rows = self._db.execute(
-            "SELECT * FROM jobs j WHERE run_id=? AND state=? AND NOT EXISTS"
+            f"SELECT j.*, {_earlier_s('j')} FROM jobs j WHERE run_id=? AND state=? AND NOT EXISTS"
             " (SELECT 1 FROM attempts a WHERE a.job_id=j.id AND a.ended IS NULL) ORDER BY seq",
             (run_id, JobState.RUNNING))
         return [job_row(r) for r in rows]
@@ -676,6 +685,8 @@ class EndFields(TypedDict, total=False):
     diagnosis: Diagnosis | None
     not_before: float
     fused_group: str | None
+    last_step: int | None  # a requeued job's row: where its next attempt starts (engine/requeue.py)
+    last_loss: float | None
 
 
 class JobFields(EndFields, total=False):

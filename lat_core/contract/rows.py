@@ -38,7 +38,8 @@ class RunRow:
 @dataclass(frozen=True)
 class JobSummary:
     """A job as a table shows it: the journal's plain columns, nothing to decode, so a run of
-    10,000 jobs reads in one query (``status``, the TUI's table). Field names are column names."""
+    10,000 jobs reads in one query (``status``, the TUI's table). Field names are column names, but
+    for ``earlier_s``, which the journal computes from the job's attempts in the same query."""
     id: int
     run_id: int
     seq: int
@@ -68,6 +69,8 @@ class JobSummary:
     added: float | None = None  # when the journal got the job: older records in its folder are not its own
     family: str | None = None  # the resolved config's model.family (None: a journal from before it was kept)
     fused_group: str | None = None  # the fused group its current attempt trains in (its usage is the group's)
+    # how long its attempts before the latest ran, together (the journal sums them from ``attempts``)
+    earlier_s: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # typed however the row was built
@@ -78,9 +81,15 @@ class JobSummary:
         return f"{self.suite}/{self.stem.split('__rep')[0]}|{self.dataset}"
 
     def elapsed(self, now: float | None = None) -> float | None:
+        """How long its latest attempt ran (runs)."""
         if self.started is None:
             return None
         return (self.ended or now or time.time()) - self.started
+
+    def time_spent(self, now: float | None = None) -> float | None:
+        """How long all its attempts ran, together: the job table's ``time`` (``try`` counts them)."""
+        latest = self.elapsed(now)
+        return None if latest is None else self.earlier_s + latest
 
 
 @dataclass(frozen=True, kw_only=True)

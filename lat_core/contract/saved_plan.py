@@ -92,6 +92,7 @@ class SavedPlan:
     warm_start: bool = D.warm_start
     allow_cpu: bool = D.allow_cpu
     breaker: int = BREAKER_IF_UNSAVED
+    configs: str | None = None  # the user's config tree the suites came from (absolute); None: the shipped one
     problem: str | None = field(default=None, compare=False)  # what is damaged; None when nothing
 
     @classmethod
@@ -262,5 +263,5 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "after": _numbers, "notify": _mapping, "gpus_per_job": _whole,
     "min_free_gb": _number, "backend": _backend, "slurm": _mapping, "on_oom": _on_oom, "on_failure": _on_failure,
     "resume": _flag, "overwrite": _flag, "mps": _flag, "fuse": _fuse, "warm_start": _flag, "allow_cpu": _flag,
-    "breaker": _whole,
+    "breaker": _whole, "configs": _text,
 }

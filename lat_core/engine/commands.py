@@ -14,7 +14,7 @@ from lat_core.contract.commands import (AddJobs, CancelJob, CancelRun, Command, 
                                         RequeueJobs, ResumeRun, SetSlots, SkipCountdown, Undecodable)
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.remedy import apply_remedy
-from lat_core.engine.requeue import restart_argv, start_said
+from lat_core.engine.requeue import restart_argv, start_said, waiting_step
 from lat_core.contract.jobdir import JobDir
 from lat_core.contract.states import JOB_FINAL, JOB_UNFINISHED, RUN_ACTIVE, RUN_ENDED, JobState, RunState
 from lat_core.contract.journal import RunRow
@@ -172,19 +172,21 @@ class Commands:
         return job.state is JobState.RUNNING and all(a.job_id != job.id for a in self.store.open_attempts(job.run_id))
 
     def _back_to_queue(self, run: RunRow, job, start: str | None, detail: str) -> None:
-        self._restart_as_asked(run, job, start)
-        self.store.set_job_state(job.id, JobState.QUEUED, detail, ended=None, returncode=None, error=None, not_before=0)
+        argv = self._restart_as_asked(run, job, start)
+        self.store.set_job_state(job.id, JobState.QUEUED, detail, ended=None, returncode=None, error=None, not_before=0,
+                                 last_step=waiting_step(argv, job.job_dir), last_loss=None)
 
     def _reopen(self, run: RunRow, why: str) -> None:
         """An ended run whose jobs were requeued runs again."""
         if run.state in RUN_ENDED:
             self.store.set_run_state(run.id, RunState.RUNNING, why)
 
-    def _restart_as_asked(self, run: RunRow, job, start: str | None) -> None:
+    def _restart_as_asked(self, run: RunRow, job, start: str | None) -> list[str]:
         """Give the new attempt its start flag (see engine/requeue.py), and drop a pause left on an
-        ended run, which would otherwise keep the requeued job queued forever."""
+        ended run, which would otherwise keep the requeued job queued forever; the new argv."""
         argv = restart_argv(job.argv, job.state is JobState.SUCCEEDED, start)
         if argv != job.argv:
             self.store.set_job_argv(job.id, argv)
         if run.paused and run.state not in RUN_ACTIVE:
             self.store.set_paused(run.id, False)
+        return argv

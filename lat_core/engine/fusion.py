@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from lat_core.config.fuse import fuse_key
+from lat_core.config.fuse import fuse_key, refusal
 from lat_core.config.job import parse_config
 from lat_core.errors import ConfigError
 from lat_core.contract.jobdir import GroupLimit, JobDir
@@ -36,20 +36,36 @@ def fuses_on(plan: SavedPlan, device_is_cpu: bool) -> bool:
 
 
 def job_fuse_key(job: JobRow) -> tuple | None:
-    """Jobs with equal keys can share one fused process; None: the job runs alone. Only a job whose
-    command is the trainer on its own job.yaml (one process, no backend options) qualifies; its
-    interpreter, mode flag (--resume/--overwrite) and env are part of the key, since the group
-    runs with one of each."""
+    """Jobs with equal keys can share one fused process; None: the job runs alone
+    (:func:`alone_because` says why)."""
+    return _key_or_why(job)[0]
+
+
+def alone_because(job: JobRow) -> str | None:
+    """Why the job cannot share a fused process with any other, or None when it can."""
+    return _key_or_why(job)[1]
+
+
+def _key_or_why(job: JobRow) -> tuple[tuple | None, str | None]:
+    """Only a job whose command is the trainer on its own job.yaml (one process, no backend options)
+    qualifies; its interpreter, mode flag (--resume/--overwrite) and env are part of the key, since
+    the group runs with one of each."""
     argv = list(job.argv)
-    if job.world != 1 or job.backend_options or argv[1:4] != TRAIN_MODULE or len(argv) < 5:
-        return None
-    if argv[4] != str(Path(job.job_dir) / JOB_YAML) or argv[5:] not in MODE_FLAGS:
-        return None
+    if job.world != 1:
+        return None, f"it runs {job.world} processes; fused groups are one process"
+    if job.backend_options:
+        return None, "it has backend options of its own"
+    if argv[1:4] != TRAIN_MODULE or len(argv) < 5 or argv[4] != str(Path(job.job_dir) / JOB_YAML) \
+            or argv[5:] not in MODE_FLAGS:
+        return None, "its command is not the trainer on its own job.yaml"
     try:  # as the trainer will read it: the job's env over its job.yaml
-        key = fuse_key(parse_config(yaml.safe_load(Path(argv[4]).read_text()), Path(argv[4]), environ=dict(job.env)))
+        cfg = parse_config(yaml.safe_load(Path(argv[4]).read_text()), Path(argv[4]), environ=dict(job.env))
     except (ConfigError, OSError, yaml.YAMLError):
-        return None  # the job alone will say what is wrong with its config
-    return None if key is None else (key, argv[0], tuple(argv[5:]), tuple(sorted(job.env.items())))
+        return None, "its config does not load here (the job alone will say why)"
+    key = fuse_key(cfg)
+    if key is None:
+        return None, (refusal(cfg) or "").removeprefix("fuse: ")
+    return (key, argv[0], tuple(argv[5:]), tuple(sorted(job.env.items()))), None
 
 
 def group_argv(members: list[JobRow], attempts: list[int]) -> list[str]:

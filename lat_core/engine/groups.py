@@ -22,8 +22,9 @@ from lat_core.contract.run_secrets import JobSecrets
 from lat_core.engine.admission import Admission
 from lat_core.engine.backends import Backend
 from lat_core.engine.faults import JOURNAL_ERRORS
-from lat_core.engine.fusion import GROUP_SIZE_LIMIT, MATE_SCAN, fuses_on, group_argv, job_fuse_key, smaller_limit
-from lat_core.engine.requeue import restart_argv
+from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, alone_because, fuses_on, group_argv, job_fuse_key,
+                                    smaller_limit)
+from lat_core.engine.requeue import restart_argv, waiting_step
 from lat_core.engine.retries import backoff_hold
 from lat_core.engine.dependencies import Dependencies
 from lat_core.engine.state import EngineState
@@ -93,6 +94,23 @@ class GroupStarts:
                 group.append(other)
                 cap = min(cap, other_cap)
         return group[1:]
+
+    def alone_reason(self, run: RunRow, job: JobRow, device: Device) -> str | None:
+        """Why ``job``, about to start alone, does not train in a fused group; None where the plan
+        does not fuse on ``device`` (nothing to explain). A job that could fuse but has no mate
+        says so too: "nothing is dropped silently" holds for a speed-up as for a tracker."""
+        if not fuses_on(self._state.plan_of(run.id), device.is_cpu):
+            return None
+        backend = self._state.backend(run.id)
+        if not backend.reaps_process_tree:
+            return f"trains alone: the {backend.name} backend runs every job in a process of its own"
+        limit = JobDir(job.job_dir).read_group_limit()
+        if limit is not None and limit.size <= 1:
+            return f"trains alone: {limit.why}"
+        why = alone_because(job)
+        if why is not None:
+            return f"trains alone: {why}"
+        return "trains alone: no queued job shares its base, data and settings now"
 
     def start(self, jobs: list[JobRow], device: Device) -> None:
         """Attempt rows, group refs and running states first, then one launch (a member whose lost
@@ -278,9 +296,11 @@ class FusedGroups:
             return False
         limit = smaller_limit(JobDir(job.job_dir), len(ref.job_ids), klass)
         JobDir(job.job_dir).write_group_limit(limit)
-        self.store.set_job_argv(job.id, restart_argv(job.argv, False, "fresh"))
+        argv = restart_argv(job.argv, False, "fresh")
+        self.store.set_job_argv(job.id, argv)
         self.store.set_job_state(job.id, JobState.QUEUED, f"{limit.why}: {requeued_to(limit.size)}", ended=None,
-                                 returncode=None, error=None, not_before=0)
+                                 returncode=None, error=None, not_before=0, last_step=waiting_step(argv, job.job_dir),
+                                 last_loss=None)
         return True
 
     def busy_slots(self, on_host: list[JobRow], busy: dict[str, int]) -> dict[str, int]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from lat_core.contract.rows import RunRow
 from lat_core.contract.states import JobState
+from lat_core.engine.closing import close_log
 from lat_core.engine.faults import disk_full_failure, disk_full_pause
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.state import EngineState
@@ -35,6 +36,8 @@ class JobFaults:
                                       **fields)
         if not attempts and not job.state.final:
             self.store.set_job_state(job_id, JobState.FAILED, reason, ended=self._clock(), error=reason, **fields)
+        if attempts:  # its log ends saying why the engine stopped it
+            close_log(job, "failed", reason, self._clock())
 
     def disk_full(self, job_id: int, exc: OSError) -> None:
         """The engine could not write a job's files: the disk is full. That job fails as such (no

@@ -218,6 +218,9 @@ class Engine:
                     running.extend(j for m in [job, *mates] if (j := self.store.job(m.id)).state is JobState.RUNNING)
                 continue
             with self._errors.job_guard(job.id, "engine error starting this job", self._faults.fail_job):
+                alone = self._group_starts.alone_reason(run, job, chosen[0]) if len(chosen) == 1 else None
+                if alone:
+                    self.store.add_transition(run.id, job.id, HistoryKind.FUSED, alone)
                 self._starts.start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
         self._starts.launch_batch(run.id, batch or [])

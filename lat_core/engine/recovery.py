@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lat_core.engine.breaker import Breaker
+from lat_core.engine.closing import close_log
 from lat_core.engine.faults import JOURNAL_ERRORS, EngineErrors, LostAttempt, find_lost_attempt
 from lat_core.engine.groups import FusedGroups
 from lat_core.engine.job_faults import JobFaults
@@ -20,7 +21,8 @@ from lat_core.engine.remedy import still_effective
 from lat_core.engine.retries import maybe_retry
 from lat_core.engine.state import EngineState
 from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
-from lat_core.contract.jobdir import AttemptFiles, ExitRecord, JobDir, PeakUsage, PidRecord, describe_exit
+from lat_core.contract.jobdir import (AttemptFiles, ExitRecord, JobDir, PeakUsage, PidRecord, describe_exit,
+                                      how_it_ended)
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.diagnosis import Diagnosis
 from lat_core.contract.failure_classes import FailureClass
@@ -29,6 +31,7 @@ from lat_core.triage import classify
 from lat_core.triage.hostoom import oom_kill_readings
 
 
+VERDICTS = {JobState.CANCELLED: "cancelled by user"}  # else the state's own word (succeeded, failed)
 LAUNCH_GRACE_S = 30.0
 CANCEL_GRACE_S = 10.0
 
@@ -146,11 +149,17 @@ class Recovery:
             ended = self.store.job(job.id)  # as failed, before a retry queues it again
             if state is JobState.FAILED and not self._groups.split_after_oom(attempt):
                 maybe_retry(self.store, self.store.run(job.run_id), ended, now=self._clock())
+        self._close_log(job, state, how_it_ended(returncode, diagnosis) + (f" ({problem})" if problem else ""))
         if state is JobState.SUCCEEDED and group is None:
             self._remember_peak(job)
         elif state is JobState.SUCCEEDED:  # a group's peak is recorded with its size, never as a job's alone
             self._groups.remember_peak(job)
         return ended, state
+
+    def _close_log(self, job: JobRow, state: JobState, how: str) -> None:
+        """The attempt's end as the last line of its train.log (a fused member's too: its own log),
+        after the verdict, which quotes the log's last line, was taken from the trainer's."""
+        close_log(job, VERDICTS.get(state, state.value), how, self._clock(), self._progress.max_steps(job.id))
 
     def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
         """The journal's peak RSS raised to ``rss`` (written only when that raises it: the sampled

@@ -36,3 +36,13 @@ def start_said(argv: list[str], job_dir: str | Path) -> str:
         found = JobDir(job_dir).resumable_checkpoints()
         return f"resume from {found[-1][1].name}" if found else "resume (no checkpoint found)"
     return "fresh" if "--overwrite" in argv else "as first launched"
+
+
+def waiting_step(argv: list[str], job_dir: str | Path) -> int | None:
+    """The step a requeued job's row shows while it waits: the checkpoint its ``--resume``
+    continues from; none for a start from scratch, where the last attempt's step and loss would
+    read as progress it no longer has."""
+    if "--resume" not in argv:
+        return None
+    found = JobDir(job_dir).latest_checkpoint()
+    return found[0] if found else None

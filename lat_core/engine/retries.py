@@ -25,6 +25,7 @@ import time
 from lat_core.contract.jobdir import JobDir
 from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
 from lat_core.engine.remedy import Target, apply_change, apply_remedy
+from lat_core.engine.requeue import waiting_step
 from lat_core.contract.rows import JobRow, RunRow
 from lat_core.contract.states import HistoryKind, JobState
 from lat_core.contract.journal import Store
@@ -92,7 +93,8 @@ def _retry_oom(store: Store, run: RunRow, job: JobRow) -> bool:
     except ValueError as exc:  # the remedy cannot act on this job: it stays failed, the history says why
         store.add_transition(run.id, job.id, HistoryKind.AUTO_RETRY, f"not retried: {exc}")
         return False
-    store.set_job_state(job.id, JobState.QUEUED, f"{TAG}{choice}: {applied}", ended=None, returncode=None)
+    store.set_job_state(job.id, JobState.QUEUED, f"{TAG}{choice}: {applied}", ended=None, returncode=None,
+                        last_step=_waiting_step(store, job), last_loss=None)
     return True
 
 
@@ -111,8 +113,15 @@ def _retry_failure_class(store: Store, run: RunRow, job: JobRow, now: float) -> 
         apply_change(Target(store, run, job), Resume())
         how = "resuming from its last checkpoint"
     store.set_job_state(job.id, JobState.QUEUED, f"{FAILURE_TAG}{cls} ({done + 1}/{limit}): in {backoff:g}s, {how}",
-                        ended=None, returncode=None, not_before=now + backoff)
+                        ended=None, returncode=None, not_before=now + backoff,
+                        last_step=_waiting_step(store, job), last_loss=None)
     return True
+
+
+def _waiting_step(store: Store, job: JobRow) -> int | None:
+    """The row's step while the retry waits, for the argv the retry starts with (a remedy may have
+    changed it)."""
+    return waiting_step(store.job(job.id).argv, job.job_dir)
 
 
 def _has_checkpoint(job: JobRow) -> bool:

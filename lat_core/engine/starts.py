@@ -13,6 +13,7 @@ from lat_core.contract.jobdir import JobDir
 from lat_core.contract.rows import JobRow
 from lat_core.contract.run_secrets import JobSecrets
 from lat_core.contract.states import HistoryKind, JobState
+from lat_core.engine.closing import close_log
 from lat_core.engine.faults import JOURNAL_ERRORS, disk_full
 from lat_core.engine.job_faults import JobFaults
 from lat_core.engine.launch import Launched, LaunchSpec
@@ -95,6 +96,7 @@ class Starts:
             return
         self.store.finish_attempt(attempt_id, None, JobState.FAILED, f"launch failed: {exc}", ended=self._clock(),
                                   error=f"launch failed: {exc}")
+        close_log(job, "failed", f"launch failed: {exc}", self._clock())
 
     def launched(self, job: JobRow, attempt_id: int, launched: Launched) -> None:
         counter = self._oom_counter_at_launch(job, launched.pid)

@@ -28,7 +28,7 @@ from lat_core.contract.rows import AttemptRow, GroupUsage, JobRow, JobSummary, R
 from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock, default_state_dir, open_store
 from lat_core.front.service import PreparedRun, create_run, ensure_engine, jobs_to_add, prepare_run
 from lat_core.contract.states import JOB_UNFINISHED
-from lat_core.contract.journal import JOB_FINAL, RUN_ACTIVE, Store
+from lat_core.contract.journal import JOB_FINAL, PAUSED_BY_USER, RUN_ACTIVE, Store
 
 if TYPE_CHECKING:  # a plan means pydantic: reading state never loads it
     from lat_core.front.plan import Plan
@@ -38,7 +38,8 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
     from lat_core.config.email_yaml import OLD_EVENTS
     from lat_core.config.env import EMAIL_YAML_VAR, MASK, EnvValueError, pair_from_env
     from lat_core.config.suites import SuiteRegistry
-    from lat_core.front.plan import plan_from_mapping
+    from lat_core.contract.plan_defaults import PLAN_DEFAULTS
+    from lat_core.front.plan import AUTO_REMEDIES, plan_from_mapping
     from lat_core.front.rerun import prepare_rerun
     from lat_core.monitor.gpu import GpuInfo, GpuProbe, GpuSnapshot
     from lat_core.monitor.host import HostSnapshot, host_snapshot
@@ -53,13 +54,15 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
 
 __all__ = [
     # the journal: runs, jobs, commands
-    "Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "RUN_ACTIVE", "NoJobError", "NoRunError", "NoStateError",
+    "Client", "CommandRow", "JOB_FINAL", "JOB_UNFINISHED", "PAUSED_BY_USER", "RUN_ACTIVE", "NoJobError", "NoRunError",
+    "NoStateError",
     "ensure_engine",
     "journal_faults_in", "plan_env_of", "resolve_state_dir", "LAT_VERSION",
     # job folders
     "last_log_line", "recent_events", "requeue_start", "resumable_checkpoints",
     # configs, plans, reruns, notices
-    "EMAIL_YAML_VAR", "EnvValueError", "KNOWN_DATASETS", "MASK", "OLD_EVENTS", "Plan", "SuiteRegistry", "mail_notice",
+    "AUTO_REMEDIES", "EMAIL_YAML_VAR", "EnvValueError", "KNOWN_DATASETS", "MASK", "OLD_EVENTS", "PLAN_DEFAULTS", "Plan",
+    "SuiteRegistry", "mail_notice",
     "pair_from_env", "plan_from_mapping", "prepare_rerun", "read_plan_file", "suite_registry",
     # the machine
     "GpuInfo", "GpuProbe", "GpuSnapshot", "HostSnapshot", "host_snapshot",
@@ -193,7 +196,7 @@ class Client:
             return store.engine_error(run_id)
 
     def pause_reason(self, run_id: int) -> str:
-        """Why the run's admission is paused: the user, a full disk, the circuit breaker."""
+        """Why the run's admission is paused: the user (PAUSED_BY_USER), a full disk, the circuit breaker."""
         with self._journal() as store:
             return store.pause_reason(run_id)
 
@@ -221,6 +224,11 @@ class Client:
     def unfinished_jobs(self, run_id: int) -> list[JobSummary]:
         """The run's failed and cancelled jobs, in table order: what ``requeue --failed`` sends back."""
         return [job for job in self.job_table(run_id) if job.state in JOB_UNFINISHED]
+
+    def job_counts(self, run_id: int) -> dict[str, int]:
+        """How many of the run's jobs are in each state (states with none left out)."""
+        with self._journal() as store:
+            return store.job_counts(run_id)
 
     def fused_groups(self, run_id: int) -> dict[str, GroupUsage]:
         """The run's fused groups by id, with their measured memory (a member's is its group's)."""
@@ -385,7 +393,8 @@ _ELSEWHERE: dict[str, tuple[str, ...]] = {
     "lat_core.config.email_yaml": ("OLD_EVENTS",),
     "lat_core.config.env": ("EMAIL_YAML_VAR", "MASK", "EnvValueError", "pair_from_env"),
     "lat_core.config.suites": ("SuiteRegistry",),
-    "lat_core.front.plan": ("Plan", "plan_from_mapping"),
+    "lat_core.contract.plan_defaults": ("PLAN_DEFAULTS",),
+    "lat_core.front.plan": ("AUTO_REMEDIES", "Plan", "plan_from_mapping"),
     "lat_core.front.rerun": ("prepare_rerun",),
     "lat_core.monitor.gpu": ("GpuInfo", "GpuProbe", "GpuSnapshot"),
     "lat_core.monitor.host": ("HostSnapshot", "host_snapshot"),

@@ -21,6 +21,7 @@ from pydantic_core import ErrorDetails
 from lat_core.config.datasets import KNOWN_DATASETS, canonical, check_dataset
 from lat_core.config.env import ENV_FIELDS, MASK, TRACKER_SWITCHES, is_secret, is_valid_name, mask_env, parse_env_value
 from lat_core.notify import mask_url
+from lat_core.config.paths import USER, config_trees
 from lat_core.config.suites import SuiteRegistry
 from lat_core.config.user_data import DataSpecError, columns_problem, parse_spec
 from lat_core.contract.plan_defaults import PLAN_DEFAULTS as D
@@ -149,6 +150,11 @@ class Plan(BaseModel):
     # ended jobs all failed with the same systemic class (hub, data, config, ...); 0 turns it off.
     # Always saved, so the engine reads it from the saved plan (a plan saved before it had none: off).
     breaker: int = Field(default=D.breaker, ge=0, le=1000)
+    # the user's config tree (suites/, experiments/, peft/) the suites come from, searched before the
+    # shipped one; relative in a plan file: from the file's folder. A loaded plan holds it absolute
+    # (the tree its registry had, --configs or $LAT_CONFIGS included), so a saved plan replays the
+    # same suites from wherever the file is moved to. None: the shipped tree alone.
+    configs: Optional[str] = None
 
     @field_validator("suites", mode="before")
     @classmethod
@@ -232,6 +238,13 @@ class Plan(BaseModel):
             return [auto_gpu_slots(count, cpu_count)] * count
         return [self.slots] * count if isinstance(self.slots, int) else list(self.slots)
 
+    def suite_registry(self, given: SuiteRegistry | None = None) -> SuiteRegistry:
+        """The suites this plan names: its own config tree's (then the shipped one) when it has
+        one, else ``given`` (default: the shipped tree and $LAT_CONFIGS)."""
+        if self.configs is not None:
+            return SuiteRegistry(config_trees(self.configs))
+        return given or SuiteRegistry(config_trees())
+
     def round_list(self, ref: SuiteRef) -> "list[int] | None":
         return None if ref.rounds == "all" else list(ref.rounds)
 
@@ -245,7 +258,7 @@ class Plan(BaseModel):
         # fuse and breaker stay, false and 0 included: a saved plan without one is from before it
         # (saved_plan.FUSE_IF_UNSAVED, BREAKER_IF_UNSAVED)
         for optional in ("overrides", "datasets", "sweep", "after", "notify", "on_oom", "on_failure", "slurm",
-                         "resume", "overwrite", "mps", "allow_cpu"):
+                         "resume", "overwrite", "mps", "allow_cpu", "configs"):
             if not data[optional]:
                 del data[optional]
         if data["warm_start"] == D.warm_start:
@@ -354,7 +367,10 @@ def plan_from_mapping(data: object, registry: SuiteRegistry, *, where: str, base
         raise PlanError(bounded(_pydantic_problems(exc)), where=where) from None
     base = base or Path.cwd()
     plan.datasets, own_problems = own_datasets(plan.datasets, base)
-    problems = own_problems + check_plan(plan, registry, base) + _override_escapes(plan)
+    tree_problems = _own_config_tree(plan, registry, base)
+    if not tree_problems:
+        registry = plan.suite_registry(registry)
+    problems = own_problems + tree_problems + check_plan(plan, registry, base) + _override_escapes(plan)
     if plan.resume and plan.overwrite:
         problems.append("fields 'resume' and 'overwrite' exclude each other")
     if plan.backend == "slurm" or plan.slurm:
@@ -382,6 +398,20 @@ def slurm_plan_problems(plan: Plan) -> list[str]:
         problems.append(f"field 'slots': {plan.slots} is per GPU of this machine; on Slurm, slurm.max_jobs "
                         "bounds the jobs in the queue at once")
     return problems
+
+
+def _own_config_tree(plan: Plan, registry: SuiteRegistry, base: Path) -> list[str]:
+    """``plan.configs`` made absolute (from ``base``, the plan file's folder), or set to the user
+    tree of the registry it was checked against, so the plan says which suites it means."""
+    if plan.configs is None:
+        user = next((tree.path for tree in registry.trees if tree.origin == USER), None)
+        plan.configs = None if user is None else str(user)
+        return []
+    tree = (base / Path(plan.configs).expanduser()).resolve()
+    if not tree.is_dir():
+        return [f"field 'configs': no directory {tree}"]
+    plan.configs = str(tree)
+    return []
 
 
 def _override_escapes(plan: Plan) -> list[str]:

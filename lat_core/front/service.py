@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lat_core.config.env import MASK, mask_env, shell_overrides
-from lat_core.config.paths import config_trees
 from lat_core.config.suites import SuiteRegistry
 from lat_core.contract.devices import Device
 from lat_core.front.devices import resolve_devices
@@ -51,7 +50,7 @@ def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: Gpu
     (``hub_probe``: whether the hub answers; tests pass their own)."""
     from lat_core.front.jobs import expand
 
-    registry = registry or SuiteRegistry(config_trees())
+    registry = plan.suite_registry(registry)
     environ = dict(os.environ if environ is None else environ)
     plan = with_shell_notices(plan, environ)
     gpus = _local_gpus(plan, probe)
@@ -211,7 +210,7 @@ def jobs_to_add(run: RunRow, suites: list[str], rounds: object, pairs: object, r
     plan = plan_from_mapping({**data, "after": after} if after else data, registry, where="jobs to add")
     if after:  # besides those every job of the run waits for
         plan.after = [*run.plan.after, *(a for a in plan.after if a not in run.plan.after)]
-    jobs = expand(plan, registry)
+    jobs = expand(plan, plan.suite_registry(registry))  # the run's own config tree, when it names one
     if state_dir is None:
         _materialize_all(jobs)
         return [job_record(j) for j in jobs]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, SupportsInt, TypedDict
 import yaml
 
 from lat_core.errors import LatError
-from lat_core.contract.jobdir import CheckpointSaved, Eval, Failed, Finished, JobDir, Memory, Started, Step
+from lat_core.contract.jobdir import CheckpointSaved, Eval, Failed, Finished, JobDir, Memory, Started, Step, job_peak
 from lat_core.contract.jobdir.event_reader import decode_text
 from lat_core.contract.jobdir.names import EVENTS as EVENTS_FILE
 from lat_core.contract.jobdir.names import JOB_YAML as CONFIG_FILE
@@ -255,12 +255,9 @@ class PeakMemory(TypedDict):
 
 
 def _peak_memory(job_dir: Path, parsed: ParsedEvents) -> PeakMemory:
-    """The engine's measure of the job's trainer process tree (the number status shows), from the
-    folder's usage record; the trainer's own report only for a folder the engine never ran."""
-    usage = JobDir(job_dir).read_peak_usage()
-    if usage is not None:
-        return {"peak_gpu_bytes": usage.gpu_bytes, "peak_rss_bytes": usage.rss_bytes}
-    return {"peak_gpu_bytes": parsed.memory.peak_gpu_bytes, "peak_rss_bytes": parsed.memory.peak_rss_bytes}
+    """The job's peak as status and triage show it (lat_core.contract.jobdir.job_peak says which)."""
+    peak = job_peak(JobDir(job_dir).read_peak_usage(), parsed.memory)
+    return {"peak_gpu_bytes": peak.gpu_bytes, "peak_rss_bytes": peak.rss_bytes}
 
 
 def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobResult | Skipped:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from lat_core.contract.jobdir import Memory
+from lat_core.contract.jobdir import Memory, job_peak
 
 from lat_core.contract.failure_classes import FailureClass
 from lat_core.text import shorten, signal_name
@@ -90,11 +90,11 @@ def _base_numbers(files: JobFiles, lines: list[LogLine], returncode: int | None,
         base["rank"] = cause["rank"]
     if "rank_exitcode" in cause:
         base["rank_exitcode"] = cause["rank_exitcode"]
-    memory = files.last_event(Memory) or Memory()
-    if memory.peak_rss_bytes is not None:
-        base["peak_rss_bytes"] = memory.peak_rss_bytes
-    if memory.peak_gpu_bytes is not None:
-        base["peak_gpu_bytes"] = memory.peak_gpu_bytes
+    peak = job_peak(files.peak_usage, files.last_event(Memory))  # the number status and results show
+    if peak.rss_bytes is not None:
+        base["peak_rss_bytes"] = peak.rss_bytes
+    if peak.gpu_bytes is not None:
+        base["peak_gpu_bytes"] = peak.gpu_bytes
     if oom_kills is not None:
         base["oom_kills"] = oom_kills
     return base

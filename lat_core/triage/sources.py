@@ -19,7 +19,7 @@ import yaml
 
 from lat_core.contract.jobdir import AnyEvent, Event, JobDir
 from lat_core.contract.jobdir.names import COMMAND
-from lat_core.contract.jobdir.records import ExitRecord
+from lat_core.contract.jobdir.records import ExitRecord, PeakUsage
 from lat_core.errors import LatError
 
 E = TypeVar("E", bound=Event)
@@ -55,6 +55,7 @@ class JobFiles:
     config: RawConfig = field(default_factory=dict)
     env: RawEnv = field(default_factory=dict)
     exit_record: ExitRecord | None = None
+    peak_usage: PeakUsage | None = None  # the engine's measure (None: it never ran the job, or a bare log)
 
     def last_event(self, kind: type[E]) -> E | None:
         for event in reversed(self.events):
@@ -126,6 +127,7 @@ def read_job_dir(job_dir: Path, env: RawEnv | None = None) -> JobFiles:
         config=read_mapping(folder.job_yaml, yaml.safe_load),
         env=env,
         exit_record=folder.latest_exit_record(),
+        peak_usage=folder.read_peak_usage(),
     )
 
 

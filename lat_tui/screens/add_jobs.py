@@ -19,6 +19,7 @@ from textual.widgets import Input, Label, Static
 from lat_core.errors import LatError, PlanError
 from lat_core.contract.rows import RunRow
 from lat_tui.context import AppContext
+from lat_tui.screens.fields import FIELD_KEYS, FieldFocus
 
 
 class JobsExpanded(Message):
@@ -32,11 +33,12 @@ def _row(label: str, field: Input) -> Horizontal:
     return Horizontal(Label(label, classes="add-label"), field, classes="add-row")
 
 
-class AddJobsScreen(ModalScreen[list[dict] | None]):
+class AddJobsScreen(FieldFocus, ModalScreen[list[dict] | None]):
     HELP_TITLE = "Add jobs to this run"
     BINDINGS = [
         Binding("escape", "dismiss_none", "Cancel"),
         Binding("ctrl+s", "submit", "Add", priority=True),
+        *FIELD_KEYS,  # keys typed ahead after tab land in the next field
     ]
 
     def __init__(self, context: AppContext, run: RunRow):

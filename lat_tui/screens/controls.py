@@ -126,11 +126,12 @@ class RunControls:
         return False
 
     def action_pause(self) -> None:
-        if self._run is None:
-            return
-        resuming = self._run.paused
-        if self.send_command(ResumeRun() if resuming else PauseRun()):
-            self.notify("Resuming admission ..." if resuming else "Pausing: running jobs go on, no new ones start.")
+        if self._run is not None and self.send_command(PauseRun()):
+            self.notify("Pausing: running jobs go on, no new ones start.")
+
+    def action_resume(self) -> None:
+        if self._run is not None and self.send_command(ResumeRun()):
+            self.notify("Resuming admission ...")
 
     def action_requeue(self) -> None:
         job = self.selected_job()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
@@ -61,7 +62,9 @@ class DashboardScreen(RunControls, Screen):
         Binding("s", "skip_countdown", "Start now"),
         Binding("x", "extend_countdown", "+5min"),
         Binding("enter", "details", "Details", show=False),
-        Binding("p", "pause", "Pause", tooltip="Pause or resume admission (running jobs go on)"),
+        # one key, two bindings: the footer names what p does now (check_action keeps one of them)
+        Binding("p", "pause", "Pause", tooltip="Pause admission (running jobs go on)"),
+        Binding("p", "resume", "Resume", tooltip="Resume admission of a paused run"),
         Binding("c", "cancel_job", "Cancel", tooltip="Cancel the selected job (a running one: press twice)"),
         Binding("C", "cancel_run", "Cancel run", key_display="C", show=False,
                 tooltip="Cancel the whole run (press twice)"),
@@ -79,7 +82,9 @@ class DashboardScreen(RunControls, Screen):
         Binding("m", "toggle_monitor", "Monitor", show=False, tooltip="Show or hide the monitor panel"),
         Binding("n", "new_run", "New", show=False, tooltip="Plan a new run"),
         Binding("e", "start_engine", "Engine", show=False, tooltip="Start an engine if none runs"),
-        Binding("slash", "search_log", "Search", key_display="/", tooltip="Search the log (n/N: next/previous)"),
+        # a priority key, so the search field has the keys typed right behind it (lat_tui.widgets.log_pane)
+        Binding("slash", "search_log", "Search", key_display="/", priority=True,
+                tooltip="Search the log (n/N: next/previous)"),
         Binding("tab", "app.focus_next", "Focus", show=False,
                 tooltip="Move the keys between the job table and the log (shift+tab: back)"),
         Binding("escape", "focus_jobs", "Jobs", key_display="esc", show=False,
@@ -169,7 +174,7 @@ class DashboardScreen(RunControls, Screen):
         self._jobs = {job.id: job for job in data.jobs}
         self.job_families = data.families
         self.engine_alive = data.engine_alive
-        self.query_one(RunStatus).show(data.run, data.jobs, data.engine_alive)
+        self.query_one(RunStatus).show(data.run, data.jobs, data.engine_alive, data.pause_reason)
         self.gpu_history.add(data.gpus)
         self.query_one(MonitorPanel).show(data.gpus, data.host, self.gpu_history, slots_text(data.run.devices),
                                           data.cpu_percent)
@@ -196,8 +201,9 @@ class DashboardScreen(RunControls, Screen):
         job = self.selected_job()
         if action in ("skip_countdown", "extend_countdown"):
             return state == "countdown"
-        if action == "pause":
-            return state in RUN_ACTIVE and state != "countdown"
+        if action in ("pause", "resume"):
+            paused = bool(self._run and self._run.paused)
+            return state in RUN_ACTIVE and state != "countdown" and paused == (action == "resume")
         if action == "cancel_run":
             return state in RUN_ACTIVE or None
         if action == "cancel_job":
@@ -334,7 +340,10 @@ class DashboardScreen(RunControls, Screen):
             self.load_run(run_id)
 
     def action_search_log(self) -> None:
-        self.query_one(LogPane).open_search()
+        pane = self.query_one(LogPane)
+        if self.focused is pane.search_field:
+            raise SkipAction()  # a "/" in the search text
+        pane.open_search()
 
     def action_focus_jobs(self) -> None:
         self.query_one(LogPane).close_search()

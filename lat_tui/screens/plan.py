@@ -1,10 +1,13 @@
-"""The plan screen: pick suites, rounds, seed:dataset pairs, devices and slots, then start."""
+"""The plan screen: pick suites, rounds, seed:dataset pairs, devices and slots, the plan's options
+(fusion, warm start, CPU, OOM retries, config overrides), then start. ``tab`` and ``enter`` move
+between fields as lat_tui.screens.fields says, so keys typed ahead land in the next field."""
 
 from __future__ import annotations
 
 from rich.markup import escape
 from rich.text import Text
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -13,10 +16,12 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, SelectionList, Static
 
 from lat_core.errors import LatError
-from lat_core.front.client import KNOWN_DATASETS, GpuSnapshot
+from lat_core.front.client import AUTO_REMEDIES, KNOWN_DATASETS, GpuSnapshot
 from lat_tui import fmt
 from lat_tui.context import AppContext
-from lat_tui.plan_form import CPU, EMPTY_FORM, PlanForm, form_from_saved_plan, problem_lines, start_run
+from lat_tui.plan_form import (ALLOW_CPU, CPU, EMPTY_FORM, WARM_START, PlanForm, form_from_saved_plan, problem_lines,
+                               start_run)
+from lat_tui.screens.fields import FIELD_KEYS, FieldFocus
 from lat_tui.widgets.checked_list import CheckedSelectionList
 from lat_tui.widgets.monitor import no_gpu_text
 
@@ -47,7 +52,7 @@ def datasets_hint() -> str:
     return f"datasets: {' '.join(other)} glue-tvt_{{{','.join(glue)}}} or a directory"
 
 
-class PlanScreen(Screen[int | None]):
+class PlanScreen(FieldFocus, Screen[int | None]):
     """Dismisses with the new run's id, or None when left with escape."""
 
     HELP_TITLE = "Plan a new run"
@@ -56,6 +61,8 @@ class PlanScreen(Screen[int | None]):
         Binding("ctrl+s", "start", "Start run", priority=True),
         Binding("escape", "back", "Back"),
         Binding("ctrl+q", "app.quit", "Quit"),
+        *FIELD_KEYS,
+        Binding("enter", "submit_field", "Next field (in a text field)", show=False, priority=True),
     ]
 
     def __init__(self, context: AppContext, *, can_go_back: bool = False):
@@ -86,6 +93,14 @@ class PlanScreen(Screen[int | None]):
                          "minutes before start")
             yield _field("Output", Input(last.output_root, id="output", placeholder="runs", compact=True))
             yield _field("Env", Input(last.env, id="env", placeholder="KEY=VALUE ...", compact=True))
+            yield _field("Fuse", Input(last.fuse, id="fuse", placeholder="auto", compact=True),
+                         "auto, yes or no: same-base jobs share a process")
+            yield _field("Options", _switch_list(last.switches))
+            yield _field("On OOM", Input(last.on_oom, id="on-oom", placeholder="no retries", compact=True),
+                         "remedies to retry with, max_retries=N")
+            yield Static(f"remedies: {' '.join(AUTO_REMEDIES)}", classes="hint")
+            yield _field("Overrides", Input(last.overrides, id="overrides", placeholder="train.lr=0.001 ...",
+                                            compact=True), "config fields for every job")
             yield ProblemsBox(id="problems")
             yield Button("Start run", id="start", variant="primary", compact=True)
         yield Footer()
@@ -134,8 +149,11 @@ class PlanScreen(Screen[int | None]):
             return self.can_go_back
         return True
 
-    @on(Input.Submitted)
-    def _next_field(self) -> None:
+    def action_submit_field(self) -> None:
+        """``enter`` in a text field goes to the next field; elsewhere it is the widget's own key
+        (toggles an option, presses the button)."""
+        if not isinstance(self.focused, Input):
+            raise SkipAction()
         self.focus_next()
 
     @on(Button.Pressed, "#start")
@@ -160,6 +178,8 @@ class PlanScreen(Screen[int | None]):
             rounds=value("rounds"), pairs=value("pairs"),
             devices=list(self.query_one("#devices", SelectionList).selected),
             slots=value("slots"), countdown=value("countdown"), output_root=value("output"), env=value("env"),
+            fuse=value("fuse"), switches=list(self.query_one("#switches", SelectionList).selected),
+            on_oom=value("on-oom"), overrides=value("overrides"),
         )
 
     @work(thread=True, group="start-run", exclusive=True)
@@ -208,6 +228,13 @@ def _device_list(snapshot: GpuSnapshot, picked: list) -> SelectionList:
     options = [(_gpu_label(gpu), gpu.index, gpu.index in picked) for gpu in snapshot.gpus]
     options.append(("cpu", CPU, CPU in picked))
     return CheckedSelectionList(*options, id="devices", compact=True)
+
+
+def _switch_list(on: list[str]) -> SelectionList:
+    """The plan's yes/no options, each with what it does."""
+    options = [("warm start  [dim]jobs fork from a process that has imported torch & co.[/dim]", WARM_START),
+               ("allow cpu  [dim]train a model too big for the CPU there anyway[/dim]", ALLOW_CPU)]
+    return CheckedSelectionList(*[(label, name, name in on) for label, name in options], id="switches", compact=True)
 
 
 def _gpu_label(gpu) -> str:

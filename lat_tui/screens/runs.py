@@ -1,5 +1,6 @@
-"""The run picker (``ctrl+r`` on the dashboard): every run in the journal, newest first; enter
-views the highlighted one, escape keeps the current one."""
+"""The run picker (``ctrl+r`` on the dashboard): every run in the journal, newest first, with how
+many of its jobs run, wait, are done and failed (a run with failures is the one to look at);
+enter views the highlighted one, escape keeps the current one."""
 
 from __future__ import annotations
 
@@ -19,14 +20,29 @@ from lat_core.errors import LatError
 from lat_core.contract.rows import RunRow
 
 
-def run_label(run: RunRow, current: int | None) -> Text:
+# the job states a run's line counts, as it names them, in this order
+COUNTED = (("running", "running"), ("queued", "queued"), ("succeeded", "done"), ("failed", "failed"),
+           ("cancelled", "cancelled"))
+
+
+def run_label(run: RunRow, current: int | None, counts: dict[str, int] | None = None) -> Text:
+    """Two lines: the run, its state and its jobs' counts; when it was made and where its outputs go."""
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.created))
     text = Text(f"run {run.id:<4} ", style="bold")
     text.append(f"{run.state:<10} ", style="" if run.state in RUN_ACTIVE else "dim")
-    text.append(f"{when}  {run.output_root}")
+    text.append_text(job_counts_text(counts or {}))
     if run.id == current:
         text.append("  (shown)", style="italic")
+    text.append(f"\n  {when}  {run.output_root}", style="dim")
     return text
+
+
+def job_counts_text(counts: dict[str, int]) -> Text:
+    """``2 running · 3 queued · 5 done · 1 failed``, failures in bold; "no jobs" for none."""
+    shown = [(counts[state], word) for state, word in COUNTED if counts.get(state)]
+    if not shown:
+        return Text("no jobs", style="dim")
+    return Text(" · ").join(Text(f"{n} {word}", style="bold" if word == "failed" else "") for n, word in shown)
 
 
 class RunPicker(ModalScreen[int | None]):
@@ -53,11 +69,18 @@ class RunPicker(ModalScreen[int | None]):
         except LatError as exc:
             self.notify(str(exc), title=exc.title, severity="error")
             runs = []
-        options.add_options([Option(run_label(run, self.current), id=str(run.id)) for run in runs])
+        options.add_options([Option(run_label(run, self.current, self._counts(run.id)), id=str(run.id))
+                             for run in runs])
         shown = next((n for n, run in enumerate(runs) if run.id == self.current), 0)
         if runs:
             options.highlighted = shown
         options.focus()
+
+    def _counts(self, run_id: int) -> dict[str, int]:
+        try:
+            return self.client.job_counts(run_id)
+        except LatError:  # the list shows the run all the same, without its counts
+            return {}
 
     @on(OptionList.OptionSelected, "#runs-list")
     def _picked(self, event: OptionList.OptionSelected) -> None:

@@ -137,7 +137,7 @@ class JobTable(DataTable):
         cells = []
         for column in JOB_COLUMNS:
             if column.key == "elapsed" and row.state == "running":
-                cells.append(fmt.clock(_ticked(row.elapsed(shown.now))))
+                cells.append(fmt.clock(_ticked(row.time_spent(shown.now))))
             elif column.key == "state":
                 cells.append(Text(state_text(row.state), style=self._state_style(row.state)))
             else:

@@ -9,15 +9,19 @@ from __future__ import annotations
 import re
 
 from rich.highlighter import Highlighter
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.events import Resize
+from textual.strip import Strip
 from textual.widgets import Input, Log
 
 MATCH_STYLE = "black on yellow"
+CUT_MARK = "…"  # where a line goes on past the pane's edge (left/right scroll to it)
 
 
 class MatchHighlighter(Highlighter):
@@ -32,7 +36,12 @@ class MatchHighlighter(Highlighter):
 
 
 class FollowingLog(Log):
-    """A Log that knows whether it follows the end; ``n``/``N`` walk the search matches."""
+    """A Log that knows whether it follows the end; ``n``/``N`` walk the search matches.
+
+    It draws no horizontal scrollbar (a one-row bar of a long line's width was a few stray
+    block glyphs at the bottom of the pane, app.tcss): a line that goes on past an edge ends
+    there in ``…`` instead, and left/right scroll to the rest.
+    """
 
     HELP_TITLE = "in the log pane"
     BINDINGS = [
@@ -67,9 +76,24 @@ class FollowingLog(Log):
         self.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def reset(self) -> None:
+        """Another job's log: the search, its highlight and its subtitle belong to the last one."""
         self.clear()
         self.following = True
         self._match_line = None
+        self.highlighter.pattern = None
+        self.border_subtitle = ""
+
+    # ------------------------------------------------------------------ cut lines
+    def _render_line(self, y: int, scroll_x: int, width: int) -> Strip:
+        """``width`` takes in the vertical scrollbar's cells: the marks go at the edge of what shows."""
+        strip = super()._render_line(y, scroll_x, width)
+        shown = min(width, self.scrollable_content_region.width)
+        if y >= len(self._lines) or shown < 2:
+            return strip
+        cut_left = scroll_x > 0 and bool(self._lines[y][:scroll_x].strip())
+        cut_right = self._render_line_strip(y, self.rich_style).cell_length > scroll_x + shown
+        marked = _mark_cuts(strip.crop(0, shown), shown, cut_left, cut_right, self.rich_style + Style(dim=True))
+        return Strip.join([marked, strip.crop(shown, width)])
 
     # ------------------------------------------------------------------ search
     def search(self, text: str) -> int | None:
@@ -106,9 +130,26 @@ class FollowingLog(Log):
         return self._match_line
 
 
+def _mark_cuts(strip: Strip, width: int, left: bool, right: bool, style: Style) -> Strip:
+    """``strip`` with its first and/or last cell replaced by the cut mark."""
+    if not (left or right):
+        return strip
+    parts = [Strip([Segment(CUT_MARK, style)], 1)] if left else []
+    parts.append(strip.crop(1 if left else 0, width - 1 if right else width))
+    if right:
+        parts.append(Strip([Segment(CUT_MARK, style)], 1))
+    return Strip.join(parts)
+
+
 class LogPane(Vertical):
     """The log and its search input (shown by ``open_search``, hidden again on enter, or on escape by
-    the screen, which gives the keys back to the job table)."""
+    the screen, which gives the keys back to the job table).
+
+    The search field takes the focus at once, never through ``Widget.focus`` (which moves it on a
+    later turn): keys typed right after ``/`` are handed to the widget focused when the app handles
+    them, and the search text went to the job table (``n`` opened the plan form, ``r`` requeued).
+    The dashboard's ``/`` is a priority key for the same reason (lat_tui.screens.fields).
+    """
 
     def __init__(self, max_lines: int, **kwargs):
         super().__init__(**kwargs)
@@ -124,17 +165,20 @@ class LogPane(Vertical):
     def log(self) -> FollowingLog:
         return self.query_one(FollowingLog)
 
+    @property
+    def search_field(self) -> Input:
+        return self.query_one("#log-search", Input)
+
     def open_search(self) -> None:
-        search = self.query_one("#log-search", Input)
-        search.display = True
-        search.focus()
+        self.search_field.display = True
+        self.screen.set_focus(self.search_field)
 
     @on(Input.Submitted, "#log-search")
     def _search(self, event: Input.Submitted) -> None:
         """The log takes the keys, so n/N walk the matches (escape, the screen's key, gives them back)."""
         event.stop()
         self.close_search()
-        self.log.focus()
+        self.screen.set_focus(self.log)
         self.log.search(event.value.strip())
 
     def close_search(self) -> None:

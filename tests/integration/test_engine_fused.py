@@ -1,6 +1,7 @@
 """The engine with ``fuse: true`` (``auto``, the default, fuses on GPUs only): same-base tiny GLA
 jobs (real trainer, CPU) run as one fused process on one slot; each member keeps its own attempt, losses, cancel, failure and exit reason."""
 import os
+import re
 import signal
 import sys
 import time
@@ -62,9 +63,28 @@ def by_key(store, run_id):
 def losses(job):
     return {e.step: e.loss for e in events_of(Path(job.job_dir), Step)}
 
+CLOSED = r"\[lat\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d "  # the line that closes an attempt's train.log
+
+
+def last_line(job) -> str:
+    return Path(job.job_dir, "train.log").read_text().rstrip("\n").splitlines()[-1]
+
 def stepped(job, n=2) -> bool:
     """The job has logged n steps: its group's process is training."""
     return JobDir(job.job_dir).events_path.is_file() and len(events_of(Path(job.job_dir), Step)) >= n
+
+def test_a_job_that_does_not_fuse_says_why_in_its_history(tmp_path, base):
+    """Under ``fuse: true`` a job that starts alone says why: its config keeps it out, or no queued
+    job shares its base and data (nothing is dropped silently, a speed-up included)."""
+    members = {"a": MEMBERS["a"], "ck": ({"r": 4, "alpha": 8}, {"batch_size": 8, "gradient_checkpointing": True}, 3)}
+    store, run_id = make_run(tmp_path, base, "true", members, slots=2, **{k: {"max_steps": 2} for k in members})
+    drain(Engine(store))
+    jobs_ = by_key(store, run_id)
+    said = {t.job_id: t.detail for t in store.transitions(run_id) if t.new_state == "fused"}
+    assert said[jobs_["ck"].id].startswith("trains alone: ") and "gradient_checkpointing" in said[jobs_["ck"].id]
+    assert said[jobs_["a"].id] == "trains alone: no queued job shares its base, data and settings now"
+    assert {j.state for j in jobs_.values()} == {"succeeded"}
+
 
 def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base):
     store, run_id = make_run(tmp_path / "fused", base, "true")
@@ -115,6 +135,8 @@ def test_cancel_of_one_member_leaves_the_others_running(tmp_path, base):
     assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "cancelled", "c": "succeeded"}
     assert jobs_["b"].error == "cancelled by user" and jobs_["b"].last_step < 400
     assert store.attempts(jobs_["b"].id)[0].returncode == -15
+    assert re.fullmatch(CLOSED + r"cancelled by user at step \d+/400: killed by SIGTERM", last_line(jobs_["b"]))
+    assert re.fullmatch(CLOSED + r"succeeded at step (\d+)/\1: exit code 0", last_line(jobs_["a"]))  # its own log
 
 def test_a_failing_member_fails_alone(tmp_path, base):
     store, run_id = make_run(tmp_path, base, "true", b={"lr": 1e30})  # b's loss turns non-finite
@@ -163,6 +185,7 @@ def test_kill_9_of_the_group_settles_every_member_with_a_reason(tmp_path, base):
     for job in jobs_.values():
         assert "the fused group's process ended (exit -9)" in job.error, job.error
         assert store.attempts(job.id)[0].returncode == -9
+        assert re.fullmatch(CLOSED + r"failed at step \d+/400: killed by SIGKILL.*", last_line(job))
     assert store.run(run_id).state == "finished"
 
 

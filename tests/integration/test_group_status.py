@@ -34,9 +34,9 @@ def test_status_shows_the_groups_memory_on_its_line_and_its_members_under_it(tmp
     lines = out.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if f"group {jobs['a'].id}.1: 3 jobs" in line)
     assert lines[at].split()[-3:] == ["2.4G", "46G", "-"]  # rss, gpu, try
-    for line, key in zip(lines[at + 1:at + 4], "abc"):
+    for line, key, branch in zip(lines[at + 1:at + 4], "abc", "├├└"):
         fields = line.split()
-        assert fields[0] == str(jobs[key].id) and f"  {key} 1:" in line  # indented under the group
+        assert fields[0] == str(jobs[key].id) and f"{branch} {key} 1:" in line  # on a branch under the group
         assert fields[-3:-1] == ["-", "-"]  # no share of the group's memory
     assert lines[at + 4].split()[-3:-1] == ["1.0G", "5.0G"]  # a job alone keeps its own
 

@@ -86,3 +86,20 @@ def test_a_forked_job_that_dies_at_once_is_not_charged_the_preloaded_process(tmp
     assert preloaded and max(preloaded) > 150 << 20  # torch, transformers and peft imported
     assert (job.peak_rss or 0) < 64 << 20  # the job's own: a trainer that failed at its first line
     assert JobDir(job_dir).read_peak_usage().rss_bytes == job.peak_rss
+
+
+def test_triage_shows_the_peak_that_status_shows(tmp_path):
+    """Before: triage read the trainer's own event (ru_maxrss: 503 MiB in the issue, where status
+    and results said 172 MiB); now the one definition, lat_core.contract.jobdir.job_peak."""
+    job = fake_job(tmp_path, "mem")
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER + "raise SystemExit('the job fails after its memory event')\n")
+    job["argv"] = [sys.executable, str(script)]
+    store, run_id = make_run(tmp_path, [job])
+    drain(store, sample_every_s=0.1)
+    done = store.jobs(run_id)[0]
+    assert done.state == "failed" and HELD <= done.peak_rss < CLAIMED
+    assert done.diagnosis.numbers["peak_rss_bytes"] == done.peak_rss  # the engine's triage
+    by_hand = lat(tmp_path / "state", "triage", str(done.id), "--json")
+    assert by_hand["numbers"]["peak_rss_bytes"] == done.peak_rss
+    assert lat(tmp_path / "state", "status", "--json")["jobs"][0]["peak_rss"] == done.peak_rss

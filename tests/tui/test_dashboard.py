@@ -139,6 +139,8 @@ async def test_countdown_keys_send_commands(make_app, journal, tmp_path):
 
 async def test_finished_run_refuses_commands(make_app, journal, tmp_path):
     run_id, (first, second) = make_run(journal, tmp_path / "out")
+    for job_id in (first, second):  # a run with jobs still queued reads "requeued", not "finished"
+        journal.set_job_state(job_id, "succeeded", "done")
     journal.set_run_state(run_id, "finished")
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -94,3 +94,80 @@ async def test_after_a_search_escape_gives_the_arrows_back_to_the_table(make_app
             await pilot.press("question_mark")
             keys = str(app.screen.query_one("#help-keys").render())
             assert "Back to the job table" in keys and "Move the keys between the job table and the log" in keys
+
+
+SIZES = ((80, 24), (160, 48))
+HORIZONTAL_BAR_GLYPHS = "▉▊▋▌▍▎▏"  # a horizontal scrollbar's thumb ends (Textual's ScrollBarRender)
+
+
+def row_text(log: FollowingLog, line: int) -> str:
+    """What the pane shows of log line ``line`` (which must be on screen), left of its scrollbar."""
+    return log.render_line(line - int(log.scroll_y)).text[:log.scrollable_content_region.width]
+
+
+LONG = 60  # the long line's index: the lines above it make the log taller than the pane (a scrollbar)
+
+
+async def long_line_app(make_app, journal, tmp_path):
+    run_id, jobs = make_run(journal, tmp_path / "out", keys=KEYS[:2])
+    journal.set_run_state(run_id, "finished")
+    (tmp_path / "out" / KEYS[0] / "train.log").write_text("short\n" * LONG + "step 5 " + "x" * 400 + " end\nlast\n")
+    return make_app()
+
+
+async def test_a_long_line_ends_in_a_mark_and_draws_no_scrollbar_fragments(make_app, journal, tmp_path):
+    """A line wider than the pane ends in "…" at its edge, left of the vertical scrollbar (and
+    starts with one once scrolled right); the pane draws no horizontal scrollbar, whose thumb
+    showed as stray ▋ glyphs."""
+    for size in SIZES:
+        app = await long_line_app(make_app, journal, tmp_path / str(size[0]))
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: log_lines(app)[-1:] == ["last"])
+            await pilot.pause(0.2)
+            log = app.screen.query_one(FollowingLog)
+            assert log.scrollbars_enabled[0]  # taller than the pane
+            assert row_text(log, LONG).endswith("…") and row_text(log, LONG).startswith("step 5 x")
+            assert not row_text(log, LONG - 1).rstrip().endswith("…") and not row_text(log, LONG + 1).rstrip().endswith("…")
+            assert not any(glyph in app.export_screenshot() for glyph in HORIZONTAL_BAR_GLYPHS)
+            log.focus()
+            await pilot.press(*["right"] * 8)
+            assert log.scroll_x > len("short")
+            assert row_text(log, LONG).startswith("…") and row_text(log, LONG).endswith("…")
+            assert row_text(log, LONG - 1).strip() == "…"  # a line scrolled out of sight says it is there
+
+
+async def test_another_job_leaves_the_last_ones_search_behind(make_app, journal, tmp_path):
+    """The search's subtitle ("match line 10 · n/N ...") and highlight belong to the job searched."""
+    for size in SIZES:
+        app = await finished_job_app(make_app, journal, tmp_path / str(size[0]), 300, size)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: len(log_lines(app)) == 300)
+            log = app.screen.query_one(FollowingLog)
+            await pilot.press("slash", *"line 10", "enter")
+            assert "match line" in str(log.border_subtitle)
+            searched = app.screen._selected
+            await pilot.press("escape", "down")
+            await wait_for(pilot, lambda: app.screen._selected != searched)
+            assert not log.border_subtitle and log.highlighter.pattern is None
+            await pilot.press("n")  # the table has the keys: nothing to walk, no "no match" warning
+            assert not app._notifications
+
+
+async def test_keys_typed_fast_after_slash_go_to_the_search(make_app, journal, tmp_path, engine_spy):
+    """Typed ahead, the search text went to the job table: ``n`` opened a new run's form, ``e``
+    started an engine, ``r`` requeued, ``c`` cancelled."""
+    from .test_plan_form_fields import type_fast
+
+    for size in SIZES:
+        app = await finished_job_app(make_app, journal, tmp_path / str(size[0]), 300, size)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: len(log_lines(app)) == 300)
+            screen, pane = app.screen, app.screen.query_one(LogPane)
+            calls = len(engine_spy.calls)
+            type_fast(app, "slash", *"line 10")
+            await wait_for(pilot, lambda: pane.search_field.value == "line 10")
+            assert app.screen is screen and app.focused is pane.search_field and len(engine_spy.calls) == calls
+            await pilot.press("enter")
+            assert app.focused is screen.query_one(FollowingLog) and pane.log._match_line == 108
+            type_fast(app, "slash", "slash")  # the second one is search text (replacing the last, selected)
+            await wait_for(pilot, lambda: pane.search_field.value == "/")

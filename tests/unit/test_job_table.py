@@ -81,4 +81,4 @@ def test_summary_fields_are_the_whole_rows_first_fields():
     whole = [f.name for f in dataclasses.fields(JobRow)]
     assert whole[: len(SUMMARY_COLUMNS)] == list(SUMMARY_COLUMNS)
     assert set(whole) - set(SUMMARY_COLUMNS) == {"argv", "env", "diagnosis", "use_libuv", "avoid_devices",
-                                                 "backend_options"}
+                                                 "backend_options", "after"}

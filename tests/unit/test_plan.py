@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lat_core.config.paths import config_trees
 from lat_core.config.suites import SuiteRegistry
 from lat_core.errors import PlanError
 from lat_core.front.plan import load_plan
@@ -119,8 +120,8 @@ def test_seed_flags_give_the_same_plan_as_yaml(tmp_path, configs):
             "--sleep-mins", "5", "--output-root", "runs/x", "--env", "HP_BATCH_SIZE=4"]
     from_flags = plan_from_args(build_parser().parse_args(argv))
     yaml_plan = load_plan(write_plan(tmp_path, with_(pairs=["87:glue-tvt_cola", "13:glue-tvt_rte"],
-                                                    env={"HP_BATCH_SIZE": 4})), SuiteRegistry(configs))
-    assert from_flags == yaml_plan
+                                                    env={"HP_BATCH_SIZE": 4})), SuiteRegistry(config_trees(configs)))
+    assert from_flags == yaml_plan and from_flags.configs == str(configs)  # the user tree, both ways
 
 
 def test_save_plan_round_trips(tmp_path, configs):

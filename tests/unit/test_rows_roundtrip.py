@@ -4,6 +4,7 @@ equal (decoded once: the plan a SavedPlan, the diagnosis a Diagnosis, devices as
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import time
 
 import pytest
@@ -58,8 +59,13 @@ def test_a_job_row_and_its_summary(store, tmp_path):
               "dataset": "glue-tvt_sst2", "job_dir": str(tmp_path / "r8"), "argv": ["python", "-m", "lat_core.train"],
               "env": {"HP_LR": "0.1"}, "world": 2, "use_libuv": False, "family": "gla", "after_ids": [7, 3]}
     [job_id] = store.add_jobs(run_id, [record])
+    for n in (1, 2):  # an earlier attempt that ran 3 s, and the latest
+        attempt_id, _ = store.start_attempt(job_id, "gpu0", str(tmp_path / f"attempt-{n}"))
+        store.finish_attempt(attempt_id, 1, JobState.FAILED, "failed")
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE attempts SET launched=1.0, ended=4.0 WHERE job_id=? AND n=1", (job_id,))
     store.set_job_state(job_id, JobState.FAILED, "triaged", device="gpu0", started=10.0, ended=20.0, returncode=1,
-                        error="cuda_oom: CUDA out of memory", attempts=1, diagnosis=DIAGNOSIS, not_before=30.0,
+                        error="cuda_oom: CUDA out of memory", attempts=2, diagnosis=DIAGNOSIS, not_before=30.0,
                         fused_group="g1")
     store.set_progress(job_id, 42, 0.5)
     store.record_usage({job_id: (1000, 2000)})
@@ -70,8 +76,8 @@ def test_a_job_row_and_its_summary(store, tmp_path):
     store.set_job_backend_options(job_id, {"time": "02:00:00"})
     row = store.job(job_id)
     summary = JobSummary(job_id, run_id, 1, record["key"], "E4", 2, "r8__rep1", 87, "glue-tvt_sst2", record["job_dir"],
-                         JobState.FAILED, "gpu0", 1, 10.0, 20.0, 1, 42, 0.5, "cuda_oom: CUDA out of memory", 1000,
-                         2000, 1000, 2000, "memory", 2, 30.0, row.added, "gla", "g1")
+                         JobState.FAILED, "gpu0", 2, 10.0, 20.0, 1, 42, 0.5, "cuda_oom: CUDA out of memory", 1000,
+                         2000, 1000, 2000, "memory", 2, 30.0, row.added, "gla", "g1", 3.0)
     expected = JobRow(**{f.name: getattr(summary, f.name) for f in dataclasses.fields(summary)},
                       argv=["python", "-m", "lat_core.train", "--resume"], env={"HP_LR": "0.05"}, diagnosis=DIAGNOSIS,
                       use_libuv=0, avoid_devices=("gpu0", "gpu1"), backend_options={"time": "02:00:00"}, after=(3, 7))

@@ -27,6 +27,7 @@ FULL = {
     "on_oom": {"remedies": ["fewer_slots", "expandable_segments"], "max_retries": 3},
     "on_failure": {"classes": ["nccl"], "max_retries": 4, "backoff_s": 5},
     "resume": True, "overwrite": True, "mps": True, "fuse": True, "warm_start": False, "allow_cpu": True, "breaker": 5,
+    "configs": "/home/me/my-configs",
 }
 
 

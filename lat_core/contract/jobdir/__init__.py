@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from lat_core.contract.jobdir.events import (AnyEvent, BadEvent, CheckpointSaved, Eval, Event, Failed, Finished,
                                                  Memory, SpeedMode, Started, Step, TrackerRunOpened)
     from lat_core.contract.jobdir.folder import JobDir
-    from lat_core.contract.jobdir.outcome import describe_exit, last_log_line
-    from lat_core.contract.jobdir.records import ExitRecord, GroupLimit, GroupRef, OomKills, PeakUsage, PidRecord
+    from lat_core.contract.jobdir.outcome import closing_line, describe_exit, how_it_ended, last_log_line
+    from lat_core.contract.jobdir.records import (ExitRecord, GroupLimit, GroupRef, OomKills, PeakUsage, PidRecord,
+                                                  job_peak)
 
 _HOME: dict[str, tuple[str, ...]] = {
     "attempt": ("AttemptFiles",),
@@ -33,15 +34,16 @@ _HOME: dict[str, tuple[str, ...]] = {
     "events": ("AnyEvent", "BadEvent", "CheckpointSaved", "Eval", "Event", "Failed", "Finished", "Memory", "SpeedMode",
                "Started", "Step", "TrackerRunOpened"),
     "folder": ("JobDir",),
-    "outcome": ("describe_exit", "last_log_line"),
-    "records": ("ExitRecord", "GroupLimit", "GroupRef", "OomKills", "PeakUsage", "PidRecord"),
+    "outcome": ("closing_line", "describe_exit", "how_it_ended", "last_log_line"),
+    "records": ("ExitRecord", "GroupLimit", "GroupRef", "OomKills", "PeakUsage", "PidRecord", "job_peak"),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 __all__ = [
     "AnyEvent", "AttemptFiles", "BadEvent", "CheckpointSaved", "Eval", "Event", "EventTail", "EventWriter", "EventsRead",
     "ExitRecord", "Failed", "Finished", "GroupLimit", "GroupRef", "JobDir", "Memory", "OomKills", "PeakUsage",
-    "PidRecord", "Skips", "SpeedMode", "Started", "Step", "TrackerRunOpened", "decode_event", "describe_exit",
-    "last_log_line", "last_progress",
+    "PidRecord", "Skips", "SpeedMode", "Started", "Step", "TrackerRunOpened", "closing_line", "decode_event",
+    "describe_exit", "how_it_ended",
+    "job_peak", "last_log_line", "last_progress",
 ]
 
 

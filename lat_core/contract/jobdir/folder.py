@@ -18,7 +18,7 @@ from lat_core.contract.jobdir.event_writer import EventWriter
 from lat_core.contract.jobdir.events import AnyEvent, Finished, Memory
 from lat_core.contract.jobdir.json_files import read_small_json, write_json
 from lat_core.contract.jobdir.records import ExitRecord, GroupLimit, PeakUsage
-from lat_core.safe_files import ensure_folder, remove_files, replace_file
+from lat_core.safe_files import ensure_folder, open_append, remove_files, replace_file
 
 
 TRACKER_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")   # what W&B and SwanLab take as a run id
@@ -169,6 +169,11 @@ class JobDir:
     def clear_cancel(self) -> None:
         """An earlier attempt's cancel, removed before a new attempt starts."""
         remove_files(self.runner_dir, (names.CANCEL_MARKER,), job_dir=self.path)
+
+    def append_log_line(self, line: str) -> None:
+        """A line of LAT's own at the end of train.log (never through a symlink planted there)."""
+        with os.fdopen(open_append(self.train_log, job_dir=self.path), "a") as log:
+            log.write(line + "\n")
 
     def ensure_runner_dir(self) -> None:
         ensure_folder(self.runner_dir, self.path)

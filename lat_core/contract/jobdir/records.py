@@ -12,9 +12,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lat_core.contract.jobdir import names
+
+if TYPE_CHECKING:  # the runner loads these records and never the event types (test_jobdir_round_trips)
+    from lat_core.contract.jobdir.events import Memory
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,25 @@ class PeakUsage:
         if not isinstance(raw, dict):
             return None
         return cls(_count(raw.get("peak_rss_bytes")), _count(raw.get("peak_gpu_bytes")))
+
+
+def job_peak(measured: PeakUsage | None, reported: Memory | None) -> PeakUsage:
+    """THE peak memory of a job, which triage, ``status`` (the journal's, of which ``measured``, the
+    folder's usage record, is the copy) and the results tables all show: the engine's measure when
+    the engine ran the job, the trainer's own report only for a folder it never ran (a trainer run
+    by hand). Both are bytes, shown in binary units (MiB) by ``fmt_bytes`` everywhere.
+
+    The engine's is the right one: it is the RSS of the trainer's whole process tree (dataloader
+    workers and torchrun ranks included), sampled and raised to the kernel's peak of a cold-started
+    trainer (wait4's ru_maxrss), less the pages a warm-started trainer inherited over fork from the
+    preloaded process (torch & co., shared, the preloaded process's: lat_core.monitor.usage). The
+    trainer reports ru_maxrss of its own process: its children are missing, and for a warm-started
+    trainer those inherited pages are counted (issue 28: triage said 503 MiB where status said 172)."""
+    if measured is not None:
+        return measured
+    if reported is None:
+        return PeakUsage(None, None)
+    return PeakUsage(reported.peak_rss_bytes, reported.peak_gpu_bytes)
 
 
 @dataclass(frozen=True)
