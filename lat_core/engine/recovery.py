@@ -32,6 +32,7 @@ from lat_core.triage.hostoom import oom_kill_readings
 
 
 VERDICTS = {JobState.CANCELLED: "cancelled by user"}  # else the state's own word (succeeded, failed)
+SAVED_VERDICT = "stopped to resume"  # an attempt that saved at its time-limit warning (resubmitted, not failed)
 LAUNCH_GRACE_S = 30.0
 CANCEL_GRACE_S = 10.0
 
@@ -149,17 +150,18 @@ class Recovery:
             ended = self.store.job(job.id)  # as failed, before a retry queues it again
             if state is JobState.FAILED and not self._groups.split_after_oom(attempt):
                 maybe_retry(self.store, self.store.run(job.run_id), ended, now=self._clock())
-        self._close_log(job, state, how_it_ended(returncode, diagnosis) + (f" ({problem})" if problem else ""))
+        verdict = SAVED_VERDICT if returncode == EXIT_SAVED_TO_RESUME else VERDICTS.get(state, state.value)
+        self._close_log(job, verdict, how_it_ended(returncode, diagnosis) + (f" ({problem})" if problem else ""))
         if state is JobState.SUCCEEDED and group is None:
             self._remember_peak(job)
         elif state is JobState.SUCCEEDED:  # a group's peak is recorded with its size, never as a job's alone
             self._groups.remember_peak(job)
         return ended, state
 
-    def _close_log(self, job: JobRow, state: JobState, how: str) -> None:
+    def _close_log(self, job: JobRow, verdict: str, how: str) -> None:
         """The attempt's end as the last line of its train.log (a fused member's too: its own log),
         after the verdict, which quotes the log's last line, was taken from the trainer's."""
-        close_log(job, VERDICTS.get(state, state.value), how, self._clock(), self._progress.max_steps(job.id))
+        close_log(job, verdict, how, self._clock(), self._progress.max_steps(job.id))
 
     def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
         """The journal's peak RSS raised to ``rss`` (written only when that raises it: the sampled

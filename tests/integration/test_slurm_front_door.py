@@ -114,4 +114,5 @@ def test_a_time_limited_job_saves_and_resumes_and_another_host_is_refused(slurm_
     assert requeued[0].startswith("saved at step ") and "resubmitted to resume" in requeued[0], requeued
     saved_step = int(requeued[0].split()[3])
     assert resumed_from(job_dir)[:2] == [None, saved_step] and "--resume" in job.argv
-    assert "asked to save and stop (SIGUSR1)" in (job_dir / "train.log").read_text()
+    log = (job_dir / "train.log").read_text()
+    assert "asked to save and stop (SIGUSR1)" in log and " stopped to resume at step " in log
