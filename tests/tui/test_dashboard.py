@@ -36,7 +36,9 @@ def make_run(store, root: Path, keys=("tiny-sst2_seed1/a", "tiny-sst2_seed2/a"),
     return run_id, store.add_jobs(run_id, jobs)
 
 
-async def wait_for(pilot, predicate, tries: int = 60) -> None:
+async def wait_for(pilot, predicate, tries: int = 600) -> None:
+    """Frames until ``predicate`` holds: up to a minute, a limit that catches a hang and not a slow
+    machine (a loaded CI machine takes seconds for what takes one frame here)."""
     for _ in range(tries):
         try:
             if predicate():

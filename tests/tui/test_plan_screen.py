@@ -29,7 +29,7 @@ def _runs(state_dir) -> list:
         store.close()
 
 
-async def _wait_for(pilot, predicate, tries: int = 50) -> None:
+async def _wait_for(pilot, predicate, tries: int = 600) -> None:  # a minute: catches a hang, not a slow machine
     for _ in range(tries):
         if predicate():
             return

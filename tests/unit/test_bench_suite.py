@@ -26,7 +26,7 @@ def test_each_side_sets_its_speed_modes_and_lat_leaves_them_to_the_defaults():
     from lat_core.config.paths import config_trees
     from lat_core.config.suites import SuiteRegistry
     from lat_core.front.plan import plan_from_mapping
-    args = Namespace(steps=3, suite="gla_rank_sweep", gpu=-1)
+    args = Namespace(steps=3, suite="gla_rank_sweep", gpu=-1, sweep=[])
 
     def plan(side):
         mapping = plan_mapping(args, side, Path("/tmp/unused"), None, {})
