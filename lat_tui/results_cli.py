@@ -68,10 +68,6 @@ def print_not_in_tables(report) -> None:
         print(f"  {number}{job.config} {seed}:{job.dataset}: {job.state}: {job.reason}")
 
 
-def _same_root(run, root: Path) -> bool:
-    return Path(run.output_root).expanduser().resolve() == root.resolve()
-
-
 def runs_asked(args) -> tuple[Path, list, bool]:
     """(output root, the journal's runs to account for, whether the root's other folders count)."""
     from lat_core.front.client import Client, NoStateError
@@ -91,10 +87,10 @@ def runs_asked(args) -> tuple[Path, list, bool]:
             client = Client(args.state_dir, existing=True)
         except NoStateError:
             return root, [], True   # a tree without a journal here: its folders alone
-        return root, [r for r in client.runs() if _same_root(r, root)], True
+        return root, client.runs_of_root(root), True
     client = Client(args.state_dir, existing=True)
     root = Path(client.resolve_run().output_root)
-    return root, [r for r in client.runs() if _same_root(r, root)], True
+    return root, client.runs_of_root(root), True
 
 
 def journal_jobs(args, runs) -> list:

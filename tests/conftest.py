@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.long_tests import LongTests
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TRAINER = ROOT / "tests" / "helpers" / "fake_trainer.py"
 
@@ -55,3 +57,32 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif item.path.name in ("test_multiprocess.py", "test_admission.py"):  # both run 2-rank jobs
             item.add_marker(pytest.mark.xdist_group("rendezvous"))
+
+
+_long_tests: LongTests | None = None
+
+
+def pytest_sessionstart(session):
+    """Where tests are reported (a plain run, or pytest-xdist's controller, not its workers): say
+    which tests have run for minutes (tests/helpers/long_tests.py)."""
+    global _long_tests
+    if hasattr(session.config, "workerinput"):
+        return
+    writer = session.config.get_terminal_writer()
+    _long_tests = LongTests(lambda line: writer.line(f"\n[{line}]", yellow=True))
+    _long_tests.watch()
+
+
+def pytest_sessionfinish(session):
+    if _long_tests is not None:
+        _long_tests.close()
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _long_tests is not None:
+        _long_tests.started(nodeid)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if _long_tests is not None:
+        _long_tests.ended(nodeid)

@@ -7,8 +7,11 @@ added environment variable that the preloaded libraries read while importing (th
 imported under the engine's environment; the job's own variables are set after the fork).
 
 While the process is still importing, such jobs wait for it (it is doing the imports they would do
-themselves); if it fails, or takes longer than ``READY_TIMEOUT_S``, jobs start cold and the run's
-history says why, once.
+themselves); if it fails or gets stuck, jobs start cold and the run's history says why, once. Stuck
+is measured in the process's own CPU time, not the wall clock: on a loaded host the imports take
+minutes of wall time but the same ~14 s of CPU, so a slow import is waited for and only one that
+makes no progress (``READY_STALL_S`` without using any CPU: a lock, a dead mount) or spins
+(``READY_CPU_S`` of CPU) is given up on.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
 from lat_core.engine.launch import Launched, process_start_time
@@ -38,9 +43,11 @@ READ_AT_IMPORT = frozenset(("TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "MKL_NU
 LATE_READ_NAMES = frozenset((*ENV_FIELDS, *EXTRA_NAMES)) - READ_AT_IMPORT
 # GLUE_LOCAL_DIR & co.: where the trainer loads its data from; DART_HUB_ID & co.: which hub dataset
 LATE_READ_SUFFIXES = ("_LOCAL_DIR", "_HUB_ID")
-READY_TIMEOUT_S = 180.0
+READY_STALL_S = 120.0  # wall seconds in which the importing process used no CPU at all: stuck
+READY_CPU_S = 300.0  # CPU seconds of importing (about 14 s when all is well): spinning
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes
 PREPARE_LOOKAHEAD = 16  # queued jobs looked at per tick for one that may fork
+STARTING = "loading torch, transformers and peft once, for every job to fork from (10-15 s on an idle host)"
 
 
 class WarmUnavailable(Exception):
@@ -64,6 +71,8 @@ class WarmStarter:
         self._clock = clock
         self._proc: subprocess.Popen | None = None
         self._started_at: float | None = None
+        self._cpu_s = 0.0  # the importing process's CPU time when last looked at
+        self._progress_at = 0.0  # when that CPU time last grew
         self.failure: str | None = None  # why warm start is off for this engine, once known
 
     # ------------------------------------------------------------------ lifecycle
@@ -82,7 +91,7 @@ class WarmStarter:
                  "--parent-pid", str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self._started_at = self._clock()
+        self._started_at = self._progress_at = self._clock()
 
     def status(self) -> str:
         """``off`` (never started), ``starting``, ``ready`` or ``failed`` (see :attr:`failure`)."""
@@ -96,11 +105,28 @@ class WarmStarter:
             return "failed"
         if os.path.exists(self.socket_path):
             return "ready"
-        if self._clock() - self._started_at > READY_TIMEOUT_S:
-            self.failure = f"the preloaded process was not ready after {READY_TIMEOUT_S:.0f}s"
+        stuck = self._stuck(self._proc.pid)
+        if stuck:
+            self.failure = f"the preloaded process was not ready: {stuck}; see {self.dir / 'warm.log'}"
             self.stop()
             return "failed"
         return "starting"
+
+    def _stuck(self, pid: int) -> str | None:
+        """Why the importing process counts as stuck (see the module docstring), or None."""
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            return None  # it just exited: the next look reads its exit code
+        cpu_s = times.user + times.system
+        now = self._clock()
+        if cpu_s > self._cpu_s:
+            self._cpu_s, self._progress_at = cpu_s, now
+        if cpu_s > READY_CPU_S:
+            return f"{cpu_s:.0f} s of CPU spent importing (about 14 s when all is well)"
+        if now - self._progress_at > READY_STALL_S:
+            return f"it used no CPU for {READY_STALL_S:.0f} s ({self.waited_s():.0f} s after its start)"
+        return None
 
     def _last_log_line(self) -> str:
         try:
@@ -198,12 +224,19 @@ class WarmStarts:
         return None
 
     def _tell(self, run_id: int, warm: WarmStarter) -> None:
+        """The run's history at each change: the import begins (the seconds in which no job starts
+        get a line in the headless output and the TUI), then it is ready or failed."""
         status = warm.status()
-        if status not in ("ready", "failed") or self._told.get(run_id) == status:
+        if status == "off" or self._told.get(run_id) == status:
             return
         self._told[run_id] = status
-        detail = (f"jobs fork from a process with torch, transformers and peft imported "
-                  f"(ready after {warm.waited_s():.1f}s)" if status == "ready" else f"not used: {warm.failure}")
+        if status == "starting":
+            detail = STARTING
+        elif status == "ready":
+            detail = (f"jobs fork from a process with torch, transformers and peft imported "
+                      f"(ready after {warm.waited_s():.1f}s)")
+        else:
+            detail = f"not used: {warm.failure}"
         self.store.add_transition(run_id, None, HistoryKind.WARM_START, detail)
 
     def hold(self, job) -> str | None:

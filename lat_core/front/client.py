@@ -44,8 +44,9 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
     from lat_core.monitor.gpu import GpuInfo, GpuProbe, GpuSnapshot
     from lat_core.monitor.host import HostSnapshot, host_snapshot
     from lat_core.results import JobResult, Report, Table, aggregate, build_tables, check_formats, write_report
-    from lat_core.results.live import aggregate_live
-    from lat_core.results.render import not_in_tables, report_json, summary_line, table_markdown
+    from lat_core.results.live import LiveReport, aggregate_live
+    from lat_core.results.plots import Band, seed_band
+    from lat_core.results.render import count_text, not_in_tables, report_json, summary_line, table_markdown
     from lat_core.results.scan import FOREIGN_REASON
     from lat_core.results.tables import Row
     from lat_core.text import fmt_bytes
@@ -67,9 +68,9 @@ __all__ = [
     # the machine
     "GpuInfo", "GpuProbe", "GpuSnapshot", "HostSnapshot", "host_snapshot",
     # results and triage
-    "Diagnosis", "FOREIGN_REASON", "JobResult", "Report", "Row", "Table", "TriageError", "aggregate", "aggregate_live",
-    "build_tables", "check_formats", "classify", "not_in_tables", "report_json", "summary_line", "table_markdown",
-    "write_report",
+    "Band", "Diagnosis", "FOREIGN_REASON", "JobResult", "LiveReport", "Report", "Row", "Table", "TriageError", "aggregate",
+    "aggregate_live", "build_tables", "check_formats", "classify", "count_text", "not_in_tables", "report_json",
+    "seed_band", "summary_line", "table_markdown", "write_report",
     # words people read
     "display_name", "fmt_bytes",
 ]
@@ -186,6 +187,21 @@ class Client:
             raise NoRunError("no run yet (start one with `lat-tui` or `lat-tui --plan PLAN`)",
                              where=str(self.state_dir))
         return run
+
+    def runs_of_root(self, output_root: str | Path) -> list[RunRow]:
+        """The runs that write their jobs under ``output_root``: the jobs a results view of that
+        folder accounts for."""
+        root = Path(output_root).expanduser().resolve()
+        return [run for run in self.runs() if Path(run.output_root).expanduser().resolve() == root]
+
+    def live_results(self, output_root: str | Path) -> LiveReport:
+        """``output_root`` aggregated as the results screen shows it: every job of its runs
+        accounted for as ``lat-tui results`` does, running jobs' best so far folded in."""
+        from lat_core.results.live import aggregate_live
+
+        runs = self.runs_of_root(output_root)
+        jobs = [job for run in runs for job in self.jobs(run.id)]
+        return aggregate_live(output_root, jobs=jobs, runs=[run.id for run in runs])
 
     def engine_alive(self) -> bool:
         return EngineLock(self.state_dir).is_held()
@@ -399,8 +415,9 @@ _ELSEWHERE: dict[str, tuple[str, ...]] = {
     "lat_core.monitor.gpu": ("GpuInfo", "GpuProbe", "GpuSnapshot"),
     "lat_core.monitor.host": ("HostSnapshot", "host_snapshot"),
     "lat_core.results": ("JobResult", "Report", "Table", "aggregate", "build_tables", "check_formats", "write_report"),
-    "lat_core.results.live": ("aggregate_live",),
-    "lat_core.results.render": ("not_in_tables", "report_json", "summary_line", "table_markdown"),
+    "lat_core.results.live": ("LiveReport", "aggregate_live"),
+    "lat_core.results.plots": ("Band", "seed_band"),
+    "lat_core.results.render": ("count_text", "not_in_tables", "report_json", "summary_line", "table_markdown"),
     "lat_core.results.scan": ("FOREIGN_REASON",),
     "lat_core.results.tables": ("Row",),
     "lat_core.text": ("fmt_bytes",),

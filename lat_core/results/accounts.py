@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from lat_core.contract.jobdir import EarlyStop
 from lat_core.contract.rows import JobRow, JobSummary
 from lat_core.contract.states import JobState
 from lat_core.results.scan import ENDED_OK, UNKNOWN, Identity, JobResult, Report, Skipped, scan_job
@@ -38,6 +39,12 @@ class JobAccount:
     value: float | None = None  # its main metric at best_step (a partial job's: best so far)
     job_id: int | None = None
     run_id: int | None = None
+    stopped_early: EarlyStop | None = None  # its training stopped before max_steps, as its finished event says
+
+    @property
+    def state_text(self) -> str:
+        """``succeeded``; ``succeeded, stopped early at step 6 of 40 (no better mcc for 2 evals)``."""
+        return f"{self.state}, {self.stopped_early.line()}" if self.stopped_early else self.state
 
 
 def _latest_per_folder(jobs: Sequence[JobSummary]) -> dict[Path, JobSummary]:
@@ -102,7 +109,8 @@ def account(path: Path, outcome: JobResult | Skipped | None, job: JobSummary | N
     return JobAccount(job_dir=path, config=who.config, dataset=who.dataset, seed=who.seed, state=state,
                       in_table=in_table, reason="" if in_table else _state_reason(state, outcome, job),
                       best_step=best.best_step if best else None, value=best.best_value if best else None,
-                      job_id=job.id if job else None, run_id=job.run_id if job else None)
+                      job_id=job.id if job else None, run_id=job.run_id if job else None,
+                      stopped_early=outcome.stopped_early if outcome and state == JobState.SUCCEEDED else None)
 
 
 def _partial_candidate(account: JobAccount, outcome: JobResult | Skipped | None) -> JobResult | None:

@@ -8,7 +8,7 @@ one agreed metric. Keeping that choice in one place makes every table and plot a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import Any
 
@@ -86,6 +86,15 @@ def spec_for(dataset: str, task: str | None = None) -> MetricSpec:
     metrics for (its started event), decides when known, so a CoLA-like dataset of any name ranks
     by MCC. Unknown datasets rank by accuracy."""
     return _SPECS.get(task_of(task or dataset), DEFAULT_SPEC)
+
+
+def ranked_by(spec: MetricSpec, metric: str | None, higher_is_better: bool | None = None) -> MetricSpec:
+    """``spec`` with the main metric a job was ranked by where it names one (a user's ``data.metric``:
+    ``mcc`` on data whose task ranks by accuracy), the spec's other metrics beside it; and with the
+    direction the trainer recorded, where it did."""
+    if metric and metric != spec.main:
+        spec = MetricSpec(metric, spec.higher_is_better, tuple(m for m in spec.shown if m != metric))
+    return spec if higher_is_better is None else replace(spec, higher_is_better=higher_is_better)
 
 
 def metric_value(metrics: Metrics, name: str) -> float | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import asdict
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -42,12 +43,14 @@ def _path_headers(table: Table) -> list[str]:
 
 
 def count_text(row: Row) -> str:
-    """``2``, ``1 of 2 !`` (fewer succeeded than planned), ``1 ~`` (a partial row's jobs)."""
+    """``2``, ``1 of 2 !`` (fewer succeeded than planned), ``1 ~`` (a partial row's jobs), and on a
+    live screen ``1+1 of 3 !`` (one succeeded, one running with a provisional result)."""
     if row.partial:
         return f"{row.n} {PARTIAL_MARK}"
+    done = f"{row.succeeded}+{row.running}" if row.running else str(row.n)
     if row.planned is None:
-        return str(row.n)
-    return f"{row.n} of {row.planned}" + (f" {SHORT_MARK}" if row.short else "")
+        return done
+    return f"{done} of {row.planned}" + (f" {SHORT_MARK}" if row.short else "")
 
 
 def config_text(row: Row) -> str:
@@ -96,7 +99,7 @@ def skipped_markdown(report: Report, limit: int = SKIPPED_SHOWN) -> str:
 def _job_cells(job: JobAccount, report: Report) -> list[str]:
     value = "—" if job.value is None else f"{job.value:.4f}" + (f" {PARTIAL_MARK}" if not job.in_table else "")
     cells = ["" if job.job_id is None else str(job.job_id), job.config, job.dataset,
-             "?" if job.seed is None else str(job.seed), job.state, "—" if job.best_step is None else str(job.best_step),
+             "?" if job.seed is None else str(job.seed), job.state_text, "—" if job.best_step is None else str(job.best_step),
              value, job.reason, _relative_text(job.job_dir, report)]
     return [c.replace("|", "\\|").replace("\n", " ") for c in cells]
 
@@ -210,6 +213,7 @@ def job_json(job: JobAccount, report: Report) -> dict[str, object]:
     return {"job_id": job.job_id, "run_id": job.run_id, "config": job.config, "dataset": job.dataset,
             "seed": job.seed, "state": job.state, "in_table": job.in_table, "partial": job.partial,
             "best_step": job.best_step, "value": job.value, "reason": job.reason,
+            "stopped_early": asdict(job.stopped_early) if job.stopped_early else None,
             "folder": _relative_text(job.job_dir, report)}
 
 

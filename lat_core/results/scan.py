@@ -11,7 +11,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any, SupportsIndex, SupportsInt, TypedDict
 import yaml
 
 from lat_core.errors import LatError
-from lat_core.contract.jobdir import CheckpointSaved, Eval, Failed, Finished, JobDir, Memory, Started, Step, job_peak
+from lat_core.contract.jobdir import (CheckpointSaved, EarlyStop, Eval, Failed, Finished, JobDir, Memory, Started, Step,
+                                      job_peak)
 from lat_core.contract.jobdir.event_reader import decode_text
 from lat_core.contract.jobdir.names import EVENTS as EVENTS_FILE
 from lat_core.contract.jobdir.names import JOB_YAML as CONFIG_FILE
 from lat_core.results.best import choose_best, scored_steps
-from lat_core.results.metrics import Metrics, dataset_key, spec_for
+from lat_core.results.metrics import Metrics, MetricSpec, dataset_key, ranked_by, spec_for
 
 if TYPE_CHECKING:  # accounts builds on this module
     from lat_core.results.accounts import JobAccount
@@ -53,7 +54,7 @@ class JobResult:
     data: str
     dataset: str
     seed: int | None
-    metric: str
+    metric: str  # the main metric it was ranked by
     best_step: int
     best_value: float
     checkpoint: Path
@@ -69,6 +70,8 @@ class JobResult:
     bad_lines: int = 0
     task: str | None = None  # the task the trainer computed its metrics for (None: an older trainer's job)
     partial: bool = False  # best so far of a job that failed, was cancelled or never finished
+    higher_is_better: bool = True  # the direction of ``metric``
+    stopped_early: EarlyStop | None = None  # its training stopped before max_steps (train.early_stopping)
 
 
 # What a job folder says of its job when the journal is not asked (Skipped.ended)
@@ -100,6 +103,7 @@ class Skipped:
     identity: Identity | None = None
     ended: str = ""
     partial: JobResult | None = None
+    stopped_early: EarlyStop | None = None  # a job that ended well but early, with no usable eval
 
 
 @dataclass(frozen=True)
@@ -260,11 +264,20 @@ def _peak_memory(job_dir: Path, parsed: ParsedEvents) -> PeakMemory:
     return {"peak_gpu_bytes": peak.gpu_bytes, "peak_rss_bytes": peak.rss_bytes}
 
 
+def job_spec(data: str, parsed: ParsedEvents) -> MetricSpec:
+    """What the job was ranked by: the metric and direction its trainer recorded (the started
+    event; an older trainer's finished event names the metric of its ``best``), else its task's."""
+    started, best = parsed.started, parsed.finished.best if parsed.finished else None
+    named = started.metric or (best.get("metric") if isinstance(best, Mapping) else None)
+    return ranked_by(spec_for(data, started.task), named if isinstance(named, str) else None,
+                     started.higher_is_better)
+
+
 def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobResult | Skipped:
     folder = JobDir(job_dir)
     config = _read_config(folder.job_yaml) if has_config and _needs_config(parsed.started) else {}
     who = _identity(job_dir, config, parsed.started)
-    spec = spec_for(who.data, parsed.started.task)
+    spec = job_spec(who.data, parsed)
     best = choose_best(parsed.evals.get("validation", {}), parsed.checkpoints, spec,
                        parsed.evals.get("test"))
     if best is None:
@@ -278,7 +291,8 @@ def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobRe
         **_peak_memory(job_dir, parsed),
         trainable_params=parsed.started.trainable_params, total_params=parsed.started.total_params,
         config_path=folder.job_yaml if has_config else None, bad_lines=parsed.bad_lines,
-        task=parsed.started.task)
+        task=parsed.started.task, higher_is_better=spec.higher_is_better,
+        stopped_early=parsed.finished.stopped_early if parsed.finished else None)
 
 
 def _not_started(job_dir: Path, folder: JobDir) -> Skipped:
@@ -297,7 +311,8 @@ def _scan_job_unguarded(job_dir: Path) -> JobResult | Skipped:
     outcome = build_result(job_dir, folder.job_yaml.is_file(), parsed)
     problem = _status_problem(parsed)
     if problem is None:
-        return outcome if isinstance(outcome, JobResult) else replace(outcome, ended=ENDED_OK)
+        return outcome if isinstance(outcome, JobResult) else \
+            replace(outcome, ended=ENDED_OK, stopped_early=parsed.finished.stopped_early if parsed.finished else None)
     ended = UNFINISHED_STATE if problem.startswith(UNFINISHED_STATE) else ENDED_FAILED
     if isinstance(outcome, JobResult):
         return Skipped(job_dir, problem, _identity_of(outcome), ended, replace(outcome, partial=True))

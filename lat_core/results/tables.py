@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lat_core.results.metrics import ABSENT_BECAUSE, Metrics, MetricSpec, metric_value, spec_for
+from lat_core.results.metrics import ABSENT_BECAUSE, Metrics, MetricSpec, metric_value, ranked_by, spec_for
 from lat_core.results.scan import JobResult, Report
 
 SPLIT_PREFIX = {"validation": "val", "test": "test"}
@@ -46,9 +46,10 @@ class Stat:
 
 @dataclass(frozen=True)
 class Row:
-    """One config on one dataset. ``n``: its jobs in the row (succeeded ones; a partial row's: the
-    failed or cancelled ones with a best so far); ``planned``: the config's jobs on the dataset in
-    the runs accounted for (None: not known, as for a live scan)."""
+    """One config on one dataset. ``n``: its jobs in the row (succeeded ones, and on a live screen
+    ``running`` ones with a provisional best so far; a partial row's: the failed or cancelled ones
+    with a best so far); ``planned``: the config's jobs on the dataset in the runs accounted for
+    (None: not known)."""
 
     config: str
     n: int
@@ -61,11 +62,16 @@ class Row:
     config_paths: tuple[str, ...] = ()
     planned: int | None = None
     partial: bool = False  # best-so-far metrics of jobs that did not succeed (--include-partial)
+    running: int = 0  # of ``n``: running jobs' provisional results (results.live)
+
+    @property
+    def succeeded(self) -> int:
+        return self.n - self.running
 
     @property
     def short(self) -> bool:
         """Fewer jobs succeeded than were planned (a finished row; the ``!`` mark)."""
-        return not self.partial and self.planned is not None and self.n < self.planned
+        return not self.partial and self.planned is not None and self.succeeded < self.planned
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,8 @@ def _relative(path: Path | None, root: Path) -> str:
 
 def _row(config: str, group: list[JobResult], columns: Sequence[Column], root: Path, small: bool,
          planned: int | None = None, partial: bool = False) -> Row:
+    """A finished row's results that are marked partial are running jobs' provisional ones (only a
+    live report puts such results among the finished: results.live); a partial row's are all partial."""
     group = sorted(group, key=lambda r: (r.seed is None, r.seed or 0, str(r.job_dir)))
     stats = {c.key: stat_of([v for r in group
                              if (v := metric_value(_metrics_on(r, c.split), c.metric)) is not None])
@@ -129,7 +137,7 @@ def _row(config: str, group: list[JobResult], columns: Sequence[Column], root: P
                peak_memory_bytes=max(memories) if memories else None,
                checkpoints=() if small else tuple(_relative(r.checkpoint, root) for r in group),
                config_paths=() if small else tuple(_relative(r.config_path, root) for r in group),
-               planned=planned, partial=partial)
+               planned=planned, partial=partial, running=0 if partial else sum(r.partial for r in group))
 
 
 def _best_keys(rows: list[Row], column: Column) -> set[int]:
@@ -180,9 +188,12 @@ def _by_config(results: Sequence[JobResult]) -> dict[str, list[JobResult]]:
 
 def table_spec(dataset: str, results: Sequence[JobResult]) -> MetricSpec:
     """The dataset's spec, by the task its jobs' trainer named where one did (a CoLA-like dataset
-    of any name ranks by MCC), else by the dataset's name."""
+    of any name ranks by MCC), else by the dataset's name; ranked by the metric, in the direction,
+    its jobs were ranked by (a user's ``data.metric``)."""
     task = next((r.task for r in results if r.task), None)
-    return spec_for(dataset, task)
+    spec = spec_for(dataset, task)
+    first = results[0] if results else None
+    return ranked_by(spec, first.metric, first.higher_is_better) if first else spec
 
 
 def build_table(dataset: str, results: list[JobResult], root: Path, small: bool = False,

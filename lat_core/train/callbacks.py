@@ -17,7 +17,7 @@ from transformers import EarlyStoppingCallback, TrainerCallback
 from . import data as D
 from .checkpoints import best_checkpoint_step, checkpoints, copy_adapter, rotate_checkpoints, save_checkpoint
 from .evaluation import evaluate_split, write_predictions
-from lat_core.contract.jobdir import CheckpointSaved, Eval, Step
+from lat_core.contract.jobdir import CheckpointSaved, EarlyStop, Eval, Step
 from .events import log
 
 
@@ -231,6 +231,12 @@ class MainMetricEarlyStopping(EarlyStoppingCallback):
             self.best, self.early_stopping_patience_counter = metric_value, 0
         else:
             self.early_stopping_patience_counter += 1
+
+    def stop(self, max_steps: int) -> EarlyStop | None:
+        """The finished event's account of the stop; None when training ran to ``max_steps``."""
+        if self.stopped_at is None:
+            return None
+        return EarlyStop(self.stopped_at, max_steps, self.metric, self.early_stopping_patience)
 
     def line(self, max_steps: int) -> str:
         return (f"early stopping: validation {self.metric} did not improve by more than "

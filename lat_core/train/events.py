@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lat_core.contract.jobdir import Failed, Memory, SpeedMode, Started
+from lat_core.results.metrics import MetricSpec, ranked_by, spec_for
 
 
 def log(msg: str) -> None:
@@ -19,7 +20,13 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def started_event(cfg, *, task: str, device: str, trainable: int, total: int, train_examples: int, lr_scheduler: str,
+def ranking_of(ds) -> MetricSpec:
+    """The metric a job ranks its evaluations by (best/, early stopping): the task's main metric, or
+    the one a user's data names (``data.metric``); its started event records it for the results."""
+    return ranked_by(spec_for(ds.task), ds.metric)
+
+
+def started_event(cfg, *, task: str, ranking: MetricSpec, device: str, trainable: int, total: int, train_examples: int, lr_scheduler: str,
                   warmup_steps: int, logits_to_keep: int | str, resumed_from: int | None,
                   optimizer_state: str | None, report_to: list[str], modes, **own: Any) -> Started:
     """The ``started`` event of a job alone and of a fused member: what the job is (from its
@@ -30,7 +37,8 @@ def started_event(cfg, *, task: str, device: str, trainable: int, total: int, tr
     tr = cfg.train
     chosen = modes.event(cfg)
     return Started(pid=os.getpid(), config=cfg.name, model=cfg.model.family, device=device, seed=cfg.seed,
-                   data=cfg.data_name, task=task, name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
+                   data=cfg.data_name, task=task, metric=ranking.main, higher_is_better=ranking.higher_is_better,
+                   name_or_path=cfg.model.name_or_path, peft_method=cfg.peft.method,
                    dtype=cfg.model.dtype, trainable_params=trainable, total_params=total, resumed_from=resumed_from,
                    max_steps=tr.max_steps, batch_size=tr.batch_size, grad_accum=tr.grad_accum,
                    effective_batch_size=tr.batch_size * tr.grad_accum, epochs=tr.epochs,

@@ -18,9 +18,8 @@ import torch.nn.functional as F
 
 from . import data as D
 from lat_core.config.job import JobConfig, TrainConfigError
-from lat_core.results.metrics import spec_for
 from lat_core.contract.jobdir import EventWriter, Finished
-from .events import failed_event, log, memory_event, started_event
+from .events import failed_event, log, memory_event, ranking_of, started_event
 from .checkpoints import checkpoints, load_checkpoint, save_final
 from .portable import moves_base_weights, save_initial_adapter
 from .record import add_data, write_env
@@ -237,7 +236,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     optimizer = (GraphedAdamW if modes.graphs else torch.optim.AdamW)(groups, lr=tr.lr, weight_decay=tr.weight_decay)
     trainable, total = count_params(model)
     setup.lap("adapter")
-    main_metric = ds.metric or spec_for(ds.task).main  # the results tables rank by the same metric
+    ranking = ranking_of(ds)  # recorded in the started event: results rank by it too
+    main_metric = ranking.main
 
     lr_of, sched_desc, sched_name, warm = lr_schedule(cfg, tr.max_steps)
     log(f"lr schedule: {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps")
@@ -288,7 +288,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     setup.lap("trainer")
     if is_main:
         events.write(started_event(
-            cfg, task=ds.task, device=device.type, trainable=trainable, total=total, train_examples=len(train_ex),
+            cfg, task=ds.task, ranking=ranking, device=device.type, trainable=trainable, total=total, train_examples=len(train_ex),
             lr_scheduler=sched_name, warmup_steps=warm, logits_to_keep=model._lat_ltk[0],
             resumed_from=start if resume else None, optimizer_state=optimizer_state, report_to=trackers.active,
             modes=modes, gradient_checkpointing=tr.gradient_checkpointing, dataloader=loader_cfg,
@@ -315,7 +315,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         return None
     save_final(model, cfg.output_dir)   # the adapter as training left it
     events.write(memory_event())
-    done = events.write(Finished(steps=step, best=best, elapsed_s=round(time.time() - t0, 2)))
+    done = events.write(Finished(steps=step, best=best, elapsed_s=round(time.time() - t0, 2),
+                                 stopped_early=stopping.stop(tr.max_steps) if stopping else None))
     log(f"finished {cfg.name}: {step} steps, best {best}, {time.time() - t0:.1f}s")
     return done
 

@@ -3,7 +3,8 @@
 Predicted SQL is untrusted text: it may loop (a cross join, an unbounded recursive CTE), grow
 memory, or write (``ATTACH DATABASE 'x'`` creates a file even on a read-only connection). Each
 query therefore runs on a read-only connection under an authorizer that allows reading only, a
-wall-clock deadline checked by a progress handler, a cap on string/blob length and a cap on the
+limit on the CPU time of the thread running it checked by a progress handler (not the wall clock:
+a loaded host must not turn a match into a time-out and change the metric), a cap on string/blob length and a cap on the
 rows fetched into Python (an endless recursive CTE fetched whole grew ~120 MB/s). SQLite's own
 memory stays small: its sorts and temp tables spill to anonymous temp files past the page cache.
 SQLite's hard heap limit is not used: the PRAGMA can only lower it, process-wide, for good.
@@ -34,7 +35,7 @@ _READ_ONLY_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqli
 
 @dataclass(frozen=True)
 class SqlLimits:
-    seconds: float = 5.0            # per query, wall clock
+    seconds: float = 5.0            # per query, CPU time of the thread that runs it
     max_length: int = 10 << 20      # longest string or blob a query may build (group_concat, randomblob)
     max_rows: int = 100_000         # rows fetched into Python
 
@@ -62,8 +63,8 @@ def run_query(db: Path, query: str, limits: SqlLimits = SqlLimits()) -> QueryRes
     try:
         con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_length)
         con.set_authorizer(_read_only)
-        deadline = time.monotonic() + limits.seconds
-        con.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
+        deadline = time.thread_time() + limits.seconds
+        con.set_progress_handler(lambda: time.thread_time() > deadline, 1000)
         return _fetch(con, query, limits.max_rows)
     finally:
         con.close()

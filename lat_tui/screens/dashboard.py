@@ -318,7 +318,7 @@ class DashboardScreen(RunControls, Screen):
 
             from lat_tui.screens.results import ResultsScreen
 
-            self.app.push_screen(ResultsScreen(Path(self._run.output_root)))
+            self.app.push_screen(ResultsScreen(Path(self._run.output_root), client=self.context.client))
 
     def action_add_jobs(self) -> None:
         from lat_tui.screens.add_jobs import AddJobsScreen

@@ -1,5 +1,9 @@
 """Results: one table per dataset (configs x metrics, mean±std over seeds), learning curves, compare.
 
+Every job of the runs writing under the output root is accounted for as ``lat-tui results`` does it
+(results_model), so the ``n`` column reads as the report's (``1 of 3 !``) and ``k`` lists the jobs in
+no table with their reason.
+
 The output root is re-aggregated in a thread worker every ``refresh_s`` seconds; the next scan is
 armed only when the previous one has been applied, so slow disks never pile scans up. The worker
 only posts a message; the handler owns every widget and keeps the cursor on the same config.
@@ -24,6 +28,7 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, OptionList, Stat
 from textual.widgets.data_table import RowDoesNotExist
 
 from lat_core.errors import LatError
+from lat_core.front.client import Client
 from lat_tui.widgets.curve import CurvePlot, shared_spans
 from lat_tui.widgets.results_model import (
     BEST_LEGEND, Snapshot, column_keys, column_labels, count_cell, curve_series, load_snapshot, metric_cell,
@@ -50,9 +55,10 @@ class ResultsLoaded(Message):
 
 
 class SkippedScreen(ModalScreen):
-    """The folders left out of every table, each with the reason."""
+    """The jobs left out of every table (failed, cancelled, no usable evaluation) and the folders
+    that hold no job, each with the reason."""
 
-    HELP_TITLE = "Folders left out of the results"
+    HELP_TITLE = "Jobs and folders left out of the results"
 
     BINDINGS = [Binding("escape,k,q", "dismiss", "Close")]
 
@@ -62,7 +68,7 @@ class SkippedScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="skipped-box"):
-            yield Static(f"{len(self.lines)} skipped folder(s)  (escape closes)", id="skipped-title")
+            yield Static(f"{len(self.lines)} left out of the tables  (escape closes)", id="skipped-title")
             yield OptionList(*self.lines, id="skipped-list")
 
 
@@ -75,15 +81,18 @@ class ResultsScreen(Screen):
         Binding("S", "reverse_sort", "Reverse"),
         Binding("space", "mark", "Mark"),
         Binding("c", "compare", "Compare"),
-        Binding("k", "skipped", "Skipped"),
+        Binding("k", "skipped", "Left out"),
         Binding("r", "reload", "Reload"),
         Binding("left,[", "dataset(-1)", "Dataset", show=False),
         Binding("right,]", "dataset(1)", "Dataset", show=False),
     ]
 
-    def __init__(self, output_root: Path, refresh_s: float = 5.0):
+    def __init__(self, output_root: Path, refresh_s: float = 5.0, client: Client | None = None):
+        """``client``: the journal's door, to account for the jobs of the runs writing under
+        ``output_root`` in their states (without: the folders alone say which jobs there are)."""
         super().__init__()
         self.output_root = Path(output_root)
+        self.client = client
         self.refresh_s = refresh_s
         self.snapshot: Snapshot | None = None
         self.dataset: str | None = None
@@ -127,7 +136,7 @@ class ResultsScreen(Screen):
     @work(thread=True, exclusive=True, group="results-scan")
     def _scan(self) -> None:
         try:
-            self.post_message(ResultsLoaded(load_snapshot(self.output_root)))
+            self.post_message(ResultsLoaded(load_snapshot(self.output_root, self.client)))
         except LatError as exc:
             self.post_message(ResultsLoaded(None, str(exc)))
         except OSError as exc:
@@ -216,10 +225,9 @@ class ResultsScreen(Screen):
         return Style(bold=True, color=accent) if accent else Style(bold=True)
 
     def _cells(self, current, row, best) -> list:
-        running = self.snapshot.running_count(current.dataset, row.config)
         marked = RowRef(current.dataset, row.config) in self.marks
         name = (MARK if marked else "") + row.config
-        return [name, count_cell(row, running), *(metric_cell(row, c.key, best) for c in current.columns)]
+        return [name, count_cell(row), *(metric_cell(row, c.key, best) for c in current.columns)]
 
     def _restore_cursor(self, table: DataTable, config: str | None) -> None:
         if config is None or table.row_count == 0:
@@ -291,8 +299,7 @@ class ResultsScreen(Screen):
             summary.update("no finished evaluation yet" if ref is None else f"{ref.config}: gone")
             curve.show([])
             return
-        running = self.snapshot.running_count(ref.dataset, ref.config)
-        lines = row_summary(table, row, running, compact)
+        lines = row_summary(table, row, compact)
         summary.update(Text("\n").join(Text(line) for line in (lines if compact else [ref.config, *lines])))
         curve.show(self._series_of(ref), ys=ys)
 
@@ -326,39 +333,33 @@ class ResultsScreen(Screen):
         if problem is not None:
             status.update(f"[b]{problem}[/b]  (retrying every {self.refresh_s:g}s)")
             return
-        report = self.snapshot.report
-        parts = [f"{len(report.results)} job(s)", f"{len(self.snapshot.running)} running"]
+        report, running = self.snapshot.report, len(self.snapshot.running)
+        parts = [f"{len(report.results) - running} succeeded", f"{running} running"]
         if self.snapshot.queued:
             parts.append(f"{self.snapshot.queued} queued")
-        if report.skipped:
-            parts.append(f"{len(report.skipped)} skipped: press k to list")
+        left_out = len(self.snapshot.left_out_lines())
+        if left_out:
+            parts.append(f"{left_out} left out: press k to list")
         if self.marks:
             parts.append("marked " + ", ".join(m.config for m in self.marks))
         status.update(" · ".join(parts))
 
     def action_skipped(self) -> None:
-        if self.snapshot is None or not self.snapshot.report.skipped:
-            self.notify("no skipped folders", title="Results")
+        lines = self.snapshot.left_out_lines() if self.snapshot is not None else []
+        if not lines:
+            self.notify("every job is in a table or still on its way", title="Results")
             return
-        root = self.snapshot.report.root
-        self.app.push_screen(SkippedScreen([f"{_relative(s.path, root)}: {s.reason}"
-                                            for s in self.snapshot.report.skipped]))
+        self.app.push_screen(SkippedScreen(lines))
 
 
 def _same_view(old: Snapshot | None, new: Snapshot) -> bool:
     """True when a rescan changed nothing the screen shows (so the table is not rebuilt)."""
-    return old is not None and (old.tables, old.running, old.report.results, old.report.skipped) == \
-        (new.tables, new.running, new.report.results, new.report.skipped)
+    return old is not None and (old.tables, old.running, old.report.results, old.report.accounts,
+                                old.report.skipped) == \
+        (new.tables, new.running, new.report.results, new.report.accounts, new.report.skipped)
 
 
 def _tab_id(dataset: str) -> str:
     """A widget id for a dataset name (ids allow letters, digits, - and _ only)."""
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in dataset)
     return f"ds-{safe}-{zlib.crc32(dataset.encode()):08x}"
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)

@@ -4,7 +4,9 @@ Why braille and not a plotting library: a learning curve only needs its shape an
 project adds no dependency for it, and braille gives four times the vertical resolution of blocks.
 Up to two series share the x axis (steps) and keep their own y ranges: the first series is labelled
 on the left, the second on the right, so loss and a metric on very different scales both fill the
-plot. Each cell is coloured by the series drawn last in it; the legend names the colours.
+plot. Each cell is coloured by the series drawn last in it; the legend names the colours. A series
+may carry a band (the seeds' min-max at each step): the cells it covers that no line passes through
+are stippled in the series' colour, dimmed, so the spread reads in a monochrome terminal too.
 """
 
 from __future__ import annotations
@@ -19,14 +21,23 @@ BRAILLE_BASE = 0x2800
 _DOT_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))  # [dot row][dot column]
 LABEL_WIDTH = 7
 NO_SERIES = -1
+BAND_CHAR = "·"  # a cell inside a series' band that its line does not pass through
 
 
 @dataclass(frozen=True)
 class Series:
-    """One named line: (x, y) points in x order."""
+    """One named line: (x, y) points in x order, and optionally a band: (x, low, high) in x order."""
 
     name: str
     points: tuple[tuple[float, float], ...]
+    band: tuple[tuple[float, float, float], ...] = ()
+
+    def xs(self) -> list[float]:
+        return [px for px, _ in self.points] + [bx for bx, _, _ in self.band]
+
+    def ys(self) -> list[float]:
+        """Every y value drawn: the line's and the band's edges (an axis must hold both)."""
+        return [py for _, py in self.points] + [v for _, lo, hi in self.band for v in (lo, hi)]
 
 
 @dataclass(frozen=True)
@@ -46,12 +57,14 @@ class Span:
 
 @dataclass(frozen=True)
 class Plot:
-    """A rendered plot area: one string per text row, and which series owns each cell."""
+    """A rendered plot area: one string per text row, which series' line owns each cell, and
+    which series' band covers it (``shades``; NO_SERIES where none)."""
 
     rows: tuple[str, ...]
     owners: tuple[tuple[int, ...], ...]
     x: Span | None
     ys: tuple[Span | None, ...]
+    shades: tuple[tuple[int, ...], ...] = ()
 
 
 def span_of(values) -> Span | None:
@@ -98,30 +111,49 @@ def shared_spans(plots: list[list[Series]]) -> tuple[Span | None, ...]:
     """One y span per series position covering every plot's series at that position, so plots
     drawn side by side with them read on the same scale."""
     positions = max((len(series) for series in plots), default=0)
-    return tuple(span_of(py for series in plots if len(series) > i for _, py in series[i].points)
+    return tuple(span_of(py for series in plots if len(series) > i for py in series[i].ys())
                  for i in range(positions))
+
+
+def _band_cells(band, x: Span, y: Span, width: int, height: int) -> set[tuple[int, int]]:
+    """(column, row from the top) of every cell between a band's low and high edges, each edge
+    drawn straight between the band's steps."""
+    edges = [(x.position(bx, width), height - 1 - y.position(lo, height), height - 1 - y.position(hi, height))
+             for bx, lo, hi in band]
+    cells: set[tuple[int, int]] = set()
+    for (c0, lo0, hi0), (c1, lo1, hi1) in zip(edges, edges[1:] or edges):
+        for col in range(c0, c1 + 1):
+            f = (col - c0) / (c1 - c0) if c1 > c0 else 0.0
+            top, bottom = round(hi0 + f * (hi1 - hi0)), round(lo0 + f * (lo1 - lo0))
+            cells.update((col, row) for row in range(top, bottom + 1))
+    return cells
 
 
 def plot_series(series: list[Series], width: int, height: int, ys: tuple[Span | None, ...] | None = None) -> Plot:
     """Draw ``series`` into a ``width`` x ``height`` cell area; x is shared, each y is its own
     unless ``ys`` gives the spans (a comparison's common scale)."""
     width, height = max(1, width), max(1, height)
-    x = span_of(px for s in series for px, _ in s.points)
-    own = tuple(span_of(py for _, py in s.points) for s in series)
+    x = span_of(px for s in series for px in s.xs())
+    own = tuple(span_of(s.ys()) for s in series)
     ys = tuple((ys[i] if ys and i < len(ys) and ys[i] is not None else span) for i, span in enumerate(own))
     chars = [[0] * width for _ in range(height)]
     owners = [[NO_SERIES] * width for _ in range(height)]
+    shades = [[NO_SERIES] * width for _ in range(height)]
     for index, (one, y) in enumerate(zip(series, ys)):
         if x is None or y is None:
             continue
+        for c, r in _band_cells(one.band, x, y, width, height):
+            shades[r][c] = index
         masks = _cell_masks(_dots(one.points, x, y, width, height), width, height)
         for r, mask_row in enumerate(masks):
             for c, mask in enumerate(mask_row):
                 if mask:
                     chars[r][c] |= mask
                     owners[r][c] = index
-    rows = tuple("".join(chr(BRAILLE_BASE + m) if m else " " for m in row) for row in chars)
-    return Plot(rows=rows, owners=tuple(tuple(o) for o in owners), x=x, ys=ys)
+    rows = tuple("".join(chr(BRAILLE_BASE + m) if m else BAND_CHAR if shade != NO_SERIES else " "
+                         for m, shade in zip(row, shade_row)) for row, shade_row in zip(chars, shades))
+    return Plot(rows=rows, owners=tuple(tuple(o) for o in owners), x=x, ys=ys,
+                shades=tuple(tuple(s) for s in shades))
 
 
 def axis_label(value: float | None, width: int = LABEL_WIDTH) -> str:
@@ -145,8 +177,11 @@ def _y_label(span: Span | None, row: int, rows: int) -> str:
 
 def _plot_line(plot: Plot, row: int, styles: list[Style]) -> Text:
     line = Text(no_wrap=True, end="")
-    for char, owner in zip(plot.rows[row], plot.owners[row]):
-        line.append(char, styles[owner] if owner != NO_SERIES else Style())
+    for char, owner, shade in zip(plot.rows[row], plot.owners[row], plot.shades[row]):
+        if owner != NO_SERIES:
+            line.append(char, styles[owner])
+        else:
+            line.append(char, styles[shade] + Style(dim=True) if shade != NO_SERIES else Style())
     return line
 
 
@@ -158,6 +193,8 @@ def _legend(series: list[Series], styles: list[Style], title: str) -> Text:
         side = "left" if index == 0 else "right"
         legend.append("━━ ", styles[index])
         legend.append(f"{one.name} ({side})  ")
+    if any(one.band for one in series):
+        legend.append(f"{BAND_CHAR} min-max over seeds", Style(dim=True))
     return legend
 
 

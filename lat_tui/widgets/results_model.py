@@ -1,35 +1,47 @@
 """What the results screen shows, computed off the UI thread: tables, curves, sort orders, cells.
 
-Running jobs are folded in by the core (``aggregate_live``): during a run the point of this screen
-is to watch evaluations land, so a running job with a checkpointed validation eval shows as a
-provisional result, counted apart in the ``n`` column (``2+1``: two finished seeds, one running).
+The screen accounts for every job as ``lat-tui results`` does (the core's ``aggregate_live``, through
+the client's ``live_results`` when the screen has the journal), so its counts and the report's agree:
+``1 of 3 !`` is one job succeeded of three planned, the others listed with their reason under ``k``.
+During a run the point of this screen is to watch evaluations land, so a running job with a
+checkpointed validation eval shows its best so far provisionally, counted apart (``1+1 of 3``).
 """
 
 from __future__ import annotations
 
-import statistics
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.style import Style
 from rich.text import Text
 
-from lat_core.front.client import JobResult, Report, Row, Table, aggregate_live, build_tables
+from lat_core.front.client import (Client, JobResult, LiveReport, Report, Row, Table, aggregate_live, build_tables,
+                                   count_text, seed_band)
 from lat_tui.widgets.curve import Series
 
-BEST_LEGEND = "* best mean of its column (mean±std over seeds; n = seeds, +k still running)"
+# one line at 80 columns: the marks of the n column are README's "Results" section's, shortened
+BEST_LEGEND = "* best mean±std of seeds · n: succeeded (+running) of planned · ! fewer: k"
 FIXED_COLUMNS = ("config", "n")
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One aggregation of the output root, with running jobs folded in provisionally."""
+    """One aggregation of the output root: every job accounted for, running jobs folded in."""
 
-    report: Report
+    live: LiveReport
     tables: tuple[Table, ...]
-    running: frozenset[Path]
-    queued: int = 0  # job folders written but not started: waiting, not skipped
+
+    @property
+    def report(self) -> Report:
+        return self.live.report
+
+    @property
+    def running(self) -> frozenset[Path]:
+        return self.live.running
+
+    @property
+    def queued(self) -> int:
+        return self.live.queued
 
     def table(self, dataset: str | None) -> Table | None:
         return next((t for t in self.tables if t.dataset == dataset), None)
@@ -37,15 +49,32 @@ class Snapshot:
     def jobs(self, dataset: str, config: str) -> list[JobResult]:
         return [r for r in self.report.results if r.dataset == dataset and r.config == config]
 
-    def running_count(self, dataset: str, config: str) -> int:
-        return sum(r.job_dir in self.running for r in self.jobs(dataset, config))
+    def left_out_lines(self) -> list[str]:
+        """Each job in no table with its state and reason, then each folder that holds no job."""
+        root = self.report.root
+        jobs = [f"{_job_name(job)} · {job.state}: {job.reason}" for job in self.live.left_out()]
+        return jobs + [f"{_relative(s.path, root)}: {s.reason}" for s in self.report.skipped]
 
 
-def load_snapshot(root: Path) -> Snapshot:
-    """Aggregate ``root`` (raises ResultsError when it is not a folder); runs in a worker thread."""
-    live = aggregate_live(root)
-    return Snapshot(report=live.report, tables=tuple(build_tables(live.report)), running=live.running,
-                    queued=live.queued)
+def _job_name(job) -> str:
+    seed = "?" if job.seed is None else job.seed
+    number = f"job {job.job_id} " if job.job_id is not None else ""
+    return f"{number}{job.config} {seed}:{job.dataset}"
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def load_snapshot(root: Path, client: Client | None = None) -> Snapshot:
+    """Aggregate ``root`` (raises ResultsError when it is not a folder); runs in a worker thread.
+    With ``client``, the jobs of the runs writing under ``root`` are accounted for in their journal
+    states; without, the folders alone say which jobs there are."""
+    live = client.live_results(root) if client is not None else aggregate_live(root)
+    return Snapshot(live=live, tables=tuple(build_tables(live.report)))
 
 
 # --- sorting --------------------------------------------------------------------------------
@@ -101,16 +130,17 @@ def metric_cell(row: Row, key: str, best_style: Style) -> Text:
     return Text(stat_text(row, key))
 
 
-def count_cell(row: Row, running: int) -> str:
-    return f"{row.n - running}+{running}" if running else str(row.n)
+def count_cell(row: Row) -> str:
+    """The ``n`` column as the report writes it (``1 of 3 !``), with running jobs (``1+1 of 3``)."""
+    return count_text(row)
 
 
-def row_summary(table: Table, row: Row, running: int, compact: bool = False) -> list[str]:
+def row_summary(table: Table, row: Row, compact: bool = False) -> list[str]:
     """Lines describing one row: seeds, best steps and every metric (``compact``: two lines, name first)."""
     metrics = [f"{c.label} {stat_text(row, c.key)}{'*' if c.key in row.best else ''}" for c in table.columns]
     if compact:
-        return [f"{row.config} · n={count_cell(row, running)} · {table.dataset}", " · ".join(metrics)]
-    lines = [f"{table.dataset} · {count_cell(row, running)} seed(s)",
+        return [f"{row.config} · n={count_cell(row)} · {table.dataset}", " · ".join(metrics)]
+    lines = [table.dataset, f"n {count_cell(row)}",
              f"seeds {', '.join(str(s) for s in row.seeds)}",
              f"best steps {', '.join(str(s) for s in row.best_steps)}"]
     return lines + metrics
@@ -118,19 +148,18 @@ def row_summary(table: Table, row: Row, running: int, compact: bool = False) -> 
 
 # --- curves ---------------------------------------------------------------------------------
 
-def mean_by_step(curves) -> tuple[tuple[int, float], ...]:
-    """Seeds' curves combined: the mean of every value logged at each step."""
-    by_step: dict[int, list[float]] = defaultdict(list)
-    for curve in curves:
-        for step, value in curve:
-            by_step[step].append(value)
-    return tuple((step, statistics.fmean(values)) for step, values in sorted(by_step.items()))
+def band_series(name: str, curves) -> Series:
+    """Seeds' curves as one series: their mean at each step, and their min-max as its band where
+    seeds differ (the core's seed_band, which the PNG plots draw too)."""
+    band = seed_band(list(curves))
+    spread = any(hi > lo for lo, hi in zip(band.low, band.high))
+    return Series(name, tuple(zip(band.steps, band.mean)),
+                  tuple(zip(band.steps, band.low, band.high)) if spread else ())
 
 
 def curve_series(jobs: list[JobResult]) -> list[Series]:
-    """Training loss and the main validation metric against steps, averaged over seeds."""
+    """Training loss and the main validation metric against steps: mean over seeds, min-max band."""
     if not jobs:
         return []
     metric = jobs[0].metric
-    return [Series("loss", mean_by_step(j.losses for j in jobs)),
-            Series(f"val {metric}", mean_by_step(j.curve for j in jobs))]
+    return [band_series("loss", [j.losses for j in jobs]), band_series(f"val {metric}", [j.curve for j in jobs])]

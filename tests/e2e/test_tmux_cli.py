@@ -42,15 +42,15 @@ def test_logs_follow_streams_and_wait_exits_like_headless(tmux, second_tmux, tmp
         ensure_engine(state)
         second_tmux.start(lat_line(state, "wait", "wait1"), env, tmp_path)
         tmux.start(lat_line(state, f"logs -f {slow}", "logs"), env, tmp_path)
-        tmux.wait_for(lambda s: "step 1/3" in s, 30, "the first step line")
+        tmux.wait_for(lambda s: "step 1/3" in s, "the first step line")
         assert store.job(slow).state == "running"  # it streamed while the job ran
         second_tmux.keys("C-c")
-        second_tmux.wait_for(lambda s: "wait1-rc=130" in s, 15, "wait's Ctrl-C exit code")
-        screen = tmux.wait_for(lambda s: "logs-rc=0" in s, 40, "logs -f returning when the job ended")
+        second_tmux.wait_for(lambda s: "wait1-rc=130" in s, "wait's Ctrl-C exit code")
+        screen = tmux.wait_for(lambda s: "logs-rc=0" in s, "logs -f returning when the job ended")
         assert "step 3/3" in screen and "fake trainer slow done" in screen
         second_tmux.kill()
         second_tmux.start(lat_line(state, "wait", "wait2"), env, tmp_path)
-        screen = second_tmux.wait_for(lambda s: "wait2-rc=1" in s, 40, "wait's exit code")
+        screen = second_tmux.wait_for(lambda s: "wait2-rc=1" in s, "wait's exit code")
         assert "1/2 jobs succeeded" in screen and f"job {bad} failed" in screen
     finally:
         store.add_command(run_id, CancelRun())

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.waits import HANG_S
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,8 +51,8 @@ class Tmux:
         out = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
         return out.stdout
 
-    def wait_for(self, predicate, timeout: float, what: str) -> str:
-        deadline = time.monotonic() + timeout
+    def wait_for(self, predicate, what: str, timeout: float = HANG_S) -> str:
+        deadline = time.monotonic() + timeout  # only a hang: a loaded host draws slowly
         while time.monotonic() < deadline:
             text = self.screen()
             if predicate(text):
@@ -89,7 +91,7 @@ def start_from_form(tmux, tmp_path, env, pairs: str) -> None:
     """Open lat-tui on an empty state dir and fill the plan form by keys, as a person would:
     suite demo, the given pairs, the CPU, 2 slots, an output root under tmp_path; then start."""
     tmux.start(f"{lat_tui_command()} --configs {REPO / 'configs'}; sleep 600", env, tmp_path)
-    screen = tmux.wait_for(lambda s: "New run" in s and "Suites" in s, 30, "the plan screen")
+    screen = tmux.wait_for(lambda s: "New run" in s and "Suites" in s, "the plan screen")
     assert "demo" in screen
     tmux.keys("Space", "Tab", "Tab")
     tmux.keys(pairs, literal=True)
@@ -109,13 +111,13 @@ def test_demo_plan_from_the_form_runs_to_success(tmux, tmp_path):
     state_dir = tmp_path / "state"
     env = {"LAT_STATE_DIR": str(state_dir), "PATH": os.environ.get("PATH", "")}
     start_from_form(tmux, tmp_path, env, "1:tiny-sst2 2:tiny-sst2")
-    tmux.wait_for(lambda s: "run 1" in s and len(job_rows(s)) == 4, 60, "the dashboard with 4 jobs")
+    tmux.wait_for(lambda s: "run 1" in s and len(job_rows(s)) == 4, "the dashboard with 4 jobs")
     final = tmux.wait_for(
-        lambda s: sum("succeeded" in row for row in job_rows(s)) == 4 or "failed" in s, 240, "all jobs succeeded"
+        lambda s: sum("succeeded" in row for row in job_rows(s)) == 4 or "failed" in s, "all jobs succeeded"
     )
     print(final)
     rows = job_rows(final)
     assert len(rows) == 4 and all("succeeded" in row for row in rows), final
     assert re.search(r"run 1 · finished after \d\d:\d\d · 4 succeeded", final), final
     tmux.keys("q")
-    tmux.wait_for(lambda s: "lat-tui: run 1 finished; outputs in" in s, 15, "the exit message")
+    tmux.wait_for(lambda s: "lat-tui: run 1 finished; outputs in" in s, "the exit message")

@@ -16,12 +16,12 @@ import psutil
 import pytest
 
 from .test_tmux_demo import REPO, Tmux, job_rows, lat_tui_command, start_from_form
+from tests.helpers.waits import HANG_S
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PAIRS = "1:tiny-sst2 2:tiny-sst2 3:tiny-sst2"
 JOBS = 6
-FINISH_TIMEOUT = 150.0
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def start_demo_run(tmux: Tmux, tmp_path: Path, env: dict) -> None:
     """Fill the plan form by keys (suite demo, 3 pairs, CPU, 2 slots) and start it."""
     start_from_form(tmux, tmp_path, env, PAIRS)
     tmux.wait_for(lambda s: len(job_rows(s)) == JOBS and any("running" in row for row in job_rows(s)),
-                  60, "the dashboard with 6 jobs, one running")
+                  "the dashboard with 6 jobs, one running")
 
 
 def tui_process(tmux: Tmux) -> psutil.Process:
@@ -55,12 +55,12 @@ def tui_process(tmux: Tmux) -> psutil.Process:
 
 def status(state_dir: Path) -> str:
     out = subprocess.run([lat_tui_command(), "status", "--state-dir", str(state_dir)],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=HANG_S)
     return out.stdout + out.stderr
 
 
 def wait_for_finish(state_dir: Path) -> str:
-    deadline = time.monotonic() + FINISH_TIMEOUT
+    deadline = time.monotonic() + HANG_S
     text = ""
     while time.monotonic() < deadline:
         text = status(state_dir)
@@ -72,7 +72,7 @@ def wait_for_finish(state_dir: Path) -> str:
 
 def assert_reattached_table(tmux: Tmux, tmp_path: Path, env: dict) -> None:
     tmux.start(f"{lat_tui_command()} --configs {REPO / 'configs'}; sleep 600", env, tmp_path)
-    screen = tmux.wait_for(lambda s: sum("succeeded" in row for row in job_rows(s)) == JOBS, 30,
+    screen = tmux.wait_for(lambda s: sum("succeeded" in row for row in job_rows(s)) == JOBS,
                            "the re-attached dashboard with 6 succeeded jobs")
     print(screen)
     assert "run 1 · finished" in screen and f"{JOBS} succeeded" in screen
@@ -89,7 +89,7 @@ def test_run_finishes_after_the_tui_dies(sessions, tmp_path, how):
         first.kill()  # tmux kill-session: SIGHUP to the pane's processes
     else:
         tui.send_signal(signal.SIGKILL)
-    tui.wait(timeout=15)
+    tui.wait(timeout=HANG_S)
     assert "running" in status(state_dir)  # the TUI died mid-run
     final = wait_for_finish(state_dir)
     assert "run 1: finished" in final and final.count("succeeded") >= JOBS, final

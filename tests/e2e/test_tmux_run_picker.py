@@ -40,12 +40,12 @@ def test_ctrl_r_lists_the_runs_and_enter_shows_the_picked_one(tmux, tmp_path):  
     env = {"LAT_STATE_DIR": str(state_dir), "PATH": os.environ.get("PATH", ""),
            "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     tmux.start(f"{lat_tui_command()} --configs {REPO / 'configs'}; sleep 600", env, tmp_path)
-    tmux.wait_for(lambda s: "run 2" in s and len(job_rows(s)) == 1, 30, "the newest run's dashboard")
+    tmux.wait_for(lambda s: "run 2" in s and len(job_rows(s)) == 1, "the newest run's dashboard")
     tmux.keys("C-r")
-    picker = tmux.wait_for(lambda s: "Runs" in s and "run 1" in s and "run 2" in s, 15, "the run picker")
+    picker = tmux.wait_for(lambda s: "Runs" in s and "run 1" in s and "run 2" in s, "the run picker")
     assert picker.index("run 2") < picker.index("run 1") and "(shown)" in picker
     tmux.keys("Down", "Enter")
-    screen = tmux.wait_for(lambda s: "run 1 · finished" in s and len(job_rows(s)) == 3, 15, "run 1's dashboard")
+    screen = tmux.wait_for(lambda s: "run 1 · finished" in s and len(job_rows(s)) == 3, "run 1's dashboard")
     assert all("old_cfg" in row for row in job_rows(screen))
     tmux.keys("q")
-    tmux.wait_for(lambda s: "lat-tui: run 1 finished" in s, 15, "the farewell naming run 1")
+    tmux.wait_for(lambda s: "lat-tui: run 1 finished" in s, "the farewell naming run 1")

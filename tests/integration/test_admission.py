@@ -9,6 +9,7 @@ from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
 from tests.conftest import fake_job
 from tests.integration.test_engine import make_run
+from tests.helpers.waits import HANG_S
 
 
 def gpu_device(i, slots=2):
@@ -28,7 +29,7 @@ def test_job_waits_for_memory_and_starts_when_it_frees(tmp_path):
     assert job.state == "queued"
     assert job.waiting == "needs 10.0G GPU memory, 3.0G free on gpu0"
     fake.gpus[0].used = 4 * GiB  # the other tenant left
-    deadline = time.time() + 20
+    deadline = time.time() + HANG_S
     while engine.tick():
         assert time.time() < deadline
         time.sleep(0.05)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_EXPERIMENT = ROOT / "configs" / "experiments" / "gla" / "tiny_lora_qkvo.yaml"
@@ -20,7 +21,7 @@ def lat(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     full.pop("LAT_CONFIGS", None)
     return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True,
-                          timeout=120, env=full)
+                          timeout=HANG_S, env=full)
 
 
 def assert_refused(out: subprocess.CompletedProcess, *, names: list[str], created: list[Path]) -> None:
@@ -125,6 +126,6 @@ def test_the_trainer_refuses_a_job_file_of_random_bytes_naming_it(tmp_path):
     job = tmp_path / "job.yaml"
     job.write_bytes(RANDOM_BYTES)
     out = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(job)], capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         timeout=HANG_S, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert f"error: --cfg: {job}: not UTF-8 text" in out.stderr

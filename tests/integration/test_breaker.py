@@ -16,12 +16,13 @@ from lat_tui.control_cli import main as control
 from lat_tui.status import main as status
 from tests.conftest import fake_job
 from tests.integration.test_engine_faults import CPU, history, make_run
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = {"train": {"max_steps": 2, "eval_every": 2, "save_every": 2, "log_every": 1}}
 
 
-def wait_for(predicate, what, timeout=240):
+def wait_for(predicate, what, timeout=HANG_S):
     deadline = time.time() + timeout
     while not predicate():
         assert time.time() < deadline, f"timed out waiting for {what}"
@@ -64,7 +65,7 @@ def test_the_first_jobs_failing_alike_pause_the_run_until_resumed(tmp_path, caps
         shutil.copy(ROOT / "lat_core" / "data" / "tiny_sst2" / name, data / name)
     assert control(["requeue", "--failed", "--fresh", "--state-dir", str(tmp_path / "state")]) == 0
     assert control(["resume", "--state-dir", str(tmp_path / "state")]) == 0
-    wait_for(lambda: client.run(run_id).state is RunState.FINISHED, "the run's end", timeout=400)
+    wait_for(lambda: client.run(run_id).state is RunState.FINISHED, "the run's end")
     assert [j.state for j in client.job_table(run_id)] == [JobState.SUCCEEDED] * 6
     assert len(paused_reasons(client, run_id)) == 1  # tripped once
 
@@ -76,7 +77,7 @@ def engine_run(tmp_path, fails, plan="breaker: 3"):
     jobs = [fake_job(tmp_path, f"j{i}", sleep=0.05, extra=_failing(kind)) for i, kind in enumerate(fails)]
     store, run_id = make_run(tmp_path, jobs, plan=plan, devices=({**CPU, "slots": 1},))
     engine = Engine(store)
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while engine.tick() and not (store.run(run_id).paused and not store.running_jobs(run_id)):
         assert time.time() < deadline, [(j.key, j.state) for j in store.jobs(run_id)]
         time.sleep(0.05)
@@ -148,7 +149,7 @@ def test_the_trip_sends_one_paused_notice(tmp_path):
     try:
         plan = f"breaker: 2\nnotify:\n  webhook: {{url: 'http://127.0.0.1:{server.server_port}/h'}}\n"
         store, run_id = engine_run(tmp_path, ["python"] * 3, plan=plan)
-        deadline = time.time() + 10
+        deadline = time.time() + HANG_S
         while not any(r["kind"] == "paused" for r in received) and time.time() < deadline:
             time.sleep(0.05)
     finally:

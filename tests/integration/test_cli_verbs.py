@@ -14,11 +14,12 @@ from lat_tui.json_views import SCHEMA_VERSION, EventView, JobView, RunView, from
 from lat_tui.verbs import VERBS
 from tests.conftest import fake_job
 from tests.integration.test_engine import drain, make_run
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def lat(state: Path, *args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+def lat(state: Path, *args: str, timeout: float = HANG_S, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(state)}
     return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, **kw)
@@ -117,7 +118,7 @@ def test_status_into_a_closed_pipe_ends_quietly(finished):
     for verb in ("status", "runs", "follow", "suites"):
         # the reader closes its end at once, so the verb's first write meets a closed pipe
         out = subprocess.run(f"{sys.executable} -m lat_tui.cli {verb} | (exec 0<&-; sleep 3)", shell=True,
-                             capture_output=True, text=True, env=env, timeout=60)
+                             capture_output=True, text=True, env=env, timeout=HANG_S)
         assert "BrokenPipeError" not in out.stderr and "Traceback" not in out.stderr, out.stderr
         assert "Broken pipe" not in out.stderr, out.stderr  # a pipe is not a journal fault
 

@@ -13,6 +13,7 @@ from lat_core.contract.jobdir import JobDir, Started
 from lat_core.engine.loop import Engine
 from tests.conftest import fake_job
 from tests.integration.test_engine import make_run
+from tests.helpers.waits import HANG_S
 
 STAMP = r"\[lat\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
 CPU4 = {"id": "cpu", "label": "cpu", "slots": 4, "env": {}}
@@ -27,14 +28,14 @@ def trainer_pid(job) -> int | None:
     return started[-1].pid if started else None
 
 
-def tick_until(engine: Engine, done, timeout: float = 120) -> None:
+def tick_until(engine: Engine, done, timeout: float = HANG_S) -> None:
     deadline = time.time() + timeout
     while not done():
         assert engine.tick() and time.time() < deadline, "the engine stopped or took too long"
         time.sleep(0.05)
 
 
-def drain(engine: Engine, timeout: float = 120) -> None:
+def drain(engine: Engine, timeout: float = HANG_S) -> None:
     deadline = time.time() + timeout
     while engine.tick():
         assert time.time() < deadline, "the engine did not drain in time"

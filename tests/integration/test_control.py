@@ -15,9 +15,10 @@ from lat_core.front.client import Client
 from lat_tui.control_cli import main as control_main
 from tests.conftest import fake_job, intervals, max_overlap
 from tests.integration.test_engine import CPU, drain, make_run
+from tests.helpers.waits import HANG_S
 
 
-def tick_until(engine, predicate, timeout=30):
+def tick_until(engine, predicate, timeout=HANG_S):
     deadline = time.time() + timeout
     while not predicate():
         assert time.time() < deadline, "timed out"

@@ -11,6 +11,7 @@ from lat_core.contract.states import JobState
 from lat_core.engine.loop import Engine
 from tests.conftest import fake_job
 from tests.integration.test_engine import CPU, drain, make_run
+from tests.helpers.waits import HANG_S
 
 
 def _set_column(store, table: str, column: str, row_id: int, text: str) -> None:
@@ -31,7 +32,7 @@ def test_a_run_whose_saved_plan_is_damaged_waits_with_one_reason_and_the_others_
     damaged = store.create_run("fuse: sometimes\n", str(tmp_path / "out"), [CPU], 0.0)
     store.add_jobs(damaged, [fake_job(tmp_path, "b", sleep=0.1)])
     engine = Engine(store)
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while store.run(good).state != "finished":
         assert time.time() < deadline, "the good run did not finish"
         engine.tick()

@@ -11,9 +11,10 @@ from lat_core.contract.commands import CancelRun
 from lat_core.front.service import EngineLock, ensure_engine, open_store
 from tests.conftest import fake_job
 from tests.integration.test_engine import CPU
+from tests.helpers.waits import HANG_S
 
 
-def wait_for(predicate, timeout=60, what="condition"):
+def wait_for(predicate, timeout=HANG_S, what="condition"):
     deadline = time.time() + timeout
     while not predicate():
         assert time.time() < deadline, f"timed out waiting for {what}"
@@ -44,7 +45,7 @@ def test_second_engine_process_refuses(tmp_path):
     ensure_engine(state)
     wait_for(lambda: EngineLock(state).is_held(), what="engine lock")
     out = subprocess.run([sys.executable, "-m", "lat_core.engine", "--state-dir", str(state)],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=HANG_S)
     assert "another engine already serves" in out.stdout
     store.add_command(run_id, CancelRun())
     wait_for(lambda: store.run(run_id).state == "cancelled", what="cancel")
@@ -61,7 +62,7 @@ def test_engine_killed_mid_run_is_restarted_and_adopts_without_double_launch(tmp
     wait_for(lambda: not EngineLock(state).is_held(), what="lock release")
     running_before = {j.key for j in store.jobs(run_id) if j.state == "running"}
     assert ensure_engine(state) is True
-    wait_for(lambda: store.run(run_id).state == "finished", timeout=90, what="run to finish")
+    wait_for(lambda: store.run(run_id).state == "finished", what="run to finish")
     jobs = store.jobs(run_id)
     assert [j.state for j in jobs] == ["succeeded"] * 4
     assert all(j.attempts == 1 for j in jobs)  # journal: one launch each

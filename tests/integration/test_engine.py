@@ -9,6 +9,7 @@ from lat_core.contract.commands import CancelJob, CancelRun, SkipCountdown
 from lat_core.engine.loop import Engine
 from lat_core.contract.journal import Store
 from tests.conftest import fake_job, intervals, max_overlap
+from tests.helpers.waits import HANG_S
 
 CPU = {"id": "cpu", "label": "cpu", "slots": 2, "env": {"CUDA_VISIBLE_DEVICES": ""}}
 
@@ -20,7 +21,7 @@ def make_run(tmp_path, jobs, devices=(CPU,), countdown_until=0.0):
     return store, run_id
 
 
-def drain(store, timeout=60, **kw):
+def drain(store, timeout=HANG_S, **kw):
     engine = Engine(store, **kw)
     deadline = time.time() + timeout
     while engine.tick():
@@ -119,7 +120,7 @@ def test_cancel_running_job_kills_its_process_group(tmp_path):
     trainer_pid = int((tmp_path / "record" / "slow.log").read_text().split()[2])
     job = store.jobs(run_id)[0]
     store.add_command(run_id, CancelJob(job.id))
-    drain(store, timeout=30)
+    drain(store)
     job = store.job(job.id)
     assert job.state == "cancelled" and job.error == "cancelled by user"
     assert not psutil.pid_exists(trainer_pid) or psutil.Process(trainer_pid).status() == psutil.STATUS_ZOMBIE
@@ -187,7 +188,7 @@ def test_notices_on_start_failure_and_finish_reach_a_webhook(tmp_path):
         run_id = store.create_run(plan, str(tmp_path / "out"), [CPU], 0)
         store.add_jobs(run_id, [fake_job(tmp_path, "ok"), fake_job(tmp_path, "bad", exit_code=2)])
         drain(store)
-        deadline = time.time() + 10
+        deadline = time.time() + HANG_S
         while len(received) < 3 and time.time() < deadline:
             time.sleep(0.05)
     finally:
@@ -223,7 +224,7 @@ def test_the_exit_record_keeps_a_signal_death_and_the_peak(tmp_path):
     exit_file = tmp_path / "exit.json"
     subprocess.run([sys.executable, "-m", "lat_core.runner", "--exit-file", str(exit_file), "--",
                     sys.executable, "-c", "import os, signal; b = bytearray(50 * 2**20); b[::4096] = b'x' * len(b[::4096]);"
-                    " os.kill(os.getpid(), signal.SIGTERM)"], check=True, timeout=60)
+                    " os.kill(os.getpid(), signal.SIGTERM)"], check=True, timeout=HANG_S)
     record = json.loads(exit_file.read_text())
     assert record["returncode"] == -15 and record["signal"] == 15
     assert record["max_rss"] >= 50 * 2**20

@@ -27,6 +27,7 @@ from lat_tui.status import main as status
 from tests.conftest import ROOT, fake_job
 from tests.helpers.journal import restore_journal, snapshot_journal
 from tests.integration.test_journal_faults import fill, tmpfs  # noqa: F401 - a fixture
+from tests.helpers.waits import HANG_S
 
 FAULTY = ROOT / "tests" / "helpers" / "faulty_trainer.py"
 CPU = {"id": "cpu", "label": "cpu", "slots": 4, "env": {"CUDA_VISIBLE_DEVICES": ""}}
@@ -50,7 +51,7 @@ def make_run(tmp_path, jobs, plan="plan: test", devices=(CPU,)):
     return store, run_id
 
 
-def drain(store, engine=None, timeout=90, **kw):
+def drain(store, engine=None, timeout=HANG_S, **kw):
     engine = engine or Engine(store, **kw)
     deadline = time.time() + timeout
     while engine.tick():
@@ -112,7 +113,7 @@ def test_bad_events_are_skipped_with_a_reason_and_every_job_goes_on(tmp_path):
 def test_an_engine_restarted_on_bad_events_reads_them_again_without_dying(tmp_path):
     store, run_id = make_run(tmp_path, [faulty_job(tmp_path, "bad", lines=BAD_LINES["null-step"], sleep=1.5)])
     first = Engine(store)
-    deadline = time.time() + 30
+    deadline = time.time() + HANG_S
     while not store.jobs(run_id)[0].last_step:
         assert time.time() < deadline
         first.tick()
@@ -208,7 +209,7 @@ def test_a_run_whose_tick_raises_is_told_and_retried_and_other_runs_drain(tmp_pa
     fine = store.create_run("plan: test", str(tmp_path / "out"), [CPU], 0.0)
     store.add_jobs(fine, [fake_job(tmp_path, "b")])
     engine = Engine(store)
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while store.run(fine).state is not RunState.FINISHED:
         assert time.time() < deadline
         engine.tick()
@@ -240,7 +241,7 @@ def crash_after_launch(store, run_id):
     exit_path = JobDir(job.job_dir).attempt(1).exit_path
     store.start_attempt(job.id, "cpu", str(exit_path))
     launch(job.argv, {}, Path(job.job_dir), exit_path)
-    deadline = time.time() + 30
+    deadline = time.time() + HANG_S
     while not Path(f"{exit_path}.pid").exists():  # the runner's first act; an engine restart takes longer
         assert time.time() < deadline
         time.sleep(0.05)
@@ -313,7 +314,7 @@ def test_an_engine_dying_between_a_failed_attempt_and_its_retry_still_retries(tm
     and before requeueing it. The restarted engine must still retry the job."""
     job = fake_job(tmp_path, "flaky", sleep=0.1, extra=("--fail-log", "port_in_use", "--fail-before-attempt", "2"))
     store, run_id = make_run(tmp_path, [job], plan="on_failure: {classes: [rendezvous], max_retries: 2, backoff_s: 0}\n")
-    crashed = subprocess.run([sys.executable, "-c", CRASH_AT_RETRY, str(store.path)], timeout=90, check=False)
+    crashed = subprocess.run([sys.executable, "-c", CRASH_AT_RETRY, str(store.path)], timeout=HANG_S, check=False)
     assert crashed.returncode == 9  # it died at the crash point
     drain(store)
     job = store.jobs(run_id)[0]
@@ -341,7 +342,7 @@ def test_a_journal_that_lost_its_tail_relaunches_nothing(tmp_path):
     journal = Path(store.path)
     before = snapshot_journal(journal)
     engine = Engine(store)
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while {j.key: j.state for j in store.jobs(run_id)} != {"ok": "succeeded", "bad": "failed", "slow": "running"}:
         assert time.time() < deadline
         engine.tick()
@@ -408,7 +409,7 @@ def test_the_detached_engine_survives_what_froze_the_queue_on_main(tmp_path):
                             faulty_job(tmp_path, "memory-text", lines=BAD_LINES["memory-text"]),
                             fake_job(tmp_path, "plain")])
     ensure_engine(state)
-    deadline = time.time() + 90
+    deadline = time.time() + HANG_S
     while store.run(run_id).state is not RunState.FINISHED:
         assert time.time() < deadline, [(j.key, j.state) for j in store.jobs(run_id)]
         time.sleep(0.2)
@@ -417,7 +418,7 @@ def test_the_detached_engine_survives_what_froze_the_queue_on_main(tmp_path):
     assert states["rt-signal"].state is JobState.FAILED and states["rt-signal"].error.startswith("killed by SIGRTMIN+6")
     assert all(j.state is JobState.SUCCEEDED for k, j in states.items() if k != "rt-signal")
     assert "Traceback" not in (state / "engine.log").read_text()
-    deadline = time.time() + 15
+    deadline = time.time() + HANG_S
     while EngineLock(state).is_held():  # it exits by itself once no run is active
         assert time.time() < deadline
         time.sleep(0.2)
@@ -430,7 +431,7 @@ def test_a_full_output_disk_pauses_the_run_once_and_fails_only_the_jobs_that_hit
     store, run_id = make_run(tmp_path, jobs, devices=({**CPU, "slots": 2},))
     fill(out)
     engine = Engine(store)
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while not (store.run(run_id).paused and not store.running_jobs(run_id)):
         assert time.time() < deadline, [(j.key, j.state, j.error) for j in store.jobs(run_id)]
         engine.tick()
@@ -457,7 +458,7 @@ def test_a_job_whose_own_write_hit_a_full_disk_pauses_its_run(tmp_path):
     jobs = [fake_job(tmp_path, "full", sleep=0.1, extra=("--fail-log", "disk_full")), fake_job(tmp_path, "next")]
     store, run_id = make_run(tmp_path, jobs, devices=({**CPU, "slots": 1},))
     engine = Engine(store)
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while store.jobs(run_id)[0].state is not JobState.FAILED:
         assert time.time() < deadline
         engine.tick()

@@ -20,6 +20,7 @@ from tests.conftest import fake_job
 from tests.helpers.fused import events_of, job_dir, saved_tiny_base
 from tests.helpers.journal import restore_journal, snapshot_journal
 from tests.helpers.titles import title_of
+from tests.helpers.waits import HANG_S
 
 CPU = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}
 MEMBERS = {"a": ({"r": 4, "alpha": 8}, {"batch_size": 8}, 3),
@@ -49,7 +50,7 @@ def make_run(tmp_path, base, fuse: str, members=MEMBERS, slots=1, warm=False, **
     store.add_jobs(run_id, jobs(tmp_path / "out", base, members, **train_over))
     return store, run_id
 
-def drain(engine, timeout=600, until=None):
+def drain(engine, timeout=HANG_S, until=None):
     deadline = time.time() + timeout
     while engine.tick():
         assert time.time() < deadline, "engine did not drain in time"
@@ -207,7 +208,7 @@ def test_a_group_out_of_memory_is_retried_in_halves_down_to_jobs_alone(tmp_path,
     """4 members out of memory: requeued in groups of at most 2, which run out of memory too, then
     alone (the one slot runs one group at a time), where they succeed."""
     store, run_id = make_run(tmp_path, base, "true", {**MEMBERS, "d": ({"r": 4, "alpha": 8}, {"batch_size": 2}, 9)})
-    drain(Engine(store, launch_fn=oom_group_launch), timeout=300)
+    drain(Engine(store, launch_fn=oom_group_launch))
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in "abcd"}
     assert {k: group_sizes(store, j) for k, j in jobs_.items()} == {k: [4, 2, 1] for k in "abcd"}
@@ -228,7 +229,7 @@ def test_a_group_out_of_memory_is_retried_in_halves_down_to_jobs_alone(tmp_path,
 def test_a_member_that_did_not_run_out_of_memory_is_not_requeued(tmp_path, base):
     store, run_id = make_run(tmp_path, base, "true")
     (Path(by_key(store, run_id)["a"].job_dir) / "survives").touch()
-    drain(Engine(store, launch_fn=oom_group_launch), timeout=300)
+    drain(Engine(store, launch_fn=oom_group_launch))
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
     assert {k: group_sizes(store, j) for k, j in jobs_.items()} == {"a": [3], "b": [3, 1], "c": [3, 1]}
@@ -273,16 +274,16 @@ def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_sl
     drain(engine, until=lambda: stepped(by_key(store, run_id)["a"]))
     assert processes_under(tmp_path)
     store.add_command(run_id, CancelRun())  # lat-tui cancel --all
-    drain(engine, timeout=120)
+    drain(engine)
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "cancelled" for k in MEMBERS}
     assert all(j.error == "cancelled by user" and j.last_step < 400 for j in jobs_.values())
     assert store.run(run_id).state == "cancelled" and not store.open_attempts(run_id)
     left = processes_under(tmp_path)  # the trainer is gone; its runner may still be exiting after its record
     assert all(title_of(p.pid).startswith("lat runner: ") for p in left), [title_of(p.pid) for p in left]
-    assert not psutil.wait_procs(left, timeout=10)[1]
+    assert not psutil.wait_procs(left, timeout=HANG_S)[1]
     store.add_command(run_id, AddJobs((fake_job(tmp_path, "z", sleep=0.1),)))
-    drain(engine, timeout=60)
+    drain(engine)
     assert by_key(store, run_id)["z"].state == "succeeded"  # the group's slot is free again
 
 
@@ -297,17 +298,17 @@ def test_a_group_process_that_outlives_its_last_member_is_killed_before_the_slot
 
     store, run_id = make_run(tmp_path, base, "true")
     engine = Engine(store, launch_fn=launch_fn)
-    drain(engine, timeout=60, until=lambda: len(store.open_attempts(run_id)) == 1)
+    drain(engine, until=lambda: len(store.open_attempts(run_id)) == 1)
     last = store.open_attempts(run_id)[0]
     assert processes_under(tmp_path) and store.job(last.job_id).state == "running"
-    drain(engine, timeout=60)
+    drain(engine)
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
     assert told(store, run_id, store.job(last.job_id)).count(
         "the group's process was still running 2 s after its last member left: killed") == 1
     left = processes_under(tmp_path)
     assert all(title_of(p.pid).startswith("lat runner: ") for p in left), [title_of(p.pid) for p in left]
-    assert not psutil.wait_procs(left, timeout=10)[1]
+    assert not psutil.wait_procs(left, timeout=HANG_S)[1]
 
 
 def test_a_journal_that_lost_a_finished_groups_attempts_launches_no_member_again(tmp_path, base):
@@ -320,7 +321,7 @@ def test_a_journal_that_lost_a_finished_groups_attempts_launches_no_member_again
     restore_journal(journal, before)
     store = Store(journal)
     assert {j.state for j in store.jobs(run_id)} == {"queued"}
-    drain(Engine(store), timeout=120)
+    drain(Engine(store))
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {"a": "succeeded", "b": "failed", "c": "succeeded"}
     assert "exit code 1" in jobs_["b"].error, jobs_["b"].error
@@ -344,7 +345,7 @@ def journal_lost_a_running_group(tmp_path, base) -> tuple[Store, int]:
 
 def test_a_journal_that_lost_a_running_groups_attempts_adopts_the_group(tmp_path, base):
     store, run_id = journal_lost_a_running_group(tmp_path, base)
-    drain(Engine(store), timeout=300)
+    drain(Engine(store))
     jobs_ = by_key(store, run_id)
     assert {k: j.state for k, j in jobs_.items()} == {k: "succeeded" for k in MEMBERS}
     for job in jobs_.values():

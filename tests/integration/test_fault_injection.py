@@ -11,6 +11,7 @@ import pytest
 from lat_core.front.service import EngineLock, ensure_engine, open_store
 from lat_core.contract.journal import JOB_FINAL
 from tests.conftest import fake_job
+from tests.helpers.waits import HANG_S
 
 CPU3 = {"id": "cpu", "label": "cpu", "slots": 3, "env": {"CUDA_VISIBLE_DEVICES": ""}}
 
@@ -46,7 +47,7 @@ def test_random_kills_of_jobs_and_engine_keep_the_invariants(tmp_path):
     store.add_jobs(run_id, jobs)
     ensure_engine(state)
     killed_jobs = killed_engines = 0
-    deadline = time.time() + 120
+    deadline = time.time() + HANG_S
     while store.run(run_id).state not in ("finished", "cancelled"):
         assert time.time() < deadline, "the run did not finish in time"
         time.sleep(rng.uniform(0.1, 0.6))

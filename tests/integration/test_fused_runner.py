@@ -14,6 +14,7 @@ from lat_core.contract.jobdir import Eval, Failed, Finished, JobDir, SpeedMode, 
 from lat_core.train.fused.__main__ import main, open_members, parse_args, start_group
 from lat_core.train.fused.runner import train_group
 from tests.helpers.fused import events_of, job_dir, run_alone, saved_tiny_base
+from tests.helpers.waits import HANG_S
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 MEMBERS = {"a": ({"r": 4, "alpha": 8}, {"batch_size": 8}, 3),
@@ -187,7 +188,7 @@ def test_cancel_marker_stops_one_member(tmp_path, base):
     while proc.poll() is None and len(events_of(dirs[1], Step)) < 2:
         time.sleep(0.2)
     JobDir(dirs[1]).request_cancel(time.time())
-    out = proc.communicate(timeout=600)[0].decode()
+    out = proc.communicate(timeout=HANG_S)[0].decode()
     assert proc.returncode == 1, out
     rc = {d.name: JobDir(d).attempt(2).read_exit().returncode for d in dirs}
     assert rc == {"a": 0, "b": -15, "c": 0}, out
@@ -204,7 +205,7 @@ def test_sigterm_to_the_group_cancels_every_member(tmp_path, base):
     while proc.poll() is None and len(events_of(dirs[0], Step)) < 2:
         time.sleep(0.2)
     proc.terminate()
-    out = proc.communicate(timeout=600)[0].decode()
+    out = proc.communicate(timeout=HANG_S)[0].decode()
     assert proc.returncode == 1, out
     assert {d.name: JobDir(d).attempt(1).read_exit().returncode for d in dirs} == {n: -15 for n in MEMBERS}
     assert all("cancelled: SIGTERM to the group" in (d / "train.log").read_text() for d in dirs)

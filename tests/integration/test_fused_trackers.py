@@ -15,6 +15,7 @@ from lat_core.train.fused.__main__ import main
 from lat_core.train.tracking import run_naming
 from tests.helpers.fused import ROOT, events_of, job_dir, run_alone, saved_tiny_base
 from tests.helpers.trackers import TRACKER_VARS, tensorboard_scalars, tensorboard_text, wandb_runs
+from tests.helpers.waits import HANG_S
 
 SUITE = "gla_adapters"
 MEMBERS = {"a": ({"r": 4, "alpha": 8}, {"batch_size": 8, "log_every": 2}, 3),
@@ -150,7 +151,7 @@ def test_runs_of_a_group_that_dies_close_as_crashed(tmp_path, base, tracker_env)
              "tracker_run": {"id": "a3", "continued": False}}
     lines = [{"begin": begin}, {"step": 1, "logs": {"loss": 3.5, "epoch": 1 / 6}},
              {"step": 2, "logs": {"loss": 3.25, "epoch": 2 / 6}}]
-    done = subprocess.run([sys.executable, "-m", "lat_core.train.fused.trackers"], env=env, cwd=ROOT, timeout=300,
+    done = subprocess.run([sys.executable, "-m", "lat_core.train.fused.trackers"], env=env, cwd=ROOT, timeout=HANG_S,
                           input="".join(json.dumps(x) + "\n" for x in lines), capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout == "ready\n", done.stderr
     run, = wandb_runs(d)
@@ -177,4 +178,4 @@ def test_a_tracker_writer_is_titled_with_its_member(tmp_path, base, tracker_env)
         assert title == f"lat tracker: {job_label(d / 'job.yaml')}" and "tiny-sst2" in title, title
     finally:
         writer.stdin.close()
-        writer.wait(timeout=300)
+        writer.wait(timeout=HANG_S)

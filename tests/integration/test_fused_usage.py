@@ -27,7 +27,7 @@ def test_a_groups_usage_is_recorded_for_the_group_with_its_size(tmp_path, base):
 def test_an_adopted_groups_members_stay_its_members(tmp_path, base):  # noqa: F811
     """A journal that lost a running group's attempts: the adopted members' usage is still the group's."""
     store, run_id = journal_lost_a_running_group(tmp_path, base)
-    drain(Engine(store, sample_every_s=0.1), timeout=300)
+    drain(Engine(store, sample_every_s=0.1))
     members = by_key(store, run_id)
     assert {j.state for j in members.values()} == {"succeeded"}
     assert {j.fused_group for j in members.values()} == {f"{members['a'].id}.1"}

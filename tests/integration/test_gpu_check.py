@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
@@ -17,7 +18,7 @@ SCRIPT = ROOT / "bench" / "gpu_check.sh"
 def gpu_check(work: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "LAT_GPU_CHECK_DIR": str(work), "LAT_GPU_CHECK_WHEELS": str(work / "no-wheels"),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=HANG_S)
 
 
 def a_cache(root: Path) -> None:

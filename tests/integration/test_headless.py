@@ -10,6 +10,7 @@ import yaml
 from lat_core.contract.commands import CancelRun
 from lat_core.front.service import open_store
 from lat_tui.cli import main
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,7 +95,7 @@ def test_status_prints_the_latest_run_and_restarts_its_dead_engine(tmp_path, cap
     text = capsys.readouterr().out
     assert f"run {run_id}: countdown; engine restarted" in text and "a 1:d" in text and "queued" in text
     store.add_command(run_id, CancelRun())
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while EngineLock(tmp_path / "state").is_held():
         assert time.time() < deadline, "the restarted engine did not exit after the cancel"
         time.sleep(0.2)
@@ -140,7 +141,7 @@ def test_two_front_ends_at_once_share_one_engine_and_never_double_launch(tmp_pat
                                "--gpus", "cpu", "--gpu-plan", "1", "--configs", str(configs), "--state-dir", str(state),
                                "--output-root", str(tmp_path / f"runs{seed}")],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for seed in (1, 2)]
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    outputs = [p.communicate(timeout=HANG_S)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     store = open_store(state)
     jobs = [j for run in store.runs() for j in store.jobs(run.id)]

@@ -55,7 +55,7 @@ def test_kernel_oom_kill_is_classified_as_host_oom(tmp_path, cgroup):
         (cgroup / "cgroup.procs").write_text(str(launched.pid))  # the runner, before it starts the hog
         return launched
 
-    drain(store, timeout=60, launch_fn=launch_in_cgroup)
+    drain(store, launch_fn=launch_in_cgroup)
     failed = store.jobs(run_id)[0]
     assert failed.state == "failed" and failed.returncode == -9
     assert failed.diagnosis.cls == "host_oom", failed.diagnosis

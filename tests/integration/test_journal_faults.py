@@ -26,6 +26,7 @@ from lat_core.front.service import (
 )
 from tests.conftest import FAKE_TRAINER, fake_job
 from tests.integration.test_detached_engine import engine_pid, wait_for
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET, HOOK_TOKEN = "sekrit-value-123", "T000/B000/hooktoken456"
@@ -71,7 +72,7 @@ def test_secrets_stay_out_of_the_journal_and_reach_a_job_after_an_engine_restart
     wait_for(lambda: not EngineLock(state).is_held(), what="lock release")
     assert "WANDB_API_KEY" not in os.environ
     assert ensure_engine(state) is True  # another front end: no secret in its environment
-    wait_for(lambda: store.run(run_id).state == "finished", timeout=120, what="run to finish")
+    wait_for(lambda: store.run(run_id).state == "finished", what="run to finish")
     assert [j.state for j in store.jobs(run_id)] == ["succeeded", "succeeded"]
     assert (tmp_path / "runs" / "second" / "env.txt").read_text().strip() == SECRET
     wait_for(lambda: not EngineLock(state).is_held(), what="engine to exit")
@@ -133,7 +134,7 @@ def fill(path: Path) -> None:
 
 def lat_tui(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True, check=False,
-                          timeout=300, env={**os.environ, **(env or {})})
+                          timeout=HANG_S, env={**os.environ, **(env or {})})
 
 
 def headless(state: Path, out: Path) -> subprocess.CompletedProcess:
@@ -185,13 +186,13 @@ def test_disk_filling_under_a_live_engine_stops_it_once_and_a_front_end_revives_
     ensure_engine(state)
     wait_for(lambda: store.jobs(run_id)[0].state == "running", what="job running")
     fill(state)
-    wait_for(lambda: not EngineLock(state).is_held(), timeout=60, what="engine to stop on the full disk")
+    wait_for(lambda: not EngineLock(state).is_held(), what="engine to stop on the full disk")
     assert_clear_exit_2(lat_tui("status", "--state-dir", str(state)), state, "cannot start", "disk is full")
     assert not EngineLock(state).is_held()  # the front end did not start an engine into the fault
     (state / "filler").unlink()
     done = lat_tui("status", "--state-dir", str(state))
     assert done.returncode == 0 and "restarted" in done.stdout, done.stdout + done.stderr
-    wait_for(lambda: store.run(run_id).state == "finished", timeout=60, what="run to finish")
+    wait_for(lambda: store.run(run_id).state == "finished", what="run to finish")
     assert store.jobs(run_id)[0].state == "succeeded"
     wait_for(lambda: not EngineLock(state).is_held(), what="engine to exit")
 
@@ -276,7 +277,7 @@ def test_engine_waits_out_a_journal_locked_past_the_timeout(tmp_path):
     time.sleep(4.0)
     holder.execute("ROLLBACK")
     holder.close()
-    wait_for(lambda: store.run(run_id).state == "finished", timeout=60, what="run to finish")
+    wait_for(lambda: store.run(run_id).state == "finished", what="run to finish")
     assert store.jobs(run_id)[0].state == "succeeded"
     log = (state / "engine.log").read_text()
     assert f"engine {pid}: " in log and "locked by another process" in log and "Traceback" not in log
@@ -309,7 +310,7 @@ def test_wal_removed_under_a_live_engine_stops_it_before_it_damages_the_journal(
     wait_for(lambda: store.jobs(run_id)[0].state == "running", what="job running")
     store.close()
     (state / "journal.sqlite-wal").unlink()
-    wait_for(lambda: not EngineLock(state).is_held(), timeout=60, what="engine to stop on the lost -wal")
+    wait_for(lambda: not EngineLock(state).is_held(), what="engine to stop on the lost -wal")
     log = (state / "engine.log").read_text()
     assert "stopped: " in log and "its -wal file was removed" in log and "Traceback" not in log, log
     assert_clear_exit_2(lat_tui("pause", "--state-dir", str(state)), state, "-wal file")  # the one CLI write
@@ -319,7 +320,7 @@ def test_wal_removed_under_a_live_engine_stops_it_before_it_damages_the_journal(
     done = lat_tui("status", "--state-dir", str(state))
     assert done.returncode == 0 and "restarted" in done.stdout, done.stdout + done.stderr
     store = open_store(state)
-    wait_for(lambda: store.run(run_id).state == "finished", timeout=90, what="run to finish")
+    wait_for(lambda: store.run(run_id).state == "finished", what="run to finish")
     assert [j.state for j in store.jobs(run_id)] == ["succeeded", "succeeded"]
     assert sqlite3.connect(state / "journal.sqlite").execute("PRAGMA integrity_check").fetchone() == ("ok",)
     for name in ("a", "b"):

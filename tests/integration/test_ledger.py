@@ -13,6 +13,7 @@ from lat_core.front.service import EngineLock, open_store
 from lat_core.contract.journal import Store
 from tests.conftest import fake_job, intervals, max_overlap
 from tests.integration.test_engine import drain
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ def test_two_runs_share_one_cpu_slot_and_both_get_memory_samples(tmp_path):
         run_id = store.create_run("plan: test", str(tmp_path / "out"), [cpu_device(1)], 0.0)
         store.add_jobs(run_id, [fake_job(tmp_path, f"{r}{i}", sleep=1.2) for i in range(2)])
         runs.append(run_id)
-    drain(store, timeout=120, sample_every_s=0.2)
+    drain(store, sample_every_s=0.2)
     spans = intervals(tmp_path)
     assert len(spans) == 4
     assert max_overlap(spans.values()) == 1, spans
@@ -54,7 +55,7 @@ def test_five_front_ends_with_one_plan_create_one_run_and_the_others_name_it(tmp
             "--output-root", str(out), "--state-dir", str(state), "--sleep-mins", "30"]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(5)]
     try:
-        refused = _wait_for_exits(procs, count=4, timeout=300)
+        refused = _wait_for_exits(procs, count=4)
         store = open_store(state)
         runs = store.runs()
         assert len(runs) == 1, [r.id for r in runs]
@@ -68,7 +69,7 @@ def test_five_front_ends_with_one_plan_create_one_run_and_the_others_name_it(tmp
         _cancel_and_stop(state, procs)
 
 
-def _wait_for_exits(procs, count, timeout):
+def _wait_for_exits(procs, count, timeout=HANG_S):
     deadline = time.time() + timeout
     while sum(p.poll() is not None for p in procs) < count:
         assert time.time() < deadline, "front ends did not answer in time"
@@ -84,7 +85,7 @@ def _cancel_and_stop(state, procs):
     store = open_store(state)
     for run in store.active_runs():
         store.add_command(run.id, CancelRun())
-    lock, deadline = EngineLock(state), time.time() + 60
+    lock, deadline = EngineLock(state), time.time() + HANG_S
     while lock.is_held() and time.time() < deadline:  # the engine ends once the run is cancelled
         time.sleep(0.2)
 

@@ -13,6 +13,7 @@ from lat_core.engine.loop import Engine
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
 from lat_core.contract.journal import Store
+from tests.helpers.waits import HANG_S
 
 GPU = {"id": "gpu0", "index": 0, "uuid": "GPU-fake-0000", "label": "GPU 0", "slots": 2,
        "env": {"CUDA_VISIBLE_DEVICES": "GPU-fake-0000"}}
@@ -42,7 +43,7 @@ def run_with_mps(tmp_path, monkeypatch, bin_dir, mps=True):
     run_id = store.create_run(yaml.safe_dump({"mps": mps}), str(tmp_path / "out"), [GPU], 0.0)
     store.add_jobs(run_id, [env_probe_job(tmp_path, "a"), env_probe_job(tmp_path, "b")])
     engine = Engine(store, gpu_probe=GpuProbe(FakeNvml.with_gpus(1)))
-    deadline = time.time() + 30
+    deadline = time.time() + HANG_S
     while engine.tick():
         assert time.time() < deadline
         time.sleep(0.05)

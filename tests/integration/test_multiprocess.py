@@ -28,7 +28,7 @@ def ddp_job(tmp_path, name, world=2, use_libuv=True):
 def test_two_process_gloo_job_runs_under_torchrun_through_the_engine(tmp_path):
     cpu = {"id": "cpu", "label": "cpu", "slots": 2, "env": {"CUDA_VISIBLE_DEVICES": ""}}
     store, run_id = make_run(tmp_path, [ddp_job(tmp_path, "ddp", use_libuv=False)], devices=[cpu])
-    drain(store, timeout=120)
+    drain(store)
     job = store.jobs(run_id)[0]
     assert job.state == "succeeded", (tmp_path / "out" / "ddp" / "train.log").read_text()[-2000:]
     ranks = [(tmp_path / "out" / "ddp" / f"rank{r}.txt").read_text().split() for r in (0, 1)]
@@ -95,7 +95,7 @@ def test_pretraining_runs_two_processes_through_the_engine(tmp_path):
            "job_dir": str(job_dir), "argv": argv, "env": {}, "world": 2}
     cpu = {"id": "cpu", "label": "cpu", "slots": 2, "env": {"CUDA_VISIBLE_DEVICES": ""}}
     store, run_id = make_run(tmp_path, [job], devices=[cpu])
-    drain(store, timeout=180)
+    drain(store)
     assert store.jobs(run_id)[0].state == "succeeded", (job_dir / "train.log").read_text()[-3000:]
     events = [json.loads(l) for l in (job_dir / "events.jsonl").read_text().splitlines()]
     started = events[0]

@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from lat_core.config.job import TrainConfigError, parse_config
-from lat_core.contract.jobdir import Eval, Finished, JobDir, Started
+from lat_core.contract.jobdir import EarlyStop, Eval, Finished, JobDir, Started
 from lat_core.train.loop import run
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_SST2 = ROOT / "lat_core" / "data" / "tiny_sst2"
@@ -65,7 +66,7 @@ def train_cli(tmp: Path, raw: dict, pythonpath: str = "") -> subprocess.Complete
     (tmp / "job.yaml").write_text(yaml.safe_dump(raw))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), pythonpath) if p)}
     return subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(tmp / "job.yaml")], cwd=tmp,
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=env, capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_own_csv_with_word_labels_trains_and_evaluates_on_its_metric(tmp_path):
@@ -77,9 +78,26 @@ def test_own_csv_with_word_labels_trains_and_evaluates_on_its_metric(tmp_path):
     evals = [e for e in evs if isinstance(e, Eval)]
     assert [e.step for e in evals] == [3, 6] and all({"mcc", "accuracy", "loss"} <= set(e.metrics) for e in evals)
     assert isinstance(finished, Finished) and finished.best["metric"] == "mcc"
+    assert (started.metric, started.higher_is_better) == ("mcc", True)  # what results rank it by
     # a fifth of the 264 rows held out for validation (no validation split in one file)
     assert len(list((tmp_path / "out" / "predictions").glob("step-6-validation.jsonl"))) == 1
     assert len((tmp_path / "out" / "predictions" / "step-6-validation.jsonl").read_text().splitlines()) == 53
+
+
+def test_results_rank_own_data_by_the_metric_it_names(tmp_path):
+    """`metric: mcc` on data whose task ("own") ranks by accuracy: the results table ranks by MCC,
+    its best checkpoint is the best MCC among the checkpointed evaluations, accuracy beside it."""
+    from lat_core.results import aggregate, build_tables
+    write_csv(tmp_path / "reviews.csv")
+    raw = job_raw(tmp_path, {"path": "./reviews.csv", "text": "review", "label": "sentiment", "metric": "mcc"},
+                  save_every=3)
+    evs = train_in_process(tmp_path, raw)
+    mcc = {e.step: e.metrics["mcc"] for e in evs if isinstance(e, Eval) and e.split == "validation"}
+    (result,) = aggregate(tmp_path).results
+    assert (result.metric, result.best_value) == ("mcc", max(mcc.values()))
+    (table,) = build_tables(aggregate(tmp_path))
+    assert (table.spec.main, table.spec.higher_is_better) == ("mcc", True)
+    assert [c.key for c in table.columns][:2] == ["val_mcc", "val_accuracy"]
 
 
 def test_own_jsonl_folder_generation_task(tmp_path):
@@ -182,10 +200,19 @@ def test_early_stopping_ends_a_stalled_job_successfully(tmp_path, capsys, stoppi
     evs = train_in_process(tmp_path, raw)
     finished = evs[-1]
     assert isinstance(finished, Finished) and finished.status == "ok" and finished.steps == 6
+    assert finished.stopped_early == EarlyStop(step=6, max_steps=40, metric="accuracy", patience=2)
     assert [e.step for e in evs if isinstance(e, Eval)] == [2, 4, 6]
     out = capsys.readouterr().out
     assert "early stopping: validation accuracy did not improve by more than 0 in 2 evaluations" in out
     assert "stopped at step 6 of 40" in out
+    # the results' Jobs section says so too (the table's row is an ordinary success)
+    from lat_core.results import aggregate
+    from lat_core.results.render import jobs_markdown, report_document
+    report = aggregate(tmp_path)
+    line = "stopped early at step 6 of 40 (no better accuracy for 2 evals)"
+    assert f"| succeeded, {line} |" in jobs_markdown(report)
+    (job,) = report_document(report, [])["jobs"]
+    assert job["stopped_early"] == {"step": 6, "max_steps": 40, "metric": "accuracy", "patience": 2}
 
 
 def test_both_spellings_of_early_stopping_must_agree(tmp_path):
@@ -229,6 +256,11 @@ def test_a_plan_dataset_trains_and_an_early_stop_succeeds(tmp_path, own_suite, c
     assert yaml.safe_load((job / "job.yaml").read_text())["data"] == {
         "name": "reviews", "path": str(tmp_path / "reviews.csv"), "text": "review", "label": "sentiment"}
     assert "stopped at step 6 of 40" in (job / "train.log").read_text()
+    from lat_core.front.client import Client
+    client = Client(tmp_path / "state")
+    (row,) = client.jobs(client.latest_run().id)
+    ends = [t.detail for t in client.history(row.run_id, job_id=row.id) if t.new_state == "succeeded"]
+    assert ends == ["exit 0; stopped early at step 6 of 40 (no better accuracy for 2 evals)"]
 
 
 def test_a_plan_dataset_with_a_missing_column_is_exit_2_and_starts_nothing(tmp_path, own_suite, capsys):

@@ -15,6 +15,7 @@ from lat_core.contract.jobdir import JobDir
 from lat_core.results import aggregate
 from tests.conftest import fake_job
 from tests.integration.test_engine import drain, make_run
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 HELD = 96 << 20
@@ -38,7 +39,7 @@ TRAINER = textwrap.dedent(f"""
 def lat(state: Path, *args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(state)}
     out = subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True,
-                         timeout=60, env=env)
+                         timeout=HANG_S, env=env)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -80,7 +81,7 @@ def test_a_forked_job_that_dies_at_once_is_not_charged_the_preloaded_process(tmp
 
     engine_tick = engine.tick
     engine.tick = lambda: (note_preloaded(), engine_tick())[1]
-    drain_warm(engine, timeout=120)
+    drain_warm(engine)
     job = store.jobs(run_id)[0]
     assert MARK in (job_dir / "train.log").read_text() and job.state == "failed"
     assert preloaded and max(preloaded) > 150 << 20  # torch, transformers and peft imported

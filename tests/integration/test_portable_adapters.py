@@ -19,6 +19,7 @@ import torch
 import yaml
 
 from lat_core.contract.jobdir import Eval, Finished, JobDir
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "configs" / "experiments"
@@ -54,7 +55,7 @@ def plain_peft_metrics(job_yaml: Path, *folders: Path) -> dict[str, dict]:
     """{folder: validation metrics} from a fresh process that knows only PEFT and the base model."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "tests.helpers.plain_peft_eval", str(job_yaml), *map(str, folders)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

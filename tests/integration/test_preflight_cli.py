@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from lat_core.contract.state_dir import JOURNAL_NAME
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_GLA = yaml.safe_load((ROOT / "configs" / "experiments" / "gla" / "tiny_lora_qkvo.yaml").read_text())
@@ -44,7 +45,7 @@ def run_plan(tmp_path, configs, suite, pairs, env=None, flags=()):
     shell.pop("HF_DATASETS_OFFLINE", None)
     return subprocess.run([sys.executable, "-m", "lat_tui.cli", "--plan", str(tmp_path / "plan.yaml"),
                            "--configs", str(configs), "--state-dir", str(tmp_path / "state"), *flags],
-                          capture_output=True, text=True, env=shell, timeout=120)
+                          capture_output=True, text=True, env=shell, timeout=HANG_S)
 
 
 def assert_refused(tmp_path, done):
@@ -93,7 +94,7 @@ def test_pretraining_without_a_gpu_is_refused_before_torch_is_imported(tmp_path)
     code = ("import sys; from lat_core.train.pretrain import main; "
             "rc = main(['--config=configs/dual_gpu/conservative.py', '--corpus=missing.txt']); "
             "print(rc, 'torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)})
     assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr
     assert "85.6 M parameters in bfloat16 need a GPU, and no GPU is visible" in done.stderr

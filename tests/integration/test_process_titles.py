@@ -18,11 +18,12 @@ from tests.integration.test_engine import make_run as make_fake_run
 from tests.integration.test_engine_fused import LONG, MEMBERS, base, by_key, stepped  # noqa: F401 - base: a fixture
 from tests.integration.test_engine_fused import make_run as make_fused_run
 from tests.integration.test_warm_start import demo_run, drain
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tick_until(engine: Engine, done, timeout: float = 240) -> None:
+def tick_until(engine: Engine, done, timeout: float = HANG_S) -> None:
     deadline = time.time() + timeout
     while not done():
         assert time.time() < deadline, "the jobs never got going"
@@ -37,7 +38,7 @@ def runner_and_trainer(store, job) -> tuple[int, int]:
 
 def cancel_all(store, run_id, engine) -> None:
     store.add_command(run_id, CancelRun())
-    drain(engine, timeout=120)
+    drain(engine)
 
 
 def test_a_trainer_and_its_runner_show_the_job_s_table_name(tmp_path):
@@ -81,7 +82,7 @@ def test_the_engine_names_its_state_directory_and_a_runner_of_another_command_it
     engine = subprocess.Popen([sys.executable, "-m", "lat_core.engine", "--state-dir", str(state)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + HANG_S
         while not store.open_attempts(run_id) or not store.open_attempts(run_id)[0].pid:
             assert time.time() < deadline and engine.poll() is None, "the engine launched nothing"
             time.sleep(0.1)
@@ -93,4 +94,4 @@ def test_the_engine_names_its_state_directory_and_a_runner_of_another_command_it
         assert display_name(None, "slow", 1, "x") == "slow 1:x"
     finally:
         store.add_command(run_id, CancelRun())
-        engine.wait(timeout=60)
+        engine.wait(timeout=HANG_S)

@@ -19,6 +19,7 @@ from lat_core.engine.loop import Engine
 from lat_core.engine.warm import WarmStarter
 from tests.conftest import ROOT, max_overlap
 from tests.integration.test_engine import make_run
+from tests.helpers.waits import HANG_S
 
 TREE_TRAINER = ROOT / "tests" / "helpers" / "tree_trainer.py"
 ONE_SLOT = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}
@@ -61,7 +62,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def tick_until(engine: Engine, done, timeout: float = 60) -> None:
+def tick_until(engine: Engine, done, timeout: float = HANG_S) -> None:
     deadline = time.time() + timeout
     while not done():
         assert time.time() < deadline, "timed out"
@@ -69,7 +70,7 @@ def tick_until(engine: Engine, done, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-def drain(engine: Engine, timeout: float = 90) -> None:
+def drain(engine: Engine, timeout: float = HANG_S) -> None:
     deadline = time.time() + timeout
     while engine.tick():
         assert time.time() < deadline, "engine did not drain in time"
@@ -150,7 +151,7 @@ def test_a_warm_started_job_is_contained_the_same_way(tmp_path, containment):
     starter = WarmStarter(tmp_path / "state")
     starter.ensure_started()
     try:
-        deadline = time.time() + 400
+        deadline = time.time() + HANG_S
         while starter.status() == "starting":
             assert time.time() < deadline, "the preloaded process was not ready"
             time.sleep(0.5)
@@ -176,7 +177,7 @@ def test_a_warm_started_job_is_contained_the_same_way(tmp_path, containment):
         starter.stop()
 
 
-def wait_for(done, timeout: float = 60) -> None:
+def wait_for(done, timeout: float = HANG_S) -> None:
     deadline = time.time() + timeout
     while not done():
         assert time.time() < deadline, "timed out"

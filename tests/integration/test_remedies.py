@@ -17,6 +17,7 @@ from lat_tui.control_cli import main as control_main
 from tests.conftest import fake_job
 from tests.integration.test_engine import CPU
 from tests.integration.test_slurm import slurm_cluster  # noqa: F401  (the session fixture)
+from tests.helpers.waits import HANG_S
 
 GPUS = [{"id": f"gpu{i}", "label": f"GPU {i}", "slots": 1,
          "env": {"CUDA_VISIBLE_DEVICES": f"GPU-{i}", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}} for i in range(2)]
@@ -45,7 +46,7 @@ def start(tmp_path, jobs, devices=(CPU,), plan="plan: test"):
     return store, run_id, state
 
 
-def wait_attempt(store, job_id, n, timeout=90):
+def wait_attempt(store, job_id, n, timeout=HANG_S):
     """The job once its attempt ``n`` has ended."""
     deadline = time.time() + timeout
     while True:
@@ -155,7 +156,7 @@ def test_a_remedy_that_cannot_act_is_rejected_and_changes_nothing(tmp_path):
     assert "avoid_device" not in offered(wait_attempt(store, job_id, 1))  # no other GPU: not offered
     store.add_command(run_id, RequeueJob(job_id, remedy="avoid_device"))
     ensure_engine(state)
-    deadline = time.time() + 60
+    deadline = time.time() + HANG_S
     while not any(t.new_state == "command:requeue" for t in store.transitions(run_id, job_id=job_id)):
         assert time.time() < deadline
         time.sleep(0.1)

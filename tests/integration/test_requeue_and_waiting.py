@@ -1,7 +1,6 @@
 """What a queued job says it waits for, and how requeue restarts a job (engine side, real fake
 trainers): stale waiting reasons, a succeeded job requeued, resume/fresh, pause on an ended run."""
 
-import time
 
 from lat_core.contract.commands import CancelRun, PauseRun, RequeueJob
 from lat_core.engine.loop import Engine
@@ -73,10 +72,8 @@ def test_pause_on_an_ended_run_is_rejected_and_requeue_clears_a_stale_pause(tmp_
     assert not store.run(run_id).paused
     store.set_paused(run_id, True)  # a pause left over from before the rule
     store.add_command(run_id, RequeueJob(store.jobs(run_id)[0].id))
-    started = time.time()
-    drain(store, timeout=30)
+    drain(store)
     assert store.jobs(run_id)[0].attempts == 2 and not store.run(run_id).paused
-    assert time.time() - started < 30
 
 
 def test_restart_argv_replaces_an_earlier_start_flag():

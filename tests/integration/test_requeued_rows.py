@@ -17,6 +17,7 @@ from lat_core.engine.loop import Engine
 from lat_tui.columns import JOB_COLUMNS, Shown, row_cells
 from tests.conftest import fake_job
 from tests.integration.test_engine import make_run
+from tests.helpers.waits import HANG_S
 
 ONE_SLOT = {"id": "cpu", "label": "cpu", "slots": 1, "env": {}}
 
@@ -25,11 +26,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def lat(state: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(state)}
-    return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True, timeout=HANG_S,
                           env=env)
 
 
-def tick_until(engine: Engine, done, timeout: float = 120) -> None:
+def tick_until(engine: Engine, done, timeout: float = HANG_S) -> None:
     deadline = time.time() + timeout
     while not done():
         engine.tick()

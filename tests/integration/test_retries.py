@@ -15,7 +15,7 @@ ON_FAILURE = "on_failure: {classes: [rendezvous], max_retries: 2, backoff_s: 2}\
 def run_with_plan(tmp_path, job, plan=ON_FAILURE):
     store, run_id = make_run(tmp_path, [job], devices=[{**CPU, "slots": 1}])
     store._db.execute("UPDATE runs SET plan_yaml=? WHERE id=?", (plan, run_id))
-    drain(store, timeout=90)
+    drain(store)
     return store, run_id, store.jobs(run_id)[0]
 
 

@@ -33,6 +33,7 @@ from lat_core.monitor.gpu import GpuProbe
 from lat_core.front.service import EngineLock, prepare_run
 from lat_core.train.pretrain_config import PretrainConfigError
 from lat_tui.cli import build_parser, main, plan_from_args
+from tests.helpers.waits import HANG_S
 
 
 def HUB_UP(environ):  # these tests read what a runbook's command means; the preflight's own tests probe the hub
@@ -148,7 +149,7 @@ def children():
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(timeout=30)
+            proc.wait(timeout=HANG_S)
 
 
 def _env(text: str) -> dict[str, str]:
@@ -234,7 +235,7 @@ def test_glue_cola_command_trains_with_the_runbook_env_on_the_cpu(configs, tmp_p
     (job_dir / "job.yaml").write_text(yaml.safe_dump(more))
     done = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(job_dir / "job.yaml"), "--resume"],
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-2000:]
     steps = [e.step for e in _events(job_dir) if e.kind == "step"]
     assert steps[-1] == 6 and "resumed from checkpoint-4 at step 4" in done.stdout + done.stderr
@@ -325,22 +326,22 @@ def test_dual_gpu_config_form_runs_a_tiny_pretraining_under_the_monitor(tmp_path
     with open(log, "w") as out:
         done = subprocess.run([sys.executable, "-m", "lat_core.train.pretrain",
                                "--config=configs/dual_gpu/conservative.py", *tiny], cwd=tmp_path, env=env,
-                              stdout=out, stderr=subprocess.STDOUT, text=True, timeout=600)
+                              stdout=out, stderr=subprocess.STDOUT, text=True, timeout=HANG_S)
     assert done.returncode == 0, log.read_text()[-2000:]
     events = _events(tmp_path / "runs" / "pretrain_conservative")
     assert (events[0].pretrain["compile"], events[0].pretrain["wandb_run"], events[-1].kind) == (False, "dummy", "finished")
     assert "torch.compile off, W&B run none (WANDB_RUN=dummy)" in log.read_text()
 
-    seen = _read_until(monitor, "step 2/2 loss", timeout=60)
-    time.sleep(1.5)   # at least one more stats block after the last line
+    seen = _read_until(monitor, "step 2/2 loss", timeout=HANG_S)
+    seen += _read_until(monitor, "] host RAM ", timeout=HANG_S)  # one more stats block after the last line
     monitor.send_signal(signal.SIGINT)
     try:
-        rest, _ = monitor.communicate(timeout=60)
+        rest, _ = monitor.communicate(timeout=HANG_S)
     except subprocess.TimeoutExpired:   # seen once under a loaded full run: say how the signal stood
         status = Path(f"/proc/{monitor.pid}/status")
         signals = [line for line in status.read_text().splitlines() if line.startswith(("State", "Sig"))] \
             if status.exists() else "gone"
-        raise AssertionError(f"monitor still running 60 s after SIGINT: {signals}") from None
+        raise AssertionError(f"monitor still running {HANG_S:.0f} s after SIGINT: {signals}") from None
     seen += rest
     assert monitor.returncode == 130, seen
     assert "pretrain: 0.0M params" in seen or "pretrain: 0.1M params" in seen
@@ -352,7 +353,7 @@ def test_dual_gpu_config_form_runs_a_tiny_pretraining_under_the_monitor(tmp_path
     kept = tmp_path / "runs" / "pretrain_conservative" / "train.log"
     kept.write_text(log.read_text())
     ended = subprocess.run([sys.executable, "-m", "lat_tui.cli", "monitor", f"--log={kept}", "-n", "1"], env=env,
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=HANG_S)
     assert ended.returncode == 0 and ended.stdout.splitlines()[0].startswith("step 2/2 loss"), ended.stdout
     assert ended.stdout.splitlines()[-1] == f"[monitor] the trainer writing {kept} has ended"
 
@@ -431,7 +432,7 @@ def test_adapter_json_as_cfg_names_the_replacement(tmp_path):
     spec = tmp_path / "lora_qkvo_r8_a16.json"
     spec.write_text(json.dumps({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}))
     done = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(spec)], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          text=True, timeout=HANG_S, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2
     assert f"{spec} is an adapter (PEFT) spec, not a job file: put its fields under `peft:` of an experiment YAML" \
         in done.stderr and "configs/peft/lora_qkvo_r8.yaml" in done.stderr
@@ -470,7 +471,7 @@ class Inbox:
         self.messages.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
         return "250 OK"
 
-    def wait_for(self, n: int, timeout: float = 60.0) -> list:
+    def wait_for(self, n: int, timeout: float = HANG_S) -> list:
         deadline = time.monotonic() + timeout
         while len(self.messages) < n and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -566,11 +567,11 @@ def test_email_notices_of_the_gla_runbook_reach_a_real_smtp_server(configs, tmp_
                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     children.append(cli)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANG_S
     while len(Client(state).runs()) < 2 and time.monotonic() < deadline and cli.poll() is None:
         time.sleep(0.2)
     assert main(["cancel", "--all", "--run", "2", "--state-dir", str(state)]) == 0
-    cli_out, _ = cli.communicate(timeout=120)
+    cli_out, _ = cli.communicate(timeout=HANG_S)
     mails = smtp.wait_for(3)
     assert [m["Subject"] for m in mails][2:] == ["LAT run 2 interrupted (cancelled): 0/1 succeeded"]
     assert smtp.logins and all(ok_tls and password == SMTP_PASSWORD.encode() for _, password, ok_tls in smtp.logins)
@@ -642,14 +643,14 @@ def test_email_notify_smoke_command_mails_one_notice(tmp_path, smtp):
     settings = _email_yaml(tmp_path / "email_notify.yaml", smtp.port)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SWANLAB_EMAIL_YAML": str(settings)}
     done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "notify", "--event", "STARTED", "--group", "smoketest",
-                           "--yaml", str(settings)], env=env, capture_output=True, text=True, timeout=120)
+                           "--yaml", str(settings)], env=env, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"STARTED notice for smoketest mailed to {RECEIVER}"
     mail = smtp.wait_for(1)[0]
     assert mail["Subject"] == "LAT smoketest: STARTED" and "STARTED notice for smoketest" in mail.get_content()
     wrong = _email_yaml(tmp_path / "wrong.yaml", smtp.port, password="not-" + SMTP_PASSWORD)
     done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "notify", "--event", "finished", "--group", "g",
-                           "--yaml", str(wrong)], env=env, capture_output=True, text=True, timeout=120)
+                           "--yaml", str(wrong)], env=env, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 1 and "not delivered" in done.stderr and "SMTPAuthenticationError" in done.stderr
     assert SMTP_PASSWORD not in done.stdout + done.stderr
 
@@ -660,7 +661,7 @@ def test_email_yaml_on_an_implicit_tls_server(tmp_path, smtp):
     settings = _email_yaml(tmp_path / "email_notify.yaml", smtp.port, ssl=True)
     done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "notify", "--event", "INTERRUPTED", "--yaml",
                            str(settings)], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     assert smtp.wait_for(1)[0]["Subject"] == "LAT lat: INTERRUPTED" and smtp.logins[0][2]   # logged in over TLS
 

@@ -14,6 +14,7 @@ from lat_core.front.service import prepare_run
 from lat_core.monitor.fake_nvml import FakeNvml
 from lat_core.monitor.gpu import GpuProbe
 from lat_tui.cli import build_parser, plan_from_args
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,7 @@ def lat(cwd: Path, *args: str, configs_env: Path | None = None) -> subprocess.Co
     if configs_env is not None:
         env["LAT_CONFIGS"] = str(configs_env)
     return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=HANG_S)
 
 
 def saved(path: Path) -> dict:

@@ -21,6 +21,7 @@ from lat_core.monitor.gpu import GpuProbe
 from lat_core.front.plan import plan_from_mapping
 from lat_core.front.service import open_store, prepare_run
 from tests.unit.test_plan import configs  # noqa: F401  (fixture)
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making a folder another uid owns needs root (chown)")
@@ -56,7 +57,7 @@ def untouched(outside: Path) -> bool:
 def lat(state: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(state)}
     return subprocess.run([sys.executable, "-m", "lat_tui.cli", *args], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=cwd)
+                          timeout=HANG_S, env=env, cwd=cwd)
 
 
 # ------------------------------------------------------------------ the writers of a job folder
@@ -106,7 +107,7 @@ def test_the_runner_writes_no_record_through_a_symlinked_runner_folder(tmp_path,
     job_dir.mkdir(parents=True)
     (job_dir / ".lat").symlink_to(outside)
     out = subprocess.run([sys.executable, "-m", "lat_core.runner", "--exit-file", str(JobDir(job_dir).attempt(1).exit_path),
-                          "--", sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=60,
+                          "--", sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=HANG_S,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2 and "[lat] cannot keep the exit record" in out.stdout and "is a symlink" in out.stdout
     assert untouched(outside)

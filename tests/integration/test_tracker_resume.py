@@ -14,6 +14,7 @@ from lat_core.train.fused.__main__ import main as fused_main
 from lat_core.train.tracking import run_naming
 from tests.helpers.fused import ROOT, events_of, job_dir, saved_tiny_base
 from tests.helpers.trackers import TRACKER_VARS, tensorboard_scalars, wandb_runs
+from tests.helpers.waits import HANG_S
 
 KILL_AT = 5   # past checkpoint-3 (save_every 3, max_steps 6): the resume trains steps 4 and 5 again
 STEPS = [1, 2, 3, 4, 5, 6]
@@ -41,9 +42,9 @@ def killed(mode: str, pids, *argv) -> None:
     returns once its children are gone."""
     done = subprocess.run([sys.executable, "-m", "tests.helpers.killed_trainer", str(KILL_AT), mode, str(pids), *argv],
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=HANG_S)
     assert done.returncode == {"alone": 1, "fused": -9}[mode], done.stderr[-3000:]
-    deadline = time.time() + 120
+    deadline = time.time() + HANG_S
     for pid in map(int, pids.read_text().split()):
         while os.path.exists(f"/proc/{pid}") and "zombie" not in _state(pid):
             assert time.time() < deadline, f"{pid} still runs"
@@ -60,7 +61,7 @@ def _state(pid: int) -> str:
 def train(d, *flags) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(d / "job.yaml"), *flags],
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 

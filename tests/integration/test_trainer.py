@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 ORDER = ["started", "step", "eval", "checkpoint", "memory", "finished"]
@@ -196,7 +197,7 @@ def test_gla_job_runs_under_torchrun_with_gloo(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            "-m", "lat_core.train", "--cfg", str(cfg)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     evs = events(tmp_path)
     kinds = [e["event"] for e in evs]

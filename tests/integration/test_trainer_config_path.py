@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 GLA = ROOT / "configs/experiments/gla/tiny_lora_qkvo.yaml"
@@ -28,7 +29,7 @@ def write_job(job_dir: Path, **top) -> Path:
 def started(cfg: Path, env: dict) -> dict:
     proc = subprocess.run([sys.executable, "-m", "lat_core.train", "--cfg", str(cfg)], cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     events = [json.loads(line) for line in (cfg.parent / "events.jsonl").read_text().splitlines()]
     return next(e for e in events if e["event"] == "started")

@@ -19,8 +19,9 @@ from lat_core.engine.loop import Engine
 from lat_core.front.plan import Plan
 from lat_core.front.service import create_run, prepare_run
 from lat_core.contract.journal import Store
-from lat_core.engine.warm import WarmStarter, can_fork
+from lat_core.engine.warm import STARTING, WarmStarter, can_fork
 from tests.helpers.titles import title_of
+from tests.helpers.waits import HANG_S, wait_until
 
 MARK = "[lat] warm start: forked from the preloaded process"
 CFG = ["-m", "lat_core.train", "--cfg", "job.yaml"]
@@ -35,7 +36,7 @@ def demo_run(tmp_path: Path, *, warm: bool, env: dict | None = None, state: Path
     return store, run_id
 
 
-def drain(engine: Engine, timeout: float = 240) -> None:
+def drain(engine: Engine, timeout: float = HANG_S) -> None:
     deadline = time.time() + timeout
     while engine.tick():
         assert time.time() < deadline, "engine did not drain in time"
@@ -62,7 +63,9 @@ def test_forked_jobs_train_exactly_like_cold_ones_and_the_process_goes_with_the_
         assert [j.state for j in jobs] == ["succeeded", "succeeded"], [j.error for j in jobs]
         runs[warm] = (store, run_id, jobs)
     store, run_id, warm_jobs = runs[True]
-    assert any(h.startswith("warm start: jobs fork from a process") for h in history(store, run_id))
+    told = [t.detail for t in store.transitions(run_id) if t.job_id is None and t.new_state == "warm start"]
+    assert told[0] == STARTING  # said before the seconds of importing, once
+    assert told[1].startswith("jobs fork from a process") and len(told) == 2
     for job in warm_jobs:  # each job's own history says how it was started
         assert "warm start: forked from the preloaded process" in [
             f"{t.new_state}: {t.detail}" for t in store.transitions(run_id, job_id=job.id)]
@@ -82,7 +85,7 @@ def test_forked_jobs_train_exactly_like_cold_ones_and_the_process_goes_with_the_
 def test_a_forked_job_is_cancelled_like_a_cold_one(tmp_path):
     store, run_id = demo_run(tmp_path, warm=True, env={"HP_MAX_STEPS": "100000"})
     engine = Engine(store)
-    deadline = time.time() + 120
+    deadline = time.time() + HANG_S
     while not store.jobs(run_id)[0].last_step:
         assert time.time() < deadline, "the forked job never logged a step"
         engine.tick()
@@ -94,7 +97,7 @@ def test_a_forked_job_is_cancelled_like_a_cold_one(tmp_path):
     assert os.getpgid(trainer.pid) == runner.pid  # one process group per job, as in a cold launch
     for one in store.jobs(run_id):
         store.add_command(run_id, CancelJob(one.id))
-    drain(engine, timeout=60)
+    drain(engine)
     assert [j.state for j in store.jobs(run_id)] == ["cancelled", "cancelled"]
     assert not trainer.is_running() or trainer.status() == psutil.STATUS_ZOMBIE
 
@@ -114,7 +117,7 @@ def missing_config_run(tmp_path: Path) -> tuple[Store, int, Path]:
 
 def test_a_forked_trainer_keeps_its_exit_code_and_error_output(tmp_path):
     store, run_id, job_dir = missing_config_run(tmp_path)
-    drain(Engine(store), timeout=120)
+    drain(Engine(store))
     job = store.jobs(run_id)[0]
     log = (job_dir / "train.log").read_text()
     assert MARK in log and "missing.yaml" in log
@@ -152,11 +155,38 @@ def test_a_preloaded_process_that_dies_is_reported_not_waited_for(tmp_path):
     assert warm.status() == "failed" and "exited" in warm.failure and "warm.log" in warm.failure
 
 
+def test_a_slow_import_is_waited_for_and_only_one_that_makes_no_progress_is_given_up(tmp_path):
+    """A loaded host stretches the imports' wall time, not their CPU time: warm start is given up on
+    a process that uses no CPU (stopped here with SIGSTOP), never on the clock alone."""
+    now = [0.0]
+    warm = WarmStarter(tmp_path / "state", clock=lambda: now[0])
+    warm.ensure_started()
+    importing = psutil.Process(warm._proc.pid)
+    importing.suspend()  # long before its imports end (seconds of CPU): it is not ready
+    try:
+        assert warm.status() == "starting"
+        now[0] += 3600  # an hour of wall time on a loaded host ...
+        used = sum(importing.cpu_times()[:2])
+        importing.resume()
+        wait_until(lambda: sum(importing.cpu_times()[:2]) > used, "CPU used by the importing process",
+                   every=0.01)  # ... in which it went on importing
+        importing.suspend()
+        assert not os.path.exists(warm.socket_path)
+        assert warm.status() == "starting", warm.failure
+        now[0] += 121  # two minutes in which it used no CPU at all: stuck
+        assert warm.status() == "failed"
+        assert "used no CPU for 120 s" in warm.failure and "warm.log" in warm.failure
+        assert not importing.is_running() or importing.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if importing.is_running():
+            importing.kill()
+
+
 @pytest.mark.slow
 def test_a_restarted_engine_adopts_forked_jobs_and_never_launches_them_again(tmp_path):
     store, run_id = demo_run(tmp_path, warm=True, env={"HP_MAX_STEPS": "30"})
     first = Engine(store)
-    deadline = time.time() + 120
+    deadline = time.time() + HANG_S
     while not all(j.state == "running" for j in store.jobs(run_id)):
         assert time.time() < deadline, "the jobs never started"
         first.tick()
@@ -180,7 +210,7 @@ def test_a_one_process_pretraining_job_is_forked_too(tmp_path):
             "--model_dim_per_layer=32", "--head_dim=32", "--seq_len=32", "--device_batch_size=2", "--total_batch_size=128"]
     store.add_jobs(run_id, [{"key": "pre", "suite": "p", "round": 1, "stem": "pre", "seed": 1, "dataset": "tiny-corpus",
                              "job_dir": str(job_dir), "argv": argv, "env": {}}])
-    drain(Engine(store), timeout=120)
+    drain(Engine(store))
     job = store.jobs(run_id)[0]
     assert job.state == "succeeded", (job_dir / "train.log").read_text()[-2000:]
     assert MARK in (job_dir / "train.log").read_text() and job.last_step == 3

@@ -15,6 +15,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("lat_core", "lat_tui", "configs", "pyproject.toml", "setup.py", "README.md")
@@ -70,7 +71,7 @@ def test_wheel_runs_the_demo_plan_outside_the_checkout(venv, tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     done = subprocess.run([str(venv / "bin" / "lat-tui"), "--plan", "demo", "--pairs", "1:tiny-sst2"],
-                          cwd=outside, env=_clean_env(tmp_path), capture_output=True, text=True, timeout=240)
+                          cwd=outside, env=_clean_env(tmp_path), capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "2/2 jobs succeeded" in done.stdout
     for config in ("tiny_lora_qkvo", "tiny_lora"):

@@ -15,6 +15,7 @@ from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.widgets.job_detail import JobDetail
 from lat_tui.widgets.job_table import JobTable
 from lat_tui.widgets.status import RunStatus
+from tests.helpers.waits import HANG_S
 
 SIZE = (80, 24)
 PLAN_YAML = "suites: [{name: demo, rounds: all}]\npairs: ['1:tiny-sst2']\nenv: {NUM_DATA_WORKERS: '0'}\n"
@@ -36,10 +37,10 @@ def make_run(store, root: Path, keys=("tiny-sst2_seed1/a", "tiny-sst2_seed2/a"),
     return run_id, store.add_jobs(run_id, jobs)
 
 
-async def wait_for(pilot, predicate, tries: int = 600) -> None:
-    """Frames until ``predicate`` holds: up to a minute, a limit that catches a hang and not a slow
-    machine (a loaded CI machine takes seconds for what takes one frame here)."""
-    for _ in range(tries):
+async def wait_for(pilot, predicate, timeout: float = HANG_S) -> None:
+    """Until ``predicate()`` holds; the limit only catches a hang (a loaded host polls and draws late)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         try:
             if predicate():
                 return

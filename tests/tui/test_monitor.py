@@ -55,7 +55,7 @@ async def test_one_line_per_gpu_with_bar_util_temperature_and_history(app_with, 
         # bars is not redrawn, so waiting for a count of identical samples raced the layout)
         sparkline = app.screen.query_one(GpuRow).query_one(Sparkline)
         fake_nvml.gpus[0].used = 60 * GIB
-        await wait_for(pilot, lambda: list(sparkline.data)[-1:] == [pytest.approx(75.0)], tries=300)
+        await wait_for(pilot, lambda: list(sparkline.data)[-1:] == [pytest.approx(75.0)])
         assert len(sparkline.data) >= 2 and sparkline.data[0] == pytest.approx(50.0)
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.widgets import Input, SelectionList, Static
 
 from lat_core.front.service import open_store
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.screens.plan import PlanScreen
+from tests.helpers.waits import HANG_S
 
 SIZE = (80, 24)
 
@@ -29,8 +32,9 @@ def _runs(state_dir) -> list:
         store.close()
 
 
-async def _wait_for(pilot, predicate, tries: int = 600) -> None:  # a minute: catches a hang, not a slow machine
-    for _ in range(tries):
+async def _wait_for(pilot, predicate, timeout: float = HANG_S) -> None:
+    deadline = time.monotonic() + timeout  # only a hang: a loaded host draws late
+    while time.monotonic() < deadline:
         if predicate():
             return
         await pilot.pause(0.1)

@@ -11,9 +11,9 @@ from textual.app import App
 from textual.widgets import ContentSwitcher, DataTable, Static
 
 from lat_tui.screens.results import ResultsScreen, SkippedScreen
-from lat_tui.widgets.curve import (BRAILLE_BASE, CurvePlot, Series, axis_label, plot_series, render_curve,
+from lat_tui.widgets.curve import (BAND_CHAR, BRAILLE_BASE, CurvePlot, Series, axis_label, plot_series, render_curve,
                                    shared_spans)
-from lat_tui.widgets.results_model import mean_by_step
+from lat_tui.widgets.results_model import band_series
 from tests.unit.test_results import write_job
 
 COLA = "glue-tvt_cola"
@@ -104,8 +104,21 @@ def test_flat_single_point_and_empty_series():
     assert axis_label(0.091351) == "0.09135" and axis_label(123456.0) == "1.2e+05"
 
 
-def test_mean_by_step_combines_seeds():
-    assert mean_by_step([((1, 1.0), (2, 3.0)), ((1, 3.0),)]) == ((1, 2.0), (2, 3.0))
+def test_band_series_is_the_seeds_mean_with_their_min_max():
+    series = band_series("loss", [((1, 1.0), (2, 3.0)), ((1, 3.0),)])
+    assert series.points == ((1, 2.0), (2, 3.0))
+    assert series.band == ((1, 1.0, 3.0), (2, 3.0, 3.0))
+    assert band_series("loss", [((1, 1.0),), ((1, 1.0),)]).band == ()  # seeds agree: no band to draw
+
+
+def test_a_band_is_stippled_where_no_line_passes_and_widens_the_axis():
+    flat = Series("mcc", ((0, 0.5), (10, 0.5)), band=((0, 0.0, 1.0), (10, 0.0, 1.0)))
+    plot = plot_series([flat], width=10, height=5)
+    assert (plot.ys[0].lo, plot.ys[0].hi) == (0.0, 1.0)  # the band's edges, not the line's 0.5
+    assert plot.rows[0] == BAND_CHAR * 10 and plot.rows[4] == BAND_CHAR * 10
+    assert all(ch != BAND_CHAR for ch in plot.rows[2])  # the line's row: braille, in the line's colour
+    text = render_curve([flat], width=40, height=7).plain
+    assert "min-max over seeds" in text.splitlines()[0]
 
 
 # --- the screen ---------------------------------------------------------------------------------
@@ -114,14 +127,15 @@ async def test_table_values_best_mark_and_running(runs):
     async with ResultsApp(runs).run_test(size=(100, 30)) as pilot:
         screen = await settle(pilot)
         rows = {r[0]: r for r in table_rows(screen)}
-        assert list(rows) == ["vera", "lora_r8", "dora_r8", "live"]  # best mcc first
-        assert rows["lora_r8"][1:3] == ["2", "0.500±0.141"]
-        assert rows["vera"][2] == "0.700*" and rows["live"][1] == "0+1"
+        assert list(rows) == ["vera", "lora_r8", "dora_r8", "live", "oom"]  # best mcc first, no value last
+        assert rows["lora_r8"][1:3] == ["2 of 2", "0.500±0.141"]
+        assert rows["vera"][2] == "0.700*" and rows["live"][1] == "0+1 of 1 !"  # none succeeded yet
+        assert rows["oom"][1:3] == ["0 of 1 !", "–"]  # its one job failed: counted, marked, listed under k
         table = screen.query_one("#results-table", DataTable)
         best_cell = table.get_row_at(0)[2]
         assert best_cell.style.bold
         status = str(screen.query_one("#results-status", Static).render())
-        assert "1 skipped: press k to list" in status
+        assert "1 left out: press k to list" in status
         await pilot.press("k")
         await pilot.pause()
         assert isinstance(pilot.app.screen, SkippedScreen)
@@ -136,11 +150,11 @@ async def test_sorting_by_key_and_header(runs):
     async with ResultsApp(runs).run_test(size=(100, 30)) as pilot:
         screen = await settle(pilot)
         await pilot.press("S")  # reverse the main metric: worst first
-        assert configs(screen) == ["live", "dora_r8", "lora_r8", "vera"]
+        assert configs(screen) == ["live", "dora_r8", "lora_r8", "vera", "oom"]  # no value: last either way
         await pilot.press("s")  # next column: test mcc, best first, rows without it last
         assert screen.sort_key == "test_mcc" and configs(screen)[0] == "lora_r8"
         await pilot.press("s")  # wraps around to the config name
-        assert screen.sort_key == "config" and configs(screen) == ["dora_r8", "live", "lora_r8", "vera"]
+        assert screen.sort_key == "config" and configs(screen) == ["dora_r8", "live", "lora_r8", "oom", "vera"]
         await pilot.press("s")
         assert screen.sort_key == "n" and configs(screen)[0] == "lora_r8"
         await pilot.click("#results-table", offset=(2, 0))  # the config header
@@ -155,8 +169,10 @@ async def test_curve_of_selected_row(runs):
         loss, metric = curve.series
         assert loss.points[0] == (1, 1.95) and loss.points[-1] == (20, 1.0)
         assert metric.name == "val mcc" and metric.points == ((10, 0.1), (20, 0.5))
+        assert loss.band == () and metric.band == ((10, 0.1, 0.1), (20, 0.4, 0.6))  # seeds: 0.4 and 0.6
         text = curve.render().plain
-        assert "1.95" in text and "0.5" in text and "20" in text.splitlines()[-1]
+        assert "1.95" in text and "0.6" in text and "20" in text.splitlines()[-1]
+        assert BAND_CHAR in text and "min-max over seeds" in text
 
 
 async def test_compare_two_marked_rows(runs):
@@ -187,9 +203,10 @@ async def test_legend_explains_the_star_and_queued_jobs_are_not_skipped(runs):
     (queued / "job.yaml").write_text("name: waiting\n")
     async with ResultsApp(runs).run_test(size=(100, 30)) as pilot:
         screen = await settle(pilot)
-        assert str(screen.query_one("#results-legend", Static).render()).startswith("* best mean of its column")
+        legend = str(screen.query_one("#results-legend", Static).render())
+        assert legend.startswith("* best mean±std") and "n: succeeded (+running) of planned" in legend
         status = str(screen.query_one("#results-status", Static).render())
-        assert "1 queued" in status and "1 skipped" in status  # the OOM job only
+        assert "1 queued" in status and "1 left out" in status  # the OOM job only
 
 
 def test_shared_spans_cover_every_plot_at_each_position():
@@ -237,6 +254,75 @@ async def test_missing_root_is_reported_and_retried(tmp_path):
         write_job(tmp_path / "not_yet", seed=1, config="late", evals=evals([0.4]))
         screen = await settle(pilot)
         assert configs(screen) == ["late"]
+
+
+@pytest.fixture
+def journal_run(tmp_path):
+    """A run in a real journal: lora_r8 planned on three seeds of CoLA (seed 1 succeeded, seed 2 failed
+    with triage's reason, seed 3 cancelled while queued), and dora_r8 running with one checkpointed eval."""
+    from lat_core.contract.states import JobState
+    from lat_core.front.service import open_store
+
+    root = tmp_path / "out"
+    folders = {1: write_job(root, seed=1, evals=evals([0.2, 0.6])),
+               2: write_job(root, seed=2, evals=evals([0.3]), failed="OutOfMemoryError"),
+               3: root / f"{COLA}_seed3" / "lora_r8"}
+    folders[3].mkdir(parents=True)
+    (folders[3] / "job.yaml").write_text("name: lora_r8\n")
+    running = write_job(root, seed=1, config="dora_r8", evals=evals([0.4]), finished=False)
+    store = open_store(tmp_path / "state")
+    run_id = store.create_run("p: 1", str(root), [{"id": "cpu", "label": "cpu", "slots": 1, "env": {}}], 0)
+    jobs = [{"key": f"{folder.parent.name}/{folder.name}", "suite": "s", "round": 1, "stem": folder.name,
+             "seed": seed, "dataset": COLA, "job_dir": str(folder), "argv": ["true"], "env": {}}
+            for seed, folder in [*folders.items(), (1, running)]]
+    ids = store.add_jobs(run_id, jobs)
+    store.set_job_state(ids[0], JobState.SUCCEEDED, "exit 0")
+    store.set_job_state(ids[1], JobState.FAILED, "exit 1", error="gpu_oom: CUDA out of memory at step 12")
+    store.set_job_state(ids[2], JobState.CANCELLED, "cancelled by user", error="cancelled by user")
+    store.set_job_state(ids[3], JobState.RUNNING, "launched")
+    return tmp_path / "state", root, ids
+
+
+class JournalResultsApp(App):
+    def __init__(self, state, root: Path):
+        super().__init__()
+        self.state, self.root = state, root
+
+    def on_mount(self) -> None:
+        from lat_core.front.client import Client
+        self.push_screen(ResultsScreen(self.root, refresh_s=30.0, client=Client(self.state)))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+async def test_counts_and_reasons_agree_with_the_report(journal_run, size):
+    """The screen's n column reads as `lat-tui results` writes it for the same run (render.count_text
+    over the same accounts), and each job in no table is one key away with the journal's reason."""
+    from lat_core.results import aggregate, build_tables
+    from lat_core.results.render import count_text
+
+    state, root, ids = journal_run
+    async with JournalResultsApp(state, root).run_test(size=size) as pilot:
+        screen = await settle(pilot)
+        rows = {r[0]: r for r in table_rows(screen)}
+        assert rows["lora_r8"][1:3] == ["1 of 3 !", "0.600*"]
+        assert rows["dora_r8"][1] == "0+1 of 1 !"  # running: its best so far, counted apart
+        report = aggregate(root, jobs=screen.client.jobs(1), runs=[1], strays=False)
+        (table,) = build_tables(report)
+        assert {r.config: count_text(r) for r in table.rows}["lora_r8"] == rows["lora_r8"][1]
+        for widget_id in ("#results-table", "#results-legend", "#results-status"):
+            region = screen.query_one(widget_id).region
+            assert region.height > 0 and region.right <= size[0] and region.bottom <= size[1]
+        n_column = screen.query_one("#results-table", DataTable).columns["n"]
+        assert n_column.get_render_width(screen.query_one("#results-table", DataTable)) >= len("0+1 of 1 !")
+        status = str(screen.query_one("#results-status", Static).render())
+        assert "1 succeeded · 1 running" in status and "2 left out: press k to list" in status
+        summary = str(screen.query_one("#results-summary", Static).render()).splitlines()
+        assert summary[:3] == ["lora_r8", COLA, "n 1 of 3 !"]  # the count on a line of its own: never cut
+        await pilot.press("k")
+        await pilot.pause()
+        lines = pilot.app.screen.lines
+        assert lines == [f"job {ids[1]} lora_r8 2:{COLA} · failed: gpu_oom: CUDA out of memory at step 12",
+                         f"job {ids[2]} lora_r8 3:{COLA} · cancelled: cancelled by user"]
 
 
 async def test_dashboard_R_opens_the_results_of_its_run(tmp_path):

@@ -16,6 +16,7 @@ from lat_core.errors import ConfigError, PlanError
 from lat_core.front.jobs import expand, materialize
 from lat_core.front.plan import plan_from_mapping
 from tests.unit.test_plan import configs  # noqa: F401  (fixture)
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 GLA = ROOT / "configs/experiments/gla/tiny_lora_qkvo.yaml"
@@ -174,7 +175,7 @@ def test_cli_refuses_a_bad_shell_value_before_anything_starts(tmp_path, var, val
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "lat_tui.cli", "--suite", "demo", "--pairs", "1:tiny-sst2",
                            "--gpus", "cpu", "--output-root", str(out)],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 2, proc.stderr
     assert f"{var}={value!r} from the launching shell: {expected}" in proc.stderr
     assert "Traceback" not in proc.stderr

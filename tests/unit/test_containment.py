@@ -13,6 +13,7 @@ from lat_core.containment import (Containment, ContainmentError, cgroup2_mount, 
 from lat_core.engine.launch import read_containment
 from lat_core.contract.jobdir import AttemptFiles, ExitRecord, OomKills, PidRecord
 from lat_core.triage.hostoom import oom_kill_readings
+from tests.helpers.waits import HANG_S
 
 
 @pytest.mark.parametrize("containment", [
@@ -39,7 +40,7 @@ def test_the_runner_refuses_an_unknown_mode_and_starts_nothing(tmp_path):
     exit_file, touched = tmp_path / "x.exit.json", tmp_path / "ran"
     out = subprocess.run([sys.executable, "-m", "lat_core.runner", "--exit-file", str(exit_file), "--",
                           "touch", str(touched)], env={**os.environ, "LAT_CONTAINMENT": "bogus"},
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=HANG_S)
     assert out.returncode == 2 and not touched.exists()
     record = AttemptFiles(exit_file).read_exit()
     assert record.returncode == 2 and "LAT_CONTAINMENT='bogus'" in record.why

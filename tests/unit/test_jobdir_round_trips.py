@@ -7,16 +7,18 @@ from dataclasses import fields
 
 import pytest
 
-from lat_core.contract.jobdir import (CheckpointSaved, Eval, EventTail, EventWriter, ExitRecord, Failed,
+from lat_core.contract.jobdir import (CheckpointSaved, EarlyStop, Eval, EventTail, EventWriter, ExitRecord, Failed,
                                       Finished, GroupLimit, GroupRef, JobDir, Memory, OomKills, PeakUsage, PidRecord,
                                       SpeedMode, Started, Step, TrackerRunOpened)
 from lat_core.contract.jobdir.event_reader import decode_text
 from lat_core.contract.jobdir.events import EVENT_TYPES, event_to_json
 from lat_core.safe_files import UnsafePathError
+from tests.helpers.waits import HANG_S
 
 # one of each kind, every field set (so that a field the writer or the reader drops fails the test)
 EVERY_EVENT = [
     Started(t=1.5, pid=42, config="lora_r8", model="gla", device="cuda", seed=-3, data="glue-tvt_cola", task="cola",
+            metric="mcc", higher_is_better=True,
             name_or_path="fla-hub/gla-340M", peft_method="lora", dtype="bfloat16", trainable_params=10,
             total_params=1000, resumed_from=4, max_steps=100, batch_size=8, grad_accum=2, effective_batch_size=16,
             epochs=1.5, train_examples=640, lr_scheduler="cosine", warmup_steps=10, logits_to_keep="auto",
@@ -29,7 +31,8 @@ EVERY_EVENT = [
     Eval(t=3.0, step=10, split="test", metrics={"accuracy": 0.75, "loss": 0.5, "n": 32}),
     CheckpointSaved(t=4.0, step=10, path="checkpoint-10", optimizer_saved=False),
     Memory(t=5.0, peak_rss_bytes=2**31, peak_gpu_bytes=2**33),
-    Finished(t=6.0, status="ok", steps=100, best={"step": 10, "metric": "accuracy", "value": 0.75}, elapsed_s=12.5),
+    Finished(t=6.0, status="ok", steps=100, best={"step": 10, "metric": "accuracy", "value": 0.75}, elapsed_s=12.5,
+             stopped_early=EarlyStop(60, 100, "accuracy", 3)),
     Failed(t=7.0, error_type="OutOfMemoryError", message="CUDA out of memory"),
     TrackerRunOpened(t=8.0, id="a3f9", continued=True, replaced="b7", report_to=("wandb",),
                      held={"step": 5, "eval": 3}),
@@ -92,6 +95,8 @@ def test_lines_of_older_trainers_and_stand_ins_still_read():
     ('{"event": "eval", "step": 1, "metrics": [0.5]}', "eval event: 'metrics' must be an object, got list"),
     ('{"event": "checkpoint"}', "checkpoint event: 'step' is missing"),
     ('{"event": "finished", "status": 0}', "finished event: 'status' must be a string, got int"),
+    ('{"event": "finished", "stopped_early": {"step": 6}}',
+     "finished event: 'stopped_early' must be {step, max_steps, metric, patience}, got dict"),
     ('{"event": "failed", "message": ["x"]}', "'message' must be a string, got list"),
 ])
 def test_a_bad_line_is_skipped_with_a_reason_and_the_others_read(tmp_path, line, reason):
@@ -194,5 +199,5 @@ def test_the_package_names_each_type_once_and_loads_it_on_first_use():
     # the runner, started for every attempt, loads an attempt's records and never the event types
     probe = ("import sys, lat_core.runner.detached; "
              "print('lat_core.contract.jobdir.events' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=HANG_S)
     assert out.stdout.strip() == "False", out.stderr

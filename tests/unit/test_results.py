@@ -441,3 +441,18 @@ def test_run_selection_and_the_latest_runs_job_of_a_folder(tmp_path, capsys):
                                                       "stray": ("succeeded", None)})
     assert states("--run", str(second)) == (1, [second], {"b": ("failed", second)})
     assert states("--run", str(first)) == (0, [first], {"a": ("succeeded", first), "b": ("succeeded", first)})
+
+
+def test_the_metric_and_direction_the_trainer_recorded_decide_the_best(tmp_path):
+    """A started event naming its metric and direction (a trainer ranking by a loss) overrides the
+    dataset's: the lower loss wins, and the table ranks configs that way."""
+    root = tmp_path / "runs"
+    job = write_job(root, seed=1, evals=[(10, {"mcc": 0.9, "loss": 0.7}), (20, {"mcc": 0.1, "loss": 0.3})])
+    events = job / "events.jsonl"
+    lines = events.read_text().splitlines()
+    started = {**json.loads(lines[0]), "metric": "loss", "higher_is_better": False}
+    events.write_text("\n".join([json.dumps(started), *lines[1:]]) + "\n")
+    (result,) = aggregate(root).results
+    assert (result.metric, result.best_step, result.best_value) == ("loss", 20, 0.3)
+    (table,) = build_tables(aggregate(root))
+    assert (table.spec.main, table.spec.higher_is_better, table.spec.companions) == ("loss", False, ("mcc",))

@@ -17,6 +17,7 @@ import yaml
 from lat_core.triage import Diagnosis, TriageError, classify
 from lat_tui.triage_cli import main as triage_main
 from tests.conftest import ROOT
+from tests.helpers.waits import HANG_S
 
 CASES = 1500
 SEED = 25
@@ -155,7 +156,7 @@ print(diagnosis.cls, diagnosis.title)
 def classify_in_little_memory(path: Path) -> str:
     """Triage in a process allowed 192 MiB more than it has once imported: a file read whole fails it."""
     done = subprocess.run([sys.executable, "-c", IN_LITTLE_MEMORY, str(path)], capture_output=True, text=True,
-                          timeout=120, check=False)
+                          timeout=HANG_S, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 

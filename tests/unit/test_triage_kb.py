@@ -18,6 +18,7 @@ from lat_core.engine.backends.slurm_states import slurm_diagnosis
 from lat_core.contract.jobdir.outcome import LAST_LINE_CHARS, last_log_line
 from lat_core.triage import OOM_CLASSES, Diagnosis, FailureClass, classify
 from lat_tui.triage_cli import main as triage_main
+from tests.helpers.waits import HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "fixtures" / "logs"
@@ -67,7 +68,7 @@ def test_each_known_failure_through_the_cli(capsys, log, returncode, cls, first)
 def test_lat_tui_triage_runs_as_a_command():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "lat_tui.triage_cli", str(LOGS / "shm_bus_error.log"),
-                          "--returncode", "1"], capture_output=True, text=True, env=env, timeout=120, check=True)
+                          "--returncode", "1"], capture_output=True, text=True, env=env, timeout=HANG_S, check=True)
     assert out.stdout.startswith("shm_exhausted: Shared memory (/dev/shm) exhausted")
     assert "set train.num_workers=0" in out.stdout
 

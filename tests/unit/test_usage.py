@@ -9,6 +9,7 @@ import psutil
 
 from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
 from lat_core.monitor.usage import job_usage, parent_pids
+from tests.helpers.waits import HANG_S
 
 # a runner that starts a child (its "trainer") holding ~64 MiB, then waits
 PARENT = ("import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', "
@@ -16,7 +17,7 @@ PARENT = ("import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', "
 
 
 def wait_for_child(pid: int) -> int:
-    deadline = time.time() + 30
+    deadline = time.time() + HANG_S
     while time.time() < deadline:
         kids = psutil.Process(pid).children()
         if kids and kids[0].memory_info().rss > 64 << 20:

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from lat_core.contract.jobdir.attempt import AttemptFiles
     from lat_core.contract.jobdir.event_reader import EventsRead, EventTail, Skips, decode_event, last_progress
     from lat_core.contract.jobdir.event_writer import EventWriter
-    from lat_core.contract.jobdir.events import (AnyEvent, BadEvent, CheckpointSaved, Eval, Event, Failed, Finished,
-                                                 Memory, SpeedMode, Started, Step, TrackerRunOpened)
+    from lat_core.contract.jobdir.events import (AnyEvent, BadEvent, CheckpointSaved, EarlyStop, Eval, Event, Failed,
+                                                 Finished, Memory, SpeedMode, Started, Step, TrackerRunOpened)
     from lat_core.contract.jobdir.folder import JobDir
     from lat_core.contract.jobdir.outcome import closing_line, describe_exit, how_it_ended, last_log_line
     from lat_core.contract.jobdir.records import (ExitRecord, GroupLimit, GroupRef, OomKills, PeakUsage, PidRecord,
@@ -31,15 +31,15 @@ _HOME: dict[str, tuple[str, ...]] = {
     "attempt": ("AttemptFiles",),
     "event_reader": ("EventsRead", "EventTail", "Skips", "decode_event", "last_progress"),
     "event_writer": ("EventWriter",),
-    "events": ("AnyEvent", "BadEvent", "CheckpointSaved", "Eval", "Event", "Failed", "Finished", "Memory", "SpeedMode",
-               "Started", "Step", "TrackerRunOpened"),
+    "events": ("AnyEvent", "BadEvent", "CheckpointSaved", "EarlyStop", "Eval", "Event", "Failed", "Finished", "Memory",
+               "SpeedMode", "Started", "Step", "TrackerRunOpened"),
     "folder": ("JobDir",),
     "outcome": ("closing_line", "describe_exit", "how_it_ended", "last_log_line"),
     "records": ("ExitRecord", "GroupLimit", "GroupRef", "OomKills", "PeakUsage", "PidRecord", "job_peak"),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 __all__ = [
-    "AnyEvent", "AttemptFiles", "BadEvent", "CheckpointSaved", "Eval", "Event", "EventTail", "EventWriter", "EventsRead",
+    "AnyEvent", "AttemptFiles", "BadEvent", "CheckpointSaved", "EarlyStop", "Eval", "Event", "EventTail", "EventWriter", "EventsRead",
     "ExitRecord", "Failed", "Finished", "GroupLimit", "GroupRef", "JobDir", "Memory", "OomKills", "PeakUsage",
     "PidRecord", "Skips", "SpeedMode", "Started", "Step", "TrackerRunOpened", "closing_line", "decode_event",
     "describe_exit", "how_it_ended",

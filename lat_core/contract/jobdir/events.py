@@ -41,6 +41,30 @@ class SpeedMode:
         return cls(raw["setting"], raw["on"], raw["why"])
 
 
+@dataclass(frozen=True)
+class EarlyStop:
+    """Training ended before ``max_steps`` because the validation ``metric`` did not get better for
+    ``patience`` evaluations in a row (train.early_stopping): a success, said as such everywhere."""
+
+    step: int
+    max_steps: int
+    metric: str
+    patience: int
+
+    def line(self) -> str:
+        """``stopped early at step 6 of 40 (no better accuracy for 2 evals)``: the engine's history,
+        the results' Jobs section."""
+        return (f"stopped early at step {self.step} of {self.max_steps} "
+                f"(no better {self.metric} for {self.patience} evals)")
+
+    @classmethod
+    def from_json(cls, raw: object) -> EarlyStop:
+        if not isinstance(raw, dict) or not isinstance(raw.get("metric"), str) \
+                or not all(type(raw.get(k)) is int and raw[k] >= 0 for k in ("step", "max_steps", "patience")):
+            raise BadEvent(f"must be {{step, max_steps, metric, patience}}, got {_kind(raw)}")
+        return cls(raw["step"], raw["max_steps"], raw["metric"], raw["patience"])
+
+
 @dataclass(frozen=True, kw_only=True)
 class Event:
     """What every event has: when it was written (None on a line without ``t``)."""
@@ -65,6 +89,8 @@ class Started(Event):
     seed: int | None = field(default=None, metadata=SIGNED)
     data: str | None = None
     task: str | None = None  # the task its metrics are computed for (cola: mcc), whatever the dataset's name
+    metric: str | None = None  # the validation metric it ranks evaluations by (best/, early stopping, results)
+    higher_is_better: bool | None = None  # that metric's direction
     name_or_path: str | None = None
     peft_method: str | None = None
     dtype: str | None = None
@@ -146,6 +172,7 @@ class Finished(Event):
     steps: int | None = None
     best: Mapping[str, Any] | None = None  # the best validation eval: step, metric, value
     elapsed_s: float | None = None
+    stopped_early: EarlyStop | None = None  # None: it ran to max_steps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,7 +286,7 @@ class _Schema:
 
 def _check_for(hint: Any, signed: bool) -> Check:
     """The check of one annotation: ``int``, ``float``, ``str``, ``bool``, ``Mapping``,
-    ``tuple[str, ...]``, :class:`SpeedMode`, or a union of them with None."""
+    ``tuple[str, ...]``, :class:`SpeedMode`, :class:`EarlyStop`, or a union of them with None."""
     options = [a for a in typing.get_args(hint) if a is not type(None)] \
         if typing.get_origin(hint) in (Union, types.UnionType) else [hint]
     checks = [_SIMPLE_CHECKS[typing.get_origin(a) or a] for a in options]
@@ -327,9 +354,13 @@ def _speed_mode(raw: Any) -> SpeedMode:
     return SpeedMode.from_json(raw)
 
 
+def _early_stop(raw: Any) -> EarlyStop:
+    return EarlyStop.from_json(raw)
+
+
 _SIMPLE_CHECKS: dict[Any, Check] = {
     int: _count, float: _number, str: _of_type(str, "a string"), bool: _of_type(bool, "true or false"),
-    Mapping: _mapping, tuple: _texts, SpeedMode: _speed_mode,
+    Mapping: _mapping, tuple: _texts, SpeedMode: _speed_mode, EarlyStop: _early_stop,
 }
 _SCHEMAS = {cls.kind: _Schema(cls) for cls in EVENT_TYPES}
 

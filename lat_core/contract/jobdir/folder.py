@@ -15,7 +15,7 @@ from lat_core.contract.jobdir.attempt import AttemptFiles
 from lat_core.contract.jobdir.checkpoints import checkpoint_dirs, checkpoint_is_complete
 from lat_core.contract.jobdir.event_reader import CHUNK_BYTES, EventsRead, EventTail, read_events
 from lat_core.contract.jobdir.event_writer import EventWriter
-from lat_core.contract.jobdir.events import AnyEvent, Finished, Memory
+from lat_core.contract.jobdir.events import AnyEvent, EarlyStop, Finished, Memory
 from lat_core.contract.jobdir.json_files import read_small_json, write_json
 from lat_core.contract.jobdir.records import ExitRecord, GroupLimit, PeakUsage
 from lat_core.safe_files import ensure_folder, open_append, remove_files, replace_file
@@ -114,6 +114,12 @@ class JobDir:
         """The trainer wrote its ``finished`` event among the last few (it ends a succeeded job's
         file; an older success followed by a rerun's events does not count)."""
         return any(isinstance(e, Finished) for e in self.recent_events()[-5:])
+
+    def early_stop(self) -> EarlyStop | None:
+        """How the job's last ``finished`` event says it stopped early (train.early_stopping), or
+        None: it ran to max_steps, or has not finished."""
+        finished = [e for e in self.recent_events() if isinstance(e, Finished)]
+        return finished[-1].stopped_early if finished else None
 
     def finished_since(self, since: float) -> float | None:
         """When the job last wrote ``finished`` at or after ``since``. A finish ends its attempt's

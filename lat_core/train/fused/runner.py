@@ -23,7 +23,7 @@ import torch
 
 from ..callbacks import LatRun
 from lat_core.contract.jobdir import CheckpointSaved, Eval, Finished, Step
-from ..events import log, memory_event, started_event
+from ..events import log, memory_event, ranking_of, started_event
 from ..loop import lr_schedule
 from .member_io import CANCELLED_RC, MemberOut, MemberView, trainer_state
 from .step import MemberRun, micro_step
@@ -53,12 +53,11 @@ class Member:
 
 def make_member(group, j: int, out: MemberOut) -> Member:
     run, data, cfg = group.runs[j], group.data[j], group.runs[j].cfg
-    from lat_core.results.metrics import spec_for
     resumed = data.resumed or {}
     lat = LatRun(cfg, out.events, tokenizer=group.tokenizer, ds=data.ds, splits=data.splits,
                  extra_tests=data.extra_tests, train_ex=run.train_ex, label_ids=data.label_ids,
                  pad_id=group.pad_id, loader_cfg=None, lr_of=lr_schedule(cfg, cfg.train.max_steps)[0],
-                 start_step=run.step, best=resumed.get("best"), main_metric=spec_for(data.ds.task).main,
+                 start_step=run.step, best=resumed.get("best"), main_metric=ranking_of(data.ds).main,
                  optimizer=run.optimizer, debug=False, is_main=True, scores=resumed.get("val_scores"))
     view = MemberView(group.base, group.slot, run.member, len(group.runs))
     from ..evaluation import set_logits_to_keep
@@ -78,7 +77,7 @@ def started(m: Member, group, resumed: bool) -> None:
     optimizer_state = None if not resumed else \
         ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh")
     m.out.events.write(started_event(
-        cfg, task=group.data[run.member.index].ds.task, device=group.device.type, trainable=trainable, total=frozen + trainable,
+        cfg, task=group.data[run.member.index].ds.task, ranking=ranking_of(group.data[run.member.index].ds), device=group.device.type, trainable=trainable, total=frozen + trainable,
         train_examples=len(run.train_ex), lr_scheduler=sched_name, warmup_steps=warm,
         logits_to_keep=m.view._lat_ltk[0], resumed_from=run.step if resumed else None,
         optimizer_state=optimizer_state, report_to=tracked.active, modes=group.modes, fused_group=len(group.runs)))

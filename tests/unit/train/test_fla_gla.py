@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.waits import HANG_S
+
 ROOT = Path(__file__).resolve().parents[3]
 
 PROBE = """
@@ -24,7 +26,7 @@ print(json.dumps({"modules": sorted(n for n in sys.modules if n == "fla" or n.st
 
 
 def probe(code: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
