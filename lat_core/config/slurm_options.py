@@ -11,6 +11,9 @@ from typing import Any
 from lat_core.errors import PlanError
 
 GRES_KINDS = ("gpu", "shard", "auto", "none")
+DEFAULT_MAX_JOBS = 32
+SAVE_BEFORE_END_S = 120  # Slurm's warning before a time limit when the plan sets a ``time``: time to save
+SAVE_SIGNAL = "USR1"  # the trainer's "checkpoint at the next step and stop" (lat_core.train.callbacks)
 _TIME = re.compile(r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")
 _MEM = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
 _MEM_PARTS = re.compile(r"^(\d+)([KMGT]?)$")
@@ -52,12 +55,27 @@ class SlurmOptions:
     gpus_per_job: int = 1
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     array: bool = False
+    max_jobs: int = DEFAULT_MAX_JOBS  # jobs of the run in Slurm (queued or running) at once
+    # seconds before the time limit at which Slurm sends SAVE_SIGNAL to the job (0: never);
+    # None: SAVE_BEFORE_END_S (at most half the limit) when ``time`` is set, else never
+    save_before_end_s: int | None = None
 
-    def sbatch_args(self, gres_request: str | None) -> list[str]:
+    def save_signal_s(self) -> int:
+        """Seconds before the end at which the job is asked to save (0: not asked); by default
+        SAVE_BEFORE_END_S, at most half of a short time limit (a job is not warned as it starts)."""
+        if self.save_before_end_s is not None:
+            return self.save_before_end_s
+        return min(SAVE_BEFORE_END_S, time_minutes(self.time) * 30) if self.time else 0
+
+    def sbatch_args(self, gres_request: str | None, *, save_signal: bool = True) -> list[str]:
+        """``save_signal``: the job's trainer can act on SAVE_SIGNAL (one process; under torchrun
+        the signal would end the agent, not save)."""
         args = [f"--{flag}={value}" for flag, value in (
             ("partition", self.partition), ("account", self.account), ("time", self.time),
             ("mem", self.mem), ("cpus-per-task", self.cpus_per_task), ("gres", gres_request),
         ) if value]
+        if save_signal and self.save_signal_s():  # B: to the batch shell, which execs the runner; it forwards it to the trainer
+            args.append(f"--signal=B:{SAVE_SIGNAL}@{self.save_signal_s()}")
         return [*args, *self.extra_args]
 
 
@@ -80,9 +98,12 @@ def validate_options(options: Mapping[str, Any], where: str | None = None) -> Sl
         clean["mem"] = str(clean["mem"]).strip().upper()
         if not _MEM.match(clean["mem"]) or clean["mem"].rstrip("KMGT") in ("", "0"):
             problems.append(f"plan field 'slurm.mem': expected a size like 16G or 4000M, got {options['mem']!r}")
-    for key in ("cpus_per_task", "gpus_per_job"):
-        if key in clean and (isinstance(clean[key], bool) or not isinstance(clean[key], int) or clean[key] < 1):
+    for key in ("cpus_per_task", "gpus_per_job", "max_jobs"):
+        if key in clean and not _whole(clean[key], 1):
             problems.append(f"plan field 'slurm.{key}': expected a whole number >= 1, got {clean[key]!r}")
+    if "save_before_end_s" in clean and not _whole(clean["save_before_end_s"], 0):
+        problems.append(f"plan field 'slurm.save_before_end_s': expected seconds >= 0 (0: no warning before the "
+                        f"time limit), got {clean['save_before_end_s']!r}")
     if clean.get("gres", "gpu") not in GRES_KINDS:
         problems.append(f"plan field 'slurm.gres': expected one of {', '.join(GRES_KINDS)}, got {clean['gres']!r}")
     elif clean.get("gres") in ("shard", "auto") and clean.get("gpus_per_job", 1) != 1 and \
@@ -102,6 +123,10 @@ def validate_options(options: Mapping[str, Any], where: str | None = None) -> Sl
     if problems:
         raise PlanError(problems, where=where)
     return SlurmOptions(**clean)
+
+
+def _whole(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def option_problems(options: object) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any
 from lat_core.errors import JournalError
 
 CPU_ID = "cpu"
+CLUSTER_ID = "slurm"  # a cluster's scheduler: its slots are jobs in its queue, not this host's devices
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,12 @@ class Device:
     @property
     def is_cpu(self) -> bool:
         return self.id == CPU_ID
+
+    @property
+    def is_cluster(self) -> bool:
+        """Jobs go to a scheduler (Slurm) that picks their node and GPUs: a job of any world size
+        takes one of its slots, and nothing of this host (NVML, RAM, ports) is measured for it."""
+        return self.id == CLUSTER_ID
 
     def with_slots(self, slots: int) -> Device:
         return dataclasses.replace(self, slots=slots)
@@ -61,3 +68,10 @@ class Device:
 
 def cpu_device(slots: int) -> Device:
     return Device(CPU_ID, "cpu", slots, {"CUDA_VISIBLE_DEVICES": ""})
+
+
+def cluster_device(max_jobs: int, *, gpus: bool) -> Device:
+    """A Slurm plan's one device: ``max_jobs`` jobs in the queue at once. A GPU job's pin is the
+    cluster's (Slurm sets CUDA_VISIBLE_DEVICES for what it allocates); a CPU job sees no GPU."""
+    return Device(CLUSTER_ID, f"Slurm ({max_jobs} jobs at once)", max_jobs,
+                  {} if gpus else {"CUDA_VISIBLE_DEVICES": ""})

@@ -1,4 +1,5 @@
-"""The journal: one SQLite database (WAL) per state directory, the single source of truth.
+"""The journal: one SQLite database (WAL; on a network filesystem DELETE, see
+:mod:`lat_core.contract.filesystems`) per state directory, the single source of truth.
 
 The engine is the only writer of job and run state; front ends read it and append commands. Every
 state change is recorded as a transition, so a job's whole history can be shown.
@@ -18,6 +19,7 @@ from lat_core.contract.commands import Command, CommandRow, decode, encode
 from lat_core.contract.devices import Device
 from lat_core.contract.diagnosis import Diagnosis
 from lat_core.errors import JournalError, NoJobError, NoSuchRunError
+from lat_core.contract import filesystems
 from lat_core.contract.journal_faults import WalWatch, check_journal_file, check_wal, journal_faults, journal_timeout_s
 from lat_core.contract.rows import (
     GROUP_COLUMNS, SUMMARY_COLUMNS, AttemptRow, GroupUsage, JobRow, JobSummary, RunRow, SweptJob, Transition, job_row,
@@ -678,7 +680,7 @@ def _connect(path: Path, timeout_s: float) -> sqlite3.Connection:
     db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
     db.row_factory = sqlite3.Row
     db.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
-    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA journal_mode={filesystems.journal_mode(path)}")  # WAL's shared memory needs one host
     db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(SCHEMA)
     _add_missing_columns(db)

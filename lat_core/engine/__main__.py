@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the detached engine process: lock, drain every active run, exit."""
     import argparse
 
-    from lat_core.contract.state_dir import JOURNAL_NAME, EngineLock
+    from lat_core.contract.state_dir import JOURNAL_NAME, EngineElsewhere, EngineLock
 
     parser = argparse.ArgumentParser(prog="lat_core.engine")
     parser.add_argument("--state-dir", required=True)
@@ -28,9 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     set_title(f"lat engine: {state_dir}")
     lock = EngineLock(state_dir)
     try:
+        lock.check_not_elsewhere()
+    except EngineElsewhere as exc:  # not a fault of the state directory: nothing recorded in it
+        print(f"engine {os.getpid()} not started: {exc}", flush=True)
+        return 2
+    try:
         if not lock.acquire():
             print(f"another engine already serves {args.state_dir}; exiting", flush=True)
             return 0
+        lock.keep_fresh()
         _serve(state_dir, lock, args.poll)
     except (LatError, sqlite3.Error, OSError) as exc:
         code = _stop_on_fault(state_dir, explain(exc, state_dir / JOURNAL_NAME))
@@ -45,6 +51,7 @@ def _serve(state_dir: Path, lock, poll: float) -> None:
 
     store = open_store(state_dir)
     print(f"engine {os.getpid()} serving {state_dir}", flush=True)
+    _warn_if_shared(state_dir)
     note_replacement(store, os.getpid())
     engine = Engine(store)
     while True:
@@ -55,6 +62,16 @@ def _serve(state_dir: Path, lock, poll: float) -> None:
         if not (store.active_runs() or store.runs_with_pending_commands()) or not lock.acquire(timeout=0.2):
             break
     print("no active run left; engine exits", flush=True)
+
+
+def _warn_if_shared(state_dir: Path) -> None:
+    from lat_core.contract.filesystems import network_filesystem
+
+    fstype = network_filesystem(state_dir)
+    if fstype:
+        print(f"engine {os.getpid()}: the state directory is on {fstype}, a network filesystem: the journal uses "
+              "SQLite's rollback journal (DELETE) instead of WAL, and the engine lock names this host; a "
+              "node-local --state-dir (LAT_STATE_DIR) is faster and safer", flush=True)
 
 
 def _run_through_locks(engine: Engine, journal: Path, poll: float) -> None:

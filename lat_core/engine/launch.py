@@ -40,6 +40,7 @@ class LaunchSpec:
     job_dir: Path
     exit_path: Path
     show_env: tuple[str, ...] = ()
+    world: int = 1  # processes of the job (GPUs a scheduler allocates it)
 
 
 def launch(argv: list[str], env: dict[str, str], job_dir: Path, exit_path: Path,

@@ -32,7 +32,7 @@ from lat_core.engine.launch import Launched, launch
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.usage import job_usage
 from lat_core.engine.mps import RunMps
-from lat_core.engine.placement import free_slots, merge, placements, slots_used
+from lat_core.engine.placement import free_slots, merge, placements, slots_taken, slots_used
 from lat_core.engine.notices import RunNotices
 from lat_core.engine.faults import EngineErrors, engine_must_stop, journal_locked
 from lat_core.engine.groups import FusedGroups, GroupStarts
@@ -213,7 +213,7 @@ class Engine:
             if chosen is None:
                 continue
             for device in chosen:
-                busy[device.id] = busy.get(device.id, 0) + (job.world if len(chosen) == 1 else 1)
+                busy[device.id] = busy.get(device.id, 0) + slots_taken(job.world, device.id, len(chosen))
             note = self._admission.prior_note(job, chosen[0])
             if note:  # the history says why unmeasured jobs started together
                 self.store.add_transition(run.id, job.id, HistoryKind.ADMISSION, note)

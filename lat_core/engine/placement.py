@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import sys
 
-from lat_core.contract.devices import Device
+from lat_core.contract.devices import CLUSTER_ID, Device
 from lat_core.contract.rows import JobRow
 from lat_core.contract.states import JobState
 
@@ -27,10 +27,15 @@ def slots_used(jobs: list[JobRow]) -> dict[str, int]:
         if job.state is not JobState.RUNNING or not job.device:
             continue
         parts = job.device.split("+")
-        per_part = job.world if len(parts) == 1 else 1
         for part in parts:
-            busy[part] = busy.get(part, 0) + per_part
+            busy[part] = busy.get(part, 0) + slots_taken(job.world, part, len(parts))
     return busy
+
+
+def slots_taken(world: int, device_id: str, n_devices: int) -> int:
+    """Slots a job of ``world`` processes takes on one of its ``n_devices``: its whole world on one
+    device (the CPU), one on each of several GPUs, one of a cluster's (a job in Slurm's queue)."""
+    return world if n_devices == 1 and device_id != CLUSTER_ID else 1
 
 
 def free_slots(devices: list[Device], busy: dict[str, int]) -> list[tuple[int, Device]]:
@@ -45,9 +50,9 @@ def placements(job: JobRow, devices: list[Device], busy: dict[str, int]) -> list
     free = free_slots([d for d in devices if d.id not in job.avoid_devices], busy)
     if job.world == 1:
         return [[d] for _, d in free]
-    cpu = [d for n, d in free if d.is_cpu and n >= job.world]
-    if cpu:
-        return [cpu]
+    whole = [d for n, d in free if d.is_cluster or (d.is_cpu and n >= job.world)]
+    if whole:  # the job's processes on one device: the CPU, or a node the cluster picks
+        return [whole[:1]]
     gpus = [d for _, d in free if not d.is_cpu]
     return [gpus[: job.world]] if len(gpus) >= job.world else []
 
@@ -90,8 +95,21 @@ def distributed_argv(argv: list[str], world: int, port: int) -> list[str]:
             "--master_addr=127.0.0.1", f"--master_port={port}", *argv[module_at:]]
 
 
-def distributed_env(world: int, port: int, use_libuv: bool) -> dict[str, str]:
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world)}
+def standalone_argv(argv: list[str], world: int) -> list[str]:
+    """The same under ``torchrun --standalone`` on whatever node the job lands: torchrun picks a
+    free port there, so a host that is not the job's never decides it."""
+    module_at = argv.index("-m") if "-m" in argv else None
+    if module_at is None:
+        raise ValueError("multi-process jobs must run a module (python -m ...)")
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+            f"--nproc_per_node={world}", *argv[module_at:]]
+
+
+def distributed_env(world: int, port: int | None, use_libuv: bool) -> dict[str, str]:
+    """``port`` None: torchrun --standalone chooses the address and port on the job's node."""
+    env = {"WORLD_SIZE": str(world)}
+    if port is not None:
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     if not use_libuv:  # the seeds' workaround for TCPStore/libuv rendezvous failures
         env.update({"USE_LIBUV": "0", "TORCHELASTIC_USE_AGENT_STORE": "0"})
     return env

@@ -20,6 +20,7 @@ from lat_core.engine.progress import Progress
 from lat_core.engine.remedy import still_effective
 from lat_core.engine.retries import maybe_retry
 from lat_core.engine.state import EngineState
+from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
 from lat_core.contract.jobdir import (AttemptFiles, ExitRecord, JobDir, PeakUsage, PidRecord, describe_exit,
                                       how_it_ended)
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
@@ -31,6 +32,7 @@ from lat_core.triage.hostoom import oom_kill_readings
 
 
 VERDICTS = {JobState.CANCELLED: "cancelled by user"}  # else the state's own word (succeeded, failed)
+SAVED_VERDICT = "stopped to resume"  # an attempt that saved at its time-limit warning (resubmitted, not failed)
 LAUNCH_GRACE_S = 30.0
 CANCEL_GRACE_S = 10.0
 
@@ -116,7 +118,7 @@ class Recovery:
         if ended is None:
             return  # the job had already been settled (cancelled before start, ...): never overwritten
         job, state = ended
-        if state is JobState.FAILED:
+        if state is JobState.FAILED and job.returncode != EXIT_SAVED_TO_RESUME:  # that one saved to resume: no failure
             run = self.store.run(job.run_id)
             if job.diagnosis and job.diagnosis.cls is FailureClass.DISK_FULL:  # the trainer's own write failed
                 self._faults.pause_for_full_disk(run)
@@ -151,17 +153,18 @@ class Recovery:
         if state is JobState.PRUNED:
             self._keep_pruned(job, error or "")
         how = how_it_ended(returncode, diagnosis) + (f" ({problem})" if problem else "")
-        self._close_log(job, state, error or how if state is JobState.PRUNED else how)  # pruned: the sweep's reason
+        verdict = SAVED_VERDICT if returncode == EXIT_SAVED_TO_RESUME else VERDICTS.get(state, state.value)
+        self._close_log(job, verdict, error or how if state is JobState.PRUNED else how)  # pruned: the sweep's reason
         if state is JobState.SUCCEEDED and group is None:
             self._remember_peak(job)
         elif state is JobState.SUCCEEDED:  # a group's peak is recorded with its size, never as a job's alone
             self._groups.remember_peak(job)
         return ended, state
 
-    def _close_log(self, job: JobRow, state: JobState, how: str) -> None:
+    def _close_log(self, job: JobRow, verdict: str, how: str) -> None:
         """The attempt's end as the last line of its train.log (a fused member's too: its own log),
         after the verdict, which quotes the log's last line, was taken from the trainer's."""
-        close_log(job, VERDICTS.get(state, state.value), how, self._clock(), self._progress.max_steps(job.id))
+        close_log(job, verdict, how, self._clock(), self._progress.max_steps(job.id))
 
     def _record_peak_rss(self, job: JobRow, rss: int) -> JobRow:
         """The journal's peak RSS raised to ``rss`` (written only when that raises it: the sampled

@@ -13,7 +13,9 @@ An OOM retry applies the first listed remedy that triage offers for this failure
 has not had yet; a smaller micro-batch raises gradient accumulation so the effective batch, and so
 the results, stay comparable. A failure-class retry waits ``backoff_s`` (the job stays queued with
 a not-before time that admission honours) and resumes from the job's last checkpoint when it has
-one. Every retry is recorded in the job's history.
+one. A job that saved when warned of its time limit (Slurm's ``--signal``, see
+:mod:`lat_core.train.save_request`) is resubmitted to resume without being asked. Every retry is
+recorded in the job's history.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import time
 
 from lat_core.contract.jobdir import JobDir
+from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
 from lat_core.engine.remedy import Target, apply_change, apply_remedy
 from lat_core.engine.requeue import waiting_step
 from lat_core.contract.rows import JobRow, RunRow
@@ -31,11 +34,40 @@ from lat_core.contract.diagnosis import Resume
 
 TAG = "auto-retry with remedy "
 FAILURE_TAG = "auto-retry after "
+SAVED_TAG = "saved at step "
 
 
 def maybe_retry(store: Store, run: RunRow, job: JobRow, now: float | None = None) -> bool:
-    """Requeue a failed ``job`` when the plan asks for it; True when requeued."""
-    return _retry_oom(store, run, job) or _retry_failure_class(store, run, job, time.time() if now is None else now)
+    """Requeue a failed ``job`` when the plan asks for it, or when it saved to be resumed; True
+    when requeued."""
+    return (_resume_after_save(store, run, job) or _retry_oom(store, run, job)
+            or _retry_failure_class(store, run, job, time.time() if now is None else now))
+
+
+def _resume_after_save(store: Store, run: RunRow, job: JobRow) -> bool:
+    """A job that saved a checkpoint when warned of its time limit and stopped (exit
+    EXIT_SAVED_TO_RESUME) goes back to the queue to resume from it, with no limit on how often:
+    only while each time limit leaves a later checkpoint than the one it resumed from, so a job
+    that cannot make a step within its time limit ends failed instead of looping."""
+    if job.returncode != EXIT_SAVED_TO_RESUME:
+        return False
+    latest = JobDir(job.job_dir).latest_checkpoint()
+    step = latest[0] if latest is not None else None
+    before = _last_saved_step(store, job)
+    if step is None or (before is not None and step <= before):
+        store.add_transition(run.id, job.id, HistoryKind.AUTO_RETRY,
+                             f"not resubmitted: no checkpoint past step {before} after its time limit")
+        return False
+    apply_change(Target(store, run, job), Resume())
+    store.set_job_state(job.id, JobState.QUEUED, f"{SAVED_TAG}{step} before its time limit: resubmitted to resume",
+                        ended=None, returncode=None)
+    return True
+
+
+def _last_saved_step(store: Store, job: JobRow) -> int | None:
+    steps = [int(t.detail[len(SAVED_TAG):].split()[0]) for t in store.transitions(job.run_id, job_id=job.id)
+             if t.new_state == JobState.QUEUED and t.detail.startswith(SAVED_TAG)]
+    return steps[-1] if steps else None
 
 
 def backoff_hold(job: JobRow, now: float) -> str | None:

@@ -18,7 +18,7 @@ from lat_core.engine.faults import JOURNAL_ERRORS, disk_full
 from lat_core.engine.job_faults import JobFaults
 from lat_core.engine.launch import Launched, LaunchSpec
 from lat_core.engine.mps import RunMps
-from lat_core.engine.placement import distributed_argv, distributed_env, find_free_port
+from lat_core.engine.placement import distributed_argv, distributed_env, find_free_port, standalone_argv
 from lat_core.engine.recovery import Recovery
 from lat_core.engine.state import EngineState
 from lat_core.engine.warm import WarmStarts
@@ -62,10 +62,11 @@ class Starts:
         try:
             argv, env = self._distributed(job, argv=job.argv, env=env)
             if batch is not None and not job.backend_options:
-                batch.append((job, attempt_id, LaunchSpec(argv, env, job_dir, exit_path, tuple(job.env))))
+                batch.append((job, attempt_id, LaunchSpec(argv, env, job_dir, exit_path, tuple(job.env), job.world)))
                 return
             launched = (self._warm.launch(job, argv, env, job_dir, exit_path)
-                        or self._state.job_backend(job).launch(argv, env, job_dir, exit_path, tuple(job.env)))
+                        or self._state.job_backend(job).launch(argv, env, job_dir, exit_path, tuple(job.env),
+                                                               world=job.world))
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails this job alone
@@ -116,9 +117,13 @@ class Starts:
             return None
 
     def _distributed(self, job: JobRow, *, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-        """Multi-process jobs run under torchrun on a probed free rendezvous port (reported)."""
+        """Multi-process jobs run under torchrun on a probed free rendezvous port (reported), or
+        ``--standalone`` where the backend's jobs run on other hosts."""
         if job.world == 1:
             return argv, env
+        if not self._state.backend(job.run_id).samples_local_processes:  # its node is not this host
+            self.store.add_transition(job.run_id, job.id, HistoryKind.RENDEZVOUS, "torchrun --standalone on its node")
+            return standalone_argv(argv, job.world), {**env, **distributed_env(job.world, None, bool(job.use_libuv))}
         port, tries = find_free_port()
         self.store.add_transition(job.run_id, job.id, HistoryKind.RENDEZVOUS, f"port {port} after {tries} probe(s)")
         return distributed_argv(argv, job.world, port), {**env, **distributed_env(job.world, port, bool(job.use_libuv))}

@@ -1,4 +1,5 @@
-"""A plan's ``gpus`` + ``slots`` resolved into the run's devices, against what NVML sees here.
+"""A plan's ``gpus`` + ``slots`` resolved into the run's devices, against what NVML sees here; a
+Slurm plan's into the cluster's one device, without NVML (a login node has no GPU).
 
 GPUs are addressed by UUID in ``CUDA_VISIBLE_DEVICES`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``) when
 NVML knows them, so NVML's and CUDA's numbering can never disagree.
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lat_core.contract.devices import Device, cpu_device
+from lat_core.config.slurm_options import validate_options
+from lat_core.contract.devices import Device, cluster_device, cpu_device
 from lat_core.errors import GpuError
 
 if TYPE_CHECKING:
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
 
 def resolve_devices(plan: Plan, snapshot: GpuSnapshot) -> list[Device]:
     """One Device per plan device: id (shown), slots, and the env that pins a job to it."""
+    if plan.backend == "slurm":
+        return [slurm_device(plan)]
     slots = plan.slot_plan()
     if plan.gpus == "cpu":
         return [cpu_device(slots[0])]
@@ -29,6 +33,14 @@ def resolve_devices(plan: Plan, snapshot: GpuSnapshot) -> list[Device]:
         have = ", ".join(str(g.index) for g in snapshot.gpus)
         raise GpuError(f"GPU {missing[0]} does not exist (this machine has GPUs {have})", where="plan field 'gpus'")
     return [_gpu_device(gpu, n) for gpu, n in zip(gpus, slots) if gpu is not None]
+
+
+def slurm_device(plan: Plan) -> Device:
+    """``slurm.max_jobs`` jobs in Slurm at once; GPU jobs unless ``slurm.gres: none`` (each job then
+    asks Slurm for its GPUs by its world size). The plan's ``gpus`` names this host's GPUs and has
+    no say here (:func:`lat_core.front.plan.slurm_plan_problems` refuses a list of them)."""
+    options = validate_options(plan.slurm, where="plan field 'slurm'")
+    return cluster_device(options.max_jobs, gpus=options.gres != "none")
 
 
 def _gpu_device(gpu: GpuInfo, slots: int) -> Device:

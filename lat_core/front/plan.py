@@ -377,11 +377,27 @@ def plan_from_mapping(data: object, registry: SuiteRegistry, *, where: str, base
         from lat_core.config.slurm_options import option_problems
 
         problems += option_problems(plan.slurm)
+    if plan.backend == "slurm":
+        problems += slurm_plan_problems(plan)
     if problems:
         raise PlanError(bounded(problems), where=where)
     # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.
     plan.pairs = [_absolute_dataset(p, base, plan.datasets) for p in plan.pairs]
     return plan
+
+
+def slurm_plan_problems(plan: Plan) -> list[str]:
+    """A Slurm plan asks the cluster for each job's GPUs and bounds its jobs in the queue: fields
+    that pick this host's GPUs and slots would be silently ignored, so they are refused."""
+    problems = []
+    if plan.gpus != "cpu":
+        problems.append(f"field 'gpus': {plan.gpus} names GPUs of this machine, but a Slurm job gets its GPUs "
+                        "from the cluster: leave 'gpus' out, set gpus_per_job (GPUs and processes per job) "
+                        "and slurm.gres (gpu, shard, auto or none)")
+    if plan.slots != "auto":
+        problems.append(f"field 'slots': {plan.slots} is per GPU of this machine; on Slurm, slurm.max_jobs "
+                        "bounds the jobs in the queue at once")
+    return problems
 
 
 def _own_config_tree(plan: Plan, registry: SuiteRegistry, base: Path) -> list[str]:

@@ -55,13 +55,21 @@ def prepare_run(plan: Plan, *, registry: SuiteRegistry | None = None, probe: Gpu
     registry = plan.suite_registry(registry)
     environ = dict(os.environ if environ is None else environ)
     plan = with_shell_notices(plan, environ)
-    gpus = (probe or GpuProbe()).snapshot()
+    gpus = _local_gpus(plan, probe)
     devices = resolve_devices(plan, gpus)
     jobs = expand(plan, registry, shell_overrides(environ))
     _check_placeable(jobs, devices)
     preflight_jobs(plan, jobs, devices, gpus, environ, hub_probe)
     prepare_output_root(Path(plan.output_root))
     return PreparedRun(plan, jobs, devices)
+
+
+def _local_gpus(plan: Plan, probe: GpuProbe | None) -> GpuSnapshot:
+    """NVML's view of this host; none for a Slurm plan, whose jobs run on the cluster's nodes (a
+    login node has no GPU, and its driver says nothing about theirs)."""
+    if plan.backend == "slurm":
+        return GpuSnapshot((), reason="the jobs run on Slurm's nodes")
+    return (probe or GpuProbe()).snapshot()
 
 
 def preflight_jobs(plan: Plan, jobs: list[JobSpec], devices: list[Device], gpus: GpuSnapshot,
@@ -102,6 +110,8 @@ def with_shell_notices(plan: Plan, environ: dict[str, str]) -> Plan:
 
 def _check_placeable(jobs: list[JobSpec], devices: list[Device]) -> None:
     """A job that needs more GPUs (or CPU slots) than the plan offers could never start."""
+    if any(d.is_cluster for d in devices):
+        return  # Slurm judges a job's request against its nodes (sbatch refuses one no node can hold)
     gpus = sum(1 for d in devices if not d.is_cpu and d.slots > 0)
     cpu_slots = sum(d.slots for d in devices if d.is_cpu)
     capacity = cpu_slots if cpu_slots else gpus
@@ -222,7 +232,7 @@ def jobs_to_add(run: RunRow, suites: list[str], rounds: object, pairs: object, r
     if checks.allow_cpu:
         plan.allow_cpu = True
     jobs = expand(plan, plan.suite_registry(registry))  # the run's own config tree, when it names one
-    gpus = (checks.probe or GpuProbe()).snapshot()
+    gpus = _local_gpus(plan, checks.probe)  # a Slurm run's jobs go to the cluster's nodes
     preflight_jobs(plan, jobs, run.devices, gpus, os.environ if checks.environ is None else checks.environ,
                    checks.hub_probe)
     if state_dir is None:

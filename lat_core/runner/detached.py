@@ -3,7 +3,8 @@
 Started by the engine as the leader of a new session with stdio in the job's ``train.log``. It runs
 the trainer in its own process group, waits, and writes the exit record atomically (tmp + rename),
 so the job's outcome survives the engine, the front end and an SSH drop. SIGTERM/SIGINT/SIGHUP
-sent to the runner are passed on to the trainer, whose exit then gets recorded as usual.
+(and SIGUSR1, Slurm's warning before a time limit) sent to the runner are passed on to the
+trainer, whose exit then gets recorded as usual.
 
 ``--wait-pid PID`` is the warm-start form (:mod:`lat_core.train.warm`): the trainer was forked,
 already running, by the process that then exec'd this runner, so it is our child and we wait for
@@ -118,7 +119,8 @@ def own_rss() -> int:
 
 
 def _forward_signals(send) -> None:
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    # SIGUSR1: a scheduler's warning before the time limit (sbatch --signal), the trainer's "save and stop"
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(signum, lambda signum, _frame: send(signum))
 
 

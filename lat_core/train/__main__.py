@@ -1,8 +1,10 @@
 """CLI: `python -m lat_core.train --cfg job.yaml [--resume | --overwrite] [--debug]`.
 
 Why the exit codes: the engine treats exit 2 as "the job as written cannot
-run" (bad config, nothing to resume, already finished) and anything else
-non-zero as a crash worth retrying or reporting.
+run" (bad config, nothing to resume, already finished), exit 75 as "saved a
+checkpoint when asked (SIGUSR1, a time limit near) and stopped: resume it"
+(lat_core.train.save_request), and anything else non-zero as a crash worth
+retrying or reporting.
 """
 from __future__ import annotations
 
@@ -47,6 +49,9 @@ def adapter_spec_hint(path: str) -> str | None:
 def main(argv=None) -> int:
     """Parse, check the output dir, train; map config problems to exit 2."""
     t_start = time.time()
+    from .save_request import EXIT_SAVED_TO_RESUME, SavedToResume, install
+
+    install()  # before the heavy imports: Slurm's warning may come while they load
     args = parse_args(argv)
     set_title(f"lat: {job_label(args.cfg)}")
     from lat_core.config.job import TrainConfigError, load_config
@@ -62,6 +67,9 @@ def main(argv=None) -> int:
         events = JobDir(cfg.output_dir).event_writer()
         run(cfg, events, resume=args.resume, debug=args.debug,
             argv=list(sys.argv[1:] if argv is None else argv))
+    except SavedToResume as exc:
+        log(f"{exc}; exit {EXIT_SAVED_TO_RESUME}")
+        return EXIT_SAVED_TO_RESUME
     except (TrainConfigError, OutputPathError) as exc:  # OutputPathError: a planted events.jsonl symlink
         failed(events, exc)
         print(f"error: {adapter_spec_hint(args.cfg) or exc}", file=sys.stderr, flush=True)

@@ -23,6 +23,7 @@ from .events import failed_event, log, memory_event, ranking_of, started_event
 from .checkpoints import checkpoints, load_checkpoint, save_final
 from .portable import moves_base_weights, save_initial_adapter
 from .record import add_data, write_env
+from . import save_request
 from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
     batch_loss, mean_loss_fn, set_logits_to_keep,
 )
@@ -153,6 +154,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     from . import adapters as A
     from .callbacks import (EventsCallback, LatRun, MainMetricEarlyStopping, RngCallback, TrackerConfigCallback,
                             user_callbacks)
+    from .save_on_signal import SaveOnSignalCallback
     from lat_core.config.job import resolve_max_steps
     from .graphs import GraphedAdamW, GraphedSteps, layout_for, resolve_modes, set_optimizer_mode
     from .hf_trainer import (LatTrainer, build_scheduler, finish_distributed, training_arguments, user_arguments,
@@ -282,7 +284,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     trainer = LatTrainer(model=model, args=args, optimizers=(optimizer, scheduler), lat=run_state, graphed=graphed,
                          eval_dataset={k: v for k, v in splits.items() if k != "train"},
                          callbacks=[TrackerConfigCallback(public_config(cfg), trackers.active), *own_callbacks,
-                                    *([stopping] if stopping else []), RngCallback(cfg.seed, rng_state)])
+                                    *([stopping] if stopping else []), RngCallback(cfg.seed, rng_state),
+                                    SaveOnSignalCallback()])
     trainer.remove_callback(PrinterCallback)   # the project's own log lines replace its dict prints
     if tracker_run is not None:
         attach_tracker_run(trainer.callback_handler.callbacks, tracker_run)
@@ -312,6 +315,9 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     if stopping and stopping.stopped_at is not None and is_main:
         log(stopping.line(tr.max_steps))
     finish_distributed()
+    stopped_early = stopping and stopping.stopped_at is not None  # done: nothing to resume
+    if save_request.requested() and step < tr.max_steps and not stopped_early:  # saved at the time-limit warning
+        raise save_request.SavedToResume(step)
     if not is_main:
         return None
     save_final(model, cfg.output_dir)   # the adapter as training left it

@@ -15,7 +15,8 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from lat_core.contract.jobdir import Failed, Finished
+from lat_core.contract.jobdir import CheckpointSaved, Failed, Finished
+from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
 from lat_core.text import fmt_bytes, signal_name
 from lat_core.triage import known
 from lat_core.triage import remedies as fix
@@ -74,6 +75,18 @@ def _cancelled_flag(facts: Facts) -> Diagnosis | None:
         return None
     return make_diagnosis(facts, F.CANCELLED, "Cancelled", "The job was cancelled on request "
                           f"(exit {facts.returncode}); nothing went wrong in it.")
+
+
+def _saved_to_resume(facts: Facts) -> Diagnosis | None:
+    """The trainer's own word (exit EXIT_SAVED_TO_RESUME): asked to save before a time limit, it
+    saved a checkpoint and stopped; nothing went wrong, and the engine resumes it."""
+    if facts.returncode != EXIT_SAVED_TO_RESUME:
+        return None
+    steps = [e.step for e in facts.files.events if isinstance(e, CheckpointSaved)]
+    where = f"checkpoint-{steps[-1]}" if steps else "a checkpoint"
+    return make_diagnosis(facts, F.TIMEOUT, "Saved before its time limit", "The scheduler warned that the "
+                          f"time limit was near (SIGUSR1); the job saved {where} and stopped, to be resumed.",
+                          fix.resume_remedy(facts.files.events))
 
 
 def _timeout_flag(facts: Facts) -> Diagnosis | None:
@@ -278,8 +291,8 @@ def _exit_code(facts: Facts) -> Diagnosis:
                           f"{facts.returncode} and the log shows no known failure.", evidence=_last_line(facts))
 
 
-RULES: tuple[Rule, ...] = (_ok, _cancelled_flag, _timeout_flag, _host_oom_proven, _cuda_oom, known.cuda_library_oom,
-         _device_fault, _nccl, _libuv, _rendezvous, _scheduler_stop, known.shm_exhausted, _host_oom_likely,
+RULES: tuple[Rule, ...] = (_ok, _cancelled_flag, _saved_to_resume, _timeout_flag, _host_oom_proven, _cuda_oom,
+         known.cuda_library_oom, _device_fault, _nccl, _libuv, _rendezvous, _scheduler_stop, known.shm_exhausted, _host_oom_likely,
          known.no_gpu, known.triton, known.cuda_graphs, known.disk_full, known.hub_unreachable, known.tracker_login,
          known.generate_kwargs, known.reentrant_ckpt, known.nonfinite_loss, known.config_error,
          _interrupted, _crashed, _python_exception, _killed)

@@ -22,7 +22,7 @@ def wait_for(predicate, timeout=HANG_S, what="condition"):
 
 
 def engine_pid(state_dir):
-    return int((state_dir / "engine.lock").read_text())
+    return EngineLock(state_dir).holder().pid
 
 
 def test_detached_engine_drains_the_queue_and_exits(tmp_path):

@@ -55,7 +55,7 @@ def test_random_kills_of_jobs_and_engine_keep_the_invariants(tmp_path):
         if action < 0.25 or killed_jobs < 2:  # the first two kills as soon as trainers run: a loaded
             killed_jobs += _kill_random_trainer(tmp_path, rng)  # machine once let the run end with none
         elif action < 0.50 and EngineLock(state).is_held():
-            os.kill(int((state / "engine.lock").read_text()), signal.SIGKILL)
+            os.kill(EngineLock(state).holder().pid, signal.SIGKILL)
             killed_engines += 1
         if not EngineLock(state).is_held():
             ensure_engine(state)  # what any front end does when it finds no engine

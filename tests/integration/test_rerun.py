@@ -47,7 +47,7 @@ def state(tmp_path):
     """The state dir; the engine a test's front end started is stopped after it (by its lock's pid)."""
     yield tmp_path / "state"
     if EngineLock(tmp_path / "state").is_held():
-        os.kill(int((tmp_path / "state" / "engine.lock").read_text()), signal.SIGTERM)
+        os.kill(EngineLock(tmp_path / "state").holder().pid, signal.SIGTERM)
 
 
 def _step_losses(job_dir: Path) -> dict[int, float]:

@@ -136,9 +136,9 @@ def configs(tmp_path) -> Path:
 def engine_reaper(tmp_path):
     """Stops the engine a test's front end started (only that one, by the pid in its lock file)."""
     yield tmp_path / "state"
-    lock = tmp_path / "state" / "engine.lock"
-    if EngineLock(tmp_path / "state").is_held():
-        os.kill(int(lock.read_text()), signal.SIGTERM)
+    lock = EngineLock(tmp_path / "state")
+    if lock.is_held():
+        os.kill(lock.holder().pid, signal.SIGTERM)
 
 
 @pytest.fixture

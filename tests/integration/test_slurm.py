@@ -104,7 +104,27 @@ def test_options_are_validated_with_plan_field_names():
     ok = validate_options({"partition": "gpu", "time": "1-02:00:00", "mem": "16g", "cpus_per_task": 4,
                            "extra_args": ["--qos=high"]})
     assert ok.sbatch_args("gpu:1") == ["--partition=gpu", "--time=1-02:00:00", "--mem=16G",
-                                       "--cpus-per-task=4", "--gres=gpu:1", "--qos=high"]
+                                       "--cpus-per-task=4", "--gres=gpu:1", "--signal=B:USR1@120", "--qos=high"]
+
+
+def test_save_signal_and_max_jobs_options():
+    """A time limit brings Slurm's warning (USR1, 120 s before) unless the plan says otherwise."""
+    assert "--signal=B:USR1@300" in validate_options({"time": "60", "save_before_end_s": 300}).sbatch_args(None)
+    assert not any(a.startswith("--signal") for a in validate_options({"time": "60", "save_before_end_s": 0})
+                   .sbatch_args(None))
+    assert not any(a.startswith("--signal") for a in validate_options({}).sbatch_args(None))  # no limit known
+    assert "--signal=B:USR1@30" in validate_options({"time": "1"}).sbatch_args(None)  # half a short limit
+    assert validate_options({}).max_jobs == 32 and validate_options({"max_jobs": 4}).max_jobs == 4
+    assert option_problems({"max_jobs": 0, "save_before_end_s": -1}) == [
+        "plan field 'slurm.max_jobs': expected a whole number >= 1, got 0",
+        "plan field 'slurm.save_before_end_s': expected seconds >= 0 (0: no warning before the time limit), got -1"]
+
+
+def test_gres_request_follows_the_jobs_world_size():
+    backend = SlurmBackend(gres="gpu")
+    assert [backend.gres_request({}, world) for world in (1, 2, 4)] == ["gpu:1", "gpu:2", "gpu:4"]
+    assert SlurmBackend(gpus_per_job=2).gres_request({}, 1) == "gpu:2"  # one process that uses two GPUs
+    assert SlurmBackend(gres="none").gres_request({}, 2) is None
 
 
 def test_gres_request_follows_the_cluster_and_the_device():
@@ -198,7 +218,7 @@ def overtime(slurm_cluster, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("overtime")
     cpu = {"id": "cpu", "label": "cpu", "slots": 1, "env": {"CUDA_VISIBLE_DEVICES": ""}}
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "overtime", sleep=600)], devices=[cpu])  # no GPU held
-    engine = Engine(store, backend=SlurmBackend(time="1"))
+    engine = Engine(store, backend=SlurmBackend(time="1", save_before_end_s=0))  # no warning: Slurm's kill
     job_id = store.jobs(run_id)[0].id
     while not store.attempts(job_id) or not store.attempts(job_id)[0].pid:
         engine.tick()

@@ -33,7 +33,8 @@ class Backend:
         return False
 
     def launch(self, argv: list[str], env: dict[str, str], job_dir, exit_path,
-               show_env: tuple[str, ...] = ()) -> Launched:
+               show_env: tuple[str, ...] = (), *, world: int = 1) -> Launched:
+        """``world``: the job's processes, for a scheduler that allocates its GPUs."""
         raise NotImplementedError
 
     def is_alive(self, pid: int | None, pid_start: float | None) -> bool:

@@ -19,8 +19,8 @@ class LocalBackend(Backend):
     def __init__(self, launch_fn=launch):
         self._launch = launch_fn
 
-    def launch(self, argv, env, job_dir, exit_path, show_env=()) -> Launched:
-        return self._launch(argv, env, job_dir, exit_path, show_env)
+    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1) -> Launched:
+        return self._launch(argv, env, job_dir, exit_path, show_env)  # the devices' env pins its GPUs
 
     def is_alive(self, pid, pid_start) -> bool:
         return is_same_process(pid, pid_start)

@@ -128,7 +128,7 @@ class SlurmBackend(Backend):
         return self.options.array is True
 
     # ------------------------------------------------------------------ submission
-    def launch(self, argv, env, job_dir, exit_path, show_env=()) -> Launched:
+    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1) -> Launched:
         job_dir, exit_path = Path(job_dir), Path(exit_path)
         name = job_name_for(exit_path)
         existing = find_submitted(name, run=self._run)
@@ -139,29 +139,30 @@ class SlurmBackend(Backend):
         script = exit_path.with_name(exit_path.name.replace(".exit.json", ".sbatch"))
         script.write_text(self.batch_script(argv, exit_path, show_env))
         command = [f"--comment=lat {exit_path}", f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}",
-                   *self.options.sbatch_args(self.gres_request(env)), str(script)]
-        return Launched(*self._sbatch(name, command, self._submit_env(env)))
+                   *self.options.sbatch_args(self.gres_request(env, world), save_signal=world == 1), str(script)]
+        return Launched(*self._sbatch(name, command, self._submit_env(env, world)))
 
     def launch_many(self, specs: list[LaunchSpec]) -> list[Launched | OSError]:
         """Each spec's launch (or why it failed), in order: specs with the same gres request go into
         one job array when there are at least two of them (and their environments split safely)."""
-        groups: dict[str | None, list[int]] = {}
+        groups: dict[tuple[str | None, bool], list[int]] = {}  # (gres, one process: may get the save signal)
         for i, spec in enumerate(specs):
-            groups.setdefault(self.gres_request(spec.env), []).append(i)
+            groups.setdefault((self.gres_request(spec.env, spec.world), spec.world == 1), []).append(i)
         launched: dict[int, Launched | OSError] = {}
-        for gres, members in groups.items():
-            envs = [self._submit_env(specs[i].env) for i in members]
+        for (gres, single), members in groups.items():
+            envs = [self._submit_env(specs[i].env, specs[i].world) for i in members]
             split = split_envs(envs) if len(members) > 1 else None
             try:
                 if split is None:
-                    launched.update({i: self.launch(*_fields(specs[i])) for i in members})
+                    launched.update({i: self.launch(*_fields(specs[i]), world=specs[i].world) for i in members})
                 else:
-                    launched.update(zip(members, self._submit_array([specs[i] for i in members], gres, *split)))
+                    launched.update(zip(members, self._submit_array([specs[i] for i in members], gres, single, *split)))
             except OSError as exc:  # the other groups went in: only this one's jobs failed
                 launched.update({i: exc for i in members if i not in launched})
         return [launched[i] for i in range(len(specs))]
 
-    def _submit_array(self, specs: list[LaunchSpec], gres: str | None, shared: dict, tasks: list) -> list[Launched]:
+    def _submit_array(self, specs: list[LaunchSpec], gres: str | None, single: bool, shared: dict,
+                      tasks: list) -> list[Launched]:
         first = Path(specs[0].exit_path)
         name = f"{job_name_for(first)}-x{len(specs)}"
         tasks_dir = first.parent / f"{name}.tasks"
@@ -184,7 +185,7 @@ class SlurmBackend(Backend):
         script.write_text(array_script(commands, [Path(s.job_dir) for s in specs], tasks))
         env = {**shared, **{k: v for task in tasks for k, v in task.exported.items()}}
         command = [f"--array=0-{len(specs) - 1}", f"--comment=lat array {first}", f"--chdir={specs[0].job_dir}",
-                   f"--output={tasks_dir}/%a.log", *self.options.sbatch_args(gres), str(script)]
+                   f"--output={tasks_dir}/%a.log", *self.options.sbatch_args(gres, save_signal=single), str(script)]
         job_id, submitted = self._sbatch(name, command, env)
         return [Launched(task_id(job_id, i), submitted) for i in range(len(specs))]
 
@@ -215,21 +216,22 @@ class SlurmBackend(Backend):
         return [self._python, "-m", "lat_core.runner", "--exit-file", str(exit_path),
                 "--show-env", ",".join(show_env), "--", *argv]
 
-    def _submit_env(self, env: dict) -> dict:
+    def _submit_env(self, env: dict, world: int = 1) -> dict:
         """The engine's environment plus the job's, without the engine's own Slurm job context and
         without a device pin: Slurm sets CUDA_VISIBLE_DEVICES for the GPUs it allocates."""
         base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LAT_ARRAY_"))}
         merged = {**base, **env, "PYTHONUNBUFFERED": "1"}
-        if self.gres_request(env):
+        if self.gres_request(env, world):
             merged.pop("CUDA_VISIBLE_DEVICES", None)
         return merged
 
-    def gres_request(self, env: dict) -> str | None:
-        """``gpu:N``, ``shard:1`` or None (a CPU device, or ``gres: none``)."""
+    def gres_request(self, env: dict, world: int = 1) -> str | None:
+        """``gpu:N`` (N: the job's processes, at least ``gpus_per_job``), ``shard:1`` for a
+        one-process job where shards are used, or None (a CPU job, or ``gres: none``)."""
         if self.options.gres == "none" or env.get("CUDA_VISIBLE_DEVICES") == "":
             return None
-        kind = self.gres_kind()
-        return "shard:1" if kind == "shard" else f"gpu:{self.options.gpus_per_job}"
+        gpus = max(world, self.options.gpus_per_job)
+        return "shard:1" if gpus == 1 and self.gres_kind() == "shard" else f"gpu:{gpus}"
 
     def gres_kind(self) -> str:
         """``gres: auto`` takes shards where the cluster defines them; ``shard`` insists on them."""
