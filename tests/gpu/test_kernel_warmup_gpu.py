@@ -32,7 +32,7 @@ def test_after_the_warm_up_a_jobs_training_compiles_nothing(tmp_path):
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / "job.yaml").write_text(yaml.safe_dump(raw))
     cache = tmp_path / "triton"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_CACHE_DIR": str(cache), "NUM_DATA_WORKERS": "0"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "TRITON_CACHE_DIR": str(cache), "NUM_DATA_WORKERS": "0"}
     write_shapes(tmp_path / "shapes.json", shapes_for([parse_config(raw, environ={})]), env)
 
     warm = subprocess.run([sys.executable, "-m", "lat_core.train.kernel_warmup", "--shapes", str(tmp_path / "shapes.json")],
