@@ -10,7 +10,7 @@ from tests.integration.test_trainer_features import cfg_for, losses, train
 def test_packed_training_equals_padded(tmp_path, monkeypatch):
     calls = []
     real = evaluation.packed_loss
-    monkeypatch.setattr(evaluation, "packed_loss", lambda model, batch: calls.append(1) or real(model, batch))
+    monkeypatch.setattr(evaluation, "packed_loss", lambda model, batch, *rest: calls.append(1) or real(model, batch, *rest))
     over = {"train": {"batch_size": 4, "grad_accum": 2}}
     padded = train(cfg_for(tmp_path / "padded", train={**over["train"], "pack": False}))
     assert not calls
