@@ -36,18 +36,13 @@ def fuses_on(plan: SavedPlan, device_is_cpu: bool) -> bool:
 
 
 def job_fuse_key(job: JobRow) -> tuple | None:
-    """Jobs with equal keys can share one fused process; None: the job runs alone
-    (:func:`alone_because` says why)."""
-    return _key_or_why(job)[0]
+    """Jobs with equal keys can share one fused process; None: the job runs alone."""
+    return fuse_key_or_why(job)[0]
 
 
-def alone_because(job: JobRow) -> str | None:
-    """Why the job cannot share a fused process with any other, or None when it can."""
-    return _key_or_why(job)[1]
-
-
-def _key_or_why(job: JobRow) -> tuple[tuple | None, str | None]:
-    """Only a job whose command is the trainer on its own job.yaml (one process, no backend options)
+def fuse_key_or_why(job: JobRow) -> tuple[tuple | None, str | None]:
+    """(the job's fuse key, None) or (None, why it cannot share a fused process with any other).
+    Only a job whose command is the trainer on its own job.yaml (one process, no backend options)
     qualifies; its interpreter, mode flag (--resume/--overwrite) and env are part of the key, since
     the group runs with one of each."""
     argv = list(job.argv)

@@ -22,7 +22,7 @@ from lat_core.contract.run_secrets import JobSecrets
 from lat_core.engine.admission import Admission
 from lat_core.engine.backends import Backend
 from lat_core.engine.faults import JOURNAL_ERRORS
-from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, alone_because, fuses_on, group_argv, job_fuse_key,
+from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, fuse_key_or_why, fuses_on, group_argv,
                                     smaller_limit)
 from lat_core.engine.requeue import restart_argv, waiting_step
 from lat_core.engine.retries import backoff_hold
@@ -56,16 +56,18 @@ class GroupStarts:
         self._warm = warm
         self._admission = admission
         self._job_secrets = secrets
-        # (job id, attempts) -> (fuse key, group limit)
-        self._fuse_keys: dict[tuple[int, int], tuple[tuple | None, int]] = {}
+        # (job id, attempts) -> (fuse key, why it has none, group limit)
+        self._fuse_keys: dict[tuple[int, int], tuple[tuple | None, str | None, int]] = {}
 
-    def _fuse_info(self, job: JobRow) -> tuple[tuple | None, int]:
-        """(the job's fuse key, the most members its group may have), read once per attempt (a
-        remedy between attempts may change job.yaml; a group out of memory lowers the limit)."""
+    def _fuse_info(self, job: JobRow) -> tuple[tuple | None, str | None, int]:
+        """(the job's fuse key, why it has none, the most members its group may have), read once per
+        attempt (a remedy between attempts may change job.yaml; a group out of memory lowers the
+        limit): admission asks for every queued job, and a job that starts alone says why from it."""
         if (job.id, job.attempts) not in self._fuse_keys:
             limit = JobDir(job.job_dir).read_group_limit()
             size = GROUP_SIZE_LIMIT if limit is None else min(limit.size, GROUP_SIZE_LIMIT)
-            self._fuse_keys[(job.id, job.attempts)] = (job_fuse_key(job) if size > 1 else None, size)
+            key, why = fuse_key_or_why(job) if size > 1 else (None, limit.why if limit else None)
+            self._fuse_keys[(job.id, job.attempts)] = (key, why, size)
         return self._fuse_keys[(job.id, job.attempts)]
 
     def fuse_mates(self, run: RunRow, job: JobRow, device: Device, running: list[JobRow],
@@ -76,14 +78,14 @@ class GroupStarts:
         if not fuses_on(self._state.plan_of(run.id), device.is_cpu) \
                 or not self._state.backend(run.id).reaps_process_tree:
             return []
-        key, cap = self._fuse_info(job)
+        key, _, cap = self._fuse_info(job)
         if key is None:
             return []
         group = [job]
         for other in self.store.queued_jobs(run.id, limit=MATE_SCAN, after_seq=job.seq):
             if len(group) >= cap:
                 break
-            other_key, other_cap = self._fuse_info(other)
+            other_key, _, other_cap = self._fuse_info(other)
             if other.id in taken or device.id in other.avoid_devices or other_key != key or other_cap <= len(group):
                 continue
             if self._warm.hold(other) or backoff_hold(other, self._clock()) is not None \
@@ -103,10 +105,7 @@ class GroupStarts:
         backend = self._state.backend(run.id)
         if not backend.reaps_process_tree:
             return f"trains alone: the {backend.name} backend runs every job in a process of its own"
-        limit = JobDir(job.job_dir).read_group_limit()
-        if limit is not None and limit.size <= 1:
-            return f"trains alone: {limit.why}"
-        why = alone_because(job)
+        _, why, _ = self._fuse_info(job)  # a group limit of 1 after an OOM, or what keeps it out
         if why is not None:
             return f"trains alone: {why}"
         return "trains alone: no queued job shares its base, data and settings now"
