@@ -56,6 +56,8 @@ class SlurmOptions:
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     array: bool = False
     max_jobs: int = DEFAULT_MAX_JOBS  # jobs of the run in Slurm (queued or running) at once
+    # nodes each job spans: one torchrun a node (``srun``), its world split evenly over them
+    nodes: int = 1
     # seconds before the time limit at which Slurm sends SAVE_SIGNAL to the job (0: never);
     # None: SAVE_BEFORE_END_S (at most half the limit) when ``time`` is set, else never
     save_before_end_s: int | None = None
@@ -67,14 +69,15 @@ class SlurmOptions:
             return self.save_before_end_s
         return min(SAVE_BEFORE_END_S, time_minutes(self.time) * 30) if self.time else 0
 
-    def sbatch_args(self, gres_request: str | None, *, save_signal: bool = True) -> list[str]:
-        """``save_signal``: the job's trainer can act on SAVE_SIGNAL (one process; under torchrun
-        the signal would end the agent, not save)."""
+    def sbatch_args(self, gres_request: str | None) -> list[str]:
+        """``gres_request``, ``mem`` and ``cpus_per_task`` are per node (one task a node: its
+        torchrun). Every job may get SAVE_SIGNAL: a torchrun job's through lat_core.train.torchrun."""
+        spread = (("nodes", self.nodes), ("ntasks-per-node", 1)) if self.nodes > 1 else ()
         args = [f"--{flag}={value}" for flag, value in (
-            ("partition", self.partition), ("account", self.account), ("time", self.time),
+            ("partition", self.partition), ("account", self.account), ("time", self.time), *spread,
             ("mem", self.mem), ("cpus-per-task", self.cpus_per_task), ("gres", gres_request),
         ) if value]
-        if save_signal and self.save_signal_s():  # B: to the batch shell, which execs the runner; it forwards it to the trainer
+        if self.save_signal_s():  # B: to the batch shell, which execs the runner; it forwards it to the trainer (or LAT's torchrun)
             args.append(f"--signal=B:{SAVE_SIGNAL}@{self.save_signal_s()}")
         return [*args, *self.extra_args]
 
@@ -98,7 +101,7 @@ def validate_options(options: Mapping[str, Any], where: str | None = None) -> Sl
         clean["mem"] = str(clean["mem"]).strip().upper()
         if not _MEM.match(clean["mem"]) or clean["mem"].rstrip("KMGT") in ("", "0"):
             problems.append(f"plan field 'slurm.mem': expected a size like 16G or 4000M, got {options['mem']!r}")
-    for key in ("cpus_per_task", "gpus_per_job", "max_jobs"):
+    for key in ("cpus_per_task", "gpus_per_job", "max_jobs", "nodes"):
         if key in clean and not _whole(clean[key], 1):
             problems.append(f"plan field 'slurm.{key}': expected a whole number >= 1, got {clean[key]!r}")
     if "save_before_end_s" in clean and not _whole(clean["save_before_end_s"], 0):
@@ -120,9 +123,21 @@ def validate_options(options: Mapping[str, Any], where: str | None = None) -> Sl
     if "array" in clean and not isinstance(clean["array"], bool):
         problems.append(f"plan field 'slurm.array': expected true or false (true: the jobs admitted together "
                         f"are one sbatch job array), got {clean['array']!r}")
+    elif clean.get("array") is True and _whole(clean.get("nodes"), 2):
+        problems.append(f"plan field 'slurm.array': a job array's tasks run on one node each, but slurm.nodes is "
+                        f"{clean['nodes']}: set array: false (each multi-node job is then submitted alone)")
     if problems:
         raise PlanError(problems, where=where)
     return SlurmOptions(**clean)
+
+
+def spread_problem(world: int, nodes: int) -> str | None:
+    """Why a job of ``world`` processes cannot spread over ``nodes`` nodes (the same number on each),
+    or None when it can."""
+    if world % nodes == 0:
+        return None
+    return (f"plan field 'slurm.nodes': {nodes} nodes need a job's processes (gpus_per_job) to be a multiple "
+            f"of {nodes}, the same number on each node; got {world}")
 
 
 def _whole(value: object, least: int) -> bool:

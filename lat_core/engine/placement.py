@@ -15,6 +15,8 @@ from lat_core.contract.rows import JobRow
 from lat_core.contract.states import JobState
 
 PORT_TRIES = 10
+TORCHRUN = "lat_core.train.torchrun"  # torchrun (torch.distributed.run) that passes SIGUSR1 on to its workers
+SRUN_WAIT_S = 120  # once one node's torchrun has ended, the other nodes' may take this long to end too
 
 
 def slots_used(jobs: list[JobRow]) -> dict[str, int]:
@@ -97,12 +99,31 @@ def distributed_argv(argv: list[str], world: int, port: int) -> list[str]:
 
 def standalone_argv(argv: list[str], world: int) -> list[str]:
     """The same under ``torchrun --standalone`` on whatever node the job lands: torchrun picks a
-    free port there, so a host that is not the job's never decides it."""
-    module_at = argv.index("-m") if "-m" in argv else None
-    if module_at is None:
+    free port there, so a host that is not the job's never decides it. Through LAT's torchrun
+    (:mod:`lat_core.train.torchrun`), which passes a scheduler's save-before-the-end signal on to
+    the workers and says when they saved to be resumed."""
+    return [sys.executable, "-m", TORCHRUN, "--standalone", "--nnodes=1", f"--nproc_per_node={world}",
+            *_module_argv(argv)]
+
+
+def multinode_argv(argv: list[str], world: int, nodes: int) -> list[str]:
+    """The same on ``nodes`` nodes of a Slurm allocation: ``srun`` starts one torchrun a node (one
+    task a node), each with ``world // nodes`` processes, meeting at a c10d rendezvous whose endpoint
+    the batch script exports (``PET_RDZV_ENDPOINT``, the first node and a port free there: torchrun
+    reads each option it was not given from ``PET_<OPTION>``). ``--kill-on-bad-exit=0``: a node whose
+    workers saved and exited 75 first must not get the others killed mid-exit (srun's exit is then
+    the highest of the tasks'); ``--wait``: once one node's torchrun has ended, the others have that
+    long, so a crash on one node does not leave the others waiting for a collective until NCCL's
+    timeout."""
+    return ["srun", "--kill-on-bad-exit=0", f"--wait={SRUN_WAIT_S}", sys.executable, "-m", TORCHRUN,
+            f"--nnodes={nodes}", f"--nproc_per_node={world // nodes}", "--rdzv_backend=c10d", *_module_argv(argv)]
+
+
+def _module_argv(argv: list[str]) -> list[str]:
+    """``-m MODULE ARGS...`` of ``python -m MODULE ARGS...``, what torchrun runs in each process."""
+    if "-m" not in argv:
         raise ValueError("multi-process jobs must run a module (python -m ...)")
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-            f"--nproc_per_node={world}", *argv[module_at:]]
+    return argv[argv.index("-m"):]
 
 
 def distributed_env(world: int, port: int | None, use_libuv: bool) -> dict[str, str]:

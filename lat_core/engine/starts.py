@@ -18,7 +18,8 @@ from lat_core.engine.faults import JOURNAL_ERRORS, disk_full
 from lat_core.engine.job_faults import JobFaults
 from lat_core.engine.launch import Launched, LaunchSpec
 from lat_core.engine.mps import RunMps
-from lat_core.engine.placement import distributed_argv, distributed_env, find_free_port, standalone_argv
+from lat_core.engine.placement import (distributed_argv, distributed_env, find_free_port, multinode_argv,
+                                       standalone_argv)
 from lat_core.engine.recovery import Recovery
 from lat_core.engine.state import EngineState
 from lat_core.engine.warm import WarmStarts
@@ -117,13 +118,19 @@ class Starts:
             return None
 
     def _distributed(self, job: JobRow, *, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-        """Multi-process jobs run under torchrun on a probed free rendezvous port (reported), or
-        ``--standalone`` where the backend's jobs run on other hosts."""
+        """Multi-process jobs run under torchrun on a probed free rendezvous port (reported), or,
+        where the backend's jobs run on other hosts, ``--standalone`` on one node, or one torchrun on
+        each of its nodes (``slurm.nodes``)."""
         if job.world == 1:
             return argv, env
-        if not self._state.backend(job.run_id).samples_local_processes:  # its node is not this host
-            self.store.add_transition(job.run_id, job.id, HistoryKind.RENDEZVOUS, "torchrun --standalone on its node")
-            return standalone_argv(argv, job.world), {**env, **distributed_env(job.world, None, bool(job.use_libuv))}
+        backend = self._state.job_backend(job)
+        if not backend.samples_local_processes:  # its nodes are not this host: they choose the port
+            nodes = backend.nodes_per_job
+            how = (f"torchrun on each of {nodes} nodes, c10d rendezvous on the first" if nodes > 1
+                   else "torchrun --standalone on its node")
+            self.store.add_transition(job.run_id, job.id, HistoryKind.RENDEZVOUS, how)
+            wrapped = multinode_argv(argv, job.world, nodes) if nodes > 1 else standalone_argv(argv, job.world)
+            return wrapped, {**env, **distributed_env(job.world, None, bool(job.use_libuv))}
         port, tries = find_free_port()
         self.store.add_transition(job.run_id, job.id, HistoryKind.RENDEZVOUS, f"port {port} after {tries} probe(s)")
         return distributed_argv(argv, job.world, port), {**env, **distributed_env(job.world, port, bool(job.use_libuv))}

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lat_core.config.slurm_options import validate_options
+from lat_core.config.slurm_options import spread_problem, validate_options
 from lat_core.contract.devices import Device, cluster_device, cpu_device
-from lat_core.errors import GpuError
+from lat_core.errors import GpuError, PlanError
 
 if TYPE_CHECKING:
+    from lat_core.front.jobs import JobSpec
     from lat_core.front.plan import Plan
     from lat_core.monitor.gpu import GpuInfo, GpuSnapshot
 
@@ -41,6 +42,16 @@ def slurm_device(plan: Plan) -> Device:
     no say here (:func:`lat_core.front.plan.slurm_plan_problems` refuses a list of them)."""
     options = validate_options(plan.slurm, where="plan field 'slurm'")
     return cluster_device(options.max_jobs, gpus=options.gres != "none")
+
+
+def check_spread(plan: Plan, jobs: list[JobSpec]) -> None:
+    """Every job of a multi-node Slurm plan (``slurm.nodes``) puts the same number of processes on
+    each node, a config's own ``gpus_per_job`` included; the first few that cannot are named."""
+    nodes = validate_options(plan.slurm, where="plan field 'slurm'").nodes if plan.backend == "slurm" else 1
+    problems = [f"job {job.key} ({job.config_path}): {problem}" for job in jobs
+                if job.mode != "done" and (problem := spread_problem(job.world, nodes))]
+    if problems:
+        raise PlanError(problems[:5] + ([f"... and {len(problems) - 5} more"] if len(problems) > 5 else []))
 
 
 def _gpu_device(gpu: GpuInfo, slots: int) -> Device:

@@ -379,6 +379,9 @@ def plan_from_mapping(data: object, registry: SuiteRegistry, *, where: str, base
         problems += option_problems(plan.slurm)
     if plan.backend == "slurm":
         problems += slurm_plan_problems(plan)
+    elif isinstance(plan.slurm, dict) and plan.slurm.get("nodes", 1) != 1:
+        problems.append("plan field 'slurm.nodes': jobs spread over several nodes only through Slurm: "
+                        "set backend: slurm")
     if problems:
         raise PlanError(bounded(problems), where=where)
     # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.

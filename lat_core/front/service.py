@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from lat_core.config.env import MASK, mask_env, shell_overrides
 from lat_core.config.suites import SuiteRegistry
 from lat_core.contract.devices import Device
-from lat_core.front.devices import resolve_devices
+from lat_core.front.devices import check_spread, resolve_devices
 from lat_core.errors import JournalError, OutputPathError, PlanError
 from lat_core.monitor.gpu import GpuProbe, GpuSnapshot
 from lat_core.monitor.host import host_snapshot
@@ -79,6 +79,7 @@ def preflight_jobs(plan: Plan, jobs: list[JobSpec], devices: list[Device], gpus:
     checked."""
     from lat_core.front import preflight
 
+    check_spread(plan, jobs)
     # a Slurm job's host is a cluster node, not this one: its RAM is the cluster's to judge
     host_ram = host_snapshot().ram_total if plan.backend == "local" else 0
     target = preflight.Target(devices, gpus, host_ram, plan.allow_cpu)

@@ -15,7 +15,7 @@ import threading
 
 from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
 
-__all__ = ["EXIT_SAVED_TO_RESUME", "SavedToResume", "install", "requested"]
+__all__ = ["EXIT_SAVED_TO_RESUME", "SavedToResume", "ask", "install", "requested"]
 
 _asked = threading.Event()
 
@@ -29,7 +29,13 @@ class SavedToResume(Exception):
 
 
 def install() -> None:
-    signal.signal(signal.SIGUSR1, lambda _signum, _frame: _asked.set())
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: ask())
+
+
+def ask() -> None:
+    """The request, from the signal or, under torchrun, from another rank that got it
+    (:mod:`lat_core.train.save_on_signal`): every rank that stops for it exits alike."""
+    _asked.set()
 
 
 def requested() -> bool:

@@ -1,5 +1,7 @@
-"""A 2-process check of the torchrun path: gloo all-reduce, one file per rank in the cwd (job dir)."""
+"""A 2-process check of the torchrun path: gloo all-reduce, one file per rank in the cwd (job dir),
+and beside it what torchrun told the rank of its rendezvous (``rank<N>.env.json``)."""
 
+import json
 import os
 
 import torch
@@ -13,6 +15,9 @@ def main() -> None:
     dist.all_reduce(value)
     with open(f"rank{rank}.txt", "w") as fh:
         fh.write(f"{world} {value.item()} {os.environ['MASTER_PORT']} {os.environ.get('USE_LIBUV', '')}\n")
+    told = ("MASTER_ADDR", "GROUP_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
+    with open(f"rank{rank}.env.json", "w") as fh:
+        json.dump({name: os.environ.get(name) for name in told}, fh)
     dist.destroy_process_group()
 
 

@@ -1,6 +1,7 @@
 """The trainer's answer to Slurm's warning before a time limit (SIGUSR1): a checkpoint at the next
 step, exit 75, and a ``--resume`` that continues from it; the engine resubmits such a job itself."""
 
+import contextlib
 import json
 import os
 import signal
@@ -8,9 +9,11 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
+from tests.helpers.waits import HANG_S
 from tests.integration.test_trainer import ROOT, events, job
 
 
@@ -53,3 +56,56 @@ def test_usr1_saves_at_the_next_step_exits_75_and_resumes(tmp_path):
     finally:
         resumed.kill()
         resumed.wait()
+
+
+@pytest.fixture
+def torchrun_job(tmp_path):
+    """A tiny GLA job under LAT's torchrun, two CPU ranks (gloo), training until asked to stop:
+    (its folder, its torchrun), once it took a step; whatever is left of it is killed at the end."""
+    cfg = job(tmp_path / "j", "gla", train={"max_steps": 100000, "save_every": 100000, "eval_every": 100000})
+    proc = subprocess.Popen([sys.executable, "-m", "lat_core.train.torchrun", "--standalone", "--nnodes=1",
+                             "--nproc_per_node=2", "-m", "lat_core.train", "--cfg", str(cfg)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "",
+                                 "NUM_DATA_WORKERS": "0"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    agent = psutil.Process(proc.pid)
+    try:
+        wait_for_step(cfg.parent, proc, timeout=HANG_S)
+        yield cfg.parent, proc
+    finally:
+        if proc.poll() is None:  # a test that failed: no process of it outlives the test
+            for process in [*agent.children(recursive=True), agent]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
+            proc.wait()
+
+
+def saved_once(job_dir, proc) -> str:
+    """torchrun's output, once every rank saved the one checkpoint and it exited 75."""
+    out, _ = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == EXIT_SAVED_TO_RESUME, out[-3000:]
+    kinds = [e["event"] for e in events(job_dir)]
+    assert "finished" not in kinds and "failed" not in kinds
+    [saved] = [e["step"] for e in events(job_dir) if e["event"] == "checkpoint"]
+    assert (job_dir / f"checkpoint-{saved}" / "trainer_state.json").is_file()
+    assert out.count(f"saved a checkpoint at step {saved} when asked (SIGUSR1)") == 2  # both ranks, one step
+    assert "the workers saved to be resumed; exit 75" in out
+    return out
+
+
+@pytest.mark.slow
+def test_usr1_to_torchrun_reaches_every_worker_and_exits_75(torchrun_job):
+    """torchrun's agent alone would die of USR1 (its default action) and leave the workers training."""
+    job_dir, proc = torchrun_job
+    proc.send_signal(signal.SIGUSR1)
+    assert "SIGUSR1 passed on to 2 worker(s)" in saved_once(job_dir, proc)
+
+
+@pytest.mark.slow
+def test_usr1_that_reaches_one_rank_stops_every_rank_at_the_same_step(torchrun_job):
+    """The signal reaches the ranks at different moments: they vote, and stop at one step (a rank
+    that went on alone would wait forever in the next gradient all-reduce)."""
+    job_dir, proc = torchrun_job
+    one, _ = psutil.Process(proc.pid).children()  # either rank (their titles hide which is which)
+    one.send_signal(signal.SIGUSR1)
+    assert "asked to save and stop (SIGUSR1)" in saved_once(job_dir, proc)

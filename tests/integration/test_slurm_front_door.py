@@ -72,7 +72,7 @@ def test_a_two_process_job_asks_slurm_for_two_gpus_from_a_login_node(slurm_clust
     [attempt] = store.attempts(job.id)
     assert "gres/gpu=2" in slurm_tres(attempt.pid)  # Slurm's own record of the request
     script = Path(attempt.exit_path).with_name("attempt-1.sbatch").read_text()
-    assert "torch.distributed.run --standalone --nnodes=1 --nproc_per_node=2" in script
+    assert "lat_core.train.torchrun --standalone --nnodes=1 --nproc_per_node=2" in script
     assert "master_port" not in script  # no port of this host decided for the job's node
     log = (Path(job.job_dir) / "train.log").read_text()
     assert "finished" in log

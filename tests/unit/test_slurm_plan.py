@@ -56,6 +56,25 @@ def test_a_cluster_job_takes_one_slot_whatever_its_world(configs, tmp_path):
 
 def test_standalone_torchrun_picks_no_port_here():
     argv = standalone_argv(["python", "-m", "lat_core.train", "--cfg", "job.yaml"], 2)
-    assert argv[1:] == ["-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2",
+    assert argv[1:] == ["-m", "lat_core.train.torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2",
                         "-m", "lat_core.train", "--cfg", "job.yaml"]
     assert not any("master" in a for a in argv)
+
+
+def test_each_job_spreads_evenly_over_the_plans_nodes(configs, tmp_path):
+    (configs / "experiments" / "gla" / "b.yaml").write_text("model: {family: gla}\ngpus_per_job: 3\n")
+    plan = plan_for(configs, tmp_path / "o", backend="slurm", gpus_per_job=4, slurm={"nodes": 2})
+    with pytest.raises(PlanError) as err:
+        prepare_run(plan, registry=SuiteRegistry(configs), probe=NoNvml())
+    [problem] = err.value.problems  # a.yaml and c.yaml take the plan's 4: two a node
+    assert problem.startswith("job tiny-sst2_seed1/b ") and str(configs / "experiments" / "gla" / "b.yaml") in problem
+    assert "plan field 'slurm.nodes': 2 nodes need a job's processes (gpus_per_job) to be a multiple of 2" in problem
+    (configs / "experiments" / "gla" / "b.yaml").write_text("model: {family: gla}\ngpus_per_job: 6\n")
+    assert {job.world for job in prepare_run(plan, registry=SuiteRegistry(configs), probe=NoNvml()).jobs} == {4, 6}
+
+
+def test_several_nodes_need_slurm(configs, tmp_path):
+    with pytest.raises(PlanError) as err:
+        plan_for(configs, tmp_path / "o", gpus="cpu", gpus_per_job=2, slurm={"nodes": 2})
+    assert "plan field 'slurm.nodes': jobs spread over several nodes only through Slurm: set backend: slurm" \
+        in str(err.value)

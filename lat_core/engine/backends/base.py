@@ -28,6 +28,11 @@ class Backend:
     reaps_process_tree: bool = False
 
     @property
+    def nodes_per_job(self) -> int:
+        """Nodes each multi-process job spans (a Slurm plan's ``slurm.nodes``): one torchrun a node."""
+        return 1
+
+    @property
     def submits_arrays(self) -> bool:
         """The jobs of one admission pass go to ``launch_many`` in one call (a Slurm plan's choice)."""
         return False

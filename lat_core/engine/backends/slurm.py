@@ -123,6 +123,10 @@ class SlurmBackend(Backend):
         return twin
 
     @property
+    def nodes_per_job(self) -> int:
+        return self.options.nodes
+
+    @property
     def submits_arrays(self) -> bool:
         """``slurm.array: true``: the jobs of one admission pass go to sbatch as one array."""
         return self.options.array is True
@@ -139,29 +143,29 @@ class SlurmBackend(Backend):
         script = exit_path.with_name(exit_path.name.replace(".exit.json", ".sbatch"))
         script.write_text(self.batch_script(argv, exit_path, show_env))
         command = [f"--comment=lat {exit_path}", f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}",
-                   *self.options.sbatch_args(self.gres_request(env, world), save_signal=world == 1), str(script)]
+                   *self.options.sbatch_args(self.gres_request(env, world)), str(script)]
         return Launched(*self._sbatch(name, command, self._submit_env(env, world)))
 
     def launch_many(self, specs: list[LaunchSpec]) -> list[Launched | OSError]:
         """Each spec's launch (or why it failed), in order: specs with the same gres request go into
         one job array when there are at least two of them (and their environments split safely)."""
-        groups: dict[tuple[str | None, bool], list[int]] = {}  # (gres, one process: may get the save signal)
+        groups: dict[str | None, list[int]] = {}
         for i, spec in enumerate(specs):
-            groups.setdefault((self.gres_request(spec.env, spec.world), spec.world == 1), []).append(i)
+            groups.setdefault(self.gres_request(spec.env, spec.world), []).append(i)
         launched: dict[int, Launched | OSError] = {}
-        for (gres, single), members in groups.items():
+        for gres, members in groups.items():
             envs = [self._submit_env(specs[i].env, specs[i].world) for i in members]
             split = split_envs(envs) if len(members) > 1 else None
             try:
                 if split is None:
                     launched.update({i: self.launch(*_fields(specs[i]), world=specs[i].world) for i in members})
                 else:
-                    launched.update(zip(members, self._submit_array([specs[i] for i in members], gres, single, *split)))
+                    launched.update(zip(members, self._submit_array([specs[i] for i in members], gres, *split)))
             except OSError as exc:  # the other groups went in: only this one's jobs failed
                 launched.update({i: exc for i in members if i not in launched})
         return [launched[i] for i in range(len(specs))]
 
-    def _submit_array(self, specs: list[LaunchSpec], gres: str | None, single: bool, shared: dict,
+    def _submit_array(self, specs: list[LaunchSpec], gres: str | None, shared: dict,
                       tasks: list) -> list[Launched]:
         first = Path(specs[0].exit_path)
         name = f"{job_name_for(first)}-x{len(specs)}"
@@ -185,7 +189,7 @@ class SlurmBackend(Backend):
         script.write_text(array_script(commands, [Path(s.job_dir) for s in specs], tasks))
         env = {**shared, **{k: v for task in tasks for k, v in task.exported.items()}}
         command = [f"--array=0-{len(specs) - 1}", f"--comment=lat array {first}", f"--chdir={specs[0].job_dir}",
-                   f"--output={tasks_dir}/%a.log", *self.options.sbatch_args(gres, save_signal=single), str(script)]
+                   f"--output={tasks_dir}/%a.log", *self.options.sbatch_args(gres), str(script)]
         job_id, submitted = self._sbatch(name, command, env)
         return [Launched(task_id(job_id, i), submitted) for i in range(len(specs))]
 
@@ -208,9 +212,22 @@ class SlurmBackend(Backend):
 
     def batch_script(self, argv, exit_path, show_env=()) -> str:
         """The runner command, exactly as the local backend starts it; ``exec`` so that Slurm's
-        signals reach the runner, which forwards them to the trainer and records the exit."""
+        signals reach the runner, which forwards them to the trainer and records the exit. A job on
+        several nodes first finds its rendezvous: the batch script runs on the allocation's first
+        node, so the port is chosen there (the engine's host never decides it)."""
         return ("#!/bin/bash\n# submitted by lat_core.engine.backends.slurm; the environment comes from sbatch\n"
-                f"exec {shlex.join(self.runner_command(argv, exit_path, show_env))}\n")
+                + (self._rendezvous_lines() if self.options.nodes > 1 else "")
+                + f"exec {shlex.join(self.runner_command(argv, exit_path, show_env))}\n")
+
+    def _rendezvous_lines(self) -> str:
+        """torchrun's c10d rendezvous on the first node of the allocation, at a port free there, for
+        the torchrun that srun starts on each node (torchrun reads ``PET_<OPTION>`` for an option
+        it was not given)."""
+        free_port = 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+        return (f"# {self.options.nodes} nodes: one torchrun a node (srun), meeting on the first node\n"
+                'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+                f"port=$({shlex.quote(self._python)} -c {shlex.quote(free_port)})\n"
+                'export PET_RDZV_ENDPOINT="$head:$port" PET_RDZV_ID="lat-$SLURM_JOB_ID"\n')
 
     def runner_command(self, argv, exit_path, show_env=()) -> list[str]:
         return [self._python, "-m", "lat_core.runner", "--exit-file", str(exit_path),
@@ -226,11 +243,13 @@ class SlurmBackend(Backend):
         return merged
 
     def gres_request(self, env: dict, world: int = 1) -> str | None:
-        """``gpu:N`` (N: the job's processes, at least ``gpus_per_job``), ``shard:1`` for a
-        one-process job where shards are used, or None (a CPU job, or ``gres: none``)."""
+        """``gpu:N`` (N: the job's processes, at least ``gpus_per_job``; on several nodes, its
+        processes on each), ``shard:1`` for one process where shards are used, or None (a CPU job,
+        or ``gres: none``)."""
         if self.options.gres == "none" or env.get("CUDA_VISIBLE_DEVICES") == "":
             return None
-        gpus = max(world, self.options.gpus_per_job)
+        nodes = self.options.nodes
+        gpus = world // nodes if nodes > 1 else max(world, self.options.gpus_per_job)  # per node
         return "shard:1" if gpus == 1 and self.gres_kind() == "shard" else f"gpu:{gpus}"
 
     def gres_kind(self) -> str:
