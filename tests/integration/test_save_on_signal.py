@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
+from lat_core.train.torchrun import saved_to_resume
 from tests.helpers.waits import HANG_S
 from tests.integration.test_trainer import ROOT, events, job
 
@@ -98,7 +99,7 @@ def test_usr1_to_torchrun_reaches_every_worker_and_exits_75(torchrun_job):
     """torchrun's agent alone would die of USR1 (its default action) and leave the workers training."""
     job_dir, proc = torchrun_job
     proc.send_signal(signal.SIGUSR1)
-    assert "SIGUSR1 passed on to 2 worker(s)" in saved_once(job_dir, proc)
+    assert saved_once(job_dir, proc).count("SIGUSR1 passed on to worker ") == 2
 
 
 @pytest.mark.slow
@@ -109,3 +110,9 @@ def test_usr1_that_reaches_one_rank_stops_every_rank_at_the_same_step(torchrun_j
     one, _ = psutil.Process(proc.pid).children()  # either rank (their titles hide which is which)
     one.send_signal(signal.SIGUSR1)
     assert "asked to save and stop (SIGUSR1)" in saved_once(job_dir, proc)
+
+
+def test_one_worker_that_saved_to_resume_speaks_for_the_job():
+    """torchrun lists the workers it stopped after the first exit (SIGTERM) among the failures."""
+    assert saved_to_resume({0: EXIT_SAVED_TO_RESUME, 1: -signal.SIGTERM})
+    assert not saved_to_resume({0: 1, 1: -signal.SIGTERM}) and not saved_to_resume({})
