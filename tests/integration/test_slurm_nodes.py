@@ -188,3 +188,11 @@ def test_a_two_process_job_saves_at_the_time_limit_and_resumes(slurm_cluster, tm
     requeued = [t.detail for t in store.transitions(run_id, job_id=job.id) if t.new_state == JobState.QUEUED][1:]
     assert requeued[0].startswith("saved at step ") and "resubmitted to resume" in requeued[0], requeued
     assert resumed_from(Path(job.job_dir))[:2] == [None, int(requeued[0].split()[3])]
+
+
+def test_a_job_that_cannot_split_evenly_over_the_nodes_stops_the_plan(tmp_path):
+    done = lat_tui(tmp_path, {"gpus_per_job": 3, "slurm": {"nodes": 2}})
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said
+    assert "plan field 'slurm.nodes': 2 nodes need a job's processes (gpus_per_job) to be a multiple of 2" in said
+    assert not (tmp_path / "state" / "journal.sqlite").exists() or not open_store(tmp_path / "state").runs()
