@@ -37,7 +37,7 @@ jobs alone found transformers' fast Mamba kernels (``mamba_fast_path``, from the
 events; a fused member does not say): run once where ``mamba_ssm`` and ``causal_conv1d`` import and
 once where they do not for the two cases.
 
-``lat+fuse`` over ``lat-eager`` in steady tokens/s is the speed-up lat_core/config/fuse_measured.py
+``lat+fuse`` over ``lat-eager`` in steady tokens/s (its ``steady_vs_lat-eager``) is the speed-up lat_core/config/fuse_measured.py
 records per family and row width (``--data tiny``: short rows; ``--data long``: 256-token rows),
 with the device, the date and this command.
 """
@@ -350,12 +350,17 @@ def joined(results: list[dict], reference: str | None, data: str, sides: list[st
 
 
 def compare_sides(results: list[dict]) -> None:
-    """Wall-time ratios to ``old`` and every side's loss check against ``old`` (else ``lat-eager``)."""
+    """Wall-time ratios to ``old``, steady tokens/s ratios to ``lat-eager`` (``lat+fuse``'s is the
+    speed-up lat_core/config/fuse_measured.py records) and every side's loss check against ``old``
+    (else ``lat-eager``)."""
     old = next((r for r in results if r["side"] == "old"), None)
-    ref = old or next((r for r in results if r["side"] == "lat-eager"), None)
+    eager = next((r for r in results if r["side"] == "lat-eager"), None)
+    ref = old or eager
     for r in results:
         if old is not None and r is not old and "wall_s" in r:
             r["speedup_vs_old"] = round(old["wall_s"] / r["wall_s"], 2)
+        if eager is not None and r is not eager and r.get("steady_tokens_per_s") and eager.get("steady_tokens_per_s"):
+            r["steady_vs_lat-eager"] = round(r["steady_tokens_per_s"] / eager["steady_tokens_per_s"], 2)
         if ref is not None and r is not ref and "wall_s" in r:
             r[f"loss_check_vs_{ref['side']}"] = compare_losses(ref, r)
 

@@ -106,3 +106,13 @@ def test_a_mamba_suite_runs_8_jobs_on_the_mamba_130m_shape_and_says_which_kernel
             w.write(Started(t=1.0, pid=1, mamba_fast_path=fast))
     assert mamba_fast_path([tmp_path / n for n in ("a", "b", "member")]) == {"mamba_fast_path": False}
     assert mamba_fast_path([tmp_path / "member"]) == {}   # GLA, or fused members: nothing said
+
+
+def test_each_side_gets_its_steady_rate_over_lat_eager_the_speed_up_fuse_auto_records():
+    from bench.bench_suite_throughput import compare_sides
+    sides = [{"side": "lat-eager", "wall_s": 10.0, "steady_tokens_per_s": 3000, "losses": {"a": [1.0]}},
+             {"side": "lat+fuse", "wall_s": 5.0, "steady_tokens_per_s": 2400, "losses": {"a": [1.0]}},
+             {"side": "lat", "wall_s": 5.0, "steady_tokens_per_s": None, "losses": {"a": [1.0]}}]
+    compare_sides(sides)
+    assert sides[1]["steady_vs_lat-eager"] == 0.8 and "steady_vs_lat-eager" not in sides[2]
+    assert "steady_vs_lat-eager" not in sides[0] and sides[1]["loss_check_vs_lat-eager"]["ok"]
