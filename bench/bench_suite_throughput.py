@@ -6,8 +6,8 @@
 
 The suite is ``gla_rank_sweep`` (8 GLA LoRA jobs, ranks 4-32) on the GLA-1.3B architecture with
 random weights (``--suite``: another suite, on its family's shape in MODELS: a Mamba suite on the
-Mamba-130m architecture), its hyperparameters unchanged (batch 8 x accumulation 2, lr 2e-4, seq 256, bf16)
-except a fixed number of optimizer steps, on the shipped SST-2 sample (short GLUE sentences;
+Mamba-130m architecture), its hyperparameters unchanged (gla_rank_sweep: batch 8 x accumulation 2, lr
+2e-4, seq 256, bf16; mamba_lora: batch 16, lr 1e-3, seq 256, bf16) except a fixed number of optimizer steps, on the shipped SST-2 sample (short GLUE sentences;
 ``--data long``: synthetic SST-2 files whose examples all fill the sequence; ``--data tiny,long``:
 both in turn, each in its own folder under ``--out``). Sides, each from an empty output tree and
 its own copy of the (warm) Triton cache named by TRITON_CACHE_DIR (SPEED lists each side's settings):
