@@ -90,11 +90,8 @@ def find_free_port(tries: int = PORT_TRIES, start: int | None = None) -> tuple[i
 
 def distributed_argv(argv: list[str], world: int, port: int) -> list[str]:
     """``python -m lat_core.train ...`` -> the same under torchrun with ``world`` local processes."""
-    module_at = argv.index("-m") if "-m" in argv else None
-    if module_at is None:
-        raise ValueError("multi-process jobs must run a module (python -m ...)")
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={world}",
-            "--master_addr=127.0.0.1", f"--master_port={port}", *argv[module_at:]]
+            "--master_addr=127.0.0.1", f"--master_port={port}", *_module_argv(argv)]
 
 
 def standalone_argv(argv: list[str], world: int) -> list[str]:
