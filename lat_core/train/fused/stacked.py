@@ -9,8 +9,9 @@ plain reshape when every job has the same number of tokens) and back.
 
 Why zero padding is exact: job j's A has rows r_j..R-1 zero and its B columns r_j..R-1 zero, so
 the padded rank entries add nothing to the output, and their gradients are products with those
-zeros, exactly zero; no optimizer holds them (members.py gives each job views of its true-rank
-slices), so they stay zero.
+zeros, exactly zero; a member's own optimizer never sees them (members.py gives each job views of
+its true-rank slices), and the group's one AdamW (group_adamw.py), which steps whole rows, keeps
+them zero (zero gradients give zero moments and a zero update; weight decay scales zero).
 """
 from __future__ import annotations
 
@@ -101,16 +102,18 @@ class StackedLoRALinear(nn.Module):
     the transposed view, PEFT's [out, r] shape);
     `scaling`, `dropout`: per job.  Adapter math runs in lora_A's dtype, as PEFT casts the input
     to its adapter's dtype, and the sum is cast back to the base output's dtype.
+    lora_A, lora_Bt: the zeroed storage of the two stacks, views of the group's flat buffers
+    (fused.flat), R = max(ranks, 1).
     """
 
     def __init__(self, base: nn.Linear, ranks: list[int], scalings: list[float], dropouts: list[float],
-                 slot: LayoutSlot, dtype: torch.dtype):
+                 slot: LayoutSlot, lora_A: torch.Tensor, lora_Bt: torch.Tensor):
         super().__init__()
         self.base_layer = base
         self.ranks = list(ranks)
-        width, dev = max(max(ranks), 1), base.weight.device
-        self.lora_A = nn.Parameter(torch.zeros(len(ranks), width, base.in_features, dtype=dtype, device=dev))
-        self.lora_Bt = nn.Parameter(torch.zeros(len(ranks), width, base.out_features, dtype=dtype, device=dev))
+        dtype, dev = lora_A.dtype, lora_A.device
+        self.lora_A = nn.Parameter(lora_A)
+        self.lora_Bt = nn.Parameter(lora_Bt)
         self.register_buffer("scaling", torch.tensor(scalings, dtype=dtype, device=dev), persistent=False)
         self.register_buffer("keep", torch.tensor([1.0 - p for p in dropouts], dtype=dtype, device=dev),
                              persistent=False)
