@@ -86,10 +86,40 @@ class BatchLayout:
 
 
 class LayoutSlot:
-    """The current batch's layout, shared by every stacked layer of one model (set per micro-batch)."""
+    """The current batch's layout, shared by every stacked layer of one model (set per micro-batch),
+    and the last adapter input cast (adapter_input)."""
 
     def __init__(self):
-        self.current: BatchLayout | None = None
+        self._current: BatchLayout | None = None
+        self._cast: tuple[torch.Tensor, int, torch.Tensor] | None = None   # (input, its version, the cast)
+
+    @property
+    def current(self) -> BatchLayout | None:
+        return self._current
+
+    @current.setter
+    def current(self, layout: BatchLayout | None) -> None:
+        self._current, self._cast = layout, None
+
+    def adapter_input(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """x as [tokens, features] in the adapters' dtype, one cast shared by the layers that read
+        the same input (q, k and v of an attention read one hidden state).
+
+        Why: under a 16-bit base each adapter casts its input to float32 (as PEFT does); each of
+        the siblings made its own copy, and in the backward its own cast back and a 16-bit sum.
+        Shared, the forward is the same to the bit, the adapters' gradients too, and the base's
+        input gradient sums the adapters' parts in float32 and rounds once."""
+        tokens = x.reshape(-1, x.shape[-1])
+        if x.dtype == dtype:
+            return tokens
+        if x.is_inference():   # no version counter to tell an unchanged input by
+            return tokens.to(dtype)
+        cast = self._cast
+        if cast is not None and cast[0] is x and cast[1] == x._version and cast[2].dtype == dtype:
+            return cast[2]
+        out = tokens.to(dtype)
+        self._cast = (x, x._version, out)
+        return out
 
 
 class StackedLoRALinear(nn.Module):
@@ -129,7 +159,7 @@ class StackedLoRALinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         result = self.base_layer(x)
         n_in, n_out = self.base_layer.in_features, self.base_layer.out_features
-        tokens = x.reshape(-1, n_in).to(self.lora_A.dtype)
+        tokens = self.slot.adapter_input(x, self.lora_A.dtype)
         layout = self.slot.current.for_tokens(tokens.shape[0])
         a, bt, scale, keep = self.lora_A, self.lora_Bt, self.scaling, self.keep
         if layout.jobs is not None:   # jobs without rows this micro-step: leave them out of the bmm
