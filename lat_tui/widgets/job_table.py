@@ -38,8 +38,14 @@ class JobTable(DataTable):
         self.names: Mapping[int, str] = {}  # job id -> its name as the table shows it (branch aside)
 
     def on_mount(self) -> None:
-        self.shown_columns = shown_columns(self.app.size.width)
-        self.key_width = key_width(self.app.size.width, self.shown_columns)
+        self._lay_out(self.app.size.width)
+
+    def _lay_out(self, screen_width: int) -> None:
+        """The columns for the screen's width (again after a resize: the rows are drawn again)."""
+        self.screen_width = screen_width
+        self.shown_columns = shown_columns(screen_width)
+        self.key_width = key_width(screen_width, self.shown_columns)
+        self.clear(columns=True)
         for column in self.shown_columns:
             self.add_column(column.header, key=column.key, width=self.key_width if column.key == "key" else column.width)
 
@@ -53,6 +59,11 @@ class JobTable(DataTable):
                   groups: dict[str, GroupUsage] | None = None) -> None:
         """``groups``: the run's fused groups; each shows as a line with its memory, its members'
         rows under it (rows keep their place, so the table is rebuilt when a group forms or ends)."""
+        if self.app.size.width != self.screen_width:
+            selected = self.selected_job_id()
+            self.clear_jobs()
+            self._lay_out(self.app.size.width)
+            self._reselect = selected
         shown = Shown.of(jobs, families, name_width=self.key_width)
         self.names = shown.names
         rows = table_rows(jobs, groups)

@@ -102,3 +102,19 @@ async def test_a_waiting_line_names_the_job_it_waits_for_as_the_table_does(make_
         line = text_of(pilot.app, JobDetail).splitlines()[1]
         assert line == f"waiting for job {ids[-1]} ({names[-1]}) to succeed"
         assert len(line) <= 78  # the detail line's width inside its padding
+
+
+async def test_a_resized_screen_lays_the_table_out_again(make_app, journal, tmp_path):
+    """Names and columns follow the screen: 80 columns narrow them, 160 show them whole, with the
+    ``try`` column back; the cursor stays on its job."""
+    ids = add_run(journal, tmp_path / "out", LR_SWEEP)
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        names = await table_names(pilot, ids)
+        assert names[0] == "…qkvo__lr1e-3 sst2"
+        await pilot.press("down", "down")
+        table = pilot.app.screen.query_one(JobTable)
+        await wait_for(pilot, lambda: table.selected_job_id() == ids[2])
+        await pilot.resize_terminal(160, 48)
+        await wait_for(pilot, lambda: cell(pilot.app, ids[0], "key") == whole_name(LR_SWEEP[0]))
+        assert cell(pilot.app, ids[0], "attempts") == "0"
+        assert table.selected_job_id() == ids[2]
