@@ -31,12 +31,20 @@ class Shown:
 
     @classmethod
     def of(cls, jobs: list[JobSummary], families: Mapping[int, str] | None = None, now: float | None = None,
-           name_width: int = WHOLE_NAME) -> Shown:
+           name_width: int = WHOLE_NAME, names: Mapping[int, str] | None = None) -> Shown:
+        """``names``: the names of the jobs as the table showed them last, when nothing they are
+        made of changed (``names_key``)."""
         families = families or {}
         last = last_members(jobs)
-        branch = {job.id: len(member_branch(job, last)) for job in jobs}
-        names = table_names(jobs, families, lambda job_id: name_width - branch[job_id])
+        if names is None:
+            branch = {job.id: len(member_branch(job, last)) for job in jobs}
+            names = table_names(jobs, families, lambda job_id: name_width - branch[job_id])
         return cls(now or time.time(), families, names, name_width, last)
+
+
+def names_key(jobs: list[JobSummary], families: Mapping[int, str], name_width: int) -> tuple:
+    """What a table's names are made of: the same key, the same names."""
+    return name_width, tuple((j.id, families.get(j.id), j.stem, j.seed, j.dataset, j.fused_group) for j in jobs)
 
 
 def table_names(jobs: list[JobSummary], families: Mapping[int, str],

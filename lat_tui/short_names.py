@@ -118,11 +118,11 @@ class Parts:
     seed: str | None
     dataset: str | None
 
-    def text(self, config: str | None = None, dataset: str | None = None) -> str:
-        """The name, with ``config`` (marks included) and ``dataset`` cut where given."""
-        if config is None:
-            config = (MARK if self.lost_start else "") + self.config + (MARK if self.lost_end else "")
-        return (f"{self.family}/" if self.family else "") + config + self.tail(dataset or self.dataset)
+    def text(self) -> str:
+        return (f"{self.family}/" if self.family else "") + self.marked_config() + self.tail(self.dataset)
+
+    def marked_config(self) -> str:
+        return (MARK if self.lost_start else "") + self.config + (MARK if self.lost_end else "")
 
     def tail(self, dataset: str | None) -> str:
         """`` 1:sst2``, ``@1`` (one dataset), `` sst2`` (one seed) or nothing."""
@@ -143,7 +143,7 @@ class Parts:
         if family and room < min(MIN_STEM, len(self.config)):
             return replace(self, family=None, lost_start=True).cut(width, keep)
         marks = int(self.lost_start) + int(self.lost_end)
-        config = self.text()[len(family):len(family) + marks + len(self.config)]
+        config = self.marked_config()
         if len(config) > room:
             merged = keep is _keep_end and self.lost_start  # the cut's mark can be the lost start's
             config = self._marked(keep(self.config, max(room - marks + merged, 1)))
@@ -169,10 +169,16 @@ def short_names(names: Mapping[int, NameParts], width_of: Callable[[int], int]) 
         if all(len(text) <= width_of(job) for job, text in shown.items()):
             return shown
     parts = {job: table.parts(name, 2) for job, name in names.items()}
-    tries = [{job: p.cut(width_of(job), keep) for job, p in parts.items()}
-             for keep in (_keep_end, _keep_both_ends, _keep_start)]
-    best = min(tries, key=lambda cut: _alike(cut, names))  # the first of the fewest alike
-    return {job: model + tail for job, (model, tail) in best.items()}
+    best: tuple[int, dict[int, tuple[str, str]]] | None = None
+    for keep in (_keep_end, _keep_both_ends, _keep_start):
+        cut = {job: p.cut(width_of(job), keep) for job, p in parts.items()}
+        alike = _alike(cut, names)
+        if best is None or alike < best[0]:  # the first of the fewest alike
+            best = (alike, cut)
+        if not alike:
+            break
+    assert best is not None
+    return {job: model + tail for job, (model, tail) in best[1].items()}
 
 
 def _alike(cut: Mapping[int, tuple[str, str]], names: Mapping[int, NameParts]) -> int:

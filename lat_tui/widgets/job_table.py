@@ -11,7 +11,7 @@ from textual.widgets.data_table import ColumnKey, RowKey
 
 from lat_core.contract.rows import GroupUsage, JobSummary
 from lat_tui import fmt
-from lat_tui.columns import JOB_COLUMNS, Column, GroupLine, Shown, state_text, table_rows
+from lat_tui.columns import JOB_COLUMNS, Column, GroupLine, Shown, names_key, state_text, table_rows
 
 KEY_MIN_WIDTH = 12
 KEY_MAX_WIDTH = 48
@@ -36,6 +36,7 @@ class JobTable(DataTable):
         self._first_member: dict[str, int] = {}  # a group line's row key -> its first member's job id
         self._reselect: int | None = None
         self.names: Mapping[int, str] = {}  # job id -> its name as the table shows it (branch aside)
+        self._names_key: tuple = ()  # what they were made of (columns.names_key)
 
     def on_mount(self) -> None:
         self._lay_out(self.app.size.width)
@@ -64,8 +65,10 @@ class JobTable(DataTable):
             self.clear_jobs()
             self._lay_out(self.app.size.width)
             self._reselect = selected
-        shown = Shown.of(jobs, families, name_width=self.key_width)
-        self.names = shown.names
+        key = names_key(jobs, families or {}, self.key_width)
+        shown = Shown.of(jobs, families, name_width=self.key_width,
+                         names=self.names if key == self._names_key else None)  # 10,000 jobs: 0.1 s a poll
+        self.names, self._names_key = shown.names, key
         rows = table_rows(jobs, groups)
         keys = [row_key(r) for r in rows]
         if keys[:len(self._cells)] != list(self._cells):
