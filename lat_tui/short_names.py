@@ -10,7 +10,7 @@ for it narrows every row the same way, in steps, and takes the first that fits:
    one family, so the family tells no two rows apart that the config does not);
 3. cut: the dataset to its start, then the config, keeping its end, both ends or its start: the
    first that leaves no two jobs reading the same (a sweep's points differ at the end, configs
-   more often at the start).
+   more often at the start); a config every job has keeps both ends.
 
 A name that lost its start begins with ``…`` (and one that lost its end ends with it): it is never
 mistaken for the whole name, which the line under the table shows for the selected job.
@@ -170,7 +170,8 @@ def short_names(names: Mapping[int, NameParts], width_of: Callable[[int], int]) 
             return shown
     parts = {job: table.parts(name, 2) for job, name in names.items()}
     best: tuple[int, dict[int, tuple[str, str]]] | None = None
-    for keep in (_keep_end, _keep_both_ends, _keep_start):
+    one_config = len({name.stem for name in names.values()}) == 1  # nothing to tell apart: both its ends
+    for keep in (_keep_both_ends,) if one_config else (_keep_end, _keep_both_ends, _keep_start):
         cut = {job: p.cut(width_of(job), keep) for job, p in parts.items()}
         alike = _alike(cut, names)
         if best is None or alike < best[0]:  # the first of the fewest alike

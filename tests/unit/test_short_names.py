@@ -86,3 +86,10 @@ def test_configs_alike_at_the_end_are_cut_in_the_middle():
                         ("tiny_dora_qkvo", "glue-tvt_cola")), start=1)]
     assert names_in(18, parts) == ["…lora_qkvo 1:cola", "…lora_q 2:rte", "…dora_qkvo 3:cola"]
     assert names_in(16, parts) == ["…lor…qkvo 1:cola", "…lora_q 2:rte", "…dor…qkvo 3:cola"]  # not both …a_qkvo
+
+
+def test_one_config_on_many_seeds_keeps_both_ends_of_it():
+    parts = [NameParts(None, "gla_lora_r8_a_rather_long_config_name", str(seed), "glue-tvt_sst2")
+             for seed in range(1, 16)]
+    names = names_in(18, parts)
+    assert names[0] == "gla_lor…fig_name@1" and names[-1] == "gla_lor…ig_name@15"
