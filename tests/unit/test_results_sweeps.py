@@ -54,12 +54,17 @@ def write_events(job, accuracy) -> None:
     (job.job_dir / "events.jsonl").write_text("".join(json.dumps({"t": 1.0, **line}) + "\n" for line in lines))
 
 
-@pytest.fixture
-def grid_root(configs, tmp_path) -> Path:
+def grid_tree(configs: Path, tmp_path: Path) -> Path:
+    """GRID planned and its jobs ended as ACCURACY says: the output root."""
     for job in planned(configs, tmp_path, GRID):
         lr, r = job.stem.removeprefix("a__lr").split("_r")
         write_events(job, ACCURACY[lr, int(r)][job.seed])
     return tmp_path / "out"
+
+
+@pytest.fixture
+def grid_root(configs, tmp_path) -> Path:
+    return grid_tree(configs, tmp_path)
 
 
 def the_sweep(root: Path):
