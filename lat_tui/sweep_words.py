@@ -13,13 +13,14 @@ fields, values and ranges, naming the field, so the two ways in say the same.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 GRID, ZIP, RANDOM = "grid", "zip", "random"
 DRAWS, SEED = "draws", "seed"  # the form's words for random's n and seed
 _RANGE = re.compile(r"^(?P<kind>[a-z_]+):(?P<ends>.*)$")
+_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")  # 1e-5: a number, though YAML 1.1 reads text
 AXIS_HINT = "expected FIELD=VALUE,VALUE,... (train.lr=1e-4,2e-4)"
 SPACE_HINT = "expected FIELD=VALUE,VALUE,... or FIELD=KIND:LOW,HIGH (train.lr=log_uniform:1e-5,1e-3)"
 
@@ -42,6 +43,8 @@ def scalar(text: str) -> object:
     """A value as YAML reads it (8, true, text); anything but a scalar stays the text it was."""
     import yaml  # on first use: `lat-tui --help` never loads it
 
+    if _EXPONENT.match(text.strip()):
+        return float(text)
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
@@ -134,9 +137,17 @@ def from_text(text: str) -> SweepWords:
     return words
 
 
+def plain(value: Any) -> Any:
+    """A saved plan's value (read-only mappings, tuples) as the plain dicts and lists a plan is made of."""
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    return [plain(item) for item in value] if isinstance(value, (list, tuple)) else value
+
+
 def to_text(sweep: dict[str, Any]) -> str:
     """A saved plan's ``sweep:`` as the form's words (its grid, zip and random parts; a two-stage
     search's or halving's settings have no words: :func:`untyped_parts` names them)."""
+    sweep = plain(sweep)
     words = [f"{f}={_values_text(v)}" for f, v in (sweep.get(GRID) or {}).items()]
     words += [f"{ZIP}:{f}={_values_text(v)}" for f, v in (sweep.get(ZIP) or {}).items()]
     random = sweep.get(RANDOM) or {}
@@ -157,5 +168,7 @@ def untyped_parts(sweep: dict[str, Any]) -> list[str]:
 
 
 def _values_text(values: object) -> str:
-    items = values if isinstance(values, list) else [values]
-    return ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in items)
+    """``1e-4,2e-4``: values as a sweep's folders name them, which read back as the same values."""
+    from lat_core.front.client import value_text
+
+    return ",".join(value_text(v) for v in (values if isinstance(values, list) else [values]))
