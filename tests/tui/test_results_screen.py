@@ -370,18 +370,22 @@ async def test_results_screen_snapshot(runs):
     assert text == SNAPSHOT.read_text(), "results screen changed; inspect and rerun with LAT_UPDATE_SNAPSHOTS=1"
 
 
-@pytest.fixture
-def swept(tmp_path) -> Path:
-    """A 3 x 2 grid on RTE with two seeds (tests/unit/test_results_sweeps: GRID, ACCURACY), planned
-    by the real front end from a config tree of one suite: its output root."""
-    from tests.unit.test_results_sweeps import grid_tree
-
+def one_suite(tmp_path) -> Path:
+    """A config tree of one suite (demo: one config, a) for the real front end to plan from."""
     configs = tmp_path / "configs"
     (configs / "experiments" / "gla").mkdir(parents=True)
     (configs / "suites").mkdir()
     (configs / "experiments" / "gla" / "a.yaml").write_text("model: {family: gla}\ntrain: {lr: 0.001}\n")
     (configs / "suites" / "demo.yaml").write_text("rounds: {1: [gla/a.yaml]}\n")
-    return grid_tree(configs, tmp_path)
+    return configs
+
+
+@pytest.fixture
+def swept(tmp_path) -> Path:
+    """A 3 x 2 grid on RTE with two seeds (tests/unit/test_results_sweeps: GRID, ACCURACY): its output root."""
+    from tests.unit.test_results_sweeps import grid_tree
+
+    return grid_tree(one_suite(tmp_path), tmp_path)
 
 
 async def test_w_shows_the_sweep_by_its_values_with_the_best_point_and_the_pruned_counted(swept):
@@ -412,3 +416,20 @@ async def test_w_is_offered_only_where_a_dataset_has_a_sweep(runs):
         assert screen.check_action("sweep", ()) is False
         await pilot.press("w")
         assert not screen.sweep_view and screen.query_one("#results-table", DataTable).display
+
+
+async def test_a_two_stage_searchs_screening_points_are_labelled_and_never_starred(tmp_path):
+    from tests.unit.test_results_sweeps import stages_tree
+
+    async with ResultsApp(stages_tree(one_suite(tmp_path), tmp_path)).run_test(size=(80, 24)) as pilot:
+        screen = await settle(pilot)
+        await pilot.press("w")
+        points = screen.query_one("#results-sweep", DataTable)
+        assert [str(column.label) for column in points.columns.values()] == [
+            "sweep", "train.lr", "stage", "n", "accuracy", "not in the mean"]
+        rows = [[str(c) if isinstance(c, str) else c.plain for c in points.get_row_at(i)] for i in range(points.row_count)]
+        assert [row[1:5] for row in rows] == [
+            ["1e-4", "full", "0 of 2 !", "–"], ["1e-3", "full", "2 of 2", "0.860±0.014*"], ["0.01", "full", "0 of 2 !", "–"],
+            ["1e-4", "screen", "1 of 1", "0.700"], ["1e-3", "screen", "1 of 1", "0.900"],
+            ["0.01", "screen", "1 of 1", "0.500"]]
+        assert rows[0][5] == "2 pruned"

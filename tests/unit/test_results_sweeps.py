@@ -105,17 +105,23 @@ def test_the_markdown_table_names_each_value_the_counts_and_the_best(grid_root):
     assert "Best: train.lr=1e-3 peft.r=4: accuracy 0.8200 ± 0.0283 (2 of 2)." in text
 
 
-def test_a_two_stage_search_keeps_stage_1_apart_and_never_the_best(configs, tmp_path):
+def stages_tree(configs: Path, tmp_path: Path) -> Path:
+    """A two-stage search over three learning rates: stage 1 scores higher than any full run
+    (0.7, 0.9, 0.5), 1e-3 promoted (0.85, 0.87 over two seeds), the others' full jobs pruned."""
     sweep = {"grid": {"train.lr": [1.0e-4, 1.0e-3, 1.0e-2]},
              "stages": {"screen": {"train.max_steps": 4}, "promote": 1}}
-    screened = {"1e-4": 0.7, "1e-3": 0.9, "0.01": 0.5}  # stage 1 scores higher than any full run
+    screened = {"1e-4": 0.7, "1e-3": 0.9, "0.01": 0.5}
     for job in planned(configs, tmp_path, sweep):
         lr = job.stem.removeprefix("a__lr").removesuffix("__screen")
         if job.stem.endswith("__screen"):
             write_events(job, screened[lr])
         else:
             write_events(job, {1: 0.85, 2: 0.87}[job.seed] if lr == "1e-3" else "pruned")
-    _, table = the_sweep(tmp_path / "out")
+    return tmp_path / "out"
+
+
+def test_a_two_stage_search_keeps_stage_1_apart_and_never_the_best(configs, tmp_path):
+    _, table = the_sweep(stages_tree(configs, tmp_path))
     assert [(r.stage, r.value_of("train.lr"), r.stat.mean, r.stat.n, r.planned, r.left_out) for r in table.rows] == [
         ("full", 1e-4, None, 0, 2, (("pruned", 2),)), ("full", 1e-3, pytest.approx(0.86), 2, 2, ()),
         ("full", 1e-2, None, 0, 2, (("pruned", 2),)),
