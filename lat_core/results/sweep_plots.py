@@ -3,8 +3,8 @@
 In the panel of a field, the full points that share the other fields' values make one line (its
 mean over seeds, their min-max as a band; one colour per such group, named in the legend); where no
 two points share them (a random search), every point is a marker with its min-max as an error bar.
-Stage 1's screening points are grey crosses, a point with no value (every job pruned, failed or
-still running) a grey triangle on the axis, and the best full point a star. A numeric field whose
+Stage 1's screening points are grey crosses, a point with no value a grey triangle on the axis
+(the legend says why: pruned, failed, running), and the best full point a star. A numeric field whose
 values are all positive and span a factor of 10 or more (a learning rate) gets a log axis; a field
 of text or lists gets one tick per value.
 """
@@ -118,8 +118,10 @@ def _draw_panel(axes: Axes, table: SweepTable, field: str) -> None:
                      marker="x", zorder=3, label="stage 1 (screen), ranked apart")
     empty = [r for r in table.rows if not r.screen and r.stat.mean is None]
     if empty:
+        states = sorted({state for r in empty for state, _ in r.left_out})
+        why = f" ({', '.join(states)})" if states else ""
         axes.scatter([axis.x(r.value_of(field)) for r in empty], [0.02] * len(empty), color=GREY, marker="v",
-                     transform=axes.get_xaxis_transform(), zorder=3, label="no value (pruned, failed, running)")
+                     transform=axes.get_xaxis_transform(), zorder=3, label=f"no value{why}")
     if table.best is not None:
         best = table.best
         axes.scatter([axis.x(best.value_of(field))], [_y(best)], marker="*", s=220, color="gold",
