@@ -23,7 +23,7 @@ from lat_core.engine.admission import Admission
 from lat_core.engine.backends import Backend
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, fuse_key_or_why, fuses_on, group_argv,
-                                    smaller_limit)
+                                    jobs_see_no_gpu, smaller_limit)
 from lat_core.engine.requeue import restart_argv, waiting_step
 from lat_core.engine.retries import backoff_hold
 from lat_core.engine.state import EngineState
@@ -75,8 +75,8 @@ class GroupStarts:
         """Queued jobs after ``job`` that may join its group on ``device``: same fuse key, not held,
         and the group's summed expected memory still admitted; no more members than the smallest
         group limit among them (GROUP_SIZE_LIMIT, or less for a job whose group ran out of memory)."""
-        if not fuses_on(self._state.plan_of(run.id), device.is_cpu) \
-                or not self._state.backend(run.id).reaps_process_tree:
+        if not fuses_on(self._state.plan_of(run.id), jobs_see_no_gpu(device)) \
+                or not self._state.backend(run.id).runs_fused_groups:
             return []
         key, _, cap = self._fuse_info(job)
         if key is None:
@@ -100,10 +100,10 @@ class GroupStarts:
         """Why ``job``, about to start alone, does not train in a fused group; None where the plan
         does not fuse on ``device`` (nothing to explain). A job that could fuse but has no mate
         says so too: "nothing is dropped silently" holds for a speed-up as for a tracker."""
-        if not fuses_on(self._state.plan_of(run.id), device.is_cpu):
+        if not fuses_on(self._state.plan_of(run.id), jobs_see_no_gpu(device)):
             return None
         backend = self._state.backend(run.id)
-        if not backend.reaps_process_tree:
+        if not backend.runs_fused_groups:
             return f"trains alone: the {backend.name} backend runs every job in a process of its own"
         _, why, _ = self._fuse_info(job)  # a group limit of 1 after an OOM, or what keeps it out
         if why is not None:
@@ -139,9 +139,10 @@ class GroupStarts:
                    "LAT_JOB_ID": str(leader.id), "LAT_ATTEMPT": str(leader_n), "LAT_SUITE": leader.suite}
             argv = group_argv(members, [n for _, n, _ in attempts])
             # forked from the preloaded process as a job alone would be (its imports are the group's)
+            backend = self._state.job_backend(leader)
             launched = (self._warm.launch(leader, argv, env, Path(leader.job_dir), Path(ref.exit_path))
-                        or self._state.job_backend(leader).launch(argv, env, Path(leader.job_dir),
-                                                                  Path(ref.exit_path), tuple(leader.env)))
+                        or backend.launch(argv, env, Path(leader.job_dir), Path(ref.exit_path), tuple(leader.env),
+                                          fused=True))
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails its members alone
@@ -150,9 +151,10 @@ class GroupStarts:
             return
         if launched.popen is not None:
             self._groups.watch(launched.popen)
+        said = f"group {gid}: one process for jobs {ids} on {device.id}{backend.fused_launch_note(launched.pid)}"
         for job, (attempt_id, _, _) in zip(members, attempts):
             # the same words for every member: the progress stream says them once per group
-            self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, f"group {gid}: one process for jobs {ids} on {device.id}")
+            self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, said)
             self._starts.launched(job, attempt_id, launched)
 
     def _write_group_refs(self, members: list[JobRow], attempts: list[MemberAttempt]

@@ -26,6 +26,9 @@ class Backend:
     diagnoses_failures: bool = False
     # ``stop_vanished`` stops the tree of a job whose runner died, and the end of a job ends its tree.
     reaps_process_tree: bool = False
+    # A fused group (lat_core.train.fused) goes out as one launch: one process for its members, on a
+    # job folder the engine reads (their exit records, cancel markers and the group's own record).
+    runs_fused_groups: bool = False
 
     @property
     def submits_arrays(self) -> bool:
@@ -33,12 +36,23 @@ class Backend:
         return False
 
     def launch(self, argv: list[str], env: dict[str, str], job_dir, exit_path,
-               show_env: tuple[str, ...] = (), *, world: int = 1) -> Launched:
-        """``world``: the job's processes, for a scheduler that allocates its GPUs."""
+               show_env: tuple[str, ...] = (), *, world: int = 1, fused: bool = False) -> Launched:
+        """``world``: the job's processes, for a scheduler that allocates its GPUs; ``fused``: the
+        launch is a fused group's (lat_core.train.fused), which does not save on a scheduler's warning."""
         raise NotImplementedError
 
     def is_alive(self, pid: int | None, pid_start: float | None) -> bool:
         raise NotImplementedError
+
+    def why_cold(self) -> str | None:
+        """Why no job forks from the engine's preloaded process (lat_core.engine.warm) on this
+        backend, said once in a run's history; None where :attr:`supports_warm_start`."""
+        return None if self.supports_warm_start else f"the {self.name} backend starts every job in a fresh process"
+
+    def fused_launch_note(self, pid: int | str) -> str:
+        """What the history's line for a fused group's start adds about its launch ``pid`` (a
+        scheduler's job id, what the group lacks that its members would have alone); "" for nothing."""
+        return ""
 
     def signal(self, pid: int, signum: int) -> bool:
         raise NotImplementedError

@@ -15,11 +15,12 @@ class LocalBackend(Backend):
     samples_local_processes = True
     supports_warm_start = True
     reaps_process_tree = True
+    runs_fused_groups = True
 
     def __init__(self, launch_fn=launch):
         self._launch = launch_fn
 
-    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1) -> Launched:
+    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1, fused=False) -> Launched:
         return self._launch(argv, env, job_dir, exit_path, show_env)  # the devices' env pins its GPUs
 
     def is_alive(self, pid, pid_start) -> bool:

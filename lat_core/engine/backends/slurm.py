@@ -15,6 +15,11 @@ the batch script, so secrets are not written into the job directory.
 With ``array: true``, the jobs admitted together are one job array (:mod:`.slurm_array`); each
 attempt's ``pid`` is then its task id ``"<array job id>_<task>"``, which every Slurm command here
 accepts in place of a job id.
+
+A fused group (:mod:`lat_core.engine.groups`) is one Slurm job running the fused trainer on its
+members' folders, named after the group's exit record; every member's attempt keeps its job id, so
+squeue's and sacct's word on it is each member's. It gets no ``--signal`` warning: the fused trainer
+does not save on SIGUSR1 (whose default action would end the group).
 """
 
 from __future__ import annotations
@@ -106,6 +111,7 @@ class SlurmBackend(Backend):
     name = "slurm"
     recovers_from_queue = True
     diagnoses_failures = True
+    runs_fused_groups = True
 
     def __init__(self, *, python: str | None = None, run=run_command, where: str | None = None, **options):
         self.options: SlurmOptions = validate_options(options, where=where)
@@ -128,7 +134,7 @@ class SlurmBackend(Backend):
         return self.options.array is True
 
     # ------------------------------------------------------------------ submission
-    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1) -> Launched:
+    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1, fused=False) -> Launched:
         job_dir, exit_path = Path(job_dir), Path(exit_path)
         name = job_name_for(exit_path)
         existing = find_submitted(name, run=self._run)
@@ -139,7 +145,8 @@ class SlurmBackend(Backend):
         script = exit_path.with_name(exit_path.name.replace(".exit.json", ".sbatch"))
         script.write_text(self.batch_script(argv, exit_path, show_env))
         command = [f"--comment=lat {exit_path}", f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}",
-                   *self.options.sbatch_args(self.gres_request(env, world), save_signal=world == 1), str(script)]
+                   *self.options.sbatch_args(self.gres_request(env, world), save_signal=world == 1 and not fused),
+                   str(script)]
         return Launched(*self._sbatch(name, command, self._submit_env(env, world)))
 
     def launch_many(self, specs: list[LaunchSpec]) -> list[Launched | OSError]:
@@ -253,6 +260,19 @@ class SlurmBackend(Backend):
         partition = [f"--partition={self.options.partition}"] if self.options.partition else []
         out = self._run(["sinfo", "-h", "-o", "%G", *partition])
         return " ".join(out.stdout.split()) if out.returncode == 0 else ""
+
+    def why_cold(self) -> str:
+        return ("each job is a Slurm job of its own on a node this engine does not run on, where its process "
+                "imports torch, transformers and peft itself; a fused group is one process, so its members "
+                "share one start")
+
+    def fused_launch_note(self, pid: int | str) -> str:
+        """`` as Slurm job N``, and where jobs alone get the save warning, that the group does not."""
+        note = f" as Slurm job {pid}"
+        if self.options.save_signal_s():
+            note += ("; no save warning before its time limit (the fused trainer does not save on SIGUSR1): "
+                     "killed there, its members fail as timeout (remedies: more time, resume)")
+        return note
 
     # ------------------------------------------------------------------ state
     def is_alive(self, pid, pid_start) -> bool:
