@@ -34,6 +34,7 @@ from lat_core.monitor.usage import JobUsage
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.states import HistoryKind, JobState
 from lat_core.contract.failure_classes import OOM_CLASSES
+from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
 
 if TYPE_CHECKING:  # a group starts through the starts, which adopt through recovery, which settles groups
     from lat_core.engine.starts import Starts
@@ -58,6 +59,30 @@ class GroupStarts:
         self._job_secrets = secrets
         # (job id, attempts) -> (fuse key, why it has none, group limit)
         self._fuse_keys: dict[tuple[int, int], tuple[tuple | None, str | None, int]] = {}
+        # (job id, attempts) -> (its group's process, its mates' job ids) where it saved to resume in a group
+        self._saved_in_group: dict[tuple[int, int], tuple[int | str, tuple[int, ...]] | None] = {}
+
+    def resume_hold(self, job: JobRow) -> str | None:
+        """Why a member that saved to be resumed (its time limit's warning) waits: the warning reached
+        its whole group, whose other members are still saving; resubmitted together they train in one
+        group again, where the first one out would otherwise start alone. Bounded: the group's
+        process ends once its members left (FusedGroups.group_ending)."""
+        if not job.attempts:
+            return None
+        key = (job.id, job.attempts)
+        if key not in self._saved_in_group:
+            last = self.store.attempts(job.id)[-1]
+            ref = AttemptFiles(last.exit_path).read_group_ref() if last.returncode == EXIT_SAVED_TO_RESUME else None
+            self._saved_in_group[key] = (last.pid, ref.job_ids) if ref is not None and last.pid else None
+        saved = self._saved_in_group[key]
+        if saved is None:
+            return None
+        pid, mates = saved
+        still = sorted(a.job_id for a in self.store.open_attempts(job.run_id)
+                       if a.pid == pid and a.job_id in mates and a.job_id != job.id)
+        if not still:
+            return None
+        return f"waiting for jobs {', '.join(map(str, still))} of its fused group to save too, to resume together"
 
     def _fuse_info(self, job: JobRow) -> tuple[tuple | None, str | None, int]:
         """(the job's fuse key, why it has none, the most members its group may have), read once per
@@ -89,7 +114,7 @@ class GroupStarts:
             if other.id in taken or device.id in other.avoid_devices or other_key != key or other_cap <= len(group):
                 continue
             if self._warm.hold(other) or backoff_hold(other, self._clock()) is not None \
-                    or self._waits(other):
+                    or self._waits(other) or self.resume_hold(other):
                 continue
             if self._admission.group_blocker([*group, other], device, running) is None:
                 group.append(other)
@@ -141,8 +166,7 @@ class GroupStarts:
             # forked from the preloaded process as a job alone would be (its imports are the group's)
             backend = self._state.job_backend(leader)
             launched = (self._warm.launch(leader, argv, env, Path(leader.job_dir), Path(ref.exit_path))
-                        or backend.launch(argv, env, Path(leader.job_dir), Path(ref.exit_path), tuple(leader.env),
-                                          fused=True))
+                        or backend.launch(argv, env, Path(leader.job_dir), Path(ref.exit_path), tuple(leader.env)))
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails its members alone

@@ -198,7 +198,8 @@ class Engine:
         for job in self.store.iter_queued(run.id):
             if job.id in taken or self._waits(job):
                 continue
-            if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
+            if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())
+                    or self._group_starts.resume_hold(job)) is not None:
                 self._set_waiting(job, hold)
                 continue
             candidates = placements(job, run.devices, busy)

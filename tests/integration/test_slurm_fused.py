@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from lat_core.contract.commands import CancelJob, CancelRun
-from lat_core.contract.jobdir import AttemptFiles, Finished, JobDir, Step
+from lat_core.contract.jobdir import AttemptFiles, Finished, JobDir, Started, Step
 from lat_core.contract.states import HistoryKind
 from lat_core.contract.state_dir import EngineLock
 from lat_core.contract.journal import Store
@@ -206,3 +206,36 @@ def test_an_engine_that_died_before_recording_the_groups_job_id_finds_it_by_the_
     assert slurm_id is not None, "no member's attempt found the group's Slurm job"
     assert all(j.attempts == 1 for j in store.jobs(run_id))
     assert sacct_name(slurm_id) == job_name_for(AttemptFiles(attempts[0].exit_path).read_group_ref().exit_path)
+
+
+def resumed_from(job) -> list:
+    return [e.resumed_from for e in JobDir(job.job_dir).read_events().of(Started)]
+
+
+@pytest.mark.slow
+def test_a_time_limited_group_saves_every_member_and_resumes_them(slurm_cluster, tmp_path):  # noqa: F811
+    """Slurm warns the group's job 50 s before its 1-minute limit: each member saves at its last
+    step and leaves with 75; the engine resubmits them with --resume once all have saved, as one
+    group again, and each trains on from its own checkpoint."""
+    front = lat_tui(tmp_path, GOOD, {"overrides": LONG, "slurm": {"time": "1", "save_before_end_s": 50}}, wait=False)
+    try:
+        store, run_id = the_run(tmp_path)
+        wait_until(lambda: len(store.jobs(run_id)) == 3 and all(len(resumed_from(j)) == 2 for j in store.jobs(run_id)),
+                   "every member resumed")
+        store.add_command(run_id, CancelRun())
+        front.communicate(timeout=300)
+    finally:
+        if front.poll() is None:
+            front.kill()
+    firsts = [store.attempts(j.id)[0] for j in store.jobs(run_id)]
+    assert len({a.pid for a in firsts}) == 1 and {a.returncode for a in firsts} == {75}
+    seconds = {store.attempts(j.id)[1].pid for j in store.jobs(run_id)}  # resubmitted together: one group again
+    assert len(seconds) == 1 and seconds != {firsts[0].pid}
+    for job in store.jobs(run_id):
+        requeued = [t.detail for t in store.transitions(run_id, job_id=job.id) if t.new_state == "queued"][1:]
+        assert requeued and requeued[0].startswith("saved at step ") and "resubmitted to resume" in requeued[0]
+        saved = int(requeued[0].split()[3])
+        assert resumed_from(job)[:2] == [None, saved] and "--resume" in store.job(job.id).argv
+        log = (Path(job.job_dir) / "train.log").read_text()
+        assert f"asked to save and stop (SIGUSR1): checkpoint at step {saved}" in log
+        assert " stopped to resume at step " in log

@@ -36,9 +36,8 @@ class Backend:
         return False
 
     def launch(self, argv: list[str], env: dict[str, str], job_dir, exit_path,
-               show_env: tuple[str, ...] = (), *, world: int = 1, fused: bool = False) -> Launched:
-        """``world``: the job's processes, for a scheduler that allocates its GPUs; ``fused``: the
-        launch is a fused group's (lat_core.train.fused), which does not save on a scheduler's warning."""
+               show_env: tuple[str, ...] = (), *, world: int = 1) -> Launched:
+        """``world``: the job's processes, for a scheduler that allocates its GPUs."""
         raise NotImplementedError
 
     def is_alive(self, pid: int | None, pid_start: float | None) -> bool:
@@ -51,7 +50,7 @@ class Backend:
 
     def fused_launch_note(self, pid: int | str) -> str:
         """What the history's line for a fused group's start adds about its launch ``pid`` (a
-        scheduler's job id, what the group lacks that its members would have alone); "" for nothing."""
+        scheduler's job id); "" for nothing."""
         return ""
 
     def signal(self, pid: int, signum: int) -> bool:

@@ -18,8 +18,8 @@ accepts in place of a job id.
 
 A fused group (:mod:`lat_core.engine.groups`) is one Slurm job running the fused trainer on its
 members' folders, named after the group's exit record; every member's attempt keeps its job id, so
-squeue's and sacct's word on it is each member's. It gets no ``--signal`` warning: the fused trainer
-does not save on SIGUSR1 (whose default action would end the group).
+squeue's and sacct's word on it is each member's still in the group when it ended. Its warning
+before the time limit makes every member save and leave to be resumed, as a job alone does.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class SlurmBackend(Backend):
         return self.options.array is True
 
     # ------------------------------------------------------------------ submission
-    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1, fused=False) -> Launched:
+    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1) -> Launched:
         job_dir, exit_path = Path(job_dir), Path(exit_path)
         name = job_name_for(exit_path)
         existing = find_submitted(name, run=self._run)
@@ -145,8 +145,7 @@ class SlurmBackend(Backend):
         script = exit_path.with_name(exit_path.name.replace(".exit.json", ".sbatch"))
         script.write_text(self.batch_script(argv, exit_path, show_env))
         command = [f"--comment=lat {exit_path}", f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}",
-                   *self.options.sbatch_args(self.gres_request(env, world), save_signal=world == 1 and not fused),
-                   str(script)]
+                   *self.options.sbatch_args(self.gres_request(env, world), save_signal=world == 1), str(script)]
         return Launched(*self._sbatch(name, command, self._submit_env(env, world)))
 
     def launch_many(self, specs: list[LaunchSpec]) -> list[Launched | OSError]:
@@ -267,12 +266,7 @@ class SlurmBackend(Backend):
                 "share one start")
 
     def fused_launch_note(self, pid: int | str) -> str:
-        """`` as Slurm job N``, and where jobs alone get the save warning, that the group does not."""
-        note = f" as Slurm job {pid}"
-        if self.options.save_signal_s():
-            note += ("; no save warning before its time limit (the fused trainer does not save on SIGUSR1): "
-                     "killed there, its members fail as timeout (remedies: more time, resume)")
-        return note
+        return f" as Slurm job {pid}"
 
     # ------------------------------------------------------------------ state
     def is_alive(self, pid, pid_start) -> bool:
