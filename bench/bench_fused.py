@@ -2,10 +2,14 @@
 
     python bench/bench_fused.py [--device cpu|cuda] [--jobs 8] [--rows 8] [--seq 16] [--steps 5]
                                 [--hidden 64 --layers 2 --heads 2] [--dtype float32] [--ranks 4,8,16,32]
+                                [--family mamba --state-size 16]
 
 Both sides in one call, on one random-weight GLA base of the given sizes (the GLA-1.3B architecture
 is ``--hidden 2048 --layers 24 --heads 4``) and random tokens, LoRA on q/k/v/o with the ranks cycled
-over the jobs, each job ``--rows`` rows of ``--seq`` tokens per optimizer step:
+over the jobs, each job ``--rows`` rows of ``--seq`` tokens per optimizer step. ``--family mamba``:
+a random-weight Mamba base instead (the Mamba-130m architecture is ``--hidden 768 --layers 24
+--state-size 16 --vocab 50280``), LoRA on in_proj/x_proj; its sides are separate and fused only
+(packing and graphs are GLA's):
 
 - separate: each job its own PEFT model and AdamW, stepped one after another in this process (the
   work K single-job processes do, without their process overheads);
@@ -49,6 +53,8 @@ def parse_args(argv=None):
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=2)
+    p.add_argument("--family", choices=("gla", "mamba"), default="gla")
+    p.add_argument("--state-size", type=int, default=16, help="Mamba's SSM state size (--family mamba)")
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--ranks", default="4,8,16,32")
@@ -68,14 +74,21 @@ def job_cfgs(a):
     out = []
     for k in range(a.jobs):
         r = ranks[k % len(ranks)]
-        raw = {"name": f"job{k}", "model": {"family": "gla", "name_or_path": "tiny-random", "dtype": a.dtype,
-                                            "tiny": {"hidden_size": a.hidden, "num_hidden_layers": a.layers,
-                                                     "num_heads": a.heads, "vocab_size": a.vocab}},
-               "peft": {"r": r, "alpha": 2 * r}, "data": "tiny-sst2", "seed": 1,
+        raw = {"name": f"job{k}", "model": {"family": a.family, "name_or_path": "tiny-random", "dtype": a.dtype,
+                                            "tiny": tiny_sizes(a)},
+               "peft": {"r": r, "alpha": 2 * r, **TARGETS[a.family]}, "data": "tiny-sst2", "seed": 1,
                "train": {"batch_size": a.rows, "lr": 2e-4, "max_steps": 10_000, "max_seq_len": a.seq},
                "output_dir": "/tmp/bench_fused_unused"}
         out.append(parse_config(raw, environ={}))
     return out
+
+
+TARGETS = {"gla": {}, "mamba": {"target_modules": ["in_proj", "x_proj"]}}   # GLA: the default q/k/v/o
+
+
+def tiny_sizes(a) -> dict:
+    sizes = {"hidden_size": a.hidden, "num_hidden_layers": a.layers, "vocab_size": a.vocab}
+    return {**sizes, **({"num_heads": a.heads} if a.family == "gla" else {"state_size": a.state_size})}
 
 
 def examples(a, seed):
@@ -169,9 +182,10 @@ def main(argv=None) -> int:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-    graphed_base = copy.deepcopy(base) if device.type == "cuda" else None   # copies before fused's install
-    packed_base = copy.deepcopy(base) if not wanted or "fused-packed" in wanted else None
-    recurrent_base = copy.deepcopy(base) if device.type == "cuda" and a.fla_recurrent else None
+    gla = a.family == "gla"   # packing (fla's varlen path) and graphs are GLA's
+    graphed_base = copy.deepcopy(base) if gla and device.type == "cuda" else None   # copies before fused's install
+    packed_base = copy.deepcopy(base) if gla and (not wanted or "fused-packed" in wanted) else None
+    recurrent_base = copy.deepcopy(base) if gla and device.type == "cuda" and a.fla_recurrent else None
 
     def fused_group(model, graphed: bool, packed: bool = False):
         slot, members = M.install(model, [M.replay_peft(model, c) for c in cfgs])
@@ -206,7 +220,7 @@ def main(argv=None) -> int:
             print(f"round {round_ + 1}: {name} {t * 1e3:.1f} ms per step", file=sys.stderr, flush=True)
     tokens = a.jobs * a.rows * sum(len(e["input_ids"]) for d in data for e in d) / sum(map(len, data))
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
-          f"{a.jobs} jobs x {a.rows} rows x {a.seq} tokens, GLA hidden {a.hidden} x {a.layers} layers, "
+          f"{a.jobs} jobs x {a.rows} rows x {a.seq} tokens, {a.family} hidden {a.hidden} x {a.layers} layers, "
           f"{a.dtype}, ranks {a.ranks}{', ragged lengths' if a.ragged else ''}, best of 2 rounds of {a.steps} steps "
           f"after {a.warmup}")
     print("| side | ms per step (all jobs) | trained tokens/s |\n| --- | --- | --- |")

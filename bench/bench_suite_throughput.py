@@ -1,10 +1,13 @@
 """Suite throughput on one GPU: the old launch scripts' way against LAT's defaults, in one call.
 
     python bench/bench_suite_throughput.py --gpu 0 [--steps 20] [--data tiny,long] [--mps] [--json OUT]
+    python bench/bench_suite_throughput.py --gpu 0 --suite mamba_lora --sweep train.lr=1e-3,5e-4,2e-4,1e-4 \
+        --sides lat-eager,lat+fuse --data tiny,long      # 8 Mamba-130m jobs: fused vs a process per job
 
 The suite is ``gla_rank_sweep`` (8 GLA LoRA jobs, ranks 4-32) on the GLA-1.3B architecture with
-random weights, its hyperparameters unchanged (batch 8 x accumulation 2, lr 2e-4, seq 256, bf16)
-except a fixed number of optimizer steps, on the shipped SST-2 sample (short GLUE sentences;
+random weights (``--suite``: another suite, on its family's shape in MODELS: a Mamba suite on the
+Mamba-130m architecture), its hyperparameters unchanged (gla_rank_sweep: batch 8 x accumulation 2, lr
+2e-4, seq 256, bf16; mamba_lora: batch 16, lr 1e-3, seq 256, bf16) except a fixed number of optimizer steps, on the shipped SST-2 sample (short GLUE sentences;
 ``--data long``: synthetic SST-2 files whose examples all fill the sequence; ``--data tiny,long``:
 both in turn, each in its own folder under ``--out``). Sides, each from an empty output tree and
 its own copy of the (warm) Triton cache named by TRITON_CACHE_DIR (SPEED lists each side's settings):
@@ -17,8 +20,8 @@ its own copy of the (warm) Triton cache named by TRITON_CACHE_DIR (SPEED lists e
    suite's same-base jobs train in fused groups (one frozen base, the jobs' adapters stacked, one
    forward and backward over all their rows; lat_core/train/fused) whose step replays CUDA graphs;
 4. ``lat+graphs``: a process per job, each graphed where its step can be captured;
-5. ``lat+fuse``: fused groups, eager; ``lat+fuse+graphs``: fused groups, graphed (``lat``, said
-   outright);
+5. ``lat+fuse``: fused groups (``fuse: true``, whatever lat_core/config/fuse_measured.py says),
+   eager; ``lat+fuse+graphs``: fused groups, graphed (``lat`` where ``auto`` fuses, said outright);
 6. ``lat+mps`` (``--mps``): ``lat+graphs`` with ``mps: true`` (the engine's jobs are clients of a
    private CUDA MPS daemon);
 7. ``lat-eager-pack``: ``lat-eager`` on packed rows (``pack: true``): the old trainer's math in
@@ -29,7 +32,14 @@ bench/coldstart.sh runs it on an empty Triton cache), trained tokens/s over the 
 which every job of the side is training: from the last job's first step event to the first job's
 last one), the GPU's peak used memory and the ratio to ``old``, and checks every job's loss curve
 against the same job under ``old`` (one process per job there, so each ran alone as far as its
-numbers are concerned) or, without ``old``, under ``lat-eager``.
+numbers are concerned) or, without ``old``, under ``lat-eager``. A Mamba side also says whether its
+jobs alone found transformers' fast Mamba kernels (``mamba_fast_path``, from their ``started``
+events; a fused member does not say): run once where ``mamba_ssm`` and ``causal_conv1d`` import and
+once where they do not for the two cases.
+
+``lat+fuse`` over ``lat-eager`` in steady tokens/s (its ``steady_vs_lat-eager``) is the speed-up lat_core/config/fuse_measured.py
+records per family and row width (``--data tiny``: short rows; ``--data long``: 256-token rows),
+with the device, the date and this command.
 """
 
 from __future__ import annotations
@@ -62,17 +72,35 @@ from lat_core.front.service import prepare_run  # noqa: E402
 SIDE_TIMEOUT_S = float(os.environ.get("LAT_BENCH_SIDE_TIMEOUT", "600"))
 MODEL_1B3 = {"name_or_path": "tiny-random", "dtype": "bfloat16",
          "tiny": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "vocab_size": 32000}}
+MODEL_MAMBA_130M = {"name_or_path": "tiny-random", "dtype": "bfloat16",   # state-spaces/mamba-130m-hf's sizes
+                    "tiny": {"hidden_size": 768, "num_hidden_layers": 24, "state_size": 16, "vocab_size": 50280}}
 
 
 # --gpu -1: a CPU dry run of the whole machinery with a tiny model (checks the bench, not speed)
 MODEL_TINY = {"name_or_path": "tiny-random", "dtype": "float32",
               "tiny": {"hidden_size": 32, "num_hidden_layers": 1, "num_heads": 2}}
+MODEL_TINY_MAMBA = {"name_or_path": "tiny-random", "dtype": "float32",
+                    "tiny": {"hidden_size": 32, "num_hidden_layers": 1, "state_size": 8}}
+
+# a suite's model by its family (its first config's model.family): (on a GPU, --gpu -1)
+MODELS = {"gla": (MODEL_1B3, MODEL_TINY), "mamba": (MODEL_MAMBA_130M, MODEL_TINY_MAMBA)}
 
 
 # each side's plan ``fuse`` and trainer ``graphs`` / ``pack``; None: left to LAT's defaults
 SPEED = {"old": (False, False, False), "lat-eager": (False, False, False), "lat-eager-pack": (False, False, True),
          "lat": (None, None, None), "lat+graphs": (False, "auto", None), "lat+mps": (False, "auto", None),
-         "lat+fuse": ("auto", False, False), "lat+fuse+graphs": ("auto", "auto", None)}
+         "lat+fuse": (True, False, False), "lat+fuse+graphs": (True, "auto", None)}
+
+
+def suite_family(suite: str) -> str:
+    """The model family of the suite's first config (a suite's configs share one base to fuse)."""
+    (_, first), *_ = SuiteRegistry(config_trees()).get(suite).configs_for(None)
+    return (yaml.safe_load(first.read_text()).get("model") or {}).get("family", "gla")
+
+
+def suite_model(suite: str, gpu: int) -> dict:
+    on_gpu, on_cpu = MODELS[suite_family(suite)]
+    return dict(on_gpu if gpu >= 0 else on_cpu)
 
 
 def plan_mapping(args, side: str, out: Path, data: Path | None, extra_env: dict) -> dict:
@@ -82,7 +110,7 @@ def plan_mapping(args, side: str, out: Path, data: Path | None, extra_env: dict)
         env["GRADIENT_CHECKPOINTING"] = "1"
     mapping = {"suites": [{"name": args.suite, "rounds": "all"}], "pairs": ["1:glue-tvt_sst2" if data else "1:tiny-sst2"],
                "gpus": [args.gpu] if args.gpu >= 0 else "cpu", "env": env, "output_root": str(out / side),
-               "overrides": {"model": MODEL_1B3 if args.gpu >= 0 else MODEL_TINY, "train": {"max_steps": steps, "eval_every": steps,
+               "overrides": {"model": suite_model(args.suite, args.gpu), "train": {"max_steps": steps, "eval_every": steps,
                                                        "save_every": steps, "log_every": 1}}}
     if args.sweep:
         mapping["sweep"] = {"grid": dict(args.sweep)}
@@ -151,7 +179,7 @@ def run_side(args, side: str, out: Path, data: Path | None) -> dict:
     return {"side": side, "jobs": len(jobs), "wall_s": round(wall, 1), "tokens": tokens,
             "first_step_s": first_step_after([Path(d) for d in jobs], start),
             "tokens_per_s": round(tokens / wall), **steady_state([Path(d) for d in jobs]),
-            "gpu_peak_used_gib": round(peak / 2**30, 1),
+            "gpu_peak_used_gib": round(peak / 2**30, 1), **mamba_fast_path([Path(d) for d in jobs]),
             "job_dirs": jobs, "losses": {Path(d).name: _losses(Path(d)) for d in jobs}}
 
 
@@ -211,6 +239,16 @@ def _trained_tokens(job_dir: Path) -> int:
     started = events.of(Started)[0]
     config = yaml.safe_load((job_dir / "job.yaml").read_text())
     return started.max_steps * started.effective_batch_size * config["train"]["max_seq_len"]
+
+
+def mamba_fast_path(job_dirs: list[Path]) -> dict:
+    """``mamba_fast_path``: whether the side's Mamba jobs alone ran transformers' fast kernels (their
+    ``started`` events: true, false, or "mixed"); nothing where no job said (GLA, fused members)."""
+    said = {s.mamba_fast_path for d in job_dirs for s in JobDir(d).read_events().of(Started)
+            if s.mamba_fast_path is not None}
+    if not said:
+        return {}
+    return {"mamba_fast_path": said.pop() if len(said) == 1 else "mixed"}
 
 
 def first_step_after(job_dirs: list[Path], start: float) -> float | None:
@@ -312,12 +350,17 @@ def joined(results: list[dict], reference: str | None, data: str, sides: list[st
 
 
 def compare_sides(results: list[dict]) -> None:
-    """Wall-time ratios to ``old`` and every side's loss check against ``old`` (else ``lat-eager``)."""
+    """Wall-time ratios to ``old``, steady tokens/s ratios to ``lat-eager`` (``lat+fuse``'s is the
+    speed-up lat_core/config/fuse_measured.py records) and every side's loss check against ``old``
+    (else ``lat-eager``)."""
     old = next((r for r in results if r["side"] == "old"), None)
-    ref = old or next((r for r in results if r["side"] == "lat-eager"), None)
+    eager = next((r for r in results if r["side"] == "lat-eager"), None)
+    ref = old or eager
     for r in results:
         if old is not None and r is not old and "wall_s" in r:
             r["speedup_vs_old"] = round(old["wall_s"] / r["wall_s"], 2)
+        if eager is not None and r is not eager and r.get("steady_tokens_per_s") and eager.get("steady_tokens_per_s"):
+            r["steady_vs_lat-eager"] = round(r["steady_tokens_per_s"] / eager["steady_tokens_per_s"], 2)
         if ref is not None and r is not ref and "wall_s" in r:
             r[f"loss_check_vs_{ref['side']}"] = compare_losses(ref, r)
 

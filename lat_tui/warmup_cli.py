@@ -29,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pairs", help="seed:dataset pairs for the suites (default: the shell's DATA and HP_SEED)")
     p.add_argument("--gpus", type=int, help="the GPU index to compile on (default: the first)")
     p.add_argument("--configs", help="your config tree, searched before the shipped one (default $LAT_CONFIGS)")
+    p.add_argument("--save-tunings", action="store_true",
+                   help="autotune every kernel (slow: run it alone on an idle GPU) and save the chosen configs "
+                        "for this GPU model, so later fresh machines of the model skip autotuning "
+                        "(to $LAT_KERNEL_TUNINGS_DIR, else the shipped tables)")
     return p
 
 
@@ -50,7 +54,7 @@ def main(argv: list[str]) -> int:
         return 0
     for shape in shapes:
         print(f"shape: {shape.describe()}, widths {', '.join(map(str, shape.widths))}", flush=True)
-    return 0 if warm_up_kernels(shapes, args.gpus, plan.env) == 0 else 1
+    return 0 if warm_up_kernels(shapes, args.gpus, plan.env, args.save_tunings) == 0 else 1
 
 
 def _plan(args):

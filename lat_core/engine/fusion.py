@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from lat_core.config.fuse import fuse_key, refusal
+from lat_core.config.fuse_measured import auto_refusal
 from lat_core.config.job import parse_config
 from lat_core.contract.devices import Device
 from lat_core.errors import ConfigError
@@ -42,16 +43,17 @@ def fuses_on(plan: SavedPlan, device_is_cpu: bool) -> bool:
     return plan.fuse is True or (plan.fuse == "auto" and not device_is_cpu)
 
 
-def job_fuse_key(job: JobRow) -> tuple | None:
+def job_fuse_key(job: JobRow, measured: bool = False) -> tuple | None:
     """Jobs with equal keys can share one fused process; None: the job runs alone."""
-    return fuse_key_or_why(job)[0]
+    return fuse_key_or_why(job, measured)[0]
 
 
-def fuse_key_or_why(job: JobRow) -> tuple[tuple | None, str | None]:
+def fuse_key_or_why(job: JobRow, measured: bool = False) -> tuple[tuple | None, str | None]:
     """(the job's fuse key, None) or (None, why it cannot share a fused process with any other).
     Only a job whose command is the trainer on its own job.yaml (one process, no backend options)
     qualifies; its interpreter, mode flag (--resume/--overwrite) and env are part of the key, since
-    the group runs with one of each."""
+    the group runs with one of each. ``measured`` (plan ``fuse: auto``): only where the committed
+    measurement for the job's family and row width says a group wins (lat_core.config.fuse_measured)."""
     argv = list(job.argv)
     if job.world != 1:
         return None, f"it runs {job.world} processes; fused groups are one process"
@@ -67,6 +69,8 @@ def fuse_key_or_why(job: JobRow) -> tuple[tuple | None, str | None]:
     key = fuse_key(cfg)
     if key is None:
         return None, (refusal(cfg) or "").removeprefix("fuse: ")
+    if measured and (why := auto_refusal(cfg)) is not None:
+        return None, why
     return (key, argv[0], tuple(argv[5:]), tuple(sorted(job.env.items()))), None
 
 

@@ -87,11 +87,14 @@ class GroupStarts:
     def _fuse_info(self, job: JobRow) -> tuple[tuple | None, str | None, int]:
         """(the job's fuse key, why it has none, the most members its group may have), read once per
         attempt (a remedy between attempts may change job.yaml; a group out of memory lowers the
-        limit): admission asks for every queued job, and a job that starts alone says why from it."""
+        limit): admission asks for every queued job, and a job that starts alone says why from it.
+        Under ``fuse: auto`` a job whose family and row width a group was not measured to win on
+        has no key (lat_core.config.fuse_measured)."""
         if (job.id, job.attempts) not in self._fuse_keys:
             limit = JobDir(job.job_dir).read_group_limit()
             size = GROUP_SIZE_LIMIT if limit is None else min(limit.size, GROUP_SIZE_LIMIT)
-            key, why = fuse_key_or_why(job) if size > 1 else (None, limit.why if limit else None)
+            measured = self._state.plan_of(job.run_id).fuse == "auto"  # true: fuse whatever was measured
+            key, why = fuse_key_or_why(job, measured) if size > 1 else (None, limit.why if limit else None)
             self._fuse_keys[(job.id, job.attempts)] = (key, why, size)
         return self._fuse_keys[(job.id, job.attempts)]
 

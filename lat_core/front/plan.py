@@ -140,9 +140,9 @@ class Plan(BaseModel):
     overwrite: bool = D.overwrite  # rerun jobs that already succeeded, from scratch
     mps: bool = D.mps  # jobs on a GPU share it through a private CUDA MPS daemon (lat_core.engine.mps)
     # Queued jobs that can share one base (lat_core.config.fuse) train as one fused process per group
-    # (lat_core.engine.fusion). "auto" (the default): on GPUs, where it wins (bench/RESULTS.md:
-    # GLA-1.3B suite, 8.9x the steady tokens/s of a process per job in a quarter of the memory);
-    # true: on the CPU too; false: a process per job everywhere.
+    # (lat_core.engine.fusion). "auto" (the default): on GPUs, for the families and row widths where
+    # a group was measured to win (lat_core.config.fuse_measured); true: always, the CPU too; false:
+    # a process per job everywhere.
     fuse: Union[Literal["auto"], bool] = D.fuse
     warm_start: bool = D.warm_start  # fork trainers from a process that has imported torch & co. (lat_core.engine.warm)
     allow_cpu: bool = D.allow_cpu  # train a model too big for the CPU there anyway (lat_core.front.preflight refuses it)

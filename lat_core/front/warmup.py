@@ -29,15 +29,20 @@ def plan_kernel_shapes(plan: Plan, registry: SuiteRegistry | None = None) -> lis
     return shapes_for(job.typed for job in jobs if job.typed is not None)
 
 
-def warm_up_kernels(shapes: list[KernelShape], gpu: int | None = None, plan_env: Mapping[str, str] | None = None) -> int:
+def warm_up_kernels(shapes: list[KernelShape], gpu: int | None = None, plan_env: Mapping[str, str] | None = None,
+                    save_tunings: bool = False) -> int:
     """Compile ``shapes`` on GPU ``gpu`` (by PCI bus order, as NVML numbers them; None: the first
     CUDA sees) under the plan's Triton variables (where its jobs will look for the kernels), its
-    lines on this process's stdout; the child's exit code."""
+    lines on this process's stdout; the child's exit code. ``save_tunings``: autotune every kernel
+    (no table seeds it) and add the winners to this GPU model's table (lat_core.train.tuned_kernels)."""
     env = {**os.environ, **(plan_env or {})}
     if gpu is not None:
         env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(gpu))
+    flags = ["--save-tunings"] if save_tunings else []
+    if save_tunings:
+        env["LAT_KERNEL_TUNINGS"] = "off"
     with tempfile.TemporaryDirectory(prefix="lat-warmup-") as folder:
         path = Path(folder) / "shapes.json"
         write_shapes(path, shapes, env)
-        return subprocess.run([sys.executable, "-m", WARMUP_MODULE, "--shapes", str(path)], env=env,
+        return subprocess.run([sys.executable, "-m", WARMUP_MODULE, "--shapes", str(path), *flags], env=env,
                               stdin=subprocess.DEVNULL, check=False).returncode

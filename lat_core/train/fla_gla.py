@@ -73,9 +73,12 @@ def _forget_fla() -> None:
 
 def use_gla_kernels_for(on_gpu: bool) -> None:
     """The kernels GLA runs with: on a GPU fla's Triton kernels, short training rows in chunks
-    (train_short_rows_in_chunks); on the CPU gla_cpu's pure-PyTorch stand-ins."""
+    (train_short_rows_in_chunks), their configs from this GPU model's tunings where it has them
+    (tuned_kernels); on the CPU gla_cpu's pure-PyTorch stand-ins."""
     if on_gpu:
         train_short_rows_in_chunks()
+        from .tuned_kernels import seed_tuned_configs
+        seed_tuned_configs()
     else:
         from .gla_cpu import enable_cpu_gla
         enable_cpu_gla()

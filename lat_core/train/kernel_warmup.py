@@ -109,9 +109,11 @@ def run_on_gpu(shape: KernelShape, width: int) -> None:
 
     from .fla_gla import train_short_rows_in_chunks
     from .models import DTYPES
+    from .tuned_kernels import seed_tuned_configs
 
-    train_short_rows_in_chunks()
     model = _one_layer_model(shape).to(device="cuda", dtype=DTYPES[shape.dtype])
+    train_short_rows_in_chunks()
+    seed_tuned_configs()  # fla's kernel modules are imported now
     ids = torch.randint(0, WARMUP_VOCAB, (shape.rows, width), device="cuda")
     model(input_ids=ids).logits.float().mean().backward()
     mask = torch.ones_like(ids)
@@ -141,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lat_core.train.kernel_warmup")
     parser.add_argument("--shapes", required=True, type=Path, help="JSON list of kernel shapes")
     parser.add_argument("--phase", type=Path, help="where to report the phase (for the engine)")
+    parser.add_argument("--save-tunings", action="store_true",
+                        help="add the configs fla's autotuning chose to this GPU model's table in "
+                             "lat_core/train/kernel_tunings (run alone on an idle GPU, with LAT_KERNEL_TUNINGS=off)")
     args = parser.parse_args(argv)
     try:
         shapes, env = read_shapes(args.shapes)
@@ -149,7 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.update(env)  # the jobs' cache and tuning variables, read when kernels compile
     print(f"[warm] Triton cache: {triton_cache_dir(os.environ)}", flush=True)
-    return 1 if warm_kernels(shapes, args.phase).state == "failed" else 0
+    phase = warm_kernels(shapes, args.phase)
+    if phase.state == "failed":
+        return 1
+    if args.save_tunings and not phase.why:
+        from .tuned_kernels import save_tunings
+        save_tunings()
+    return 0
 
 
 if __name__ == "__main__":

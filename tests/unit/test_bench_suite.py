@@ -37,8 +37,8 @@ def test_each_side_sets_its_speed_modes_and_lat_leaves_them_to_the_defaults():
     mapping, eager = plan("lat-eager")
     assert eager.fuse is False and {k: mapping["overrides"]["train"][k] for k in ("graphs", "pack")} == \
         {"graphs": False, "pack": False}
-    mapping, fused = plan("lat+fuse+graphs")
-    assert fused.fuse == "auto" and mapping["overrides"]["train"]["graphs"] == "auto"
+    mapping, fused = plan("lat+fuse+graphs")   # fused whatever fuse: auto's measurement says
+    assert fused.fuse is True and mapping["overrides"]["train"]["graphs"] == "auto"
     assert plan("lat-eager-pack")[0]["overrides"]["train"]["pack"] is True
     assert plan("old")[0]["slots"] == 3
 
@@ -82,3 +82,37 @@ def test_the_cold_start_figure_is_the_first_step_of_any_job_after_the_start(tmp_
     (tmp_path / "none").mkdir()  # a job that logged no step yet counts for nothing
     assert first_step_after([tmp_path / "a", tmp_path / "b", tmp_path / "none"], 1000.0) == 12.2
     assert first_step_after([tmp_path / "none"], 1000.0) is None
+
+
+def test_a_mamba_suite_runs_8_jobs_on_the_mamba_130m_shape_and_says_which_kernels_its_jobs_ran(tmp_path):
+    from bench.bench_suite_throughput import mamba_fast_path
+    from lat_core.config.paths import config_trees
+    from lat_core.config.suites import SuiteRegistry
+    from lat_core.contract.jobdir import Started
+    from lat_core.contract.jobdir.event_writer import EventWriter
+    from lat_core.front.jobs import expand
+    from lat_core.front.plan import plan_from_mapping
+    registry = SuiteRegistry(config_trees())
+    for gpu, sizes in ((0, {"hidden_size": 768, "num_hidden_layers": 24, "state_size": 16, "vocab_size": 50280}),
+                       (-1, {"hidden_size": 32, "num_hidden_layers": 1, "state_size": 8})):
+        args = Namespace(steps=3, suite="mamba_lora", gpu=gpu, sweep=[("train.lr", ["1e-3", "5e-4", "2e-4", "1e-4"])])
+        jobs = expand(plan_from_mapping(plan_mapping(args, "lat+fuse", tmp_path, None, {}), registry, where="mamba"),
+                      registry, {})
+        assert len(jobs) == 8 and {j.config["model"]["family"] for j in jobs} == {"mamba"}
+        assert all(j.config["model"]["tiny"] == sizes for j in jobs), gpu
+    for name, fast in (("a", False), ("b", False), ("member", None)):
+        (tmp_path / name).mkdir()
+        with EventWriter(tmp_path / name / "events.jsonl") as w:
+            w.write(Started(t=1.0, pid=1, mamba_fast_path=fast))
+    assert mamba_fast_path([tmp_path / n for n in ("a", "b", "member")]) == {"mamba_fast_path": False}
+    assert mamba_fast_path([tmp_path / "member"]) == {}   # GLA, or fused members: nothing said
+
+
+def test_each_side_gets_its_steady_rate_over_lat_eager_the_speed_up_fuse_auto_records():
+    from bench.bench_suite_throughput import compare_sides
+    sides = [{"side": "lat-eager", "wall_s": 10.0, "steady_tokens_per_s": 3000, "losses": {"a": [1.0]}},
+             {"side": "lat+fuse", "wall_s": 5.0, "steady_tokens_per_s": 2400, "losses": {"a": [1.0]}},
+             {"side": "lat", "wall_s": 5.0, "steady_tokens_per_s": None, "losses": {"a": [1.0]}}]
+    compare_sides(sides)
+    assert sides[1]["steady_vs_lat-eager"] == 0.8 and "steady_vs_lat-eager" not in sides[2]
+    assert "steady_vs_lat-eager" not in sides[0] and sides[1]["loss_check_vs_lat-eager"]["ok"]

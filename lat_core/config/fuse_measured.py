@@ -1,0 +1,99 @@
+"""What plan ``fuse: auto`` consults on a GPU: the measured speed of a fused group against the same
+jobs each in a process of its own, per model family and row width (issue 26: "where fusion loses,
+``auto`` does not pick it, decided per shape from a measurement, not a guess").
+
+Each entry is one measurement, with the device, date and bench call that produced it, so a
+decision can be traced to its numbers (bench/RESULTS.md holds the runs). ``speedup`` is the fused
+side's steady tokens/s over the process-per-job side's. ``auto`` fuses where it is at least 1 (a
+tie still saves the memory of all but one base) and keeps a job alone where it is below 1 or not
+measured yet; ``fuse: true`` fuses whatever this table says.
+
+Row width: what a fused pass costs depends on the padded width of its rows, which the engine (no
+tokenizer, no data loading) cannot read from the data. It judges from the config: ``max_seq_len``
+of at most SHORT_ROW_TOKENS, or a single-sentence dataset (SHORT_ROW_DATA), gives short rows (tens
+of tokens: the SST-2 sample's are 12-14); anything else may fill ``max_seq_len`` and counts as
+long. Files put in a named dataset's place (``GLUE_LOCAL_DIR``) count as that dataset: the
+bench's synthetic 256-token SST-2 files (``--data long``) are judged short rows, so its ``lat``
+side follows the short-row entry; ``lat+fuse`` forces fusion to measure the long-row entry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from lat_core.config.datasets import canonical
+from lat_core.config.job import JobConfig
+
+SHORT_ROW_TOKENS = 64
+SHORT_ROW_DATA = frozenset({"glue-tvt_sst2", "glue-tvt_cola", "tiny-sst2", "tiny-cola"})
+TABLE = "lat_core/config/fuse_measured.py"
+
+
+class Rows(Enum):
+    """The row-width buckets the measurements were taken at."""
+
+    SHORT = "short"  # single sentences: the shipped SST-2 sample, rows of 12-14 tokens
+    LONG = "256-token"  # rows that fill max_seq_len (bench/suite_data.py's synthetic SST-2 files)
+
+
+@dataclass(frozen=True)
+class FuseMeasurement:
+    """A fused group's steady tokens/s over a process per job's, for one family and row width;
+    ``speedup`` None: not measured yet (then device, date and bench are empty)."""
+
+    family: str
+    rows: Rows
+    speedup: float | None
+    device: str = ""
+    date: str = ""
+    bench: str = ""
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.speedup is not None and not (self.speedup > 0 and self.device and self.date and self.bench):
+            raise ValueError(f"fuse measurement {self.family}/{self.rows.value}: a speed-up needs its device, "
+                             f"date and bench call (got {self.speedup!r}, {self.device!r}, {self.date!r}, {self.bench!r})")
+
+
+MEASURED: tuple[FuseMeasurement, ...] = (
+    FuseMeasurement(
+        "gla", Rows.SHORT, 9.1, "H100 80GB HBM3", "2026-11-25",
+        "bench/bench_suite_throughput.py --gpu 0 --steps 300, sides lat vs lat-eager",
+        note="issue 26's table (main befc7ca): gla_rank_sweep, 8 jobs, SST-2 sample, steady 19,765 vs 2,162 "
+             "tokens/s; bench/RESULTS.md 2026-11-25 (--steps 100): 18,312 vs 2,063, 8.9x"),
+    FuseMeasurement(
+        "gla", Rows.LONG, 1.58, "H100 80GB HBM3", "2026-11-25",
+        "bench/bench_suite_throughput.py --gpu 0 --steps 40 --data long, sides lat vs lat-eager",
+        note="bench/RESULTS.md 2026-11-25 (second session), warm Triton cache: 47,733 vs 30,296 tokens/s; "
+             "issue 26's 100-step run on a machine compiling these shapes measured 27,790 vs 29,999 (0.93x): "
+             "which holds is issue 26's open question"),
+    FuseMeasurement("mamba", Rows.SHORT, None),
+    FuseMeasurement("mamba", Rows.LONG, None),
+)
+
+
+def rows_of(cfg: JobConfig) -> Rows:
+    """The row-width bucket the job's passes fall in (see the module's docstring)."""
+    if cfg.train.max_seq_len <= SHORT_ROW_TOKENS:
+        return Rows.SHORT
+    if isinstance(cfg.data, str) and canonical(cfg.data) in SHORT_ROW_DATA:
+        return Rows.SHORT
+    return Rows.LONG
+
+
+def measurement(family: str, rows: Rows) -> FuseMeasurement | None:
+    return next((m for m in MEASURED if m.family == family and m.rows is rows), None)
+
+
+def auto_refusal(cfg: JobConfig) -> str | None:
+    """Why ``fuse: auto`` keeps this job out of a fused group (no measurement, or one where fusion
+    lost), or None where the measurement says a group wins."""
+    family, rows = cfg.model.family, rows_of(cfg)
+    found = measurement(family, rows)
+    group = f"a fused {family} group on {rows.value} rows"
+    if found is None or found.speedup is None:
+        return f"fuse auto: {group} is not measured yet ({TABLE}); fuse: true fuses it"
+    if found.speedup < 1:
+        return (f"fuse auto: {group} measured {found.speedup:g}x the speed of jobs alone on {found.device} "
+                f"({found.bench}, {found.date})")
+    return None

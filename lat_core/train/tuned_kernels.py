@@ -1,0 +1,166 @@
+"""fla's kernel configs chosen ahead of time, per GPU model, so a fresh machine compiles one config per
+kernel instead of autotuning all of them.
+
+Why: most of a cold start is Triton autotuning fla's GLA kernels, not compiling them. On an empty
+cache an H200 spent 256 s warming one 16-token shape of GLA-1.3B (one process, nothing else running;
+bench/RESULTS.md, 2026-11-26): each autotuned kernel compiles and times every candidate config (up
+to 24). Triton keeps the winners in its on-disk cache, but only on the machine that tuned them.
+
+What this does: ``lat_core/train/kernel_tunings/<GPU>.json`` holds, for each autotuned fla kernel, the
+config tuned for each autotune key (the kernel's key arguments and tensor dtypes) on that GPU model,
+tuned alone on an idle machine (``python -m lat_core.train.kernel_warmup --save-tunings``). Before a
+job's first kernel runs, :func:`seed_tuned_configs` puts those winners into the kernels' autotuners,
+so Triton runs them without tuning (``LAT_KERNEL_TUNINGS_DIR`` points at your own tables instead). Only a config that is one of the kernel's own candidates is
+used (so its pre-hooks and limits are fla's own); any other key (a new row width, a newer fla) is
+autotuned as before. ``LAT_KERNEL_TUNINGS=off`` turns it off.
+
+The table and its use are plain data here; the walk over fla's modules needs Triton, so it runs only
+where a GPU job runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+TUNINGS_DIR = Path(__file__).with_name("kernel_tunings")
+SWITCH = "LAT_KERNEL_TUNINGS"        # "off": autotune everything, as fla does alone
+DIR_VARIABLE = "LAT_KERNEL_TUNINGS_DIR"  # tables of your own GPU models, instead of the shipped ones
+CONFIG_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+PLAIN = (int, float, str, bool, type(None))
+
+
+def gpu_file_name(device_name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``NVIDIA_H100_80GB_HBM3`` (as fla names its own config folders)."""
+    return (re.sub(r"[^0-9A-Za-z]+", "_", device_name).strip("_") or "unknown_gpu") + ".json"
+
+
+def kernel_id(autotuner: Any) -> str:
+    """The kernel's stable name: the module and name of the Python function under its decorators."""
+    fn = autotuner.base_fn
+    return f"{fn.__module__}.{fn.__name__}"
+
+
+def config_record(config: Any) -> dict[str, Any]:
+    return {"kwargs": dict(config.kwargs), **{f: getattr(config, f, None) for f in CONFIG_FIELDS}}
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return isinstance(value, PLAIN)
+
+
+def tunings_of(autotuners: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
+    """What each autotuner has chosen so far, as JSON-ready records (keys that are not plain values
+    are skipped: they would not read back equal)."""
+    kernels: dict[str, list[dict[str, Any]]] = {}
+    for tuner in autotuners:
+        entries = [{"key": list(key), "config": config_record(config)}
+                   for key, config in tuner.cache.items() if _plain(key) and _plain(list(config.kwargs.values()))]
+        if entries:
+            kernels.setdefault(kernel_id(tuner), []).extend(entries)
+    return kernels
+
+
+def merged(old: dict[str, list[dict[str, Any]]], new: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """``old`` with ``new``'s entries added; a key tuned again takes the new config."""
+    out = {name: list(entries) for name, entries in old.items()}
+    for name, entries in new.items():
+        keys = {json.dumps(e["key"]) for e in entries}
+        out[name] = [e for e in out.get(name, []) if json.dumps(e["key"]) not in keys] + entries
+    return out
+
+
+def seed(autotuners: Iterable[Any], kernels: dict[str, list[dict[str, Any]]]) -> int:
+    """Put the table's configs into the autotuners' caches (where the key is not tuned already and
+    the config is one of the kernel's candidates); how many were put in."""
+    seeded = 0
+    for tuner in autotuners:
+        for entry in kernels.get(kernel_id(tuner), []):
+            key = tuple(tuple(k) if isinstance(k, list) else k for k in entry["key"])
+            candidate = _own_candidate(tuner, entry["config"])
+            if candidate is not None and key not in tuner.cache:
+                tuner.cache[key] = candidate
+                seeded += 1
+    return seeded
+
+
+def _own_candidate(tuner: Any, record: dict[str, Any]) -> Any:
+    return next((c for c in tuner.configs if config_record(c) == record), None)
+
+
+def read_table(path: Path) -> dict[str, list[dict[str, Any]]]:
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return data.get("kernels", {}) if isinstance(data, dict) else {}
+
+
+def write_table(path: Path, kernels: dict[str, list[dict[str, Any]]], about: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**about, "kernels": kernels}, indent=1, sort_keys=True) + "\n")
+
+
+def fla_autotuners() -> Iterator[Any]:
+    """Every autotuner in the fla modules imported so far (under heuristics decorators too)."""
+    from triton.runtime.autotuner import Autotuner
+
+    seen: set[int] = set()
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("fla.") or module is None:
+            continue
+        for obj in list(vars(module).values()):
+            for _ in range(4):  # heuristics(autotune(jit(fn))): follow .fn down to the autotuner
+                if isinstance(obj, Autotuner):
+                    if id(obj) not in seen:
+                        seen.add(id(obj))
+                        yield obj
+                    break
+                obj = getattr(obj, "fn", None)
+                if obj is None:
+                    break
+
+
+def table_path() -> Path:
+    import torch
+
+    folder = Path(os.environ[DIR_VARIABLE]) if os.environ.get(DIR_VARIABLE) else TUNINGS_DIR
+    return folder / gpu_file_name(torch.cuda.get_device_name(torch.cuda.current_device()))
+
+
+def seed_tuned_configs(out=print) -> int:
+    """Seed fla's imported autotuners from this GPU model's table; how many configs were seeded.
+    Never raises: without the table (another GPU model) or Triton, jobs autotune as before."""
+    if os.environ.get(SWITCH, "").lower() in ("off", "0", "false", "no"):
+        return 0
+    try:
+        path = table_path()
+        kernels = read_table(path)
+        count = seed(fla_autotuners(), kernels) if kernels else 0
+    except Exception as exc:  # noqa: BLE001 - a table that does not apply leaves Triton to autotune
+        out(f"[lat] kernel tunings not used ({type(exc).__name__}: {exc}); fla autotunes its kernels", flush=True)
+        return 0
+    if count:
+        out(f"[lat] kernel tunings: {count} configs for {path.stem} ({path.name}); those kernels are not autotuned",
+            flush=True)
+    return count
+
+
+def save_tunings(out=print) -> Path:
+    """Add what this process's fla autotuners chose to this GPU model's table (the winners of a
+    tuning run with LAT_KERNEL_TUNINGS=off, on an idle machine)."""
+    import torch
+    import triton
+
+    path = table_path()
+    kernels = merged(read_table(path), tunings_of(fla_autotuners()))
+    about = {"gpu": torch.cuda.get_device_name(torch.cuda.current_device()), "triton": triton.__version__,
+             "made_by": "python -m lat_core.train.kernel_warmup --save-tunings (alone, on an idle GPU)"}
+    write_table(path, kernels, about)
+    out(f"[warm] kernel tunings saved: {sum(map(len, kernels.values()))} configs of {len(kernels)} kernels in {path}",
+        flush=True)
+    return path

@@ -1,0 +1,84 @@
+"""The engine under plan ``fuse: auto`` on a GPU: same-base jobs fuse only where the committed
+measurement (lat_core.config.fuse_measured) says a group wins for their family and row width;
+elsewhere each trains alone and its history says why; ``fuse: true`` groups them all the same.
+The trainer is a stand-in (tests/helpers/stand_in_trainer.py) behind the real launch: no GPU needed."""
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from lat_core.contract.jobdir import AttemptFiles
+from lat_core.contract.journal import Store
+from lat_core.engine.admission import AdmissionPolicy, GiB
+from lat_core.engine.launch import launch
+from lat_core.engine.loop import Engine
+from lat_core.monitor.fake_nvml import FakeNvml
+from lat_core.monitor.gpu import GpuProbe
+from lat_core.monitor.host import HostSnapshot
+from tests.integration.test_admission import gpu_device
+from tests.helpers.waits import HANG_S
+
+ROOT = Path(__file__).resolve().parents[2]
+STAND_IN = ROOT / "tests" / "helpers" / "stand_in_trainer.py"
+FAMILIES = {"mamba": "configs/experiments/mamba/tiny_lora.yaml", "gla": "configs/experiments/gla/tiny_lora_qkvo.yaml"}
+
+
+def stand_in_launch(argv, env, job_dir, exit_path, show_env=()):
+    return launch([sys.executable, str(STAND_IN), *argv], env, job_dir, exit_path, show_env)
+
+
+def jobs(root: Path, family: str) -> list[dict]:
+    """Two jobs of one tiny base (ranks 4 and 8), each the real trainer's command on its job.yaml."""
+    out = []
+    for r in (4, 8):
+        name = f"{family}_r{r}"
+        folder = root / name
+        folder.mkdir(parents=True)
+        raw = yaml.safe_load((ROOT / FAMILIES[family]).read_text())
+        raw["peft"].update(r=r, alpha=2 * r)
+        (folder / "job.yaml").write_text(yaml.safe_dump({**raw, "name": name, "output_dir": str(folder)}))
+        out.append({"key": name, "suite": "t", "round": 1, "stem": name, "seed": 1, "dataset": "tiny-sst2",
+                    "job_dir": str(folder), "env": {},
+                    "argv": [sys.executable, "-m", "lat_core.train", "--cfg", str(folder / "job.yaml")]})
+    return out
+
+
+def run(tmp_path: Path, fuse: str, family: str):
+    store = Store(tmp_path / "state" / "journal.sqlite")
+    run_id = store.create_run(f"fuse: {fuse}\nwarm_start: false\n", str(tmp_path / "out"), [gpu_device(0, slots=2)], 0.0)
+    store.add_jobs(run_id, jobs(tmp_path / "out", family))
+    engine = Engine(store, gpu_probe=GpuProbe(FakeNvml.with_gpus(1, total=80 * GiB)), launch_fn=stand_in_launch,
+                    policy=AdmissionPolicy(settle_s=600))
+    engine._admission._host = lambda: HostSnapshot(512 * GiB, 0, 512 * GiB, 0, 0, 0.0, 16)  # as prior_engine
+    return store, run_id, engine
+
+
+def drain(engine) -> None:
+    deadline = time.time() + HANG_S
+    while engine.tick():
+        assert time.time() < deadline, "engine did not drain in time"
+        time.sleep(0.05)
+
+
+def fused_lines(store, run_id) -> dict[str, str]:
+    return {store.job(t.job_id).key: t.detail for t in store.transitions(run_id) if t.new_state == "fused"}
+
+
+def grouped(store, run_id) -> list[bool]:
+    return [AttemptFiles(store.attempts(j.id)[0].exit_path).read_group_ref() is not None for j in store.jobs(run_id)]
+
+
+def test_auto_fuses_only_a_family_measured_to_win_and_says_why_the_others_train_alone(tmp_path):
+    store, run_id, engine = run(tmp_path / "gla", "auto", "gla")   # GLA on short rows: measured 9.1x
+    drain(engine)
+    assert {j.state for j in store.jobs(run_id)} == {"succeeded"} and grouped(store, run_id) == [True, True]
+    store, run_id, engine = run(tmp_path / "auto", "auto", "mamba")
+    drain(engine)
+    assert {j.state for j in store.jobs(run_id)} == {"succeeded"} and grouped(store, run_id) == [False, False]
+    said = fused_lines(store, run_id)
+    assert said == dict.fromkeys(("mamba_r4", "mamba_r8"), "trains alone: fuse auto: a fused mamba group on short rows "
+                                 "is not measured yet (lat_core/config/fuse_measured.py); fuse: true fuses it")
+    store, run_id, engine = run(tmp_path / "true", "true", "mamba")
+    drain(engine)
+    assert {j.state for j in store.jobs(run_id)} == {"succeeded"} and grouped(store, run_id) == [True, True]

@@ -1,0 +1,101 @@
+"""Kernel tunings (lat_core.train.tuned_kernels): what a tuning run chose is saved per GPU model and put
+back into the kernels' autotuners, only as one of each kernel's own candidates.
+
+Triton is not installed on the CPU test machine, so the autotuners here are stand-ins with the parts
+of ``triton.runtime.autotuner.Autotuner`` the module reads (``base_fn``, ``configs``, ``cache``); the
+real ones are exercised on a GPU (tests/gpu/test_kernel_warmup_gpu.py).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lat_core.train import tuned_kernels as tk
+
+
+class Config:  # the fields of triton.Config the table records
+    def __init__(self, kwargs, num_warps=4, num_stages=3, num_ctas=1, maxnreg=None):
+        self.kwargs, self.num_warps, self.num_stages = kwargs, num_warps, num_stages
+        self.num_ctas, self.maxnreg = num_ctas, maxnreg
+
+
+def chunk_kernel():  # a kernel function: the tuner's base_fn
+    pass
+
+
+class Tuner:
+    def __init__(self, configs, fn=chunk_kernel):
+        self.base_fn, self.configs, self.cache = fn, configs, {}
+
+
+def candidates():
+    return [Config({"BK": bk}, num_warps=w) for bk in (32, 64) for w in (2, 4)]
+
+
+def test_gpu_file_names_follow_fla():
+    assert tk.gpu_file_name("NVIDIA H100 80GB HBM3") == "NVIDIA_H100_80GB_HBM3.json"
+    assert tk.gpu_file_name("NVIDIA H200") == "NVIDIA_H200.json"
+
+
+def test_what_was_tuned_seeds_a_fresh_process_with_the_kernels_own_candidates(tmp_path):
+    tuned = Tuner(candidates())
+    key = (16, True, 256, "torch.bfloat16")
+    tuned.cache[key] = tuned.configs[3]
+    path = tmp_path / "GPU.json"
+    tk.write_table(path, tk.tunings_of([tuned]), {"gpu": "GPU"})
+
+    fresh = Tuner(candidates())  # a new process: new config objects, nothing tuned
+    assert tk.seed([fresh], tk.read_table(path)) == 1
+    assert fresh.cache[key] is fresh.configs[3]   # its own object (its pre-hooks), not a copy
+
+
+def test_a_config_the_kernel_does_not_offer_is_not_seeded():
+    kernels = {tk.kernel_id(Tuner([])): [{"key": [16], "config": tk.config_record(Config({"BK": 128}))}]}
+    tuner = Tuner(candidates())
+    assert tk.seed([tuner], kernels) == 0 and tuner.cache == {}
+
+
+def test_a_key_tuned_in_this_process_is_kept():
+    tuner = Tuner(candidates())
+    tuner.cache[(16,)] = tuner.configs[0]
+    kernels = {tk.kernel_id(tuner): [{"key": [16], "config": tk.config_record(tuner.configs[1])}]}
+    assert tk.seed([tuner], kernels) == 0 and tuner.cache[(16,)] is tuner.configs[0]
+
+
+def test_keys_that_would_not_read_back_equal_are_not_saved():
+    tuner = Tuner(candidates())
+    tuner.cache[(16, object())] = tuner.configs[0]
+    assert tk.tunings_of([tuner]) == {}
+
+
+def test_a_second_tuning_run_adds_keys_and_replaces_those_tuned_again():
+    old = {"k": [{"key": [16], "config": {"a": 1}}, {"key": [32], "config": {"a": 2}}]}
+    new = {"k": [{"key": [32], "config": {"a": 3}}], "j": [{"key": [1], "config": {}}]}
+    out = tk.merged(old, new)
+    assert out["k"] == [{"key": [16], "config": {"a": 1}}, {"key": [32], "config": {"a": 3}}]
+    assert out["j"] == new["j"]
+
+
+def test_switched_off_nothing_is_seeded(monkeypatch):
+    monkeypatch.setenv(tk.SWITCH, "off")
+    assert tk.seed_tuned_configs(out=lambda *a, **k: None) == 0
+
+
+def test_without_triton_the_job_autotunes_and_says_so(monkeypatch):
+    monkeypatch.delenv(tk.SWITCH, raising=False)
+    monkeypatch.setattr(tk, "table_path", lambda: tk.TUNINGS_DIR / "NVIDIA_H200.json")
+    lines = []
+    monkeypatch.setattr(tk, "fla_autotuners", lambda: (_ for _ in ()).throw(ImportError("no triton")))
+    assert tk.seed_tuned_configs(out=lambda line, **k: lines.append(line)) == 0
+    assert "fla autotunes its kernels" in lines[0]
+
+
+@pytest.mark.parametrize("path", sorted(tk.TUNINGS_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_shipped_tables_read_back(path):
+    data = json.loads(path.read_text())
+    assert data["gpu"] and data["triton"] and data["kernels"]
+    for name, entries in tk.read_table(path).items():
+        assert name.startswith("fla.")
+        for entry in entries:
+            assert set(entry["config"]) == {"kwargs", *tk.CONFIG_FIELDS}
