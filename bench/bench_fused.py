@@ -22,6 +22,10 @@ a random-weight Mamba base instead (the Mamba-130m architecture is ``--hidden 76
   optimizer step a captured graph too.
 - fused-graphs-fla-recurrent (``--fla-recurrent``): the same with fla's own kernel for short rows
   (its recurrent decoding kernel; fla_gla.train_short_rows_in_chunks routes training to chunk_gla).
+- fused-member-adamw, fused-graphs-member-adamw (only when ``--sides`` names them): fused and
+  fused-graphs with each member its own AdamW (as LAT_FUSED_ONE_ADAMW=0 runs a group) instead of
+  the group's one AdamW step (fused/group_adamw.py, the default); e.g. on a GPU
+  ``--sides fused-graphs,fused-graphs-member-adamw``.
 
 ``--ragged``: each example between half of ``--seq`` and ``--seq`` tokens (short sentences vary;
 padding is what packing saves), else every example fills ``--seq``.
@@ -148,8 +152,7 @@ def main(argv=None) -> int:
     from lat_core.train.fused import members as M
     from lat_core.train.fused.graphed import FusedGraphs
     from lat_core.train.fused.packed import PackedPass
-    from lat_core.train.fused.step import MemberRun, micro_step, new_optimizer
-    from lat_core.train.graphs import set_optimizer_mode
+    from lat_core.train.fused.step import MemberRun, micro_step, new_group_optimizer, new_optimizer, start_optimizer
     from lat_core.train.hf_trainer import build_scheduler
     from lat_core.train.models import _tiny_model, wrap_peft
     from lat_core.train import data as D
@@ -186,14 +189,18 @@ def main(argv=None) -> int:
     graphed_base = copy.deepcopy(base) if gla and device.type == "cuda" else None   # copies before fused's install
     packed_base = copy.deepcopy(base) if gla and (not wanted or "fused-packed" in wanted) else None
     recurrent_base = copy.deepcopy(base) if gla and device.type == "cuda" and a.fla_recurrent else None
+    member_adamw = [name for name in ("fused-member-adamw", "fused-graphs-member-adamw")
+                    if wanted and name in wanted and ("graphs" not in name or graphed_base is not None)]
+    member_adamw_bases = {name: copy.deepcopy(base) for name in member_adamw}
 
-    def fused_group(model, graphed: bool, packed: bool = False):
+    def fused_group(model, graphed: bool, packed: bool = False, one_adamw: bool = True):
         slot, members = M.install(model, [M.replay_peft(model, c) for c in cfgs])
+        group_adamw = new_group_optimizer(members, graphed)[0] if one_adamw else None
         runs = []
         for c, m, d in zip(cfgs, members, data):
-            opt = new_optimizer(c, m, graphed)
+            opt = new_optimizer(c, m, graphed, group_adamw)
             run = MemberRun(c, m, d, label_ids, opt, build_scheduler(opt, c, c.train.max_steps, 0))
-            set_optimizer_mode(opt, graphed, device)
+            start_optimizer(opt, graphed, device)
             run.start(0)
             runs.append(run)
         group = SimpleNamespace(base=model, slot=slot, runs=runs, device=device, pad_id=0)
@@ -207,6 +214,8 @@ def main(argv=None) -> int:
         sides["fused-graphs"] = fused_group(graphed_base, True)
         if a.fla_recurrent:   # the same, with fla's own kernel choice for short rows (the baseline)
             sides["fused-graphs-fla-recurrent"] = with_fla_recurrent(fused_group(recurrent_base, True))
+    for name, model in member_adamw_bases.items():   # each member its own AdamW
+        sides[name] = fused_group(model, "graphs" in name, one_adamw=False)
     if wanted:
         sides = {name: step for name, step in sides.items() if name in wanted}
     # two rounds, sides alternating, best of each: the first calls of a side pay one-off costs

@@ -3,7 +3,9 @@ import-free, so the job folder's readers (lat_core.contract.jobdir) need not loa
 
 from __future__ import annotations
 
+import math
 import signal
+from decimal import Decimal
 
 
 def shorten(text: str, limit: int) -> str:
@@ -49,3 +51,27 @@ def fmt_bytes(count: int | None, *, compact: bool = False, unknown: str = "") ->
                 return f"{number:.1f}{unit}" if abs(number) < 9.95 else f"{number:.0f}{unit}"
             return f"{number:.2f} {unit}iB"
     return f"{count}B" if compact else f"{count} bytes"
+
+
+def value_text(value: object) -> str:
+    """A config value as short as it reads, the one way a sweep's folders, tables and plots write
+    it: 0.0002 -> 2e-4, 16.0 -> 16, true, [q, v] -> q-v."""
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    if isinstance(value, float):
+        return _float_text(value)
+    if isinstance(value, (tuple, list)):
+        return "-".join(value_text(v) for v in value)
+    return str(value)
+
+
+def _float_text(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    exact = Decimal(repr(value)).normalize()  # repr: the fewest digits that read back as this float
+    power = exact.adjusted()
+    if -2 <= power < 5:
+        return format(exact, "f")
+    sign, digits, _ = exact.as_tuple()
+    mantissa = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{power}"

@@ -24,9 +24,13 @@ EXIT_USAGE = 2
 # seeds' flag -> plan field, so errors about a flag name the flag the user typed
 FLAG_FIELDS = {
     "suite": "suites", "pairs": "pairs", "gpus": "gpus", "gpu_plan": "slots",
-    "sleep_mins": "countdown_minutes", "output_root": "output_root", "env": "env", "sweep": "sweep", "after": "after",
+    "sleep_mins": "countdown_minutes", "output_root": "output_root", "env": "env", "after": "after",
     "configs": "configs",
+    # a sweep's parts (lat_tui.sweep_words), random's n and seed before the rest of random
+    "sweep": "sweep.grid", "sweep_zip": "sweep.zip", "sweep_draws": "sweep.random.n", "sweep_seed": "sweep.random.seed",
+    "sweep_random": "sweep.random",
 }
+SWEEP_FLAGS = {"grid": "--sweep", "zip": "--sweep-zip", "random": "--sweep-random", "draws": "--sweep-draws"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2,...",
                    help="a grid over a config field or variable (train.lr=1e-4,2e-4): one job per combination "
                    "(repeatable; adds to the plan's sweep: grid)")
+    p.add_argument("--sweep-zip", action="append", default=[], metavar="FIELD=V1,V2,...",
+                   help="lists in step: point i takes the i-th value of each (repeatable; the plan's sweep: zip)")
+    p.add_argument("--sweep-random", action="append", default=[], metavar="FIELD=V1,V2,...|FIELD=KIND:LOW,HIGH",
+                   help="a random search's space: choices, or a range (uniform, log_uniform, int_uniform) "
+                   "(repeatable; the plan's sweep: random: space; with --sweep-draws)")
+    p.add_argument("--sweep-draws", type=int, metavar="N", help="how many distinct points to draw from --sweep-random")
+    p.add_argument("--sweep-seed", type=int, metavar="S", help="the seed of the draws (default 0): the same points again")
     p.add_argument("--after", action="append", default=[], metavar="JOB",
                    help="start the plan's jobs only once job JOB (an id of `lat-tui status`, any run) succeeded; "
                    "cancel them if it fails or is cancelled (repeatable)")
@@ -145,16 +156,27 @@ def plan_from_args(args):
         where = f"{where} + flags" if args.plan else where
     if "env" in flags and isinstance(data.get("env"), dict):  # --env adds to the plan's env: (and wins)
         flags["env"] = {**data["env"], **flags["env"]}
-    if "sweep" in flags and isinstance(data.get("sweep"), dict):  # --sweep adds to the plan's grid (and wins)
-        grid = data["sweep"].get("grid")
-        flags["sweep"] = {**data["sweep"], "grid": {**(grid if isinstance(grid, dict) else {}), **flags["sweep"]["grid"]}}
+    if "sweep" in flags and isinstance(data.get("sweep"), dict):  # --sweep* add to the plan's sweep (and win)
+        from lat_tui.sweep_words import merged
+
+        flags["sweep"] = merged(data["sweep"], flags["sweep"])
     data.update(flags)
     if "pairs" not in data and (pair := _pair_from_shell()):
         data["pairs"] = pair
     try:
         return plan_from_mapping(data, _registry(args), where=where, base=base if args.plan else Path.cwd())
     except PlanError as exc:
-        raise PlanError([_name_flags(p, set(flags)) for p in exc.problems], where=exc.where) from None
+        raise PlanError([_name_flags(p, set(flags) | _sweep_fields_given(args)) for p in exc.problems],
+                        where=exc.where) from None
+
+
+def _sweep_fields_given(args) -> set[str]:
+    """The sweep parts the flags set, as FLAG_FIELDS names them: a random search from the flags has
+    its n and seed named by theirs, given or not (a missing --sweep-draws is its problem)."""
+    given = {FLAG_FIELDS[flag] for flag in ("sweep", "sweep_zip") if getattr(args, flag)}
+    if args.sweep_random or args.sweep_draws is not None or args.sweep_seed is not None:
+        given |= {FLAG_FIELDS[flag] for flag in ("sweep_random", "sweep_draws", "sweep_seed")}
+    return given
 
 
 def _take_old_form(args) -> None:
@@ -211,14 +233,24 @@ def flags_to_mapping(args) -> dict:
         data["configs"] = str(Path(args.configs).expanduser().resolve())
     if args.env:
         data["env"] = _parse_env_flags(args.env)
-    if args.sweep:
-        data["sweep"] = {"grid": _parse_sweep_flags(args.sweep)}
+    _sweep_flags(args, data)
     if args.after:
         data["after"] = " ".join(args.after)
     for flag in ("resume", "overwrite", "allow_cpu"):
         if getattr(args, flag):
             data[flag] = True
     return data
+
+
+def _sweep_flags(args, data: dict) -> None:
+    """--sweep, --sweep-zip, --sweep-random, --sweep-draws, --sweep-seed as the plan's ``sweep:``."""
+    from lat_tui.sweep_words import SweepWords, to_mapping
+
+    words = SweepWords(args.sweep, args.sweep_zip, args.sweep_random, args.sweep_draws, args.sweep_seed)
+    if words:
+        data["sweep"], problems = to_mapping(words, SWEEP_FLAGS)
+        if problems:
+            raise PlanError(problems, where="command line")
 
 
 def _parse_env_flags(items: list[str]) -> dict:
@@ -231,28 +263,6 @@ def _parse_env_flags(items: list[str]) -> dict:
     return env
 
 
-def _parse_sweep_flags(items: list[str]) -> dict:
-    """``--sweep train.lr=1e-4,2e-4`` -> ``{"train.lr": [...]}``; each value read as YAML (true, 8, text)."""
-    import yaml
-
-    grid = {}
-    for item in items:
-        key, sep, values = item.partition("=")
-        if not sep or not key.strip() or not values.strip():
-            raise PlanError([f"--sweep {item!r}: expected FIELD=VALUE,VALUE,... (train.lr=1e-4,2e-4)"],
-                            where="command line")
-        grid[key.strip()] = [_yaml_scalar(yaml, v) for v in values.split(",")]
-    return grid
-
-
-def _yaml_scalar(yaml, text: str) -> object:
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text.strip()
-    return value if isinstance(value, (bool, int, float, str)) else text.strip()
-
-
 def _name_flags(problem: str, from_flags: set[str]) -> str:
     """``field 'slots': ...`` -> ``--gpu-plan: ...`` (``--suite (suites[0].rounds): ...`` when nested),
     for the fields the flags set; fields from the plan file keep their YAML names."""
@@ -260,7 +270,7 @@ def _name_flags(problem: str, from_flags: set[str]) -> str:
         if field not in from_flags:
             continue
         option = "--" + flag.replace("_", "-")
-        problem = re.sub(rf"field '{field}((?:\[\d+\])?(?:\.[\w.]+)?)'",
+        problem = re.sub(rf"field '{re.escape(field)}((?:\[\d+\])?(?:\.[\w.]+)?)'",
                          lambda m: f"{option} ({field}{m.group(1)})" if m.group(1) else option, problem)
     return problem
 

@@ -4,7 +4,6 @@ same way in each (model, config, seed and dataset, never the job key)."""
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
@@ -12,9 +11,8 @@ from typing import Callable, Mapping
 from lat_core.contract.rows import GroupUsage, JobSummary, RunRow
 from lat_core.front.client import display_name, fmt_bytes
 from lat_tui import fmt
+from lat_tui.short_names import NameParts, short_names
 
-SEPARATORS = "-_./"  # where a shared start of config or dataset names may end
-MIN_STEM = 8  # below this the model family gives way to the config name
 # a fused member's name starts with a tree branch under its group's line: the rows share a process
 MEMBER_BRANCH, LAST_MEMBER_BRANCH = "├ ", "└ "
 WHOLE_NAME = 10**6  # plain text: names are never cut
@@ -23,21 +21,37 @@ WHOLE_NAME = 10**6  # plain text: names are never cut
 @dataclass(frozen=True)
 class Shown:
     """What a cell needs beyond its job: the time, each job's model family (job id -> family, where
-    job.yaml names one), whether the whole table has one dataset, and the name column's width."""
+    job.yaml names one), each job's name as the table shows it, and the name column's width."""
 
     now: float
     families: Mapping[int, str] = field(default_factory=dict)
-    one_dataset: bool = False
+    names: Mapping[int, str] = field(default_factory=dict)  # job id -> its name in the name column
     name_width: int = WHOLE_NAME
-    shared: Shared | None = None
     last_members: frozenset[int] = frozenset()  # each fused group's last member (its branch ends)
 
     @classmethod
     def of(cls, jobs: list[JobSummary], families: Mapping[int, str] | None = None, now: float | None = None,
-           name_width: int = WHOLE_NAME) -> Shown:
+           name_width: int = WHOLE_NAME, names: Mapping[int, str] | None = None) -> Shown:
+        """``names``: the names of the jobs as the table showed them last, when nothing they are
+        made of changed (``names_key``)."""
         families = families or {}
-        return cls(now or time.time(), families, len({j.dataset for j in jobs}) <= 1, name_width,
-                   Shared.of(jobs, families), last_members(jobs))
+        last = last_members(jobs)
+        if names is None:
+            branch = {job.id: len(member_branch(job, last)) for job in jobs}
+            names = table_names(jobs, families, lambda job_id: name_width - branch[job_id])
+        return cls(now or time.time(), families, names, name_width, last)
+
+
+def names_key(jobs: list[JobSummary], families: Mapping[int, str], name_width: int) -> tuple:
+    """What a table's names are made of: the same key, the same names."""
+    return name_width, tuple((j.id, families.get(j.id), j.stem, j.seed, j.dataset, j.fused_group) for j in jobs)
+
+
+def table_names(jobs: list[JobSummary], families: Mapping[int, str],
+                width_of: Callable[[int], int]) -> dict[int, str]:
+    """Each job's name in its row's width, the rows narrowed alike (lat_tui/short_names.py)."""
+    parts = {job.id: NameParts(families.get(job.id), job.stem, str(job.seed), job.dataset) for job in jobs}
+    return short_names(parts, width_of)
 
 
 def last_members(jobs: list[JobSummary]) -> frozenset[int]:
@@ -76,16 +90,15 @@ def usage_cells(job: JobSummary) -> tuple[str, str]:
 
 
 def name_cell(job: JobSummary, shown: Shown) -> str:
-    branch = member_branch(job, shown)
-    return branch + job_name(job, shown.families.get(job.id), shown.name_width - len(branch),
-                             with_dataset=not shown.one_dataset, shared=shown.shared)
+    name = shown.names.get(job.id) or job_name(job, shown.families.get(job.id))
+    return member_branch(job, shown.last_members) + name
 
 
-def member_branch(job: JobSummary, shown: Shown) -> str:
+def member_branch(job: JobSummary, last_members: frozenset[int]) -> str:
     """A fused member's branch under its group's line; "" for a job with a process of its own."""
     if not job.fused_group:
         return ""
-    return LAST_MEMBER_BRANCH if job.id in shown.last_members else MEMBER_BRANCH
+    return LAST_MEMBER_BRANCH if job.id in last_members else MEMBER_BRANCH
 
 
 def member_usage_cells(job: JobSummary) -> tuple[str, str]:
@@ -180,75 +193,6 @@ def plain_table(jobs: list[JobSummary], families: Mapping[int, str] | None = Non
     return "\n".join(line.format(*row).rstrip() for row in zip(*columns))
 
 
-def job_name(job: JobSummary, family: str | None, width: int = WHOLE_NAME, with_dataset: bool = True,
-             shared: Shared | None = None) -> str:
-    """``mamba/tiny_lora 1:tiny-sst2``: model family, config, seed and dataset in ``width`` cells.
-
-    Jobs of one run mostly differ in their config, so the config keeps the most room. When the
-    name does not fit, what every job of the table shares goes first (``shared``: the model family,
-    the start of the config and dataset names), so ``tiny_lora_qkvo 1:glue-tvt_cola`` beside
-    ``tiny_lora_q 1:glue-tvt_rte`` reads ``qkvo 1:cola`` and ``q 1:rte``; then the dataset is cut
-    (or dropped for ``config@seed`` when every job of the run has the same one), then the middle of
-    the config, then the model family.
-    """
-    full = display_name(family, job.stem, job.seed, job.dataset)
-    if len(full) <= width:
-        return full
-    stem, dataset = job.stem, job.dataset
-    if shared is not None:
-        family = None if family and family == shared.family else family
-        stem, dataset = stem[len(shared.stem_prefix):], dataset[len(shared.dataset_prefix):]
-        short = display_name(family, stem, job.seed, dataset)
-        if len(short) <= width:
-            return short
-    return _fit(family, stem, str(job.seed), dataset, width, with_dataset)
-
-
-def _fit(family: str | None, stem: str, seed: str, dataset: str, width: int, with_dataset: bool) -> str:
-    model = f"{family}/" if family else ""
-    if with_dataset:
-        pair_min = len(seed) + 1 + min(len(dataset), 5)
-        tail = " " + _keep_start(f"{seed}:{dataset}", max(pair_min, width - len(model) - 1 - len(stem)))
-    else:
-        tail = "@" + seed
-    stem_room = width - len(model) - len(tail)
-    if model and stem_room < min(MIN_STEM, len(stem)):
-        return _fit(None, stem, seed, dataset, width, with_dataset)
-    return model + _keep_both_ends(stem, max(stem_room, 1)) + tail
-
-
-@dataclass(frozen=True)
-class Shared:
-    """What every job of a table has in common, which a name short of room leaves out: the model
-    family, and the start of the config and the dataset names up to a separator (``glue-tvt_``)."""
-
-    family: str | None = None
-    stem_prefix: str = ""
-    dataset_prefix: str = ""
-
-    @classmethod
-    def of(cls, jobs: list[JobSummary], families: Mapping[int, str]) -> Shared:
-        found = {families.get(job.id) for job in jobs}
-        family = found.pop() if len(found) == 1 else None
-        return cls(family, shared_start({job.stem for job in jobs}), shared_start({job.dataset for job in jobs}))
-
-
-def shared_start(names: set[str]) -> str:
-    """The start every name has, up to and with its last separator, leaving each name something;
-    "" for fewer than two names."""
-    if len(names) < 2:
-        return ""
-    start = os.path.commonprefix(sorted(names))
-    cut = max(start.rfind(sep) for sep in SEPARATORS) + 1
-    return start[:cut] if cut and all(len(name) > cut for name in names) else ""
-
-
-def _keep_start(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _keep_both_ends(text: str, width: int) -> str:
-    if len(text) <= width:
-        return text
-    front = (width - 1) // 2
-    return text[:front] + "…" + text[len(text) - (width - 1 - front):]
+def job_name(job: JobSummary, family: str | None) -> str:
+    """``mamba/tiny_lora 1:tiny-sst2``: a job's one name, everywhere but in a narrow table."""
+    return display_name(family, job.stem, job.seed, job.dataset)

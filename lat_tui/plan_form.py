@@ -18,6 +18,7 @@ import yaml
 from lat_core.contract.saved_plan import SavedPlan
 from lat_core.errors import LatError, PlanError
 from lat_core.front.client import MASK, PLAN_DEFAULTS, Client, GpuProbe, Plan, SuiteRegistry, plan_from_mapping
+from lat_tui import sweep_words
 
 CPU = "cpu"
 WHERE = "plan form"
@@ -41,6 +42,9 @@ class PlanForm:
     switches: list[str] = field(default_factory=lambda: default_switches())  # WARM_START, ALLOW_CPU: on
     on_oom: str = ""  # remedies, and max_retries=N
     overrides: str = ""  # FIELD=VALUE words, e.g. train.lr=0.001
+    sweep: str = ""  # FIELD=V1,V2 words as --sweep takes them (lat_tui.sweep_words), zip:/random: prefixed
+    # a last run's two-stage search or halving, which the Sweep field's words cannot hold: kept with its points
+    sweep_search: Mapping[str, Any] = field(default_factory=dict)
 
 
 def default_switches() -> list[str]:
@@ -70,6 +74,8 @@ def form_from_saved_plan(plan: SavedPlan) -> PlanForm:
         switches=[name for name in (WARM_START, ALLOW_CPU) if getattr(plan, name)],
         on_oom=_on_oom_words(plan),
         overrides=" ".join(override_words(plan.overrides)),
+        sweep=sweep_words.to_text(dict(plan.sweep)),
+        sweep_search={part: sweep_words.plain(plan.sweep[part]) for part in sweep_words.untyped_parts(dict(plan.sweep))},
     )
 
 
@@ -138,7 +144,13 @@ def form_to_mapping(form: PlanForm) -> tuple[dict, list[str]]:
     overrides, override_problems = parse_overrides(form.overrides)
     if overrides:
         mapping["overrides"] = overrides
-    return mapping, problems + env_problems + override_problems
+    sweep, sweep_problems = sweep_words.to_mapping(sweep_words.from_text(form.sweep), SWEEP_NAMES)
+    if sweep:
+        mapping["sweep"] = {**sweep, **form.sweep_search}
+    return mapping, problems + env_problems + override_problems + sweep_problems
+
+
+SWEEP_NAMES = dict.fromkeys((sweep_words.GRID, sweep_words.ZIP, sweep_words.RANDOM, sweep_words.DRAWS), "field 'sweep':")
 
 
 def parse_on_oom(text: str) -> dict[str, object]:
@@ -226,7 +238,10 @@ def problem_lines(error: LatError) -> list[str]:
 FIELD_LABELS = {"suites": "Suites", "rounds": "Rounds", "pairs": "Pairs", "gpus": "Devices", "slots": "Slots",
                 "countdown_minutes": "Countdown", "output_root": "Output", "env": "Env", "fuse": "Fuse",
                 "warm_start": "Options", "allow_cpu": "Options", "on_oom": "On OOM", "remedies": "On OOM",
-                "max_retries": "On OOM", "overrides": "Overrides"}
+                "max_retries": "On OOM", "overrides": "Overrides", "sweep": "Sweep"}
+# a sweep's problem names its field under the part (sweep.grid.train.lr): the form says the field typed
+SWEEP_PATH = re.compile(r"^sweep\.(?:grid\.|zip\.|random\.space\.)?(?P<rest>.+)$")
+SWEEP_WORDS = {"random.n": "draws", "random.seed": "seed"}
 # pydantic's messages as a researcher would say them, by field ("" for any field).
 PHRASES = (
     ("pairs", r"List should have at least 1 item.*?(?= \(got|$)", "give at least one seed:dataset pair, e.g. 1:tiny-sst2"),
@@ -255,4 +270,12 @@ def human_problem(problem: str) -> str:
             if count:
                 break
     text = re.sub(r" \(got (\[\]|''|\"\")\)$", "", text)  # nothing was given: saying so is noise
-    return f"{FIELD_LABELS.get(field, field_path)}: {text}"
+    return f"{_label(field, field_path)}: {text}"
+
+
+def _label(field: str, field_path: str) -> str:
+    """The form's name for a field: ``Sweep (train.lr)`` for a sweep's field, else its label."""
+    swept = SWEEP_PATH.match(field_path)
+    if swept:
+        return f"{FIELD_LABELS['sweep']} ({SWEEP_WORDS.get(swept['rest'], swept['rest'])})"
+    return FIELD_LABELS.get(field, field_path)

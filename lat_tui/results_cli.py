@@ -103,7 +103,7 @@ def journal_jobs(args, runs) -> list:
 
 def run(args) -> int:
     from lat_core.front.client import aggregate, build_tables, check_formats, report_json, summary_line
-    from lat_core.front.client import table_markdown, write_report
+    from lat_core.front.client import build_sweeps, sweep_markdown, table_markdown, write_report
 
     formats = check_formats(args.format.split(","))
     root, runs, strays = runs_asked(args)
@@ -120,6 +120,8 @@ def run(args) -> int:
         print(summary_line(report) + "\n")
         for table in tables:
             print(table_markdown(table))
+        for sweep in build_sweeps(report, tables):
+            print(sweep_markdown(sweep))
         print_not_in_tables(report)
     out = Path(args.out).expanduser() if args.out else root / "_results"
     written = write_report(report, out, formats=formats, small=args.small)

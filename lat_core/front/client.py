@@ -44,13 +44,15 @@ if TYPE_CHECKING:  # the libraries' names front ends use, loaded on first use: s
     from lat_core.front.warmup import plan_kernel_shapes, warm_up_kernels
     from lat_core.monitor.gpu import GpuInfo, GpuProbe, GpuSnapshot
     from lat_core.monitor.host import HostSnapshot, host_snapshot
-    from lat_core.results import JobResult, Report, Table, aggregate, build_tables, check_formats, write_report
+    from lat_core.results import (JobResult, Report, SweepTable, Table, aggregate, build_sweeps, build_tables,
+                                  check_formats, write_report)
     from lat_core.results.live import LiveReport, aggregate_live
     from lat_core.results.plots import Band, seed_band
     from lat_core.results.render import count_text, not_in_tables, report_json, summary_line, table_markdown
     from lat_core.results.scan import FOREIGN_REASON
+    from lat_core.results.sweep_render import best_line, left_out_text, point_count_text, point_mean_text, sweep_markdown
     from lat_core.results.tables import Row
-    from lat_core.text import fmt_bytes
+    from lat_core.text import fmt_bytes, value_text
     from lat_core.titles import display_name
     from lat_core.triage import Diagnosis, TriageError, classify
 
@@ -74,8 +76,10 @@ __all__ = [
     "Band", "Diagnosis", "FOREIGN_REASON", "JobResult", "LiveReport", "Report", "Row", "Table", "TriageError", "aggregate",
     "aggregate_live", "build_tables", "check_formats", "classify", "count_text", "not_in_tables", "report_json",
     "seed_band", "summary_line", "table_markdown", "write_report",
+    # a sweep's results by its values
+    "SweepTable", "best_line", "build_sweeps", "left_out_text", "point_count_text", "point_mean_text", "sweep_markdown",
     # words people read
-    "display_name", "fmt_bytes",
+    "display_name", "fmt_bytes", "value_text",
 ]
 
 
@@ -433,13 +437,16 @@ _ELSEWHERE: dict[str, tuple[str, ...]] = {
     "lat_core.front.warmup": ("plan_kernel_shapes", "warm_up_kernels"),
     "lat_core.monitor.gpu": ("GpuInfo", "GpuProbe", "GpuSnapshot"),
     "lat_core.monitor.host": ("HostSnapshot", "host_snapshot"),
-    "lat_core.results": ("JobResult", "Report", "Table", "aggregate", "build_tables", "check_formats", "write_report"),
+    "lat_core.results": ("JobResult", "Report", "SweepTable", "Table", "aggregate", "build_sweeps", "build_tables",
+                         "check_formats", "write_report"),
     "lat_core.results.live": ("LiveReport", "aggregate_live"),
     "lat_core.results.plots": ("Band", "seed_band"),
     "lat_core.results.render": ("count_text", "not_in_tables", "report_json", "summary_line", "table_markdown"),
     "lat_core.results.scan": ("FOREIGN_REASON",),
+    "lat_core.results.sweep_render": ("best_line", "left_out_text", "point_count_text", "point_mean_text",
+                                      "sweep_markdown"),
     "lat_core.results.tables": ("Row",),
-    "lat_core.text": ("fmt_bytes",),
+    "lat_core.text": ("fmt_bytes", "value_text"),
     "lat_core.titles": ("display_name",),
     "lat_core.triage": ("Diagnosis", "TriageError", "classify"),
 }

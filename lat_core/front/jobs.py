@@ -29,6 +29,7 @@ from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_map
 from lat_core.errors import ConfigError, OutputPathError, PlanError
 from lat_core.contract.jobdir import JobDir
 from lat_core.contract.jobdir.names import COMMAND, JOB_YAML, OVERRIDES
+from lat_core.contract.jobdir.provenance import SCREEN_SOURCE, SUITE_CONFIG_SOURCE, SWEEP_SOURCE
 from lat_core.front.plan import Pair, Plan, SuiteRef
 from lat_core.contract.sweep_roles import Stage, SweepRole
 from lat_core.front.sweep import NO_POINT, Point, Sweep, Value, points, read_sweep
@@ -243,7 +244,7 @@ def resolve_config(base: Mapping[str, object], cfg_path: Path, plan: Plan, shell
     This is the one place overrides are applied: the config is written to job.yaml with
     ``resolved: true`` and the trainer applies nothing on top of it."""
     config = {key: _plain_copy(value) for key, value in base.items()}
-    provenance: list[Provenance] = [{"field": "*", "value": str(cfg_path), "source": "suite config"}]
+    provenance: list[Provenance] = [{"field": "*", "value": str(cfg_path), "source": SUITE_CONFIG_SOURCE}]
     origin: dict[str, str] = {}
     for dotted, value in _flatten(plan.overrides):
         _set(config, dotted, value, cfg_path)
@@ -282,7 +283,7 @@ def _apply_point(config: dict[str, Any], values: tuple[tuple[str, Value], ...], 
     """A point's values (or stage 1's ``screen`` fields) over everything else; a variable (HP_LR)
     sets its field as the env would. Each is in the provenance with source ``sweep`` (what results
     group a sweep's jobs by) or ``sweep screen``."""
-    source = "sweep" if layer == SWEEP else "sweep screen"
+    source = SWEEP_SOURCE if layer == SWEEP else SCREEN_SOURCE
     for key, value in values:
         plain = list(value) if isinstance(value, tuple) else value
         if key in ENV_FIELDS:

@@ -33,10 +33,10 @@ import math
 import random
 import re
 from dataclasses import dataclass, replace
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Union
 
 from lat_core.front.sweep_fields import field_label, field_problem, target
+from lat_core.text import value_text
 
 from lat_core.front.sweep_halving import HalvingRule, read_halving
 
@@ -148,29 +148,6 @@ def point_name(values: tuple[tuple[str, Value], ...], labels: dict[str, str]) ->
         joint = "" if _is_number(value) else "-"
         parts.append(re.sub(r"[^A-Za-z0-9.+-]+", "-", f"{labels[field]}{joint}{text}").strip("-"))
     return "_".join(parts)
-
-
-def value_text(value: Value) -> str:
-    """A value as short as it reads: 0.0002 -> 2e-4, 16.0 -> 16, [q, v] -> q-v."""
-    if isinstance(value, bool) or value is None:
-        return str(value).lower()
-    if isinstance(value, float):
-        return _float_text(value)
-    if isinstance(value, tuple):
-        return "-".join(value_text(v) for v in value)
-    return str(value)
-
-
-def _float_text(value: float) -> str:
-    if not math.isfinite(value):
-        return str(value)
-    exact = Decimal(repr(value)).normalize()  # repr: the fewest digits that read back as this float
-    power = exact.adjusted()
-    if -2 <= power < 5:
-        return format(exact, "f")
-    sign, digits, _ = exact.as_tuple()
-    mantissa = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
-    return f"{'-' if sign else ''}{mantissa}e{power}"
 
 
 def _rounded(value: float) -> float:

@@ -17,13 +17,16 @@ from lat_core.results.metrics import MetricSpec, dataset_key, spec_for
 from lat_core.results.plots import safe_name, write_plots
 from lat_core.results.render import report_json, report_markdown, table_csv
 from lat_core.results.scan import JobResult, Report, ResultsError, Skipped, scan_job, scan_tree
+from lat_core.results.sweep_render import sweep_csv
+from lat_core.results.sweep_plots import sweep_stem, write_sweep_plots
+from lat_core.results.sweeps import SweepTable, build_sweeps
 from lat_core.results.tables import Table, build_tables
 
 FORMATS = frozenset({"csv", "json", "md", "png"})
 
 __all__ = [
-    "FORMATS", "JobAccount", "JobResult", "MetricSpec", "Report", "ResultsError", "Skipped", "Table",
-    "aggregate", "build_tables", "check_formats", "dataset_key", "scan_job", "spec_for", "write_report",
+    "FORMATS", "JobAccount", "JobResult", "MetricSpec", "Report", "ResultsError", "Skipped", "SweepTable", "Table",
+    "aggregate", "build_sweeps", "build_tables", "check_formats", "dataset_key", "scan_job", "spec_for", "write_report",
 ]
 
 
@@ -55,7 +58,8 @@ def _write(path: Path, text: str) -> Path:
 
 def write_report(report: Report, out_dir: Path | str, formats: Iterable[str] = FORMATS,
                  small: bool = False) -> list[Path]:
-    """Write results.md, results.json, one CSV per dataset and the PNG plots; returns the paths.
+    """Write results.md, results.json, one CSV per dataset and the PNG plots (and per sweep its CSV
+    and PNG: ``<dataset>_<config>_sweep``); returns the paths.
 
     ``small`` leaves out checkpoint and job config paths (for sharing a table outside the server).
     """
@@ -66,6 +70,7 @@ def write_report(report: Report, out_dir: Path | str, formats: Iterable[str] = F
     except OSError as exc:
         raise ResultsError(f"cannot create output folder: {exc}", where=str(out)) from exc
     tables = build_tables(report, small=small)
+    sweeps = build_sweeps(report, tables)
     written: list[Path] = []
     if "md" in chosen:
         written.append(_write(out / "results.md", report_markdown(report, tables)))
@@ -73,7 +78,8 @@ def write_report(report: Report, out_dir: Path | str, formats: Iterable[str] = F
         written.append(_write(out / "results.json", report_json(report, tables)))
     if "csv" in chosen:
         written += [_write(out / f"results_{safe_name(t.dataset)}.csv", table_csv(t)) for t in tables]
+        written += [_write(out / f"{sweep_stem(s)}.csv", sweep_csv(s)) for s in sweeps]
     if "png" in chosen:
-        written += write_plots(report, tables, out)
+        written += write_plots(report, tables, out) + write_sweep_plots(sweeps, out)
     return written
 

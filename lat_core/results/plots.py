@@ -26,7 +26,7 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "dataset"
 
 
-def _figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -49,7 +49,7 @@ def plot_bars(table: Table, path: Path) -> Path:
     main = table.columns[0]
     scored = [(r, mean) for r in table.rows if (mean := r.stats[main.key].mean) is not None][::-1]
     rows, means = [r for r, _ in scored], [m for _, m in scored]
-    figure = _figure(8, _bar_height(len(rows)))
+    figure = new_figure(8, _bar_height(len(rows)))
     axes = figure.add_subplot()
     stds = [r.stats[main.key].std for r in rows]
     colors = ["tab:orange" if main.key in r.best else "tab:blue" for r in rows]
@@ -116,7 +116,7 @@ def curves_figure(table: Table, results: list[JobResult]) -> Figure:
     the mean over seeds as a line, their min-max as a band, and one legend for the figure."""
     from matplotlib.lines import Line2D
 
-    figure = _figure(12, 4.5)
+    figure = new_figure(12, 4.5)
     loss_axes, metric_axes = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
     groups = _by_config(results)
     colours = config_colours(list(groups))
@@ -148,7 +148,7 @@ def plot_memory(table: Table, results: list[JobResult], path: Path) -> Path | No
     if not rows:
         return None
     uses_rss = any(not r.peak_gpu_bytes and peak_memory(r) for r in results)
-    figure = _figure(8, _bar_height(len(rows)))
+    figure = new_figure(8, _bar_height(len(rows)))
     axes = figure.add_subplot()
     axes.barh(range(len(rows)), [b / 2**30 for _, b in rows], color="tab:green")
     axes.set_yticks(range(len(rows)), [c for c, _ in rows], fontsize=8)

@@ -13,8 +13,11 @@ from dataclasses import asdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from lat_core.contract.jobdir import SweepPoint
 from lat_core.results.accounts import JobAccount
 from lat_core.results.scan import Report
+from lat_core.results.sweep_render import point_json, stage_json, sweep_json, sweep_markdown
+from lat_core.results.sweeps import build_sweeps
 from lat_core.results.tables import Row, Table
 from lat_core.text import fmt_bytes
 
@@ -150,6 +153,7 @@ def report_markdown(report: Report, tables: list[Table]) -> str:
     parts = [head, *(table_markdown(t) for t in tables)]
     if not report.results:
         parts.append(f"{NOTHING_USABLE}.\n")
+    parts += [sweep_markdown(sweep) for sweep in build_sweeps(report, tables)]
     parts += [jobs_markdown(report), skipped_markdown(report)]
     return "\n".join(p for p in parts if p)
 
@@ -187,24 +191,28 @@ def table_csv(table: Table) -> str:
     return buffer.getvalue()
 
 
-def _row_json(table: Table, row: Row) -> dict[str, object]:
+def _row_json(table: Table, row: Row, point: SweepPoint | None = None) -> dict[str, object]:
     metrics = {c.key: {"split": c.split, "metric": c.metric, "mean": row.stats[c.key].mean,
                        "std": row.stats[c.key].std, "n": row.stats[c.key].n,
                        "best": c.key in row.best}
                for c in table.columns}
     out: dict[str, object] = {"config": row.config, "partial": row.partial, "n": row.n, "planned": row.planned,
                               "short": row.short, "seeds": list(row.seeds), "metrics": metrics,
-                              "best_steps": list(row.best_steps), "peak_memory_bytes": row.peak_memory_bytes}
+                              "best_steps": list(row.best_steps), "peak_memory_bytes": row.peak_memory_bytes,
+                              "sweep": point_json(point), "sweep_stage": stage_json(point)}
     if not table.small:
         out.update(checkpoints=list(row.checkpoints), job_configs=list(row.config_paths))
     return out
 
 
-def table_json(table: Table) -> dict[str, object]:
+def table_json(table: Table, points: dict[tuple[str, str], SweepPoint] | None = None) -> dict[str, object]:
+    """One dataset's table; ``points``: the sweep point of each (dataset, config) that has one."""
+    points = points or {}
     return {"dataset": table.dataset, "main_metric": table.spec.main,
             "higher_is_better": table.spec.higher_is_better,
             "columns": [c.key for c in table.columns],
-            "rows": [_row_json(table, row) for row in table.rows], "notes": list(table.notes)}
+            "rows": [_row_json(table, row, points.get((table.dataset, row.config))) for row in table.rows],
+            "notes": list(table.notes)}
 
 
 def job_json(job: JobAccount, report: Report) -> dict[str, object]:
@@ -212,14 +220,17 @@ def job_json(job: JobAccount, report: Report) -> dict[str, object]:
             "seed": job.seed, "state": job.state, "in_table": job.in_table, "partial": job.partial,
             "best_step": job.best_step, "value": job.value, "reason": job.reason,
             "stopped_early": asdict(job.stopped_early) if job.stopped_early else None,
+            "sweep": point_json(job.point), "sweep_stage": stage_json(job.point),
             "folder": _relative_text(job.job_dir, report)}
 
 
 def report_document(report: Report, tables: list[Table]) -> dict[str, object]:
     """What results.json and ``results --json`` hold (results.schema.json describes it)."""
+    points = {(job.dataset, job.config): job.point for job in report.accounts if job.point is not None}
     return {"schema_version": SCHEMA_VERSION, "root": str(report.root), "runs": list(report.runs),
             "summary": summary_line(report), "jobs_in_tables": len(report.results),
-            "datasets": [table_json(t) for t in tables],
+            "datasets": [table_json(t, points) for t in tables],
+            "sweeps": [sweep_json(sweep) for sweep in build_sweeps(report, tables)],
             "jobs": [job_json(job, report) for job in _in_order(report.accounts)],
             "skipped": [{"path": _relative_text(s.path, report), "reason": s.reason} for s in report.skipped],
             "warnings": report.warnings}

@@ -21,7 +21,7 @@ import yaml
 
 from lat_core.errors import LatError
 from lat_core.contract.jobdir import (CheckpointSaved, EarlyStop, Eval, Failed, Finished, JobDir, Memory, Started, Step,
-                                      job_peak)
+                                      SweepPoint, job_peak)
 from lat_core.contract.jobdir.event_reader import decode_text
 from lat_core.contract.jobdir.names import EVENTS as EVENTS_FILE
 from lat_core.contract.jobdir.names import JOB_YAML as CONFIG_FILE
@@ -72,6 +72,7 @@ class JobResult:
     partial: bool = False  # best so far of a job that failed, was cancelled or never finished
     higher_is_better: bool = True  # the direction of ``metric``
     stopped_early: EarlyStop | None = None  # its training stopped before max_steps (train.early_stopping)
+    point: SweepPoint | None = None  # the sweep point it trains (its overrides.json), None outside a sweep
 
 
 # What a job folder says of its job when the journal is not asked (Skipped.ended)
@@ -81,11 +82,12 @@ PRUNED_STATE = "pruned"  # the plan's sweep stopped the job or never started it 
 
 @dataclass(frozen=True)
 class Identity:
-    """Which job a folder holds: config name, data as given, seed."""
+    """Which job a folder holds: config name, data as given, seed, and its sweep point if any."""
 
     config: str
     data: str
     seed: int | None
+    point: SweepPoint | None = None
 
     @property
     def dataset(self) -> str:
@@ -216,14 +218,15 @@ def _int_or_none(value: str | bytes | SupportsInt | SupportsIndex | None) -> int
 
 
 def _identity(job_dir: Path, config: dict[str, Any], started: Started) -> Identity:
-    """Config name, data and seed: the started event, then job.yaml, then folder names."""
+    """Config name, data and seed: the started event, then job.yaml, then folder names; the sweep
+    point from overrides.json."""
     pair = _PAIR_DIR.match(job_dir.parent.name)
     name = started.config or config.get("name") or job_dir.name
     data = started.data or config.get("data") or (pair["data"] if pair else UNKNOWN)
     seed = started.seed if started.seed is not None else config.get("seed")
     if seed is None and pair:
         seed = pair["seed"]
-    return Identity(str(name), str(data), _int_or_none(seed))
+    return Identity(str(name), str(data), _int_or_none(seed), JobDir(job_dir).sweep_point())
 
 
 def _status_problem(parsed: ParsedEvents) -> str | None:
@@ -293,7 +296,7 @@ def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobRe
         trainable_params=parsed.started.trainable_params, total_params=parsed.started.total_params,
         config_path=folder.job_yaml if has_config else None, bad_lines=parsed.bad_lines,
         task=parsed.started.task, higher_is_better=spec.higher_is_better,
-        stopped_early=parsed.finished.stopped_early if parsed.finished else None)
+        stopped_early=parsed.finished.stopped_early if parsed.finished else None, point=who.point)
 
 
 def _not_started(job_dir: Path, folder: JobDir) -> Skipped:
@@ -330,7 +333,7 @@ def _scan_job_unguarded(job_dir: Path) -> JobResult | Skipped:
 
 
 def _identity_of(result: JobResult) -> Identity:
-    return Identity(result.config, result.data, result.seed)
+    return Identity(result.config, result.data, result.seed, result.point)
 
 
 def scan_job(job_dir: Path) -> JobResult | Skipped:

@@ -256,7 +256,12 @@ class DashboardScreen(RunControls, Screen):
 
     def _show_detail(self) -> None:
         job = self.selected_job()
-        self.query_one(JobDetail).show(job, self.name_of(job) if job else "")
+        self.query_one(JobDetail).show(job, self.name_of(job) if job else "", self.query_one(JobTable).names,
+                                       self._whole_name)
+
+    def _whole_name(self, job_id: int) -> str | None:
+        job = self._jobs.get(job_id)
+        return self.name_of(job) if job else None
 
     def load_run(self, run_id: int) -> None:
         """Show another run (a new one from the plan screen)."""

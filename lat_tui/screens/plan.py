@@ -1,5 +1,5 @@
 """The plan screen: pick suites, rounds, seed:dataset pairs, devices and slots, the plan's options
-(fusion, warm start, CPU, OOM retries, config overrides), then start. ``tab`` and ``enter`` move
+(fusion, warm start, CPU, OOM retries, config overrides, a sweep), then start. ``tab`` and ``enter`` move
 between fields as lat_tui.screens.fields says, so keys typed ahead land in the next field."""
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ class PlanScreen(FieldFocus, Screen[int | None]):
         self.context = context
         self.can_go_back = can_go_back
         self._starting = False
+        self._sweep_search: dict = {}  # the last run's stages or halving, kept with the Sweep field's points
 
     def compose(self) -> ComposeResult:
         snapshot = self.context.probe.snapshot()
@@ -101,9 +102,18 @@ class PlanScreen(FieldFocus, Screen[int | None]):
             yield Static(f"remedies: {' '.join(AUTO_REMEDIES)}", classes="hint")
             yield _field("Overrides", Input(last.overrides, id="overrides", placeholder="train.lr=0.001 ...",
                                             compact=True), "config fields for every job")
+            yield _field("Sweep", Input(last.sweep, id="sweep", placeholder="train.lr=1e-4,2e-4 peft.r=8,16",
+                                        compact=True), "a job per combination")
+            yield Static(self._sweep_hint(last), id="sweep-hint", classes="hint")
             yield ProblemsBox(id="problems")
             yield Button("Start run", id="start", variant="primary", compact=True)
         yield Footer()
+
+    def _sweep_hint(self, last: PlanForm) -> str:
+        self._sweep_search = dict(last.sweep_search)
+        kept = f" · the last run's {' and '.join(last.sweep_search)} kept" if last.sweep_search else ""
+        return ("zip:FIELD=V1,V2 in step · random:FIELD=V1,V2 or random:FIELD=log_uniform:1e-5,1e-3 "
+                f"with draws=N seed=S{kept}")
 
     def _last_form(self) -> PlanForm:
         """The last run's plan, to start from; an empty form when there is none or it cannot be read."""
@@ -179,7 +189,8 @@ class PlanScreen(FieldFocus, Screen[int | None]):
             devices=list(self.query_one("#devices", SelectionList).selected),
             slots=value("slots"), countdown=value("countdown"), output_root=value("output"), env=value("env"),
             fuse=value("fuse"), switches=list(self.query_one("#switches", SelectionList).selected),
-            on_oom=value("on-oom"), overrides=value("overrides"),
+            on_oom=value("on-oom"), overrides=value("overrides"), sweep=value("sweep"),
+            sweep_search=self._sweep_search,
         )
 
     @work(thread=True, group="start-run", exclusive=True)

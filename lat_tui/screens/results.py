@@ -1,4 +1,5 @@
-"""Results: one table per dataset (configs x metrics, mean±std over seeds), learning curves, compare.
+"""Results: one table per dataset (configs x metrics, mean±std over seeds), learning curves, compare,
+and for a dataset with a sweep its points by their values (``w``).
 
 Every job of the runs writing under the output root is accounted for as ``lat-tui results`` does it
 (results_model), so the ``n`` column reads as the report's (``1 of 3 !``) and ``k`` lists the jobs in
@@ -31,8 +32,8 @@ from lat_core.errors import LatError
 from lat_core.front.client import Client
 from lat_tui.widgets.curve import CurvePlot, shared_spans
 from lat_tui.widgets.results_model import (
-    BEST_LEGEND, Snapshot, column_keys, column_labels, count_cell, curve_series, load_snapshot, metric_cell,
-    natural_descending, row_summary, sorted_rows,
+    BEST_LEGEND, SWEEP_LEGEND, Snapshot, column_keys, column_labels, count_cell, curve_series, load_snapshot,
+    metric_cell, natural_descending, row_summary, sorted_rows, sweep_cells, sweep_labels,
 )
 
 MAX_MARKS = 2
@@ -82,6 +83,7 @@ class ResultsScreen(Screen):
         Binding("space", "mark", "Mark"),
         Binding("c", "compare", "Compare"),
         Binding("k", "skipped", "Left out"),
+        Binding("w", "sweep", "Sweep"),
         Binding("r", "reload", "Reload"),
         Binding("left,[", "dataset(-1)", "Dataset", show=False),
         Binding("right,]", "dataset(1)", "Dataset", show=False),
@@ -99,12 +101,14 @@ class ResultsScreen(Screen):
         self.sort_key: str | None = None
         self.sort_reverse = False
         self.marks: list[RowRef] = []
+        self.sweep_view = False  # the dataset's sweep points by value instead of its configs
         self._loading = False
         self._timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Tabs(id="results-datasets")
         yield DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
+        yield DataTable(id="results-sweep", cursor_type="row", zebra_stripes=True)
         with ContentSwitcher(initial="results-single", id="results-detail"):
             with Horizontal(id="results-single"):
                 yield Static(id="results-summary", classes="results-summary")
@@ -159,6 +163,7 @@ class ResultsScreen(Screen):
         self._fill_tabs()
         self._fill_table()
         self._show_detail()
+        self.refresh_bindings()
 
     # --- dataset tabs ---------------------------------------------------------------------------
 
@@ -182,6 +187,7 @@ class ResultsScreen(Screen):
             self.dataset = chosen
             self._fill_table()
             self._show_detail()
+            self.refresh_bindings()
 
     def action_dataset(self, step: int) -> None:
         names = [t.dataset for t in self._tables()]
@@ -198,6 +204,10 @@ class ResultsScreen(Screen):
         return self.snapshot.table(self.dataset) if self.snapshot is not None else None
 
     def _fill_table(self) -> None:
+        self._show_sweep_view(self.sweep_view and bool(self._sweeps()))
+        if self.sweep_view:
+            self._fill_sweep()
+            return
         table = self.query_one("#results-table", DataTable)
         keep = self.selected_config()
         table.clear(columns=True)
@@ -238,11 +248,54 @@ class ResultsScreen(Screen):
             pass
 
     def selected_config(self) -> str | None:
-        table = self.query_one("#results-table", DataTable)
+        """The config of the row under the cursor (in the sweep view, the point's own config)."""
+        table = self.query_one("#results-sweep" if self.sweep_view else "#results-table", DataTable)
         if table.row_count == 0:
             return None
         row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
         return row_key.value
+
+    # --- a sweep's points by value (w) -----------------------------------------------------------
+
+    def _sweeps(self) -> list:
+        return self.snapshot.sweeps_of(self.dataset) if self.snapshot is not None else []
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """``w`` where the dataset has a sweep; sorting and marking act on the configs' table only."""
+        if action == "sweep":
+            return bool(self._sweeps())
+        if action in ("cycle_sort", "reverse_sort", "mark", "compare"):
+            return not self.sweep_view
+        return True
+
+    def action_sweep(self) -> None:
+        self.sweep_view = not self.sweep_view
+        self._fill_table()
+        self._show_detail()
+        self.refresh_bindings()
+
+    def _show_sweep_view(self, on: bool) -> None:
+        self.sweep_view = on
+        configs, points = self.query_one("#results-table", DataTable), self.query_one("#results-sweep", DataTable)
+        if points.display != on:
+            configs.display, points.display = not on, on
+            (points if on else configs).focus()
+        self.query_one("#results-legend", Static).update(SWEEP_LEGEND if on else BEST_LEGEND)
+
+    def _fill_sweep(self) -> None:
+        """Each point of the dataset's sweeps, keyed by its own config (the detail pane's curve)."""
+        table = self.query_one("#results-sweep", DataTable)
+        keep = self.selected_config()
+        table.clear(columns=True)
+        sweeps = self._sweeps()
+        labels = sweep_labels(sweeps)
+        for label in labels:
+            table.add_column(label, key=label)
+        best = self._best_style()
+        for sweep in sweeps:
+            for row in sweep.rows:
+                table.add_row(*sweep_cells(sweep, row, labels, best), key=row.config)
+        self._restore_cursor(table, keep)
 
     # --- sorting --------------------------------------------------------------------------------
 
@@ -272,6 +325,7 @@ class ResultsScreen(Screen):
     # --- detail: curve of the selected row, or two marked rows side by side -------------------
 
     @on(DataTable.RowHighlighted, "#results-table")
+    @on(DataTable.RowHighlighted, "#results-sweep")
     def _row_highlighted(self) -> None:
         self._show_detail()
 
@@ -354,9 +408,9 @@ class ResultsScreen(Screen):
 
 def _same_view(old: Snapshot | None, new: Snapshot) -> bool:
     """True when a rescan changed nothing the screen shows (so the table is not rebuilt)."""
-    return old is not None and (old.tables, old.running, old.report.results, old.report.accounts,
+    return old is not None and (old.tables, old.sweeps, old.running, old.report.results, old.report.accounts,
                                 old.report.skipped) == \
-        (new.tables, new.running, new.report.results, new.report.accounts, new.report.skipped)
+        (new.tables, new.sweeps, new.running, new.report.results, new.report.accounts, new.report.skipped)
 
 
 def _tab_id(dataset: str) -> str:

@@ -5,6 +5,7 @@ enter views the highlighted one, escape keeps the current one."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from rich.text import Text
 from textual import on
@@ -20,21 +21,47 @@ from lat_core.errors import LatError
 from lat_core.contract.rows import RunRow
 
 
+RUNS_BOX_MAX_WIDTH = 100  # app.tcss: #runs-box
+
 # the job states a run's line counts, as it names them, in this order
 COUNTED = (("running", "running"), ("queued", "queued"), ("succeeded", "done"), ("failed", "failed"),
            ("cancelled", "cancelled"))
 
 
-def run_label(run: RunRow, current: int | None, counts: dict[str, int] | None = None) -> Text:
-    """Two lines: the run, its state and its jobs' counts; when it was made and where its outputs go."""
+def run_label(run: RunRow, current: int | None, counts: dict[str, int] | None = None,
+              width: int = 10**6) -> Text:
+    """Two lines: the run, its state and its jobs' counts; when it was made and where its outputs go
+    (in ``width`` cells: a long output root keeps its end, where runs' roots differ)."""
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.created))
     text = Text(f"run {run.id:<4} ", style="bold")
     text.append(f"{run.state:<10} ", style="" if run.state in RUN_ACTIVE else "dim")
     text.append_text(job_counts_text(counts or {}))
     if run.id == current:
         text.append("  (shown)", style="italic")
-    text.append(f"\n  {when}  {run.output_root}", style="dim")
+    where = f"  {when}  "
+    text.append(f"\n{where}{path_end(home_short(run.output_root), width - len(where))}", style="dim")
     return text
+
+
+def home_short(path: str) -> str:
+    """``~/runs`` for a path under the home folder."""
+    home = str(Path.home())
+    return "~" + path[len(home):] if path == home or path.startswith(home + "/") else path
+
+
+def path_end(path: str, width: int) -> str:
+    """``…/november/runs-sweep-lr``: the path's last whole folders that fit ``width``."""
+    if len(path) <= width:
+        return path
+    tail = path[len(path) - max(width - 1, 1):]
+    cut = tail.find("/")
+    return "…" + (tail[cut:] if cut >= 0 and len(tail) - cut > 1 else tail)
+
+
+def label_width(screen_width: int) -> int:
+    """What a label has of the screen: #runs-box's width (app.tcss), less its border and the
+    list's border and padding."""
+    return min(screen_width * 9 // 10, RUNS_BOX_MAX_WIDTH) - 6
 
 
 def job_counts_text(counts: dict[str, int]) -> Text:
@@ -69,7 +96,8 @@ class RunPicker(ModalScreen[int | None]):
         except LatError as exc:
             self.notify(str(exc), title=exc.title, severity="error")
             runs = []
-        options.add_options([Option(run_label(run, self.current, self._counts(run.id)), id=str(run.id))
+        width = label_width(self.app.size.width)
+        options.add_options([Option(run_label(run, self.current, self._counts(run.id), width), id=str(run.id))
                              for run in runs])
         shown = next((n for n, run in enumerate(runs) if run.id == self.current), 0)
         if runs:

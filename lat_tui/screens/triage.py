@@ -20,7 +20,7 @@ from lat_core.contract.diagnosis import Remedy
 from lat_core.contract.rows import JobRow
 from lat_tui.context import AppContext
 from lat_tui.screens.controls import RunControls
-from lat_tui.columns import WHOLE_NAME, Shared, job_name
+from lat_tui.columns import job_name, table_names
 
 RELOAD_AFTER_SECONDS = 1.5
 NAME_WIDTH = 28
@@ -42,7 +42,7 @@ class TriageScreen(Screen):
         self.controls = controls
         self._failed: dict[int, JobRow] = {}
         self._shown: int | None = None
-        self._shared = Shared()
+        self._listed: dict[int, str] = {}  # job id -> its name in the list, cut as the job table cuts
 
     def compose(self) -> ComposeResult:
         yield Static(id="triage-title", classes="screen-title")
@@ -66,7 +66,7 @@ class TriageScreen(Screen):
             self.notify(str(exc), title="Cannot read the journal", severity="error")
             return
         self._failed = {job.id: job for job in jobs if job.state == "failed"}
-        self._shared = Shared.of(list(self._failed.values()), self.controls.job_families)
+        self._listed = table_names(list(self._failed.values()), self.controls.job_families, lambda _: NAME_WIDTH)
         self._fill_table()
 
     def _fill_table(self) -> None:
@@ -75,7 +75,7 @@ class TriageScreen(Screen):
         table.clear()
         for job in self._failed.values():
             diagnosis = job.diagnosis
-            table.add_row(self._name_of(job, NAME_WIDTH), diagnosis.cls if diagnosis else "?",
+            table.add_row(self._listed[job.id], diagnosis.cls if diagnosis else "?",
                           diagnosis.title if diagnosis else job.error or "", key=str(job.id))
         count = len(self._failed)
         title = f"Triage · run {self.run_id} · {count} failed job{'s' if count != 1 else ''}"
@@ -115,9 +115,8 @@ class TriageScreen(Screen):
         self.query_one("#diagnosis", Static).update(text)
         remedies.add_options([Option(remedy_label(n, r), id=r.key) for n, r in enumerate(_remedies(job), 1)])
 
-    def _name_of(self, job: JobRow, width: int = WHOLE_NAME) -> str:
-        """The job table's name; in the list, cut the way the job table cuts it."""
-        return job_name(job, self.controls.job_families.get(job.id), width, shared=self._shared)
+    def _name_of(self, job: JobRow) -> str:
+        return job_name(job, self.controls.job_families.get(job.id))
 
     @on(OptionList.OptionSelected, "#remedies")
     def _remedy_selected(self, event: OptionList.OptionSelected) -> None:

@@ -3,18 +3,24 @@ so the cursor and scroll stay put."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from lat_core.contract.rows import GroupUsage, JobSummary
 from lat_tui import fmt
-from lat_tui.columns import JOB_COLUMNS, GroupLine, Shown, row_cells, state_text, table_rows
+from lat_tui.columns import JOB_COLUMNS, Column, GroupLine, Shown, names_key, state_text, table_rows
 
-KEY_MIN_WIDTH = 12  # at 80 columns the id column leaves the key 12
+KEY_MIN_WIDTH = 12
 KEY_MAX_WIDTH = 48
+# below this the ``try`` column gives its cells to the names (the detail line says a job's
+# attempts): at 80 columns the names get 18 cells instead of 12, room for what tells jobs apart
+KEY_WANTED_WIDTH = 18
+NARROW_LEFT_OUT = ("attempts",)
 ELAPSED_TICK_S = 5
-CHROME = 2 + 2  # the cell padding of the key column, and the vertical scrollbar
+CHROME = 2 + 1  # the cell padding of the key column, and the vertical scrollbar (app.tcss: #jobs)
 
 STATE_COLORS = {"running": "accent", "succeeded": "success", "failed": "error", "cancelled": "warning",
                 "pruned": "secondary"}
@@ -29,17 +35,20 @@ class JobTable(DataTable):
         self._drawn_from: dict[str, tuple] = {}  # row key -> what its cells were made of
         self._first_member: dict[str, int] = {}  # a group line's row key -> its first member's job id
         self._reselect: int | None = None
+        self.names: Mapping[int, str] = {}  # job id -> its name as the table shows it (branch aside)
+        self._names_key: tuple = ()  # what they were made of (columns.names_key)
 
     def on_mount(self) -> None:
-        self.key_width = self._key_width(self.app.size.width)
-        for column in JOB_COLUMNS:
-            self.add_column(column.header, key=column.key, width=self.key_width if column.key == "key" else column.width)
+        self._lay_out(self.app.size.width)
 
-    @staticmethod
-    def _key_width(screen_width: int) -> int:
-        """The job key takes what the other columns leave of the screen."""
-        others = sum(c.width + 2 for c in JOB_COLUMNS if c.key != "key")
-        return max(KEY_MIN_WIDTH, min(KEY_MAX_WIDTH, screen_width - others - CHROME))
+    def _lay_out(self, screen_width: int) -> None:
+        """The columns for the screen's width (again after a resize: the rows are drawn again)."""
+        self.screen_width = screen_width
+        self.shown_columns = shown_columns(screen_width)
+        self.key_width = key_width(screen_width, self.shown_columns)
+        self.clear(columns=True)
+        for column in self.shown_columns:
+            self.add_column(column.header, key=column.key, width=self.key_width if column.key == "key" else column.width)
 
     def clear_jobs(self) -> None:
         self.clear()
@@ -51,14 +60,22 @@ class JobTable(DataTable):
                   groups: dict[str, GroupUsage] | None = None) -> None:
         """``groups``: the run's fused groups; each shows as a line with its memory, its members'
         rows under it (rows keep their place, so the table is rebuilt when a group forms or ends)."""
-        shown = Shown.of(jobs, families, name_width=self.key_width)
+        if self.app.size.width != self.screen_width:
+            selected = self.selected_job_id()
+            self.clear_jobs()
+            self._lay_out(self.app.size.width)
+            self._reselect = selected
+        key = names_key(jobs, families or {}, self.key_width)
+        shown = Shown.of(jobs, families, name_width=self.key_width,
+                         names=self.names if key == self._names_key else None)  # 10,000 jobs: 0.1 s a poll
+        self.names, self._names_key = shown.names, key
         rows = table_rows(jobs, groups)
         keys = [row_key(r) for r in rows]
         if keys[:len(self._cells)] != list(self._cells):
             self._rebuild()
         for key, row in zip(keys, rows):
             running = row.running if isinstance(row, GroupLine) else row.state == "running"
-            source = (row, shown.families.get(row.id) if isinstance(row, JobSummary) else None, shown.one_dataset)
+            source = (row, shown.families.get(row.id), shown.names.get(row.id)) if isinstance(row, JobSummary) else row
             if not running and self._drawn_from.get(key) == source:
                 continue  # nothing it shows can have changed (a running job's clock can)
             self._drawn_from[key] = source
@@ -98,7 +115,7 @@ class JobTable(DataTable):
 
     def _update_row(self, key: str, cells: tuple) -> None:
         old = self._cells[key]
-        changed = {column.key: after for column, before, after in zip(JOB_COLUMNS, old, cells)
+        changed = {column.key: after for column, before, after in zip(self.shown_columns, old, cells)
                    if str(before) != str(after) or getattr(before, "style", None) != getattr(after, "style", None)}
         if changed:
             self._repaint_row(key, changed)
@@ -131,12 +148,11 @@ class JobTable(DataTable):
     def _cells_for(self, row: JobSummary | GroupLine, shown: Shown) -> tuple:
         """The shared column spec's text; a running job's clock ticks coarsely, the state is coloured."""
         if isinstance(row, GroupLine):
-            cells = row_cells(row, shown)
-            state = [c.key for c in JOB_COLUMNS].index("state")
-            cells[state] = Text(cells[state], style=self._state_style("running" if row.running else "queued"))
-            return tuple(cells)
+            by_key = row.cells(shown)
+            state = Text(by_key["state"], style=self._state_style("running" if row.running else "queued"))
+            return tuple(state if c.key == "state" else by_key.get(c.key, "") for c in self.shown_columns)
         cells = []
-        for column in JOB_COLUMNS:
+        for column in self.shown_columns:
             if column.key == "elapsed" and row.state == "running":
                 cells.append(fmt.clock(_ticked(row.time_spent(shown.now))))
             elif column.key == "state":
@@ -152,6 +168,20 @@ class JobTable(DataTable):
         variable = STATE_COLORS.get(state)
         color = self.app.theme_variables.get(variable, "") if variable else ""
         return f"bold {color}" if state in ("running", "failed") and color else color
+
+
+def shown_columns(screen_width: int) -> tuple[Column, ...]:
+    """Every column, or on a screen that would leave the names under KEY_WANTED_WIDTH cells, all
+    but NARROW_LEFT_OUT."""
+    if key_width(screen_width, JOB_COLUMNS) >= KEY_WANTED_WIDTH:
+        return JOB_COLUMNS
+    return tuple(c for c in JOB_COLUMNS if c.key not in NARROW_LEFT_OUT)
+
+
+def key_width(screen_width: int, columns: tuple[Column, ...]) -> int:
+    """The job key takes what the other columns leave of the screen."""
+    others = sum(c.width + 2 for c in columns if c.key != "key")
+    return max(KEY_MIN_WIDTH, min(KEY_MAX_WIDTH, screen_width - others - CHROME))
 
 
 def row_key(row: JobSummary | GroupLine) -> str:

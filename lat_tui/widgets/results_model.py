@@ -15,12 +15,14 @@ from pathlib import Path
 from rich.style import Style
 from rich.text import Text
 
-from lat_core.front.client import (Client, JobResult, LiveReport, Report, Row, Table, aggregate_live, build_tables,
-                                   count_text, seed_band)
+from lat_core.front.client import (Client, JobResult, LiveReport, Report, Row, SweepTable, Table, aggregate_live,
+                                   build_sweeps, build_tables, count_text, left_out_text, point_count_text, seed_band,
+                                   value_text)
 from lat_tui.widgets.curve import Series
 
 # one line at 80 columns: the marks of the n column are README's "Results" section's, shortened
 BEST_LEGEND = "* best mean±std of seeds · n: succeeded (+running) of planned · ! fewer: k"
+SWEEP_LEGEND = "* best full point · n: succeeded of planned · screen: stage 1, apart"
 FIXED_COLUMNS = ("config", "n")
 
 
@@ -30,6 +32,7 @@ class Snapshot:
 
     live: LiveReport
     tables: tuple[Table, ...]
+    sweeps: tuple[SweepTable, ...] = ()
 
     @property
     def report(self) -> Report:
@@ -45,6 +48,9 @@ class Snapshot:
 
     def table(self, dataset: str | None) -> Table | None:
         return next((t for t in self.tables if t.dataset == dataset), None)
+
+    def sweeps_of(self, dataset: str | None) -> list[SweepTable]:
+        return [sweep for sweep in self.sweeps if sweep.dataset == dataset]
 
     def jobs(self, dataset: str, config: str) -> list[JobResult]:
         return [r for r in self.report.results if r.dataset == dataset and r.config == config]
@@ -74,7 +80,8 @@ def load_snapshot(root: Path, client: Client | None = None) -> Snapshot:
     With ``client``, the jobs of the runs writing under ``root`` are accounted for in their journal
     states; without, the folders alone say which jobs there are."""
     live = client.live_results(root) if client is not None else aggregate_live(root)
-    return Snapshot(live=live, tables=tuple(build_tables(live.report)))
+    tables = build_tables(live.report)
+    return Snapshot(live=live, tables=tuple(tables), sweeps=tuple(build_sweeps(live.report, tables)))
 
 
 # --- sorting --------------------------------------------------------------------------------
@@ -116,11 +123,15 @@ def sorted_rows(table: Table, key: str, reverse: bool) -> list[Row]:
 
 # --- cells ----------------------------------------------------------------------------------
 
-def stat_text(row: Row, key: str) -> str:
-    stat = row.stats.get(key)
+def mean_text(stat) -> str:
+    """``0.500±0.141`` over seeds, ``0.700`` for one, ``–`` for none."""
     if stat is None or stat.mean is None:
         return "–"
     return f"{stat.mean:.3f}±{stat.std:.3f}" if stat.n > 1 else f"{stat.mean:.3f}"
+
+
+def stat_text(row: Row, key: str) -> str:
+    return mean_text(row.stats.get(key))
 
 
 def metric_cell(row: Row, key: str, best_style: Style) -> Text:
@@ -144,6 +155,29 @@ def row_summary(table: Table, row: Row, compact: bool = False) -> list[str]:
              f"seeds {', '.join(str(s) for s in row.seeds)}",
              f"best steps {', '.join(str(s) for s in row.best_steps)}"]
     return lines + metrics
+
+
+# --- a sweep's points -----------------------------------------------------------------------
+
+def sweep_labels(sweeps: list[SweepTable]) -> list[str]:
+    """The sweep view's columns for a dataset's sweeps: the swept config, each field any of them
+    sweeps, the stage where one has stage 1, then the count, the main metric and the rest."""
+    fields = list(dict.fromkeys(field for sweep in sweeps for field in sweep.fields))
+    stage = ["stage"] if any(sweep.has_screen for sweep in sweeps) else []
+    metric = sweeps[0].spec.main if sweeps else "metric"
+    return ["sweep", *fields, *stage, "n", metric, "not in the mean"]
+
+
+def sweep_cells(sweep: SweepTable, row, labels: list[str], best_style: Style) -> list:
+    """One point's cells under ``labels`` (sweep_labels): its values as its folder names them, a
+    blank where its sweep does not set a field; the best full point styled and starred."""
+    mean = mean_text(row.stat)
+    by_label = {"sweep": sweep.config, "stage": row.stage, "n": point_count_text(row),
+                sweep.spec.main: Text(mean + "*", style=best_style) if row.best else Text(mean),
+                "not in the mean": left_out_text(row)}
+    values = dict(row.values)
+    return [by_label[label] if label in by_label else value_text(values[label]) if label in values else ""
+            for label in labels]
 
 
 # --- curves ---------------------------------------------------------------------------------

@@ -84,3 +84,21 @@ def test_graphed_group_matches_the_eager_group_and_resumes(tmp_path):
     assert sorted(resumed) == [4, 5, 6]
     for step, loss in resumed.items():
         assert loss == pytest.approx(whole[step], rel=1e-4), step
+
+
+def test_graphed_group_one_adamw_matches_an_adamw_per_member(tmp_path, monkeypatch):
+    """The group's one AdamW step, captured (fused/group_adamw.py), against each member's own
+    captured AdamW (LAT_FUSED_ONE_ADAMW=0): the same curves (fp32; only the optimizers differ)."""
+    from lat_core.train.fused.group_adamw import SlicedAdamW
+    base = saved_tiny_base(tmp_path / "base")
+    curves = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv("LAT_FUSED_ONE_ADAMW", switch)
+        group = build_group(member_cfgs(tmp_path / switch, base, graphs="auto"), torch.device("cuda"))
+        assert group.graphs is not None, group.modes.graphs_why
+        assert all(isinstance(r.optimizer, SlicedAdamW) == (switch == "1") for r in group.runs)
+        curves[switch] = train_fused(group, group.graphs)
+    for one, own in zip(curves["1"], curves["0"]):
+        assert sorted(one) == sorted(own)
+        for step, loss in own.items():
+            assert one[step] == pytest.approx(loss, rel=1e-4), step

@@ -6,6 +6,11 @@ PEFT alone and scores the validation split.
 Tolerance: accuracy equal; loss within 1e-5 relative. A converted adapter (LoRA-GA, PiSSA) computes
 W + s*(B@A - B0@A0) where training computed (W - s*B0@A0) + s*B@A: the same sum rounded in another
 order, float32 differences near 1e-7 of the weights; no method's loss moved by more than ~1e-6 here.
+
+Cost: every method trains once (module fixture) and all their folders are scored in one fresh
+process (importing torch, transformers and PEFT is most of such a process's time; it was paid once
+per method). The file's tests run in one pytest-xdist worker, one after another (``xdist_group``):
+they share the fixture, and four workers no longer sit on four of them at once.
 """
 import json
 import os
@@ -20,6 +25,8 @@ import yaml
 
 from lat_core.contract.jobdir import Eval, Finished, JobDir
 from tests.helpers.waits import HANG_S
+
+pytestmark = pytest.mark.xdist_group("portable_adapters")  # one worker: they share the module fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "configs" / "experiments"
@@ -51,10 +58,12 @@ def train_tiny(out: Path, experiment: str, environ: dict) -> tuple[Path, list[di
     return job_yaml, list(JobDir(out).read_events().events)
 
 
-def plain_peft_metrics(job_yaml: Path, *folders: Path) -> dict[str, dict]:
-    """{folder: validation metrics} from a fresh process that knows only PEFT and the base model."""
+def plain_peft_metrics(*jobs: tuple[Path, list[Path]]) -> dict[str, dict]:
+    """{folder: validation metrics} from one fresh process that knows only PEFT and the base model,
+    for each (job.yaml, its folders)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "tests.helpers.plain_peft_eval", str(job_yaml), *map(str, folders)],
+    args = [str(a) for job_yaml, folders in jobs for a in ("--", job_yaml, *folders)]
+    done = subprocess.run([sys.executable, "-m", "tests.helpers.plain_peft_eval", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -65,17 +74,41 @@ def recorded(events: list, step: int) -> dict:
     return metrics
 
 
-@pytest.mark.parametrize("method", list(METHODS))
-def test_best_and_final_reload_in_plain_peft_with_the_recorded_metrics(tmp_path, method):
-    experiment, environ = METHODS[method]
-    job = tmp_path / method
-    job_yaml, events = train_tiny(job, experiment, environ)
+def assert_reloads_as_recorded(job: Path, events: list, loaded: dict[str, dict]) -> None:
+    """best/ and final/ score as the trainer recorded at their steps."""
     (finished,) = [e for e in events if isinstance(e, Finished)]
-    loaded = plain_peft_metrics(job_yaml, job / "best", job / "final")
     for folder, step in (("best", finished.best["step"]), ("final", finished.steps)):
         want, got = recorded(events, step), loaded[str(job / folder)]
-        assert got["accuracy"] == want["accuracy"], (folder, got, want)
-        assert got["loss"] == pytest.approx(want["loss"], rel=1e-5), (folder, got, want)
+        assert "error" not in got, got.get("error")
+        assert got["accuracy"] == want["accuracy"], (job.name, folder, got, want)
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-5), (job.name, folder, got, want)
+
+
+@pytest.fixture(scope="module")
+def reloaded(tmp_path_factory) -> dict[str, tuple[Path, list, dict] | BaseException]:
+    """method -> (its job folder, its events, {folder: metrics in plain PEFT}), or what stopped its
+    training (that method's test fails with it; the others are checked all the same)."""
+    root = tmp_path_factory.mktemp("portable")
+    trained: dict[str, tuple[Path, list] | BaseException] = {}
+    for method, (experiment, environ) in METHODS.items():
+        try:
+            trained[method] = train_tiny(root / method, experiment, environ)
+        except Exception as exc:  # kept for the method's own test to raise
+            trained[method] = exc
+    jobs = [(job_yaml, [job_yaml.parent / "best", job_yaml.parent / "final"])
+            for job_yaml, _ in (t for t in trained.values() if not isinstance(t, BaseException))]
+    loaded = plain_peft_metrics(*jobs) if jobs else {}
+    return {method: t if isinstance(t, BaseException) else (t[0].parent, t[1], loaded)
+            for method, t in trained.items()}
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_best_and_final_reload_in_plain_peft_with_the_recorded_metrics(reloaded, method):
+    if isinstance(reloaded[method], BaseException):
+        raise reloaded[method]
+    job, events, loaded = reloaded[method]
+    assert_reloads_as_recorded(job, events, loaded)
+    for folder in ("best", "final"):
         config = json.loads((job / folder / "adapter_config.json").read_text())
         assert config["init_lora_weights"] is True   # a plain LoRA: nothing recomputed on load
         if method in MOVES_BASE:   # rank 2r: [B, -B0] @ [A; A0]
@@ -120,11 +153,6 @@ def test_fused_members_best_and_final_reload_in_plain_peft(tmp_path):
     dirs = [job_dir(tmp_path, "a", base, peft={"r": 4, "alpha": 8}, seed=3),
             job_dir(tmp_path, "b", base, peft={"r": 8, "alpha": 16, "use_rslora": True}, train={"lr": 5e-3}, seed=5)]
     assert main(["--attempt", "1", *map(str, dirs)]) == 0
+    loaded = plain_peft_metrics(*((job / "job.yaml", [job / "best", job / "final"]) for job in dirs))
     for job in dirs:
-        events = list(JobDir(job).read_events().events)
-        (finished,) = [e for e in events if isinstance(e, Finished)]
-        loaded = plain_peft_metrics(job / "job.yaml", job / "best", job / "final")
-        for folder, step in (("best", finished.best["step"]), ("final", finished.steps)):
-            want, got = recorded(events, step), loaded[str(job / folder)]
-            assert got["accuracy"] == want["accuracy"], (job.name, folder, got, want)
-            assert got["loss"] == pytest.approx(want["loss"], rel=1e-5), (job.name, folder, got, want)
+        assert_reloads_as_recorded(job, list(JobDir(job).read_events().events), loaded)

@@ -56,3 +56,16 @@ def test_a_two_stage_search_trains_stage_1_on_a_part_and_runs_its_best_point_wit
     ran = {p.name for p in out.glob("tiny-sst2_seed*/*") if (p / "events.jsonl").exists() and "screen" not in p.name}
     assert ran == {f"tiny_lora__lr{best}"}, (screened, ran)
     assert len(list(out.glob(f"tiny-sst2_seed*/tiny_lora__lr{best}/events.jsonl"))) == 2  # both seeds
+    # the results by sweep, from the journal's states and the folders' provenance: the promoted point's
+    # two seeds in its row and the best, the others pruned, stage 1 apart
+    from lat_tui.results_cli import main as results
+
+    assert results([str(out), "--state-dir", str(tmp_path / "state"), "--out", str(tmp_path / "results")]) == 0
+    (sweep,) = json.loads((tmp_path / "results" / "results.json").read_text())["sweeps"]
+    rows = {(row["stage"], row["values"]["train.lr"]): row for row in sweep["rows"]}
+    for lr in screened:
+        full, screen = rows["full", float(lr)], rows["screen", float(lr)]
+        assert (screen["n"], screen["planned"], screen["best"]) == (1, 1, False)
+        assert (full["n"], full["planned"], full["best"], full["not_in_mean"]) == (
+            (2, 2, True, {}) if lr == best else (0, 2, False, {"pruned": 2}))
+    assert "Sweep of tiny_lora on tiny-sst2" in capsys.readouterr().out

@@ -123,9 +123,12 @@ async def test_failed_job_shows_its_error(make_app, journal, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "CUDA out of memory" in text_of(app, JobDetail))
         assert cell(app, first, "state") == "failed"
-        assert cell(app, first, "attempts") == "2"
+        assert "failed · exit 1 · attempt 2" in text_of(app, JobDetail)  # 80 columns have no try column
         detail = app.screen.query_one(JobDetail)
         assert detail.has_class("-error") and detail.region.height >= 2
+    async with make_app().run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: pilot.app.screen.query_one(JobTable).row_count == 2)
+        assert cell(pilot.app, first, "attempts") == "2"
 
 
 async def test_countdown_keys_send_commands(make_app, journal, tmp_path):
@@ -210,34 +213,20 @@ async def test_job_names_say_model_config_seed_and_dataset(make_app, journal, tm
         assert cell(app, second, "key") == "tiny_lora 2:tiny-sst2"  # no job.yaml (yet): no family
 
 
-def test_job_names_shrink_config_first_and_drop_the_model_last():
-    from lat_core.contract.rows import JobRow
-    from lat_tui.columns import job_name
-
-    job = JobRow(id=1, run_id=1, seq=1, key="k", suite="s", round=1, stem="gla_lora_r8_qkvo", seed=3,
-                 dataset="glue-tvt_sst2", job_dir="/x", argv=[], env={}, state="queued", device=None, attempts=0,
-                 started=None, ended=None, returncode=None, last_step=None, last_loss=None, error=None)
-    assert job_name(job, "gla", 48) == "gla/gla_lora_r8_qkvo 3:glue-tvt_sst2"
-    assert job_name(job, "gla", 28) == "gla/gla_lora_r8_qkvo 3:glue…"
-    assert job_name(job, "gla", 24, with_dataset=False) == "gla/gla_lora_r8_qkvo@3"
-    assert job_name(job, "gla", 12, with_dataset=False) == "gla_…_qkvo@3"  # the model gave way
-
-
-
 def screen_lines(widget) -> list[str]:
     """What ``widget`` shows on screen, line by line, as a person reads it."""
     return [strip.text for strip in widget.render_lines(Region(0, 0, *widget.region.size))]
 
 
 async def test_at_80_columns_names_tell_datasets_and_configs_apart(make_app, journal, tmp_path):
-    """Two datasets and configs that share their start: the 12 cells of the job column keep what
-    differs (``lo…vo 1:cola``, not ``t…vo 1:glue…``), and a waiting reason wider than the screen
+    """Two datasets and configs that share their start: the 18 cells of the job column keep what
+    differs (``…lora_qkvo 1:cola``, not ``t…vo 1:glue…``), and a waiting reason wider than the screen
     ends in a mark instead of going on below the detail line."""
     keys = ("glue-tvt_cola_seed1/tiny_lora_qkvo", "glue-tvt_rte_seed2/tiny_lora_q", "glue-tvt_cola_seed3/tiny_dora_qkvo")
     run_id, jobs = make_run(journal, tmp_path / "out", keys=keys)
     journal.set_waiting(jobs[0], "needs 10.0G GPU memory, 3.0G free on gpu0; " * 5)
     wide = ["tiny_lora_qkvo 1:glue-tvt_cola", "tiny_lora_q 2:glue-tvt_rte", "tiny_dora_qkvo 3:glue-tvt_cola"]
-    for size, names in (((80, 24), ["lo…vo 1:cola", "lora_q 2:rte", "do…vo 3:cola"]), ((160, 48), wide)):
+    for size, names in (((80, 24), ["…lora_qkvo 1:cola", "…lora_q 2:rte", "…dora_qkvo 3:cola"]), ((160, 48), wide)):
         app = make_app()
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: app.screen.query_one(JobTable).row_count == 3)

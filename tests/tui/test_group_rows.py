@@ -56,6 +56,6 @@ async def test_members_hang_on_branches_under_a_line_that_says_they_share_a_proc
         assert row_keys(app) == [f"g{first}.1", str(first), str(second), str(fourth), str(third)]
         title = cell(app, f"g{first}.1", "key")
         assert len(title) <= app.screen.query_one(JobTable).key_width
-        assert title == (f"group {first}.1: 3 jobs in one process" if size[0] >= 160 else "3 in 1 proc")
+        assert title == (f"group {first}.1: 3 jobs in one process" if size[0] >= 160 else f"group {first}.1: 3 jobs")
         assert [cell(app, job, "key")[:2] for job in (first, second, fourth)] == ["├ ", "├ ", "└ "]
         assert cell(app, third, "key")[0] not in "├└ "  # a job with a process of its own

@@ -9,6 +9,7 @@ from textual import events
 from textual.widgets import Input, SelectionList, Static
 
 from lat_core.front.service import open_store
+from lat_tui import sweep_words
 from lat_tui.screens.add_jobs import AddJobsScreen
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.screens.plan import PlanScreen
@@ -133,4 +134,41 @@ async def test_bad_options_are_named_in_the_forms_words_and_start_nothing(make_a
         assert "On OOM: unknown remedy 'bigger_gpu'" in problems and "On OOM: must be 1 or more" in problems
         assert "Overrides: 'lr': expected FIELD=VALUE" in problems
         assert app.screen.query_one("#problems", Static).region.height > 0
+    assert saved_plans(state_dir) == []
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_sweep_field_takes_the_sweep_flags_words_into_the_run_and_back_into_the_next_form(
+        make_app, state_dir, tmp_path, size):
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen))
+        app.screen.query_one("#suites", SelectionList).select_all()
+        words = "train.lr=1e-4,2e-4 zip:train.warmup_steps=0,10 random:peft.dropout=uniform:0,0.2 draws=2 seed=3"
+        await _fill(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"), sweep=words)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        (plan,) = saved_plans(state_dir)
+        assert sweep_words.plain(plan.sweep) == {"grid": {"train.lr": [1e-4, 2e-4]}, "zip": {"train.warmup_steps": [0, 10]},
+                                    "random": {"n": 2, "seed": 3, "space": {"peft.dropout": {"uniform": [0, 0.2]}}}}
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen))
+        assert value(app, "sweep") == ("train.lr=1e-4,2e-4 zip:train.warmup_steps=0,10 "
+                                       "random:peft.dropout=uniform:0,0.2 draws=2 seed=3")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_bad_sweep_is_named_in_the_forms_words_and_starts_nothing(make_app, state_dir, tmp_path, size):
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen))
+        app.screen.query_one("#suites", SelectionList).select_all()
+        await _fill(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"),
+                    sweep="train.lrr=1e-4,2e-4 peft.r random:train.lr=log_uniform:0,1e-3 draws=2")
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: "Invalid plan" in _problems(app))
+        problems = _problems(app)
+        assert "Sweep: 'peft.r': expected FIELD=VALUE,VALUE,..." in problems
+        assert "Sweep (train.lrr): unknown field 'train.lrr' (did you mean train.lr?)" in problems
+        assert "Sweep (train.lr.log_uniform): a log-uniform range needs low > 0" in problems
     assert saved_plans(state_dir) == []

@@ -128,11 +128,11 @@ async def test_good_input_creates_run_starts_engine_and_opens_dashboard(make_app
 
 async def test_keyboard_only_fill(make_app, state_dir, tmp_path):
     """Tab order: suites, rounds, pairs, devices, slots, countdown, output, env, fuse, options, on OOM,
-    overrides, start; enter in a text field goes to the next one (in the options list it toggles)."""
+    overrides, sweep, start; enter in a text field goes to the next one (in the options list it toggles)."""
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("space", "tab", "tab", *"1:tiny-sst2", "tab", "tab", "tab", "tab")
-        await pilot.press(*str(tmp_path / "o"), "enter", "enter", "enter", "tab", "enter", "enter", "enter")
+        await pilot.press(*str(tmp_path / "o"), "enter", "enter", "enter", "tab", "enter", "enter", "enter", "enter")
         await _wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
     assert len(_runs(state_dir)) == 1
 

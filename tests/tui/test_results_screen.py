@@ -368,3 +368,68 @@ async def test_results_screen_snapshot(runs):
     if os.environ.get("LAT_UPDATE_SNAPSHOTS") == "1" or not SNAPSHOT.exists():
         SNAPSHOT.write_text(text)
     assert text == SNAPSHOT.read_text(), "results screen changed; inspect and rerun with LAT_UPDATE_SNAPSHOTS=1"
+
+
+def one_suite(tmp_path) -> Path:
+    """A config tree of one suite (demo: one config, a) for the real front end to plan from."""
+    configs = tmp_path / "configs"
+    (configs / "experiments" / "gla").mkdir(parents=True)
+    (configs / "suites").mkdir()
+    (configs / "experiments" / "gla" / "a.yaml").write_text("model: {family: gla}\ntrain: {lr: 0.001}\n")
+    (configs / "suites" / "demo.yaml").write_text("rounds: {1: [gla/a.yaml]}\n")
+    return configs
+
+
+@pytest.fixture
+def swept(tmp_path) -> Path:
+    """A 3 x 2 grid on RTE with two seeds (tests/unit/test_results_sweeps: GRID, ACCURACY): its output root."""
+    from tests.unit.test_results_sweeps import grid_tree
+
+    return grid_tree(one_suite(tmp_path), tmp_path)
+
+
+async def test_w_shows_the_sweep_by_its_values_with_the_best_point_and_the_pruned_counted(swept):
+    async with ResultsApp(swept).run_test(size=(100, 30)) as pilot:
+        screen = await settle(pilot)
+        await pilot.press("w")
+        points = screen.query_one("#results-sweep", DataTable)
+        assert points.display and not screen.query_one("#results-table", DataTable).display
+        labels = [str(column.label) for column in points.columns.values()]
+        assert labels == ["sweep", "train.lr", "peft.r", "n", "accuracy", "not in the mean"]
+        rows = [[str(c) if isinstance(c, str) else c.plain for c in points.get_row_at(i)] for i in range(points.row_count)]
+        assert rows[2] == ["a", "1e-3", "4", "2 of 2", "0.820±0.028*", ""]  # the best point, starred
+        assert rows[4] == ["a", "0.01", "4", "1 of 2 !", "0.500", "1 failed"]
+        assert rows[5] == ["a", "0.01", "8", "0 of 2 !", "–", "2 pruned"]
+        assert points.get_row_at(2)[4].style.bold
+        legend = str(screen.query_one("#results-legend", Static).render())
+        assert legend.startswith("* best full point")
+        await pilot.press("down", "down")  # the best point: its own config's curve in the detail pane
+        assert screen.selected_config() == "a__lr1e-3_r4"
+        assert screen.query_one("#results-curve", CurvePlot).series[1].points[-1] == (4, pytest.approx(0.82))
+        await pilot.press("w")
+        assert screen.query_one("#results-table", DataTable).display and not points.display
+
+
+async def test_w_is_offered_only_where_a_dataset_has_a_sweep(runs):
+    async with ResultsApp(runs).run_test(size=(100, 30)) as pilot:
+        screen = await settle(pilot)
+        assert screen.check_action("sweep", ()) is False
+        await pilot.press("w")
+        assert not screen.sweep_view and screen.query_one("#results-table", DataTable).display
+
+
+async def test_a_two_stage_searchs_screening_points_are_labelled_and_never_starred(tmp_path):
+    from tests.unit.test_results_sweeps import stages_tree
+
+    async with ResultsApp(stages_tree(one_suite(tmp_path), tmp_path)).run_test(size=(80, 24)) as pilot:
+        screen = await settle(pilot)
+        await pilot.press("w")
+        points = screen.query_one("#results-sweep", DataTable)
+        assert [str(column.label) for column in points.columns.values()] == [
+            "sweep", "train.lr", "stage", "n", "accuracy", "not in the mean"]
+        rows = [[str(c) if isinstance(c, str) else c.plain for c in points.get_row_at(i)] for i in range(points.row_count)]
+        assert [row[1:5] for row in rows] == [
+            ["1e-4", "full", "0 of 2 !", "–"], ["1e-3", "full", "2 of 2", "0.860±0.014*"], ["0.01", "full", "0 of 2 !", "–"],
+            ["1e-4", "screen", "1 of 1", "0.700"], ["1e-3", "screen", "1 of 1", "0.900"],
+            ["0.01", "screen", "1 of 1", "0.500"]]
+        assert rows[0][5] == "2 pruned"

@@ -39,3 +39,21 @@ async def test_each_run_shows_its_jobs_counts_and_failures(make_app, journal, tm
         picker = app.screen.query_one(OptionList)
         shown = "\n".join(picker.render_line(y).text for y in range(picker.content_region.height))
         assert "1 running · 3 queued · 1 failed" in shown and "1 done · 1 failed" in shown
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_long_output_root_keeps_its_end_on_its_line(make_app, journal, tmp_path, size):
+    """Runs' output roots differ at their end: a root too long for its line once wrapped into
+    two halves of a folder name (``.../n`` and ``ovember/...``)."""
+    root = tmp_path / ("a-rather-long-directory-name-" * 3) / "for-the-experiments-of" / "november" / "runs-sweep-lr"
+    make_run(journal, root)
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await on_dashboard(pilot, app, rows=2)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunPicker))
+        picker = app.screen.query_one(OptionList)
+        shown = [picker.render_line(y).text.strip(" ▊▎") for y in range(picker.content_region.height)]
+        where = next(line for line in shown if "runs-sweep-lr" in line)
+        assert "…/" in where and where.endswith("/november/runs-sweep-lr"), shown  # whole folders
+        assert len([line for line in shown if line]) == 2  # the run's two lines, nothing wrapped

@@ -17,10 +17,12 @@ from lat_core.contract.jobdir.event_reader import CHUNK_BYTES, EventsRead, Event
 from lat_core.contract.jobdir.event_writer import EventWriter
 from lat_core.contract.jobdir.events import AnyEvent, EarlyStop, Finished, Memory
 from lat_core.contract.jobdir.json_files import read_small_json, write_json
+from lat_core.contract.jobdir.provenance import SweepPoint
 from lat_core.contract.jobdir.records import ExitRecord, GroupLimit, PeakUsage
 from lat_core.safe_files import ensure_folder, open_append, remove_files, replace_file
 
 
+PROVENANCE_BYTES = 1024 * 1024  # overrides.json lists every value set, a plan's datasets mapping too
 TRACKER_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")   # what W&B and SwanLab take as a run id
 
 
@@ -183,6 +185,12 @@ class JobDir:
 
     def ensure_runner_dir(self) -> None:
         ensure_folder(self.runner_dir, self.path)
+
+    # ------------------------------------------------------------------ what the front end planned
+    def sweep_point(self) -> SweepPoint | None:
+        """The sweep point the job trains, as its overrides.json records it; None for a job of no
+        sweep (or a file that is missing, too large or not provenance rows)."""
+        return SweepPoint.from_rows(read_small_json(self.path / names.OVERRIDES, PROVENANCE_BYTES))
 
     # ------------------------------------------------------------------ the engine's records
     def write_peak_usage(self, usage: PeakUsage) -> None:

@@ -15,9 +15,12 @@ How it differs from the eager fused step (step.eager_member_losses), and why:
 - a member's loss share is divided by its step's scored tokens from a device tensor filled before
   each replay;
 - gradients accumulate in place into the stacks' gradient buffers (allocated once by
-  members.install, outside the graphs' pool), which each member's optimizer reads through views;
-- a member's optimizer step and the clearing of its gradient slices are one captured graph per
-  member (MemberAdamW; AdamW capturable, the learning rate a device tensor its schedule fills).
+  members.install, outside the graphs' pool), which the optimizer reads (the group's flat buffer,
+  or each member's views of it);
+- the optimizer step of the members that step and the clearing of their gradients are one
+  captured graph for the group (group_adamw.GroupAdamW, learning rates a device vector the
+  schedules fill), or, with LAT_FUSED_ONE_ADAMW=0, one per member (MemberAdamW; AdamW capturable,
+  the learning rate a device tensor its schedule fills).
 
 A key's first micro-step runs eagerly (the warm-up: Triton autotuning, cuBLAS workspaces), its second
 is captured and replayed, as graphs.GraphedSteps does for a single job.

@@ -16,7 +16,7 @@ from lat_core.config.job import TrainConfigError, resolve_max_steps
 from .. import data as D
 from ..graphs import SpeedModes
 from . import members as M
-from .step import MemberRun, new_optimizer
+from .step import MemberRun, new_group_optimizer, new_optimizer, start_optimizer
 from .stacked import LayoutSlot, adapters_in_tf32
 
 
@@ -42,6 +42,7 @@ class Group:
     graphs: object = None            # graphed.FusedGraphs when the step replays CUDA graphs
     packed: object = None            # packed.PackedPass when the pass is one row without padding
     members_of: list[int] = field(default_factory=list)   # each run's index among the configs given
+    optimizer_line: str = ""         # one AdamW for the group or one per member, and why (step.new_group_optimizer)
     failed: dict[int, BaseException] = field(default_factory=dict)   # config index -> why it cannot start
 
     @property
@@ -176,22 +177,22 @@ def _start_runs(group: Group, cfgs, members, resume: list[bool]) -> None:
     """Each member's optimizer, schedule and sampler (from its checkpoint where it resumes), and the
     group's speed modes.  A member whose optimizer cannot be made or whose checkpoint cannot be
     restored stays in the stacks, its run done before it starts, with its reason in group.failed."""
-    from ..graphs import set_optimizer_mode
     from ..hf_trainer import build_scheduler
     from .graphed import FusedGraphs, graphs_decision
     from .packed import PackedPass, packing_decision
     graphed, graphs_why = graphs_decision(cfgs, group.device)
+    one_adamw, group.optimizer_line = new_group_optimizer(members, graphed)
     for i, c, m, d, again in zip(group.members_of, cfgs, members, group.data, resume):
         run = MemberRun(c, m, d.splits["train"], d.label_ids, None, None)
         group.runs.append(run)
         try:
-            run.optimizer = new_optimizer(c, m, graphed)
+            run.optimizer = new_optimizer(c, m, graphed, one_adamw)
             start = 0
             if again:
                 d.resumed = restore(c, m, run.optimizer)
                 start = d.resumed["step"]
             run.scheduler = build_scheduler(run.optimizer, c, c.train.max_steps, start)
-            set_optimizer_mode(run.optimizer, graphed, group.device)   # after a restore, maybe from the other mode
+            start_optimizer(run.optimizer, graphed, group.device)
             run.start(start)
         except Exception as exc:  # noqa: BLE001 - its optimizer or checkpoint: its own failure
             group.failed[i] = exc

@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from lat_core.config.fuse import adapter_refusal, own_pieces_refusal
 from lat_core.config.job import TrainConfigError
+from .flat import FlatStacks
 from .stacked import LayoutSlot, StackedLoRALinear
 
 
@@ -39,6 +40,7 @@ class Member:
     params: list[nn.Parameter]
     modules: list[tuple[str, StackedLoRALinear, int]] = field(default_factory=list)  # (name, layer, rank)
     config: object = None
+    stacks: FlatStacks | None = None   # the group's flat weights and gradients (shared by all members)
 
 
 def check_fusable(cfg) -> None:
@@ -84,19 +86,22 @@ def install(base: nn.Module, replayed: list[Replayed]) -> tuple[LayoutSlot, list
     """Replace every module some job adapts by a StackedLoRALinear holding all jobs' adapters
     (rank 0 for a job that does not adapt it); returns the shared layout slot and the members."""
     slot = LayoutSlot()
-    members = [Member(j, [], config=r.config) for j, r in enumerate(replayed)]
     targets = {n for r in replayed for n in r.layers}
     modules = dict(base.named_modules())
-    for name in [n for n in modules if n in targets]:   # module order, as PEFT lists parameters
+    names = [n for n in modules if n in targets]   # module order, as PEFT lists parameters
+    stacks = _flat_stacks(replayed, names, modules)
+    members = [Member(j, [], config=r.config, stacks=stacks) for j, r in enumerate(replayed)]
+    weights, grads = stacks.views(stacks.weights), stacks.views(stacks.grads)
+    for k, name in enumerate(names):
         per_job = [r.layers.get(name) for r in replayed]
-        first = next(x for x in per_job if x is not None)
         layer = StackedLoRALinear(modules[name], [x["r"] if x else 0 for x in per_job],
                                   [x["scaling"] if x else 0.0 for x in per_job],
-                                  [x["dropout"] if x else 0.0 for x in per_job], slot, first["A"].dtype)
+                                  [x["dropout"] if x else 0.0 for x in per_job], slot,
+                                  weights[2 * k], weights[2 * k + 1])
         parent_name, _, child = name.rpartition(".")
         setattr(modules[parent_name] if parent_name else base, child, layer)
-        layer.lora_A.grad = torch.zeros_like(layer.lora_A)   # kept: members' grads are views of it
-        layer.lora_Bt.grad = torch.zeros_like(layer.lora_Bt)
+        layer.lora_A.grad = grads[2 * k]   # kept: the backward adds into them, members' grads are views
+        layer.lora_Bt.grad = grads[2 * k + 1]
         with torch.no_grad():
             for j, x in enumerate(per_job):
                 if x is None:
@@ -108,6 +113,18 @@ def install(base: nn.Module, replayed: list[Replayed]) -> tuple[LayoutSlot, list
     for m in members:
         m.params = _member_params(m)
     return slot, members
+
+
+def _flat_stacks(replayed: list[Replayed], names: list[str], modules: dict) -> FlatStacks:
+    """The flat buffers for the stacks of the modules ``names`` (lora_A [R, in] then lora_Bt [R, out]
+    each, R the largest rank any job gives the module), in the first adapter's dtype, on the base's
+    device."""
+    shapes = []
+    for name in names:
+        width = max(max(r.layers[name]["r"] if name in r.layers else 0 for r in replayed), 1)
+        shapes += [(width, modules[name].in_features), (width, modules[name].out_features)]
+    first = next(x for r in replayed for x in r.layers.values())
+    return FlatStacks(shapes, len(replayed), first["A"].dtype, modules[names[0]].weight.device)
 
 
 def _member_params(m: Member) -> list[nn.Parameter]:

@@ -89,6 +89,7 @@ def started(m: Member, group, resumed: bool) -> None:
               f"accum {tr.grad_accum}, lr schedule {sched_desc}, peak lr {tr.lr:g}, {tr.max_steps} steps"
               + (f", resumed at step {run.step}" if resumed else ""))
     m.out.log(group.modes.line(" for the group"))
+    m.out.log(group.optimizer_line)
     if not run.done:   # a job alone resumed at max_steps trains nothing and opens no runs
         tracked.begin(m.out.job_dir, run.step, model_facts(group.base, run.member, trainable, frozen + trainable,
                                                             group.device.type, len(run.train_ex)), resumed)

@@ -9,8 +9,9 @@ plain reshape when every job has the same number of tokens) and back.
 
 Why zero padding is exact: job j's A has rows r_j..R-1 zero and its B columns r_j..R-1 zero, so
 the padded rank entries add nothing to the output, and their gradients are products with those
-zeros, exactly zero; no optimizer holds them (members.py gives each job views of its true-rank
-slices), so they stay zero.
+zeros, exactly zero; a member's own optimizer never sees them (members.py gives each job views of
+its true-rank slices), and the group's one AdamW (group_adamw.py), which steps whole rows, keeps
+them zero (zero gradients give zero moments and a zero update; weight decay scales zero).
 """
 from __future__ import annotations
 
@@ -85,10 +86,40 @@ class BatchLayout:
 
 
 class LayoutSlot:
-    """The current batch's layout, shared by every stacked layer of one model (set per micro-batch)."""
+    """The current batch's layout, shared by every stacked layer of one model (set per micro-batch),
+    and the last adapter input cast (adapter_input)."""
 
     def __init__(self):
-        self.current: BatchLayout | None = None
+        self._current: BatchLayout | None = None
+        self._cast: tuple[torch.Tensor, int, torch.Tensor] | None = None   # (input, its version, the cast)
+
+    @property
+    def current(self) -> BatchLayout | None:
+        return self._current
+
+    @current.setter
+    def current(self, layout: BatchLayout | None) -> None:
+        self._current, self._cast = layout, None
+
+    def adapter_input(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """x as [tokens, features] in the adapters' dtype, one cast shared by the layers that read
+        the same input (q, k and v of an attention read one hidden state).
+
+        Why: under a 16-bit base each adapter casts its input to float32 (as PEFT does); each of
+        the siblings made its own copy, and in the backward its own cast back and a 16-bit sum.
+        Shared, the forward is the same to the bit, the adapters' gradients too, and the base's
+        input gradient sums the adapters' parts in float32 and rounds once."""
+        tokens = x.reshape(-1, x.shape[-1])
+        if x.dtype == dtype:
+            return tokens
+        if x.is_inference():   # no version counter to tell an unchanged input by
+            return tokens.to(dtype)
+        cast = self._cast
+        if cast is not None and cast[0] is x and cast[1] == x._version and cast[2].dtype == dtype:
+            return cast[2]
+        out = tokens.to(dtype)
+        self._cast = (x, x._version, out)
+        return out
 
 
 class StackedLoRALinear(nn.Module):
@@ -101,16 +132,18 @@ class StackedLoRALinear(nn.Module):
     the transposed view, PEFT's [out, r] shape);
     `scaling`, `dropout`: per job.  Adapter math runs in lora_A's dtype, as PEFT casts the input
     to its adapter's dtype, and the sum is cast back to the base output's dtype.
+    lora_A, lora_Bt: the zeroed storage of the two stacks, views of the group's flat buffers
+    (fused.flat), R = max(ranks, 1).
     """
 
     def __init__(self, base: nn.Linear, ranks: list[int], scalings: list[float], dropouts: list[float],
-                 slot: LayoutSlot, dtype: torch.dtype):
+                 slot: LayoutSlot, lora_A: torch.Tensor, lora_Bt: torch.Tensor):
         super().__init__()
         self.base_layer = base
         self.ranks = list(ranks)
-        width, dev = max(max(ranks), 1), base.weight.device
-        self.lora_A = nn.Parameter(torch.zeros(len(ranks), width, base.in_features, dtype=dtype, device=dev))
-        self.lora_Bt = nn.Parameter(torch.zeros(len(ranks), width, base.out_features, dtype=dtype, device=dev))
+        dtype, dev = lora_A.dtype, lora_A.device
+        self.lora_A = nn.Parameter(lora_A)
+        self.lora_Bt = nn.Parameter(lora_Bt)
         self.register_buffer("scaling", torch.tensor(scalings, dtype=dtype, device=dev), persistent=False)
         self.register_buffer("keep", torch.tensor([1.0 - p for p in dropouts], dtype=dtype, device=dev),
                              persistent=False)
@@ -126,7 +159,7 @@ class StackedLoRALinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         result = self.base_layer(x)
         n_in, n_out = self.base_layer.in_features, self.base_layer.out_features
-        tokens = x.reshape(-1, n_in).to(self.lora_A.dtype)
+        tokens = self.slot.adapter_input(x, self.lora_A.dtype)
         layout = self.slot.current.for_tokens(tokens.shape[0])
         a, bt, scale, keep = self.lora_A, self.lora_Bt, self.scaling, self.keep
         if layout.jobs is not None:   # jobs without rows this micro-step: leave them out of the bmm

@@ -6,7 +6,8 @@ What makes a member's step equal its step alone: its micro-batches come from the
 sampler (data.MicroBatchSampler) from its own resume step; its loss is its label-token cross
 entropy summed over its rows and divided by the scored tokens of its whole step, as
 LatTrainer.compute_loss does (so a folded step sums the same terms in one pass); gradients of
-its A/B depend only on its own rows; its optimizer is its own AdamW over its own parameters, its
+its A/B depend only on its own rows; its optimizer is AdamW over its own parameters with its own
+hyperparameters and state (one step for all members, group_adamw.GroupAdamW, or its own AdamW), its
 schedule a LambdaLR built as a single job builds it (hf_trainer.build_scheduler), with no gradient
 clipping (max_grad_norm 0 there too).
 """
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 
 from .. import data as D
 from . import members as M
+from .group_adamw import GroupAdamW, SlicedAdamW, one_adamw_decision
 from .stacked import BatchLayout, LayoutSlot
 
 
@@ -68,7 +70,8 @@ class MemberRun:
         return not self.window
 
     def optimizer_step(self) -> None:
-        """The member's own AdamW step and schedule step; its gradient slices cleared in place."""
+        """The member's AdamW step (a member of a group optimizer was stepped with the group:
+        step_members) and schedule step; its gradient slices cleared in place."""
         self.optimizer.step()
         self.scheduler.step()
         if not getattr(self.optimizer, "clears_grads", False):
@@ -83,13 +86,33 @@ def _counts(examples: list[dict]) -> dict:
     return {"n_tokens": sum(len(e["input_ids"]) for e in examples), "n_scored": len(examples)}
 
 
-def new_optimizer(cfg, member: M.Member, graphed: bool = False) -> torch.optim.Optimizer:
-    """AdamW as a single job makes it (loop.run): one group, the job's lr and weight decay;
-    graphed: its step (and the clearing of the member's gradients) a captured graph."""
+def new_group_optimizer(members: list[M.Member], graphed: bool) -> tuple[GroupAdamW | None, str]:
+    """(the group's one AdamW, or None where each member steps its own; the line saying which)."""
+    on, why = one_adamw_decision(len(members))
+    return (GroupAdamW(members[0].stacks, graphed) if on and members else None), why
+
+
+def new_optimizer(cfg, member: M.Member, graphed: bool = False, group: GroupAdamW | None = None) -> torch.optim.Optimizer:
+    """AdamW as a single job makes it (loop.run): one group, the job's lr and weight decay (no
+    clipping: hf_trainer's max_grad_norm 0).  With ``group``, a SlicedAdamW the group steps; else
+    its own, graphed: its step (and the clearing of the member's gradients) a captured graph."""
     from .graphed import MemberAdamW
     tr = cfg.train
+    if group is not None:
+        return SlicedAdamW(group, member, lr=tr.lr, weight_decay=tr.weight_decay)
     return (MemberAdamW if graphed else torch.optim.AdamW)(
         [{"params": member.params, "weight_decay": tr.weight_decay}], lr=tr.lr, weight_decay=tr.weight_decay)
+
+
+def start_optimizer(optimizer: torch.optim.Optimizer, graphed: bool, device) -> None:
+    """After its schedule is built (and its checkpoint restored): a member of the group optimizer
+    hands it its rate and hyperparameters (SlicedAdamW.bind); its own AdamW takes the mode's rate
+    and step counters (graphs.set_optimizer_mode: a restore may come from the other mode)."""
+    from ..graphs import set_optimizer_mode
+    if isinstance(optimizer, SlicedAdamW):
+        optimizer.bind()
+    else:
+        set_optimizer_mode(optimizer, graphed, device)
 
 
 def fused_batch(parts: list[tuple[int, list[dict], list[int]]], pad_id: int, n_jobs: int, device) -> dict:
@@ -203,14 +226,18 @@ def backward_member_shares(per_row: torch.Tensor, row_job: torch.Tensor, runs: l
 
 def step_members(active, member_loss: torch.Tensor) -> list[MemberRun]:
     """Adds each active member's micro-batch loss to its step loss and steps the members whose
-    accumulation completed; returns those."""
+    accumulation completed (those of a group optimizer in one step of it); returns those."""
     stepped = []
     for j, r in active:
         loss = member_loss[j]
         r.step_loss = loss if r.step_loss is None else r.step_loss + loss
         if r.closes_step():
-            r.optimizer_step()
             stepped.append(r)
+    together = [r.optimizer for r in stepped if isinstance(r.optimizer, SlicedAdamW)]
+    if together:
+        together[0].group.step([opt.index for opt in together])
+    for r in stepped:
+        r.optimizer_step()
     return stepped
 
 

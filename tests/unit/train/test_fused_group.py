@@ -133,3 +133,22 @@ def test_members_start_from_the_adapter_their_own_process_draws(tmp_path, saved_
         alone = wrap_peft(build_base_model(c, load_tokenizer(c, D.build_tokenizer(ds))), c, environ={})
         theirs = get_peft_model_state_dict(alone)
         assert all(torch.equal(v, theirs[k]) for k, v in M.state_dict(run.member).items())
+
+
+def test_with_the_switch_off_each_member_steps_an_adamw_of_its_own_to_the_same_curve(tmp_path, monkeypatch):
+    """LAT_FUSED_ONE_ADAMW=0: each member's own torch AdamW over its views of the stacks (the
+    group's one AdamW, fused/group_adamw.py, is the default) trains the same curves."""
+    from lat_core.train.fused.group_adamw import SlicedAdamW
+    base = saved_tiny_base(tmp_path / "base")
+    group = build_group(member_cfgs(tmp_path / "one", base), torch.device("cpu"))
+    assert all(isinstance(r.optimizer, SlicedAdamW) for r in group.runs)
+    assert group.optimizer_line == "optimizer: one AdamW step for the group's 3 members"
+    together = train_fused(group)
+    monkeypatch.setenv("LAT_FUSED_ONE_ADAMW", "0")
+    group = build_group(member_cfgs(tmp_path / "own", base), torch.device("cpu"))
+    assert all(type(r.optimizer) is torch.optim.AdamW for r in group.runs)
+    assert "LAT_FUSED_ONE_ADAMW=0" in group.optimizer_line
+    for mine, theirs in zip(train_fused(group), together):
+        assert sorted(mine) == sorted(theirs)
+        for step, loss in theirs.items():
+            assert mine[step] == pytest.approx(loss, rel=1e-6), step

@@ -2,11 +2,12 @@
 outputs, same gradients of every job's A and B, padding that stays zero, PEFT-loadable adapters."""
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from lat_core.train import data as D
 from lat_core.train.fused import members as M
-from lat_core.train.fused.stacked import BatchLayout, StackedLoRALinear, TokenLayout, adapters_in_tf32
+from lat_core.train.fused.stacked import BatchLayout, LayoutSlot, StackedLoRALinear, TokenLayout, adapters_in_tf32
 from tests.helpers.fused import base_model, job_cfg, peft_model, randomise_b, tokenizer_and_rows
 
 # ranks, alphas, rsLoRA, target sets and layers all differ; seeds give each its own init
@@ -142,3 +143,70 @@ def test_adapters_run_in_tf32_only_on_a_gpu_under_a_16_bit_base():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert adapters_in_tf32(torch.bfloat16, cuda) and adapters_in_tf32(torch.float16, cuda)
     assert not adapters_in_tf32(torch.float32, cuda) and not adapters_in_tf32(torch.bfloat16, cpu)
+
+
+def _siblings(dtype):
+    """Three stacked layers reading one input (q, k, v of an attention): a 16-bit base, float32
+    adapters with random A and B, two jobs; and the layout slot they share."""
+    from lat_core.train.fused.flat import FlatStacks
+    torch.manual_seed(0)
+    slot = LayoutSlot()
+    stacks = FlatStacks([(4, 16), (4, 16)] * 3, 2, torch.float32, "cpu")
+    with torch.no_grad():
+        stacks.weights.normal_()
+    views = stacks.views(stacks.weights)
+    layers = [StackedLoRALinear(nn.Linear(16, 16).to(dtype), [4, 2], [2.0, 0.5], [0.0, 0.0], slot,
+                                views[2 * k], views[2 * k + 1]) for k in range(3)]
+    return slot, layers
+
+
+def _through(slot, layers, x, shared: bool):
+    """The siblings' outputs; shared=False hands each its own view of x (as each cast it)."""
+    slot.current = BatchLayout.packed([5, 3], "cpu")
+    return [layer(x if shared else x.view_as(x)) for layer in layers]
+
+
+def test_siblings_share_one_cast_of_their_input_and_compute_the_same():
+    """Under a bf16 base: one bf16 -> float32 copy of the input for the three adapters (was three),
+    the same outputs and adapter gradients to the bit, the input's gradient within bf16 rounding."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Casts(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.ops.aten._to_copy.default and args[0].dtype == torch.bfloat16:
+                Casts.n += 1
+            return func(*args, **kwargs)
+
+    slot, layers = _siblings(torch.bfloat16)
+    results = {}
+    for shared in (False, True):
+        x = torch.randn(1, 8, 16, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).requires_grad_()
+        for layer in layers:
+            layer.lora_A.grad = layer.lora_Bt.grad = None
+        Casts.n = 0
+        with Casts():
+            out = _through(slot, layers, x, shared)
+        casts = Casts.n
+        out = torch.stack(out)
+        out.float().sum().backward()
+        results[shared] = (out.detach(), casts, x.grad, [(l.lora_A.grad, l.lora_Bt.grad) for l in layers])
+    (out0, casts0, xg0, g0), (out1, casts1, xg1, g1) = results[False], results[True]
+    assert (casts0, casts1) == (3, 1)
+    assert torch.equal(out0, out1)
+    assert all(torch.equal(a, b) for pair0, pair1 in zip(g0, g1) for a, b in zip(pair0, pair1))
+    torch.testing.assert_close(xg1.float(), xg0.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_an_input_changed_in_place_is_cast_again():
+    slot, layers = _siblings(torch.bfloat16)
+    slot.current = BatchLayout.packed([5, 3], "cpu")
+    x = torch.randn(1, 8, 16).to(torch.bfloat16)
+    first = slot.adapter_input(x, torch.float32)
+    assert slot.adapter_input(x, torch.float32) is first
+    x.mul_(2)
+    assert torch.equal(slot.adapter_input(x, torch.float32), first * 2)
+    slot.current = BatchLayout.packed([5, 3], "cpu")   # a new batch: nothing kept from the last
+    assert slot.adapter_input(x, torch.float32) is not first

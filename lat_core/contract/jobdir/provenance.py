@@ -1,0 +1,57 @@
+"""What a job's ``overrides.json`` says of its place in a sweep: the values its point sets, the
+experiment config they were laid over, and whether it is a stage-1 (screening) job.
+
+The front end writes the file when it plans the job (lat_core.front.jobs: one row per value set,
+each with its ``source``); the results read it back here to tabulate a sweep by its values. Why the
+file and not the folder's name: ``lr2e-4_r16`` is shortened for reading, the rows hold each value as
+the job trained it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+# the ``source`` of a provenance row: a sweep point's value, and what stage 1 lays over each point
+SWEEP_SOURCE, SCREEN_SOURCE = "sweep", "sweep screen"
+SUITE_CONFIG_SOURCE = "suite config"  # the first row: the experiment YAML the job was made from
+SweptValue = Any  # a JSON scalar, or a tuple of them (a swept list, target_modules)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """A sweep job's point: ``values`` as (field as swept, value) in the sweep's order (``train.lr``,
+    ``HP_BATCH_SIZE``), ``config`` the experiment config's stem, ``screen`` a stage-1 job."""
+
+    values: tuple[tuple[str, SweptValue], ...]
+    config: str
+    screen: bool = False
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(field for field, _ in self.values)
+
+    @classmethod
+    def from_rows(cls, rows: object) -> SweepPoint | None:
+        """The point that provenance ``rows`` (overrides.json) record; None for a job of no sweep
+        or rows not of this shape (a hand-made file, another version's)."""
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            return None
+        values = tuple((str(row.get("field")), _hashable(row.get("value"))) for row in rows
+                       if row.get("source") == SWEEP_SOURCE)
+        if not values:
+            return None
+        screen = any(row.get("source") == SCREEN_SOURCE for row in rows)
+        return cls(values, _config_stem(rows), screen)
+
+
+def _config_stem(rows: Sequence[dict[str, Any]]) -> str:
+    made_from = next((row.get("value") for row in rows if row.get("source") == SUITE_CONFIG_SOURCE), None)
+    return PurePath(made_from).stem if isinstance(made_from, str) and made_from else "?"
+
+
+def _hashable(value: object) -> SweptValue:
+    """A swept list (JSON keeps a tuple as a list) as a tuple, so points compare and group."""
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
