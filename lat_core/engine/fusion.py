@@ -17,6 +17,7 @@ import yaml
 from lat_core.config.fuse import fuse_key, refusal
 from lat_core.config.fuse_measured import auto_refusal
 from lat_core.config.job import parse_config
+from lat_core.contract.devices import Device
 from lat_core.errors import ConfigError
 from lat_core.contract.jobdir import GroupLimit, JobDir
 from lat_core.contract.jobdir.names import JOB_YAML
@@ -27,6 +28,12 @@ GROUP_SIZE_LIMIT = 8  # members of one group; more rarely pays (issue 17: 8 jobs
 MATE_SCAN = 256  # queued jobs read after a group's first member to find its mates
 TRAIN_MODULE = ["-m", "lat_core.train", "--cfg"]
 MODE_FLAGS: tuple[list[str], ...] = ([], ["--resume"], ["--overwrite"])
+
+
+def jobs_see_no_gpu(device: Device) -> bool:
+    """A device whose jobs run on CPUs: this host's CPU, or a Slurm plan's cluster with ``gres: none``
+    (its pin hides every GPU), where ``fuse: auto`` runs a process per job as on the CPU here."""
+    return device.is_cpu or device.env.get("CUDA_VISIBLE_DEVICES") == ""
 
 
 def fuses_on(plan: SavedPlan, device_is_cpu: bool) -> bool:

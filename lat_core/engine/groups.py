@@ -23,7 +23,7 @@ from lat_core.engine.admission import Admission
 from lat_core.engine.backends import Backend
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, fuse_key_or_why, fuses_on, group_argv,
-                                    smaller_limit)
+                                    jobs_see_no_gpu, smaller_limit)
 from lat_core.engine.requeue import restart_argv, waiting_step
 from lat_core.engine.retries import backoff_hold
 from lat_core.engine.state import EngineState
@@ -34,6 +34,7 @@ from lat_core.monitor.usage import JobUsage
 from lat_core.contract.rows import AttemptRow, JobRow, RunRow
 from lat_core.contract.states import HistoryKind, JobState
 from lat_core.contract.failure_classes import OOM_CLASSES
+from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
 
 if TYPE_CHECKING:  # a group starts through the starts, which adopt through recovery, which settles groups
     from lat_core.engine.starts import Starts
@@ -58,6 +59,30 @@ class GroupStarts:
         self._job_secrets = secrets
         # (job id, attempts) -> (fuse key, why it has none, group limit)
         self._fuse_keys: dict[tuple[int, int], tuple[tuple | None, str | None, int]] = {}
+        # (job id, attempts) -> (its group's process, its mates' job ids) where it saved to resume in a group
+        self._saved_in_group: dict[tuple[int, int], tuple[int | str, tuple[int, ...]] | None] = {}
+
+    def resume_hold(self, job: JobRow) -> str | None:
+        """Why a member that saved to be resumed (its time limit's warning) waits: the warning reached
+        its whole group, whose other members are still saving; resubmitted together they train in one
+        group again, where the first one out would otherwise start alone. Bounded: the group's
+        process ends once its members left (FusedGroups.group_ending)."""
+        if not job.attempts:
+            return None
+        key = (job.id, job.attempts)
+        if key not in self._saved_in_group:
+            last = self.store.attempts(job.id)[-1]
+            ref = AttemptFiles(last.exit_path).read_group_ref() if last.returncode == EXIT_SAVED_TO_RESUME else None
+            self._saved_in_group[key] = (last.pid, ref.job_ids) if ref is not None and last.pid else None
+        saved = self._saved_in_group[key]
+        if saved is None:
+            return None
+        pid, mates = saved
+        still = sorted(a.job_id for a in self.store.open_attempts(job.run_id)
+                       if a.pid == pid and a.job_id in mates and a.job_id != job.id)
+        if not still:
+            return None
+        return f"waiting for jobs {', '.join(map(str, still))} of its fused group to save too, to resume together"
 
     def _fuse_info(self, job: JobRow) -> tuple[tuple | None, str | None, int]:
         """(the job's fuse key, why it has none, the most members its group may have), read once per
@@ -78,8 +103,8 @@ class GroupStarts:
         """Queued jobs after ``job`` that may join its group on ``device``: same fuse key, not held,
         and the group's summed expected memory still admitted; no more members than the smallest
         group limit among them (GROUP_SIZE_LIMIT, or less for a job whose group ran out of memory)."""
-        if not fuses_on(self._state.plan_of(run.id), device.is_cpu) \
-                or not self._state.backend(run.id).reaps_process_tree:
+        if not fuses_on(self._state.plan_of(run.id), jobs_see_no_gpu(device)) \
+                or not self._state.backend(run.id).runs_fused_groups:
             return []
         key, _, cap = self._fuse_info(job)
         if key is None:
@@ -92,7 +117,7 @@ class GroupStarts:
             if other.id in taken or device.id in other.avoid_devices or other_key != key or other_cap <= len(group):
                 continue
             if self._warm.hold(other) or backoff_hold(other, self._clock()) is not None \
-                    or self._waits(other):
+                    or self._waits(other) or self.resume_hold(other):
                 continue
             if self._admission.group_blocker([*group, other], device, running) is None:
                 group.append(other)
@@ -103,10 +128,10 @@ class GroupStarts:
         """Why ``job``, about to start alone, does not train in a fused group; None where the plan
         does not fuse on ``device`` (nothing to explain). A job that could fuse but has no mate
         says so too: "nothing is dropped silently" holds for a speed-up as for a tracker."""
-        if not fuses_on(self._state.plan_of(run.id), device.is_cpu):
+        if not fuses_on(self._state.plan_of(run.id), jobs_see_no_gpu(device)):
             return None
         backend = self._state.backend(run.id)
-        if not backend.reaps_process_tree:
+        if not backend.runs_fused_groups:
             return f"trains alone: the {backend.name} backend runs every job in a process of its own"
         _, why, _ = self._fuse_info(job)  # a group limit of 1 after an OOM, or what keeps it out
         if why is not None:
@@ -142,9 +167,9 @@ class GroupStarts:
                    "LAT_JOB_ID": str(leader.id), "LAT_ATTEMPT": str(leader_n), "LAT_SUITE": leader.suite}
             argv = group_argv(members, [n for _, n, _ in attempts])
             # forked from the preloaded process as a job alone would be (its imports are the group's)
+            backend = self._state.job_backend(leader)
             launched = (self._warm.launch(leader, argv, env, Path(leader.job_dir), Path(ref.exit_path))
-                        or self._state.job_backend(leader).launch(argv, env, Path(leader.job_dir),
-                                                                  Path(ref.exit_path), tuple(leader.env)))
+                        or backend.launch(argv, env, Path(leader.job_dir), Path(ref.exit_path), tuple(leader.env)))
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails its members alone
@@ -153,9 +178,10 @@ class GroupStarts:
             return
         if launched.popen is not None:
             self._groups.watch(launched.popen)
+        said = f"group {gid}: one process for jobs {ids} on {device.id}{backend.fused_launch_note(launched.pid)}"
         for job, (attempt_id, _, _) in zip(members, attempts):
             # the same words for every member: the progress stream says them once per group
-            self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, f"group {gid}: one process for jobs {ids} on {device.id}")
+            self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, said)
             self._starts.launched(job, attempt_id, launched)
 
     def _write_group_refs(self, members: list[JobRow], attempts: list[MemberAttempt]

@@ -72,7 +72,7 @@ class Engine:
         self._last_sample = 0.0
         # warm start forks jobs from a preloaded process: only where jobs really launch as processes
         self._warm = WarmStarts(store, allowed=backend is None and launch_fn is launch, plan_of=state.plan_of,
-                                warm_capable=lambda run_id: state.backend(run_id).supports_warm_start, clock=clock)
+                                cold_reason=lambda run_id: state.backend(run_id).why_cold(), clock=clock)
         self._mps = RunMps(state)
         self._groups = FusedGroups(store)
         self._faults = JobFaults(state, self._groups)
@@ -198,7 +198,8 @@ class Engine:
         for job in self.store.iter_queued(run.id):
             if job.id in taken or self._waits(job):
                 continue
-            if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())) is not None:
+            if (hold := self._warm.hold(job) or backoff_hold(job, self._clock())
+                    or self._group_starts.resume_hold(job)) is not None:
                 self._set_waiting(job, hold)
                 continue
             candidates = placements(job, run.devices, busy)

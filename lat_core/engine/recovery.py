@@ -85,11 +85,12 @@ class Recovery:
         (or, for a backend that ``recovers_from_queue`` such as Slurm, its queue) says whether the
         launch happened. Never relaunch: nothing found after a grace = failed."""
         backend = self._state.backend(run_id)
+        runner = AttemptFiles(attempt.exit_path).runner()  # a fused member's runner is its group's
         started: Launched | PidRecord | None
         if backend.recovers_from_queue:  # the runner's pid file holds a pid on another host: useless here
-            started = backend.recover(Path(attempt.exit_path), attempt.launched)
-        else:  # a fused member's runner is the group's, its pid file beside the group's exit record
-            started = AttemptFiles(attempt.exit_path).runner().read_pid()
+            started = backend.recover(runner.exit_path, attempt.launched)  # a group's job: by the group's record
+        else:
+            started = runner.read_pid()
         if started:
             self.store.set_attempt_pid(attempt.id, started.pid, started.pid_start)
             return next(a for a in self.store.attempts(attempt.job_id) if a.id == attempt.id)
@@ -255,15 +256,27 @@ class Recovery:
 
     def _triage(self, job: JobRow, attempt: AttemptRow, returncode: int | None) -> Diagnosis:
         backend = self._state.job_backend(job)
-        found = backend.diagnose(attempt.pid) if backend.diagnoses_failures and attempt.pid else None  # Slurm's verdict
+        record = AttemptFiles(attempt.exit_path).read_exit()
+        found = backend.diagnose(attempt.pid) if backend.diagnoses_failures and attempt.pid \
+            and _ended_with_its_process(attempt, record) else None  # Slurm's verdict
         if found is None:
-            record = AttemptFiles(attempt.exit_path).read_exit()
             before, after = oom_kill_readings(record.oom_kills if record else None, attempt.oom_source,
                                               attempt.oom_before)
             found = classify(Path(job.job_dir), returncode, cancelled=attempt.cancel_at is not None,
                              oom_kills_before=before, oom_kills_after=after,
                              env=job.env)  # the live env: remedies already applied count
         return still_effective(self.store.run(job.run_id), job, found)
+
+
+def _ended_with_its_process(attempt: AttemptRow, record: ExitRecord | None) -> bool:
+    """Whether the scheduler's word on the attempt's process (its Slurm job) is the attempt's: always
+    for a job alone; for a fused member where the group's end was its end: it left on a signal to the
+    group (SIGTERM from Slurm's time limit, scancel, preemption) or the group's process ended with it
+    still in. A member that exited with an error of its own failed alone, whatever became of the
+    group's job after it left (asking would also wait for a job that still runs for the others)."""
+    if AttemptFiles(attempt.exit_path).read_group_ref() is None or record is None:
+        return True
+    return record.returncode is None or record.returncode < 0
 
 
 def end_detail(job: JobRow, state: JobState, error: str | None) -> str:

@@ -59,6 +59,7 @@ READY_CPU_S = 300.0  # CPU seconds of importing (about 14 s when all is well): s
 KERNEL_WARMUP_LIMIT_S = 1200.0
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes
 PREPARE_LOOKAHEAD = 16  # queued jobs looked at per tick for one that may fork
+COLD = "cold"  # a run whose backend never forks jobs from the preloaded process (its history said why)
 STARTING = "loading torch, transformers and peft once, for every job to fork from (10-15 s on an idle host)"
 
 
@@ -223,8 +224,10 @@ class WarmStarts:
     run has such a job (during a countdown too), holding those jobs while it imports, forking them,
     and telling the run's and the job's history what happened."""
 
-    def __init__(self, store, *, allowed: bool, plan_of, warm_capable, clock=time.time):
-        self.store, self._allowed, self._plan_of, self._warm_capable = store, allowed, plan_of, warm_capable
+    def __init__(self, store, *, allowed: bool, plan_of, cold_reason, clock=time.time):
+        """``cold_reason(run_id)``: why the run's backend never forks jobs from the preloaded process
+        (its jobs run on other hosts), or None where it does."""
+        self.store, self._allowed, self._plan_of, self._cold_reason = store, allowed, plan_of, cold_reason
         self._clock = clock
         self._starter: WarmStarter | None = None
         self._told: dict[int, str] = {}  # run id -> the status its history last got
@@ -238,9 +241,15 @@ class WarmStarts:
     def prepare(self, run) -> None:
         """Start the preloaded process as soon as one of the jobs admission reaches next may fork
         from it, and tell the run's history when it is ready or failed."""
+        if self._told.get(run.id) == COLD:
+            return
         if run.id in self._told and self._starter is not None:
             # the run's warm-capable jobs were found before: only a change of status is news
             self._tell(run.id, self._starter)
+            return
+        if self._allowed and self._plan_of(run.id).warm_start and (why := self._cold_reason(run.id)) is not None:
+            self._told[run.id] = COLD  # said once: every job of the run starts cold, and why
+            self.store.add_transition(run.id, None, HistoryKind.WARM_START, f"not used: {why}")
             return
         # the jobs admission reaches next: a run whose first warm-capable job waits behind thousands
         # of others starts the process when that job comes near, and a tick stays cheap meanwhile
@@ -315,7 +324,7 @@ class WarmStarts:
         """The preloaded process, where this job may use it: plan ``warm_start`` (default on), the
         a backend that supports it, the real launcher, one process, and variables read after import."""
         if not (self._allowed and self._plan_of(job.run_id).warm_start
-                and self._warm_capable(job.run_id) and job.world == 1 and can_fork(job.argv, job.env)):
+                and self._cold_reason(job.run_id) is None and job.world == 1 and can_fork(job.argv, job.env)):
             return None
         if self._starter is None:
             self._starter = WarmStarter(Path(self.store.path).parent, clock=self._clock)

@@ -258,7 +258,7 @@ class _Plan:
 def test_jobs_waiting_on_the_kernel_warm_up_say_so_and_are_waited_for_longer(tmp_path):
     store, run_id, _ = missing_config_run(tmp_path)
     now = [1000.0]
-    starts = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(), warm_capable=lambda _: True,
+    starts = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(), cold_reason=lambda _: None,
                         clock=lambda: now[0])
     job = store.jobs(run_id)[0]
     starter = starts._for(job)

@@ -26,6 +26,9 @@ class Backend:
     diagnoses_failures: bool = False
     # ``stop_vanished`` stops the tree of a job whose runner died, and the end of a job ends its tree.
     reaps_process_tree: bool = False
+    # A fused group (lat_core.train.fused) goes out as one launch: one process for its members, on a
+    # job folder the engine reads (their exit records, cancel markers and the group's own record).
+    runs_fused_groups: bool = False
 
     @property
     def nodes_per_job(self) -> int:
@@ -44,6 +47,16 @@ class Backend:
 
     def is_alive(self, pid: int | None, pid_start: float | None) -> bool:
         raise NotImplementedError
+
+    def why_cold(self) -> str | None:
+        """Why no job forks from the engine's preloaded process (lat_core.engine.warm) on this
+        backend, said once in a run's history; None where :attr:`supports_warm_start`."""
+        return None if self.supports_warm_start else f"the {self.name} backend starts every job in a fresh process"
+
+    def fused_launch_note(self, pid: int | str) -> str:
+        """What the history's line for a fused group's start adds about its launch ``pid`` (a
+        scheduler's job id); "" for nothing."""
+        return ""
 
     def signal(self, pid: int, signum: int) -> bool:
         raise NotImplementedError

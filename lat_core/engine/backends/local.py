@@ -15,6 +15,7 @@ class LocalBackend(Backend):
     samples_local_processes = True
     supports_warm_start = True
     reaps_process_tree = True
+    runs_fused_groups = True
 
     def __init__(self, launch_fn=launch):
         self._launch = launch_fn

@@ -15,6 +15,11 @@ the batch script, so secrets are not written into the job directory.
 With ``array: true``, the jobs admitted together are one job array (:mod:`.slurm_array`); each
 attempt's ``pid`` is then its task id ``"<array job id>_<task>"``, which every Slurm command here
 accepts in place of a job id.
+
+A fused group (:mod:`lat_core.engine.groups`) is one Slurm job running the fused trainer on its
+members' folders, named after the group's exit record; every member's attempt keeps its job id, so
+squeue's and sacct's word on it is each member's still in the group when it ended. Its warning
+before the time limit makes every member save and leave to be resumed, as a job alone does.
 """
 
 from __future__ import annotations
@@ -106,6 +111,7 @@ class SlurmBackend(Backend):
     name = "slurm"
     recovers_from_queue = True
     diagnoses_failures = True
+    runs_fused_groups = True
 
     def __init__(self, *, python: str | None = None, run=run_command, where: str | None = None, **options):
         self.options: SlurmOptions = validate_options(options, where=where)
@@ -272,6 +278,14 @@ class SlurmBackend(Backend):
         partition = [f"--partition={self.options.partition}"] if self.options.partition else []
         out = self._run(["sinfo", "-h", "-o", "%G", *partition])
         return " ".join(out.stdout.split()) if out.returncode == 0 else ""
+
+    def why_cold(self) -> str:
+        return ("each job is a Slurm job of its own on a node this engine does not run on, where its process "
+                "imports torch, transformers and peft itself; a fused group is one process, so its members "
+                "share one start")
+
+    def fused_launch_note(self, pid: int | str) -> str:
+        return f" as Slurm job {pid}"
 
     # ------------------------------------------------------------------ state
     def is_alive(self, pid, pid_start) -> bool:

@@ -5,8 +5,11 @@ process, one frozen base, each job's own events, train.log, checkpoints, evaluat
 --attempt, its exit record JOB_DIR/.lat/attempt-N.exit.json (--attempts: one N per JOB_DIR, in order,
 as the engine launches a group whose members are on different attempts).  A job that cannot start (its
 config, data, folder, adapter or checkpoint) or fails later fails alone, with its own reason in its
-own files (exit 2 where a job of its own would refuse its config, else 1), and the others train; the
-group's exit status is 0 when every member finished, 2 when none could start, else 1.
+own files (exit 2 where a job of its own would refuse its config, else 1), and the others train.
+SIGUSR1 (Slurm's warning before the time limit) makes every member save a checkpoint at its last
+finished step and leave with exit 75 (EXIT_SAVED_TO_RESUME), to be resumed, as a job alone does. The
+group's exit status is 0 when every member finished, 75 when the others finished and some saved to
+resume, 2 when none could start, else 1.
 """
 from __future__ import annotations
 
@@ -125,6 +128,8 @@ def start_group(cfgs, outs, resume: bool):
 
 def main(argv=None) -> int:
     t0 = time.time()
+    from ..save_request import EXIT_SAVED_TO_RESUME, install
+    install()  # before the heavy imports: Slurm's warning may come while they load (lat_core.train's main)
     args = parse_args(argv)
     set_title(f"lat {group_label(args.job_dirs)}")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -139,8 +144,9 @@ def main(argv=None) -> int:
         + group.modes.line())
     train_group(group, members)
     log(f"group wall time {time.time() - t0:.1f}s")
-    ok = all(m.returncode == 0 for m in members) and len(members) == len(args.job_dirs)
-    return 0 if ok else 1
+    if len(members) < len(args.job_dirs) or any(m.returncode not in (0, EXIT_SAVED_TO_RESUME) for m in members):
+        return 1
+    return EXIT_SAVED_TO_RESUME if any(m.returncode == EXIT_SAVED_TO_RESUME for m in members) else 0
 
 
 if __name__ == "__main__":

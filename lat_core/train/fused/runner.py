@@ -3,7 +3,8 @@
 every eval_every / save_every and at the last step), and leaves the group when it finishes, fails
 (a non-finite loss at a logging step, a micro-batch that cannot be made, its own evaluation,
 checkpoint or final adapter, a folder that no longer takes its files) or is cancelled (its cancel
-marker; SIGTERM to the group cancels every member).  The others go on.
+marker; SIGTERM to the group cancels every member).  The others go on.  SIGUSR1 (Slurm's warning
+before the time limit) makes every member save a checkpoint and leave to be resumed (save_to_resume).
 
 An error inside the shared forward or backward cannot be put on one member: every member still in
 the group fails with it.
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import save_request
 from ..callbacks import LatRun
 from lat_core.contract.jobdir import CheckpointSaved, Eval, Finished, Step
 from ..events import log, memory_event, ranking_of, started_event
@@ -204,6 +206,36 @@ def _write_pending_quietly(m: Member) -> None:
         pass
 
 
+def save_to_resume(m: Member) -> None:
+    """Asked to save and stop (SIGUSR1: Slurm's warning before the group's time limit, forwarded by
+    the runner), as a job alone is (lat_core.train.save_request): the member's last finished step
+    saved as a checkpoint (unless that step saved one already) and the member leaves the group to be
+    resumed (EXIT_SAVED_TO_RESUME)."""
+    run, tr = m.run, m.run.cfg.train
+    write_step_log(m)
+    m.out.log(f"asked to save and stop (SIGUSR1): checkpoint at step {run.step}")
+    saved = m.lat.last_checkpoint
+    if saved is None or saved.name != f"checkpoint-{run.step}":
+        path = m.lat.save(m.view, trainer_state(run.step, tr.max_steps, run.cfg), tr.save_optimizer_state)
+        m.out.events.write(CheckpointSaved(step=run.step, path=path.name, optimizer_saved=tr.save_optimizer_state))
+        m.out.log(f"saved {path.name}" + ("" if tr.save_optimizer_state else " (without optimizer state)"))
+    m.out.log(f"{save_request.SavedToResume(run.step)}; exit {save_request.EXIT_SAVED_TO_RESUME}")
+    leave(m, save_request.EXIT_SAVED_TO_RESUME, f"saved at step {run.step} to be resumed")
+
+
+def save_those_asked(members: list[Member]) -> None:
+    """Once a save was asked for: every member still in the group that finished a step saves and
+    leaves (one that has not yet finished its first step has nothing to save: it goes on to it)."""
+    if not save_request.requested():
+        return
+    for m in members:
+        if not m.left and m.run.step > 0:
+            try:
+                save_to_resume(m)
+            except Exception as exc:  # noqa: BLE001 - its loss or its folder: its own failure
+                fail(m, exc)
+
+
 def leave(m: Member, returncode: int, why: str) -> None:
     m.run.done, m.left, m.returncode = True, True, returncode
     m.out.exit(returncode, why)
@@ -262,6 +294,7 @@ def train_group(group, members: list[Member]) -> None:
                     continue
                 if run.done:
                     finish_or_fail(m)
+            save_those_asked(members)
     finally:
         signal.signal(signal.SIGTERM, old)
         for m in members:   # their tracker writers close the runs before the job's process tree is stopped
