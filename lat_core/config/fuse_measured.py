@@ -67,7 +67,15 @@ MEASURED: tuple[FuseMeasurement, ...] = (
         note="bench/RESULTS.md 2026-11-25 (second session), warm Triton cache: 47,733 vs 30,296 tokens/s; "
              "issue 26's 100-step run on a machine compiling these shapes measured 27,790 vs 29,999 (0.93x): "
              "which holds is issue 26's open question"),
-    FuseMeasurement("mamba", Rows.SHORT, None),
+    FuseMeasurement(
+        "mamba", Rows.SHORT, 1.75, "H200", "2026-11-26",
+        "bench/bench_suite_throughput.py --gpu 0 --suite mamba_lora --sweep train.lr=1e-3,5e-4,2e-4,1e-4 "
+        "--steps 30 --sides lat-eager,lat+fuse",
+        note="Mamba-130m shape, random weights, transformers' slow path (no mamba_ssm on the machine), "
+             "8 jobs on the SST-2 sample: steady 5,267 vs 3,009 tokens/s, wall 28.4 vs 40.6 s, GPU peak "
+             "17.6 vs 27.1 GiB; bench/RESULTS.md 2026-11-26 (seventh session)"),
+    # 256-token Mamba rows: not measured; the process-per-job side ran out of the H200's memory
+    # (8 slow-path jobs of about 40 GiB each; bench/RESULTS.md 2026-11-26, seventh session)
     FuseMeasurement("mamba", Rows.LONG, None),
 )
 

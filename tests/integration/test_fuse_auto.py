@@ -69,7 +69,16 @@ def grouped(store, run_id) -> list[bool]:
     return [AttemptFiles(store.attempts(j.id)[0].exit_path).read_group_ref() is not None for j in store.jobs(run_id)]
 
 
-def test_auto_fuses_only_a_family_measured_to_win_and_says_why_the_others_train_alone(tmp_path):
+def unmeasured_mamba(monkeypatch) -> None:
+    """The table as it was before Mamba was measured: whatever it holds now, the rule under test is
+    that an unmeasured family trains alone."""
+    import lat_core.config.fuse_measured as FM
+    monkeypatch.setattr(FM, "MEASURED", tuple(m if m.family != "mamba" else FM.FuseMeasurement("mamba", m.rows, None)
+                                              for m in FM.MEASURED))
+
+
+def test_auto_fuses_only_a_family_measured_to_win_and_says_why_the_others_train_alone(tmp_path, monkeypatch):
+    unmeasured_mamba(monkeypatch)
     store, run_id, engine = run(tmp_path / "gla", "auto", "gla")   # GLA on short rows: measured 9.1x
     drain(engine)
     assert {j.state for j in store.jobs(run_id)} == {"succeeded"} and grouped(store, run_id) == [True, True]
