@@ -119,13 +119,13 @@ def test_hub_id_is_found_in_the_hf_cache_layout(tmp_path):
 
 @pytest.mark.parametrize("change", [
     {"model": {"family": "mamba", "name_or_path": "tiny-random", "dtype": "float32"},
-     "peft": {"method": "lora", "target_modules": ["in_proj"]}},
+     "peft": {"method": "sdlora", "target_modules": ["in_proj"]}},
     {"peft": {"method": "dora", "target_modules": QKVO}},
     {"peft": {"method": "lora", "target_modules": ["no_such_proj"]}},
     {"model": {"family": "gla", "name_or_path": "/no/such/model", "dtype": "bfloat16"}},
     {"model": {"family": "gla", "name_or_path": "org/not-cached", "dtype": "bfloat16"}},
     {"train": {"batch_size": "four"}},
-], ids=["mamba", "dora", "unknown-target", "missing-dir", "hub-not-cached", "invalid-config"])
+], ids=["mamba-sdlora", "dora", "unknown-target", "missing-dir", "hub-not-cached", "invalid-config"])
 def test_what_the_prior_does_not_model_is_unknown(tmp_path, change):
     raw = {**gla_job({"name_or_path": "tiny-random"}), **change}
     assert job_prior(job_dir(tmp_path, raw), {}, environ={"HF_HOME": str(tmp_path / "empty")}) is None
