@@ -1,0 +1,59 @@
+"""A suite bench stopped mid-side (SIGTERM, as ``timeout`` sends it) leaves none of its run running."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from bench.side_stop import kill_groups, side_processes
+from lat_core.contract.state_dir import open_store
+from lat_core.engine.launch import is_same_process
+from tests.helpers.waits import HANG_S, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def running_attempts(state_dir: Path) -> list[int]:
+    """The pids of the run's attempts whose runner is alive now (none before the journal exists)."""
+    if not (state_dir / "journal.sqlite").exists():
+        return []
+    store = open_store(state_dir)
+    attempts = [a for r in store.runs() for j in store.jobs(r.id) for a in store.attempts(j.id)]
+    return [a.pid for a in attempts if is_same_process(a.pid, a.pid_start)]
+
+
+def mentioning(folder: Path) -> list[psutil.Process]:
+    """Live processes whose command line names ``folder`` (the side's plan, jobs, state dir)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(str(folder) in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def test_sigterm_mid_side_cancels_the_run_and_leaves_no_trainer(tmp_path):
+    out = tmp_path / "bench"
+    state_dir = out / "state-lat-eager"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(tmp_path / "unused-state")}
+    bench = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bench_suite_throughput.py"), "--gpu", "-1",
+                              "--steps", "100000", "--sides", "lat-eager", "--out", str(out)],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    try:
+        wait_until(lambda: running_attempts(state_dir) or bench.poll() is not None, "trainer of the side")
+        assert bench.poll() is None, bench.communicate()[0][-3000:]
+        pids = running_attempts(state_dir)
+        bench.send_signal(signal.SIGTERM)
+        output, _ = bench.communicate(timeout=HANG_S)
+        assert bench.returncode == 128 + signal.SIGTERM, output[-3000:]
+        assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert side_processes(state_dir) == []
+        assert mentioning(out) == []
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        kill_groups([(proc.pid, None) for proc in mentioning(out)])  # so a failure here starves no later test
