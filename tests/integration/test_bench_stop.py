@@ -34,22 +34,37 @@ def mentioning(folder: Path) -> list[psutil.Process]:
     return found
 
 
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def start_bench(tmp_path: Path, out: Path, side: str) -> subprocess.Popen:
+    """The suite bench on the CPU (``--gpu -1``: tiny models), far more steps than the test waits for."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(tmp_path / "unused-state")}
+    return subprocess.Popen([sys.executable, str(ROOT / "bench" / "bench_suite_throughput.py"), "--gpu", "-1",
+                             "--steps", "100000", "--sides", side, "--out", str(out)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def sigterm(bench: subprocess.Popen) -> str:
+    bench.send_signal(signal.SIGTERM)
+    output, _ = bench.communicate(timeout=HANG_S)
+    assert bench.returncode == 128 + signal.SIGTERM, output[-3000:]
+    return output
+
+
 def test_sigterm_mid_side_cancels_the_run_and_leaves_no_trainer(tmp_path):
     out = tmp_path / "bench"
     state_dir = out / "state-lat-eager"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAT_STATE_DIR": str(tmp_path / "unused-state")}
-    bench = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bench_suite_throughput.py"), "--gpu", "-1",
-                              "--steps", "100000", "--sides", "lat-eager", "--out", str(out)],
-                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    bench = start_bench(tmp_path, out, "lat-eager")
     try:
         wait_until(lambda: running_attempts(state_dir) or bench.poll() is not None, "trainer of the side")
         assert bench.poll() is None, bench.communicate()[0][-3000:]
-        pids = running_attempts(state_dir)
-        bench.send_signal(signal.SIGTERM)
-        output, _ = bench.communicate(timeout=HANG_S)
-        assert bench.returncode == 128 + signal.SIGTERM, output[-3000:]
-        assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        runners = [psutil.Process(pid) for pid in running_attempts(state_dir)]
+        trainers = [child for runner in runners for child in runner.children(recursive=True)]
+        sigterm(bench)
+        assert alive(runners + trainers) == []
         assert side_processes(state_dir) == []
         assert mentioning(out) == []
     finally:
@@ -57,3 +72,22 @@ def test_sigterm_mid_side_cancels_the_run_and_leaves_no_trainer(tmp_path):
             bench.kill()
             bench.wait()
         kill_groups([(proc.pid, None) for proc in mentioning(out)])  # so a failure here starves no later test
+
+
+def test_sigterm_during_the_old_scripts_round_stops_its_trainers(tmp_path):
+    out = tmp_path / "bench"
+    bench = start_bench(tmp_path, out, "old")
+    trainers: list[psutil.Process] = []
+    try:
+        wait_until(lambda: mentioning(out / "old") or bench.poll() is not None, "trainer of the old side")
+        assert bench.poll() is None, bench.communicate()[0][-3000:]
+        trainers = psutil.Process(bench.pid).children(recursive=True)  # they retitle themselves: found by parent
+        assert trainers
+        sigterm(bench)
+        assert alive(trainers) == []
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        for proc in alive(trainers):  # they share the bench's group: each is killed alone
+            proc.kill()
