@@ -70,7 +70,10 @@ def kill_groups(processes: list[tuple[int, float | None]]) -> None:
 def stop_side(state_dir: Path, headless: subprocess.Popen | None = None, *,
               grace_s: float = STOP_GRACE_S) -> list[int]:
     """Cancels the side's run, waits up to ``grace_s`` for its processes to exit, kills what is left,
-    and the headless ``lat-tui --plan`` process too; returns the pids that had to be killed."""
+    and the headless ``lat-tui --plan`` process too; returns the pids that had to be killed. A second
+    SIGTERM or Ctrl-C meanwhile is ignored, so it cannot cut the clean-up short."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
     try:
         subprocess.run([sys.executable, "-m", "lat_tui.cli", "cancel", "--all", "--state-dir", str(state_dir)],
                        capture_output=True, text=True, timeout=CANCEL_WAIT_S)

@@ -35,7 +35,12 @@ def mentioning(folder: Path) -> list[psutil.Process]:
 
 
 def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    def running(proc: psutil.Process) -> bool:
+        try:
+            return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    return [p for p in procs if running(p)]
 
 
 def start_bench(tmp_path: Path, out: Path, side: str) -> subprocess.Popen:
