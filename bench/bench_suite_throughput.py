@@ -40,6 +40,11 @@ once where they do not for the two cases.
 ``lat+fuse`` over ``lat-eager`` in steady tokens/s (its ``steady_vs_lat-eager``) is the speed-up lat_core/config/fuse_measured.py
 records per family and row width (``--data tiny``: short rows; ``--data long``: 256-token rows),
 with the device, the date and this command.
+
+Stopped (SIGTERM from ``timeout``, Ctrl-C) or past a side's limit (``LAT_BENCH_SIDE_TIMEOUT``, 600 s),
+the bench leaves nothing on the GPU: a LAT side's run is cancelled as a user would (``lat-tui cancel
+--all``) and what is left of its engine and trainers killed (bench/side_stop.py); the old side's round
+is stopped (bench/old_scripts.py).
 """
 
 from __future__ import annotations
