@@ -13,7 +13,8 @@ gate; ~30 bytes per d_inner in bf16) and of hidden per token (residual and norm,
 
 Checked against an H200 (bench/RESULTS.md, "Mamba fused against Mamba alone"): Mamba-130m shape
 (hidden 768 x 24 layers, d_inner 1536, state 16), 16 rows x 256 tokens, bf16: this count gives
-~40.0 GiB of activations and logits; NVML showed 39.7 GiB per process. The count is therefore taken
+37.3 GiB of activations and 1.9 GiB of logits, 40.5 GiB with the weights, the adapter's state and
+the CUDA context; NVML showed 39.7 GiB per process. The count is therefore taken
 as it is, without the allocator's 20% (the states are a few large blocks of one size, reused layer
 after layer). On the CPU (bench/bench_mamba_memory.py, peak RSS growth of a LoRA step; see
 bench/RESULTS.md) malloc keeps more: the per-layer slope measured ~20 bytes per element at state 16
