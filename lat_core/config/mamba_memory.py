@@ -31,7 +31,7 @@ import importlib.util
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Callable, Any
 
 # transformers' MambaConfig defaults (the state-spaces/mamba-*-hf checkpoints' config.json omit some).
 MAMBA_DEFAULTS = {"hidden_size": 768, "num_hidden_layers": 32, "state_size": 16, "vocab_size": 50280,
@@ -94,7 +94,7 @@ def mamba_shape(config: Mapping[str, Any]) -> MambaShape:
                       conv_bias=bool(c["use_conv_bias"]))
 
 
-def fast_path_expected(find_spec=importlib.util.find_spec) -> bool:
+def fast_path_expected(find_spec: Callable[[str], object] = importlib.util.find_spec) -> bool:
     """Whether a GPU job will take the fast path: the kernel packages are installed for this Python
     (the trainer runs with the engine's interpreter). ``find_spec`` locates a top-level package without
     importing it (so no torch here); a kernel that is installed but fails to import is taken as fast,

@@ -7,8 +7,8 @@ It imports no torch: it reads the job's ``job.yaml`` (through the one job schema
 lat_core.config.job, so the config it sizes is the one the trainer will train), the
 model's ``config.json`` and the headers of its safetensors files.
 
-The estimate is deliberately high: every sequence is taken at ``max_seq_len`` (GLUE sentences are
-shorter) and every position gets logits. It is ``None`` (unknown, so admission staggers as before)
+The estimate is deliberately high: every sequence is taken at ``max_seq_len`` (for single-sentence
+data at most SINGLE_SENTENCE_MAX_TOKENS: :func:`row_tokens`) and every position gets logits. It is ``None`` (unknown, so admission staggers as before)
 wherever it is not calibrated: DoRA, SDLoRA, GLA configs with softmax-attention layers, hub ids not in
 the local Hugging Face cache, unreadable files. Mamba's activations are counted in
 :mod:`lat_core.config.mamba_memory` (transformers' slow path keeps rows x tokens x d_inner x state
@@ -23,12 +23,13 @@ import os
 from dataclasses import dataclass, replace
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import yaml
 
 from lat_core.config.hub_cache import hub_cache_dirs
 from lat_core.config.job import TINY, TINY_DEFAULTS, JobConfig, PeftConfig, parse_config
+from lat_core.config.datasets import SINGLE_SENTENCE_MAX_TOKENS, single_sentence
 from lat_core.config.mamba_memory import (MambaShape, cpu_activation_bytes as mamba_cpu_activations,
                                           fast_path_expected, gpu_activation_bytes as mamba_gpu_activations,
                                           mamba_shape)
@@ -222,7 +223,7 @@ def safetensors_params(folder: Path) -> int | None:
 
 # ----------------------------------------------------------------------------- the estimate
 
-SHAPES = {"gla": gla_shape, "mamba": mamba_shape}
+SHAPES: dict[str, Callable[[Mapping[str, Any]], GlaShape | MambaShape]] = {"gla": gla_shape, "mamba": mamba_shape}
 
 
 @dataclass(frozen=True)
@@ -315,11 +316,19 @@ def mamba_activations(shape: MambaShape, tokens: int, dtype_bytes: int, checkpoi
     return Activations(logits + inputs, gpu, logits + inputs, mamba_cpu_activations(body, tokens))
 
 
+def row_tokens(cfg: JobConfig) -> int:
+    """The widest row the job pads to: ``max_seq_len``, or less for single-sentence data, whose
+    rows never come near it (Mamba's slow path, linear in it, was sized 10x too high for SST-2)."""
+    if single_sentence(cfg.data):
+        return min(cfg.train.max_seq_len, SINGLE_SENTENCE_MAX_TOKENS)
+    return cfg.train.max_seq_len
+
+
 def estimate(cfg: JobConfig, environ: Mapping[str, str]) -> MemoryPrior:
     """The prior for a parsed job config; raises PriorUnknown outside what it models."""
     facts = model_facts(cfg, environ)
     dtype_bytes = DTYPE_BYTES[cfg.model.dtype]
-    tokens = cfg.train.batch_size * cfg.train.max_seq_len  # micro-batch; accumulation adds nothing
+    tokens = cfg.train.batch_size * row_tokens(cfg)  # micro-batch; accumulation adds nothing
     weights = facts.params * dtype_bytes
     state = trainable_params(facts.shape, cfg.peft) * TRAINABLE_BYTES + loraga_bytes(facts, cfg, dtype_bytes)
     checkpointing = cfg.train.gradient_checkpointing

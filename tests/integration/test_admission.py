@@ -147,17 +147,20 @@ def test_family_peak_reads_measured_configs_of_one_suite_and_dataset(tmp_path):
 
 # ----------------------------------------------------------------------------- static memory prior
 
+# Sentence pairs, whose rows may fill max_seq_len, as the benches' random or synthetic rows did (a
+# single-sentence dataset's rows are sized at most 96 tokens: memory_prior.row_tokens)
+LONG_ROWS = "glue-tvt_rte"
 GLA_13B_BENCH = {"model": {"family": "gla", "name_or_path": "tiny-random", "dtype": "bfloat16",
                            "tiny": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "vocab_size": 32000}},
                  "peft": {"method": "lora", "r": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
-                 "data": "tiny-sst2", "train": {"batch_size": 4, "max_seq_len": 256}}
+                 "data": LONG_ROWS, "train": {"batch_size": 4, "max_seq_len": 256}}
 TINY_SDLORA = {"model": {"family": "mamba", "name_or_path": "tiny-random", "dtype": "float32"},
                "peft": {"method": "sdlora", "target_modules": ["in_proj"]}, "data": "tiny-sst2"}  # no prior
 # The mamba_lora suite's Mamba-130m shape (random weights, as the bench trains it): 16 rows, bf16.
 MAMBA_130M = {"model": {"family": "mamba", "name_or_path": "tiny-random", "dtype": "bfloat16",
                         "tiny": {"hidden_size": 768, "num_hidden_layers": 24, "state_size": 16, "vocab_size": 50280}},
               "peft": {"method": "lora", "r": 8, "target_modules": ["in_proj", "x_proj"]},
-              "data": "tiny-sst2", "train": {"batch_size": 16, "max_seq_len": 256}}
+              "data": LONG_ROWS, "train": {"batch_size": 16, "max_seq_len": 256}}
 
 
 def configured_job(tmp_path, name, config: dict, **kw):

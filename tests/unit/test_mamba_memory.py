@@ -12,15 +12,16 @@ from tests.unit.test_memory_prior import job_dir
 LORA = {"method": "lora", "r": 8, "alpha": 16, "target_modules": ["in_proj", "x_proj"]}
 
 
-def mamba_130m_job(tmp_path, max_seq_len: int, **model) -> dict:
+def mamba_130m_job(tmp_path, max_seq_len: int, data: str = "glue-tvt_rte", **model) -> dict:
     """The mamba_lora suite's job (Mamba-130m, LoRA r8 in_proj/x_proj, 16 rows, bf16) from a local
-    copy of the checkpoint's config.json."""
+    copy of the checkpoint's config.json; by default on sentence pairs, whose rows may fill
+    max_seq_len (as the bench's synthetic 256-token rows did)."""
     folder = tmp_path / "mamba-130m-hf"
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(json.dumps({"hidden_size": 768, "num_hidden_layers": 24,
                                                     "state_size": 16, "vocab_size": 50280, "expand": 2}))
     return {"model": {"family": "mamba", "name_or_path": str(folder), "dtype": "bfloat16", **model},
-            "peft": LORA, "data": "tiny-sst2", "train": {"batch_size": 16, "max_seq_len": max_seq_len}}
+            "peft": LORA, "data": data, "train": {"batch_size": 16, "max_seq_len": max_seq_len}}
 
 
 @pytest.fixture
@@ -40,6 +41,9 @@ def test_slow_path_prior_covers_the_h200_peaks_and_fits_three_jobs_not_four(tmp_
     # SST-2's short rows (~16 tokens padded to the batch's longest): 8 jobs peaked at 27.1 GiB in all.
     short = job_prior(job_dir(tmp_path, mamba_130m_job(tmp_path, 16), "short"), {}, environ={})
     assert 27.1 * GiB / 8 * 0.9 <= short.gpu_bytes <= 27.1 * GiB / 8 * 1.5
+    # SST-2 itself at the suite's max_seq_len 256: sized at its longest rows (96 tokens), so 8 fit
+    sst2 = job_prior(job_dir(tmp_path, mamba_130m_job(tmp_path, 256, data="glue-tvt_sst2"), "sst2"), {}, environ={})
+    assert short.gpu_bytes < sst2.gpu_bytes < prior.gpu_bytes / 2 and 8 * sst2.gpu_bytes < 139 * GiB
 
 
 def test_the_fast_path_is_far_smaller_and_the_cpu_always_slow(tmp_path, monkeypatch):
