@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lat_core.contract.commands import CancelJob
+from tests.helpers.waits import HANG_S
 from lat_core.engine.backends import get_backend
 from lat_core.engine.backends.slurm import SlurmBackend, SlurmError, find_submitted, job_name_for
 from lat_core.config.slurm_options import double_mem, option_problems, time_minutes, validate_options
@@ -181,14 +182,14 @@ def make_run(tmp_path, jobs, devices=(GPU0,)):
     return store, run_id
 
 
-def drain(engine, timeout=60):
+def drain(engine, timeout=HANG_S):
     deadline = time.time() + timeout
     while engine.tick():
         assert time.time() < deadline, "engine did not drain in time"
         time.sleep(0.2)
 
 
-def wait_dead(backend, job_id, timeout=30):
+def wait_dead(backend, job_id, timeout=HANG_S):
     deadline = time.time() + timeout
     while backend.is_alive(job_id, None):
         assert time.time() < deadline, f"Slurm job {job_id} still alive"
@@ -199,7 +200,7 @@ def scontrol_job(job_id) -> str:
     return subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True).stdout
 
 
-def sacct_names(names, timeout=15) -> list[str]:
+def sacct_names(names, timeout=HANG_S) -> list[str]:
     """Job names in Slurm's accounting; slurmdbd records a finished job a moment after it ends."""
     deadline = time.time() + timeout
     while True:
@@ -280,7 +281,7 @@ def test_engine_records_success_and_failure(slurm_cluster, tmp_path):
 def test_engine_cancel_goes_through_scancel(slurm_cluster, tmp_path):
     store, run_id = make_run(tmp_path, [fake_job(tmp_path, "slow", sleep=60)])
     engine = Engine(store, backend=SlurmBackend(time="5"))
-    deadline = time.time() + 30
+    deadline = time.time() + HANG_S
     while not (tmp_path / "record" / "slow.log").exists():
         assert time.time() < deadline
         engine.tick()
@@ -288,11 +289,11 @@ def test_engine_cancel_goes_through_scancel(slurm_cluster, tmp_path):
     job = store.jobs(run_id)[0]
     slurm_id = store.attempts(job.id)[0].pid
     store.add_command(run_id, CancelJob(job.id))
-    drain(engine, timeout=30)
+    drain(engine, timeout=HANG_S)
     job = store.job(job.id)
     assert job.state == "cancelled" and job.error == "cancelled by user"
     assert AttemptFiles(Path(store.attempts(job.id)[0].exit_path)).read_exit().signal == signal.SIGTERM
-    deadline = time.time() + 10  # the runner has exited; Slurm may still show the job COMPLETING a moment
+    deadline = time.time() + HANG_S  # the runner has exited; Slurm may still show the job COMPLETING a while
     while SlurmBackend().is_alive(slurm_id, None):
         assert time.time() < deadline, "Slurm still runs the cancelled job"
         time.sleep(0.2)
@@ -318,7 +319,7 @@ def test_engine_restart_submits_nothing_twice(slurm_cluster, tmp_path):
     jobs = [fake_job(tmp_path, f"r{i}", sleep=3) for i in range(3)]
     store, run_id = make_run(tmp_path, jobs)
     first = Engine(store, backend=SlurmBackend(time="5"))
-    deadline = time.time() + 30
+    deadline = time.time() + HANG_S
     while not all(a.pid for j in store.jobs(run_id) for a in store.attempts(j.id)) or \
             sum(j.state == "running" for j in store.jobs(run_id)) < 2:
         assert time.time() < deadline
@@ -363,7 +364,7 @@ def test_a_slurm_time_limit_kill_is_triaged_as_timeout_from_its_log():
 def test_engine_job_killed_by_the_time_limit(overtime):
     """Slurm's granularity is a minute: the job was submitted early (fixture ``overtime``)."""
     store, run_id, engine = overtime
-    drain(engine, timeout=150)
+    drain(engine)
     job = store.jobs(run_id)[0]
     assert job.state == "failed" and job.diagnosis.cls == "timeout"
     assert "killed by SIGTERM" in job.error
@@ -417,7 +418,7 @@ def test_array_env_split_keeps_values_out_of_the_script():
     assert validate_options({"array": True}).array and option_problems({"array": "yes"})
 
 
-def array_tasks(array_id, count, timeout=15) -> list[str]:
+def array_tasks(array_id, count, timeout=HANG_S) -> list[str]:
     """``<array>_<task>`` ids of the array in Slurm's accounting (recorded a moment after the end)."""
     deadline = time.time() + timeout
     while True:
@@ -461,7 +462,7 @@ def test_array_task_failure_and_cancel_stay_in_their_task(slurm_cluster, tmp_pat
             fake_job(tmp_path, "slow", sleep=60)]
     store, run_id = make_run(tmp_path, jobs, devices=[GPU3])
     engine = array_engine(store)
-    deadline = time.time() + 30
+    deadline = time.time() + HANG_S
     while not (tmp_path / "record" / "slow.log").exists():
         assert time.time() < deadline
         engine.tick()
@@ -471,7 +472,7 @@ def test_array_task_failure_and_cancel_stay_in_their_task(slurm_cluster, tmp_pat
     engine.tick()
     assert store.job(by_key["ok"].id).state == "running"  # its sibling task runs on
     release.touch()
-    drain(engine, timeout=30)
+    drain(engine, timeout=HANG_S)
     by_key = {j.key: store.job(j.id) for j in by_key.values()}
     assert by_key["ok"].state == "succeeded" and by_key["slow"].state == "cancelled"
     assert by_key["bad"].state == "failed" and by_key["bad"].returncode == 3

@@ -78,7 +78,7 @@ def sacct_name(job_id) -> str:
         out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "JobName"],
                              capture_output=True, text=True).stdout.split()
         return out[0] if out else None
-    return wait_until(named, f"Slurm job {job_id} in sacct", timeout=30)
+    return wait_until(named, f"Slurm job {job_id} in sacct")
 
 
 def stepping(job, n: int = 2) -> bool:
