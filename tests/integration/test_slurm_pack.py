@@ -4,14 +4,17 @@ not fuse go out as one Slurm job whose process imports the training stack once a
 each keeps its own attempt, exit record, results, failure and cancel. What reached Slurm is read
 back from Slurm. Every wait is on a state, never a sleep's length."""
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from lat_core.contract.commands import CancelJob
-from lat_core.contract.jobdir import AttemptFiles, Finished, JobDir, Step
+from lat_core.contract.commands import CancelJob, CancelRun
+from lat_core.contract.jobdir import AttemptFiles, Finished, JobDir, Started, Step
+from lat_core.contract.state_dir import EngineLock
 from lat_core.contract.states import HistoryKind
 from lat_core.engine.backends.slurm import SlurmBackend, find_submitted, job_name_for
 from lat_core.front.service import open_store
@@ -87,7 +90,11 @@ def test_three_unfused_jobs_share_one_slurm_job_and_a_bad_one_fails_alone(slurm_
 
 
 @pytest.mark.slow
-def test_a_cancelled_member_of_a_pack_is_cancelled_alone(slurm_cluster, tmp_path):  # noqa: F811
+def test_a_cancelled_member_of_a_pack_is_cancelled_alone_and_a_restarted_engine_adopts_the_pack(  # noqa: F811
+        slurm_cluster, tmp_path):
+    """b is cancelled through its marker (the pack's process sends its runner SIGTERM), a and c train
+    on; the engine dies (SIGKILL), the front end restarts it and it adopts the pack; an admin's
+    scancel ends the pack: Slurm's word is a's and c's."""
     front = lat_tui(tmp_path, GOOD, {"overrides": LONG}, wait=False)
     try:
         store, run_id = the_run(tmp_path)
@@ -99,6 +106,11 @@ def test_a_cancelled_member_of_a_pack_is_cancelled_alone(slurm_cluster, tmp_path
         wait_until(lambda: store.job(b.id).state == "cancelled", "b cancelled")
         assert {j.state for j in store.jobs(run_id) if j.id != b.id} == {"running"}
         assert SlurmBackend().is_alive(slurm_id, None)  # the pack's job goes on for a and c
+        state = tmp_path / "state"
+        engine = EngineLock(state).holder().pid
+        os.kill(engine, signal.SIGKILL)
+        wait_until(lambda: (h := EngineLock(state).holder()) and h.pid != engine and EngineLock(state).is_held(),
+                   "the engine restarted by the front end")
         a = by_stem(store, run_id)["tiny_lora_qkvo"]
         now = len(JobDir(a.job_dir).read_events().of(Step))
         wait_until(lambda: len(JobDir(a.job_dir).read_events().of(Step)) > now, "a training on")
@@ -114,3 +126,36 @@ def test_a_cancelled_member_of_a_pack_is_cancelled_alone(slurm_cluster, tmp_path
         job = jobs[stem]
         assert job.state == "failed" and job.diagnosis.cls == "cancelled", job.error
         assert job.diagnosis.title == "Cancelled in Slurm" and str(slurm_id) in job.diagnosis.diagnosis
+    assert slurm_jobs_of(store, run_id) == {slurm_id} and all(j.attempts == 1 for j in jobs.values())  # adopted
+    assert "[lat pack] job %d: cancelled" % b.id in (Path(jobs["tiny_lora_qkvo"].job_dir) / "train.log").read_text()
+
+
+def resumed_from(job) -> list:
+    return [e.resumed_from for e in JobDir(job.job_dir).read_events().of(Started)]
+
+
+@pytest.mark.slow
+def test_a_time_limited_pack_passes_the_warning_to_every_member_and_they_resume_as_a_pack(  # noqa: F811
+        slurm_cluster, tmp_path):
+    """Slurm warns the pack's job 50 s before its 1-minute limit: the pack's process passes SIGUSR1
+    on to each member, which saves at its last step and leaves with 75; the engine resubmits them
+    with --resume once all have saved, as one pack again, and each trains on from its checkpoint."""
+    front = lat_tui(tmp_path, GOOD, {"overrides": LONG, "slurm": {"time": "1", "save_before_end_s": 50}}, wait=False)
+    try:
+        store, run_id = the_run(tmp_path)
+        wait_until(lambda: len(store.jobs(run_id)) == 3 and all(len(resumed_from(j)) == 2 for j in store.jobs(run_id)),
+                   "every member resumed")
+        store.add_command(run_id, CancelRun())
+        front.communicate(timeout=300)
+    finally:
+        if front.poll() is None:
+            front.kill()
+    firsts = [store.attempts(j.id)[0] for j in store.jobs(run_id)]
+    assert len({a.pid for a in firsts}) == 1 and {a.returncode for a in firsts} == {75}
+    seconds = {store.attempts(j.id)[1].pid for j in store.jobs(run_id)}  # resubmitted together: one pack again
+    assert len(seconds) == 1 and seconds != {firsts[0].pid}
+    for job in store.jobs(run_id):
+        saved = resumed_from(job)[1]
+        assert saved and "--resume" in store.job(job.id).argv
+        log = (Path(job.job_dir) / "train.log").read_text()
+        assert f"asked to save and stop (SIGUSR1): checkpoint at step {saved}" in log
