@@ -7,11 +7,18 @@ from dataclasses import replace
 import pytest
 
 from lat_core.config.slurm_options import option_problems, validate_options
-from lat_core.contract.jobdir import GroupRef
+from lat_core.contract.devices import cluster_device
+from lat_core.contract.diagnosis import Diagnosis
+from lat_core.contract.failure_classes import FailureClass
+from lat_core.contract.jobdir import AttemptFiles, GroupRef, JobDir
+from lat_core.contract.journal import Store
+from lat_core.contract.states import JobState
+from lat_core.engine.groups import FusedGroups
 from lat_core.engine.backends.slurm import SlurmBackend
 from lat_core.engine.pack import pack_argv, pack_key
 from lat_core.errors import PlanError
 from lat_core.train.pack import Member, parse_args, split_gpus
+from tests.unit.test_cli_text import job_record
 from tests.unit.test_fusion import job
 from tests.unit.test_paths_and_modes import plan_for
 from tests.unit.test_plan import configs  # noqa: F401  (fixture)
@@ -84,3 +91,24 @@ def test_a_group_ref_says_whether_its_group_is_a_pack():
     fused = GroupRef("/x/.lat/group-attempt-1.exit.json", (1, 2))
     assert fused.to_json() == {"exit_path": fused.exit_path, "job_ids": [1, 2]}  # as before packs
     assert GroupRef.from_json(fused.to_json()) == fused and not fused.pack
+
+
+def test_a_pack_member_out_of_memory_is_not_split_into_smaller_groups(tmp_path):
+    """A fused member out of memory is requeued to train in smaller groups; a pack's member trained
+    in a process of its own, so it is left to the plan's on_oom remedies, as a job alone."""
+    store = Store(tmp_path / "state" / "journal.sqlite")
+    run_id = store.create_run("backend: slurm\n", str(tmp_path / "out"), [cluster_device(4, gpus=True)], 0.0)
+    oom = Diagnosis(FailureClass.CUDA_OOM, "Out of GPU memory", "CUDA out of memory")
+    refs = {}
+    for pack in (True, False):
+        (job_id,) = store.add_jobs(run_id, [job_record(tmp_path, f"p{pack}")])
+        exit_path = JobDir(tmp_path / f"p{pack}").attempt(1).exit_path
+        exit_path.parent.mkdir(parents=True)
+        attempt_id, _ = store.start_attempt(job_id, "slurm", str(exit_path), started=0.0)
+        AttemptFiles(exit_path).write_group_ref(GroupRef(str(exit_path.with_name("group-attempt-1.exit.json")),
+                                                         (job_id, 99), pack))
+        store.set_job_state(job_id, JobState.FAILED, "oom", diagnosis=oom)
+        refs[pack] = next(a for a in store.attempts(job_id) if a.id == attempt_id)
+    groups = FusedGroups(store)
+    assert not groups.split_after_oom(refs[True])
+    assert groups.split_after_oom(refs[False])  # a fused member: as before
