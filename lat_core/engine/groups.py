@@ -187,11 +187,12 @@ class GroupStarts:
                    "LAT_JOB_ID": str(leader.id), "LAT_ATTEMPT": str(leader_n), "LAT_SUITE": leader.suite}
             numbers = [n for _, n, _ in attempts]
             argv = pack_argv(members, numbers) if pack else group_argv(members, numbers)
-            # forked from the preloaded process as a job alone would be (its imports are the group's)
-            backend = self._state.job_backend(leader)
-            launched = (None if pack else self._warm.launch(leader, argv, env, Path(leader.job_dir), Path(ref.exit_path))
-                        ) or backend.launch(argv, env, Path(leader.job_dir), Path(ref.exit_path), tuple(leader.env),
-                                            pack=len(members) if pack else 1)
+            backend, job_dir, exit_path = self._state.job_backend(leader), Path(leader.job_dir), Path(ref.exit_path)
+            if pack:  # a Slurm job of its own, which preloads and forks its members on its node
+                launched = backend.launch(argv, env, job_dir, exit_path, tuple(leader.env), pack=len(members))
+            else:  # forked from the preloaded process as a job alone would be (its imports are the group's)
+                launched = (self._warm.launch(leader, argv, env, job_dir, exit_path)
+                            or backend.launch(argv, env, job_dir, exit_path, tuple(leader.env)))
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails its members alone
