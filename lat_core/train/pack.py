@@ -9,8 +9,9 @@ share of the allocation's GPUs), its trainer, and a runner that writes its exit 
 
 While members run: a member whose cancel marker appears (the engine's cancel) gets SIGTERM, alone,
 as a job alone does; SIGUSR1 (Slurm's warning before the time limit) and SIGTERM reach every member,
-which saves and exits 75, or stops, as a job alone does. A member cancelled before the pack started
-is not started (its exit record says so). Exit status: 0 when every member finished, 75 when the
+which saves and exits 75, or stops, as a job alone does (a warning that came while the pack imported
+is inherited by each member's trainer, which saves at its first step; a stop then starts no member).
+A member cancelled before the pack started is not started (its exit record says so). Exit status: 0 when every member finished, 75 when the
 others finished and some saved to resume, else 1.
 """
 from __future__ import annotations
@@ -94,8 +95,11 @@ class Member:
                 "args": ["--cfg", str(self.job_dir / JOB_YAML), *MODE_FLAGS[self.mode]], "show_env": ""}
 
 
-def start(member: Member) -> None:
-    """Fork the member's runner (its own session), or record its cancel where it came first."""
+def start(member: Member, save_asked: bool) -> None:
+    """Fork the member's runner (its own session), or record its cancel where it came first.
+    ``save_asked``: Slurm's warning (SIGUSR1) reached the pack before this fork; the trainer inherits
+    the request and saves at its first step (a signal sent now could come before it listens)."""
+    from lat_core.train import save_request
     from lat_core.train.warm import become_runner
 
     if JobDir(member.job_dir).cancel_requested():
@@ -105,7 +109,9 @@ def start(member: Member) -> None:
         return
     pid = os.fork()
     if pid == 0:
-        signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # as in the engine's preloaded process: the trainer installs its own
+        save_request.install()  # the trainer's own handler, inherited: a warning is never USR1's default (death)
+        if save_asked:
+            save_request.ask()
         become_runner(member.request(dict(os.environ)))  # never returns
     member.pid = pid
     print(f"[lat pack] job {member.job_id}: forked (pid {pid}, GPUs {member.gpus or 'inherited'})", flush=True)
@@ -156,7 +162,7 @@ def main(argv=None) -> int:
     gpus = split_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), len(args.job_dirs))
     members = [Member(d.resolve(), i, n, mode, g)
                for d, i, n, mode, g in zip(args.job_dirs, args.job_ids, args.attempts, args.modes, gpus)]
-    received: list[int] = []  # Slurm's signals, passed on to the members forked so far and those forked later
+    received: list[int] = []  # Slurm's signals: passed on to the members forked so far; later ones inherit a save request
 
     def on_signal(signum, _frame):
         received.append(signum)
@@ -173,10 +179,11 @@ def main(argv=None) -> int:
         return 1
     print(f"[lat pack] preloaded {', '.join(PRELOAD)} in {time.time() - started:.1f}s; "
           f"forking jobs {', '.join(map(str, args.job_ids))}", flush=True)
+    if any(signum != signal.SIGUSR1 for signum in received):  # stopped (scancel, preemption) while importing
+        print("[lat pack] stopped before its members started", flush=True)
+        return 1
     for member in members:
-        start(member)
-    for signum in list(received):  # one that came while the pack imported or forked: every member gets it
-        forward(members, signum)
+        start(member, signal.SIGUSR1 in received)
     watch(members)
     return exit_status(members)
 
