@@ -40,6 +40,11 @@ once where they do not for the two cases.
 ``lat+fuse`` over ``lat-eager`` in steady tokens/s (its ``steady_vs_lat-eager``) is the speed-up lat_core/config/fuse_measured.py
 records per family and row width (``--data tiny``: short rows; ``--data long``: 256-token rows),
 with the device, the date and this command.
+
+Stopped (SIGTERM from ``timeout``, Ctrl-C) or past a side's limit (``LAT_BENCH_SIDE_TIMEOUT``, 600 s),
+the bench leaves nothing on the GPU: a LAT side's run is cancelled as a user would (``lat-tui cancel
+--all``) and what is left of its engine and trainers killed (bench/side_stop.py); the old side's round
+is stopped (bench/old_scripts.py).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -60,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.old_scripts import run_in_rounds  # noqa: E402
+from bench.side_stop import stop_side  # noqa: E402
 from bench.suite_data import write_sst2  # noqa: E402
 from lat_core.contract.jobdir import JobDir, Started, Step  # noqa: E402
 from lat_core.front.jobs import materialize  # noqa: E402
@@ -197,31 +204,34 @@ def _old_side(mapping: dict) -> list[str]:
 
 
 def _lat_side(mapping: dict, state_dir: Path) -> list[str]:
+    """Runs the side headless (``lat-tui --plan``); past SIDE_TIMEOUT_S, or when the bench is
+    stopped (SIGTERM, SIGINT: see :func:`exit_on_signals`), stops the side's run first (bench/side_stop.py)."""
     plan_path = state_dir.parent / f"{state_dir.name}.plan.yaml"
+    log_path = state_dir.parent / f"{state_dir.name}.log"
     state_dir.mkdir(parents=True, exist_ok=True)
     plan_path.write_text(yaml.safe_dump(mapping))
-    try:
-        done = subprocess.run([sys.executable, "-m", "lat_tui.cli", "--plan", str(plan_path), "--state-dir",
-                               str(state_dir)], cwd=ROOT, capture_output=True, text=True, timeout=SIDE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        _kill_under(state_dir.parent)  # the engine and its trainers are detached: stop them here
-        raise SystemExit(f"lat side: not done after {SIDE_TIMEOUT_S} s")
-    print(done.stdout[-3000:], flush=True)
-    if done.returncode != 0:
-        raise SystemExit(f"lat side exited {done.returncode}: {done.stderr[-2000:]}")
+    with open(log_path, "w") as log:
+        headless = subprocess.Popen([sys.executable, "-m", "lat_tui.cli", "--plan", str(plan_path), "--state-dir",
+                                     str(state_dir)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            returncode = headless.wait(timeout=SIDE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            stop_side(state_dir, headless)
+            raise SystemExit(f"lat side: not done after {SIDE_TIMEOUT_S} s; its run was cancelled")
+        except BaseException:  # SystemExit from a signal, KeyboardInterrupt: leave nothing running
+            stop_side(state_dir, headless)
+            raise
+    output = log_path.read_text()
+    print(output[-3000:], flush=True)
+    if returncode != 0:
+        raise SystemExit(f"lat side exited {returncode}: {output[-2000:]}")
     root = Path(mapping["output_root"])
     return sorted(str(p.parent) for p in root.glob("*/*/events.jsonl"))
 
 
-def _kill_under(root: Path) -> None:
-    import psutil
-
-    for proc in psutil.process_iter(["cmdline"]):
-        if any(str(root) in part for part in proc.info["cmdline"] or []):
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
+def exit_on_signals() -> None:
+    """SIGTERM (``timeout``, a scheduler) exits like Ctrl-C does: through the running side's clean-up."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def _losses(job_dir: Path) -> list[float]:
@@ -367,6 +377,7 @@ def compare_sides(results: list[dict]) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    exit_on_signals()
     root = Path(args.out)
     done: list[dict] = []
     for data in args.data:

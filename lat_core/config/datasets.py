@@ -15,6 +15,20 @@ KNOWN_DATASETS = frozenset(
 ALIASES = {"spider-tvt": "spider"}
 
 
+# Datasets of single short sentences (GLUE's SST-2 and CoLA, and their shipped samples): a batch is
+# padded to its longest sentence, and their longest run to about 70 tokens in GPT-style BPE (SST-2's
+# longest sentences have ~56 words), so no row of theirs comes near a 256-token max_seq_len. Bounded
+# at SINGLE_SENTENCE_MAX_TOKENS with room to spare. Files put in such a dataset's place
+# (GLUE_LOCAL_DIR) count as that dataset.
+SINGLE_SENTENCE_DATA = frozenset({"glue-tvt_sst2", "glue-tvt_cola", "tiny-sst2", "tiny-cola"})
+SINGLE_SENTENCE_MAX_TOKENS = 96
+
+
+def single_sentence(data: object) -> bool:
+    """Whether ``data`` (a job's ``data``) names one of SINGLE_SENTENCE_DATA."""
+    return isinstance(data, str) and canonical(data) in SINGLE_SENTENCE_DATA
+
+
 def canonical(name: str) -> str:
     """``rte`` -> ``glue-tvt_rte``; ``glue-tvt_rte_200`` (a 200-example subset) -> ``glue-tvt_rte``;
     ``spider-tvt`` -> ``spider`` (ALIASES)."""

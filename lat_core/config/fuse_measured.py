@@ -10,7 +10,7 @@ measured yet; ``fuse: true`` fuses whatever this table says.
 
 Row width: what a fused pass costs depends on the padded width of its rows, which the engine (no
 tokenizer, no data loading) cannot read from the data. It judges from the config: ``max_seq_len``
-of at most SHORT_ROW_TOKENS, or a single-sentence dataset (SHORT_ROW_DATA), gives short rows (tens
+of at most SHORT_ROW_TOKENS, or a single-sentence dataset (lat_core.config.datasets.SINGLE_SENTENCE_DATA), gives short rows (tens
 of tokens: the SST-2 sample's are 12-14); anything else may fill ``max_seq_len`` and counts as
 long. Files put in a named dataset's place (``GLUE_LOCAL_DIR``) count as that dataset: the
 bench's synthetic 256-token SST-2 files (``--data long``) are judged short rows, so its ``lat``
@@ -21,11 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from lat_core.config.datasets import canonical
+from lat_core.config.datasets import single_sentence
 from lat_core.config.job import JobConfig
 
 SHORT_ROW_TOKENS = 64
-SHORT_ROW_DATA = frozenset({"glue-tvt_sst2", "glue-tvt_cola", "tiny-sst2", "tiny-cola"})
 TABLE = "lat_core/config/fuse_measured.py"
 
 
@@ -84,7 +83,7 @@ def rows_of(cfg: JobConfig) -> Rows:
     """The row-width bucket the job's passes fall in (see the module's docstring)."""
     if cfg.train.max_seq_len <= SHORT_ROW_TOKENS:
         return Rows.SHORT
-    if isinstance(cfg.data, str) and canonical(cfg.data) in SHORT_ROW_DATA:
+    if single_sentence(cfg.data):
         return Rows.SHORT
     return Rows.LONG
 

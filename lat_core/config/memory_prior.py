@@ -7,10 +7,12 @@ It imports no torch: it reads the job's ``job.yaml`` (through the one job schema
 lat_core.config.job, so the config it sizes is the one the trainer will train), the
 model's ``config.json`` and the headers of its safetensors files.
 
-The estimate is deliberately high: every sequence is taken at ``max_seq_len`` (GLUE sentences are
-shorter) and every position gets logits. It is ``None`` (unknown, so admission staggers as before)
-wherever it is not calibrated: Mamba (transformers' slow path is memory-hungry), DoRA, GLA configs
-with softmax-attention layers, hub ids not in the local Hugging Face cache, unreadable files.
+The estimate is deliberately high: every sequence is taken at ``max_seq_len`` (for single-sentence
+data at most SINGLE_SENTENCE_MAX_TOKENS: :func:`row_tokens`) and every position gets logits. It is ``None`` (unknown, so admission staggers as before)
+wherever it is not calibrated: DoRA, SDLoRA, GLA configs with softmax-attention layers, hub ids not in
+the local Hugging Face cache, unreadable files. Mamba's activations are counted in
+:mod:`lat_core.config.mamba_memory` (transformers' slow path keeps rows x tokens x d_inner x state
+float32 tensors per layer; the fast path far less).
 """
 
 from __future__ import annotations
@@ -18,15 +20,19 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import yaml
 
 from lat_core.config.hub_cache import hub_cache_dirs
 from lat_core.config.job import TINY, TINY_DEFAULTS, JobConfig, PeftConfig, parse_config
+from lat_core.config.datasets import SINGLE_SENTENCE_MAX_TOKENS, single_sentence
+from lat_core.config.mamba_memory import (MambaShape, cpu_activation_bytes as mamba_cpu_activations,
+                                          fast_path_expected, gpu_activation_bytes as mamba_gpu_activations,
+                                          mamba_shape)
 
 GiB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -217,30 +223,34 @@ def safetensors_params(folder: Path) -> int | None:
 
 # ----------------------------------------------------------------------------- the estimate
 
+SHAPES: dict[str, Callable[[Mapping[str, Any]], GlaShape | MambaShape]] = {"gla": gla_shape, "mamba": mamba_shape}
+
+
 @dataclass(frozen=True)
 class ModelFacts:
-    shape: GlaShape
+    shape: GlaShape | MambaShape
     params: int        # base model parameters (no adapter)
     pretrained: bool   # loaded by from_pretrained: the weights pass through host memory first
 
 
 def model_facts(cfg: JobConfig, environ: Mapping[str, str]) -> ModelFacts:
     """The model's sizes, from model.tiny (tiny-random) or the checkpoint's files."""
-    if cfg.model.family != "gla":
-        raise PriorUnknown(f"{cfg.model.family} is not calibrated")
+    family = cfg.model.family
+    if family not in SHAPES:
+        raise PriorUnknown(f"{family} is not calibrated")
     if cfg.model.name_or_path == TINY:  # sized like models._tiny_model (untied, vocab from the data)
-        sizes = {**TINY_DEFAULTS["gla"], "vocab_size": TINY_VOCAB_ASSUMED, **cfg.model.tiny}
-        shape = gla_shape({**sizes, "tie_word_embeddings": False})
+        sizes = {**TINY_DEFAULTS[family], "vocab_size": TINY_VOCAB_ASSUMED, **cfg.model.tiny}
+        shape = SHAPES[family]({**sizes, "tie_word_embeddings": False})
         return ModelFacts(shape, shape.param_count(), pretrained=False)
     folder = model_dir(cfg.model.name_or_path, environ)
     if folder is None:
         raise PriorUnknown(f"{cfg.model.name_or_path}: no local copy")
-    shape = gla_shape(json.loads((folder / "config.json").read_text()))
+    shape = SHAPES[family](json.loads((folder / "config.json").read_text()))
     stored = safetensors_params(folder)
     return ModelFacts(shape, stored if stored is not None else shape.param_count(), pretrained=True)
 
 
-def trainable_params(shape: GlaShape, peft: PeftConfig) -> int:
+def trainable_params(shape: GlaShape | MambaShape, peft: PeftConfig) -> int:
     """LoRA parameters: r x (in + out) per targeted module per layer (all layers counted, an upper
     bound when peft.layers picks some). DoRA's extra activations are not calibrated."""
     if peft.use_dora or peft.method not in ("lora", "rslora", "pissa", "loraga"):
@@ -281,19 +291,56 @@ def loraga_bytes(facts: ModelFacts, cfg: JobConfig, dtype_bytes: int) -> int:
     return weights * (dtype_bytes + 4)
 
 
+class Activations(NamedTuple):
+    """One micro-batch's activations: ``scaled`` bytes get the allocator's 20%, ``counted`` bytes
+    were checked as they are against a measured peak (Mamba's slow-path states)."""
+    gpu_scaled: int
+    gpu_counted: int
+    cpu_scaled: int
+    cpu_counted: int
+
+
+def gla_activations(shape: GlaShape, tokens: int, dtype_bytes: int, checkpointing: bool) -> Activations:
+    gpu = activation_bytes(shape, tokens, dtype_bytes, checkpointing)
+    return Activations(gpu, 0, gpu + cpu_recurrence_bytes(shape, tokens), 0)
+
+
+def mamba_activations(shape: MambaShape, tokens: int, dtype_bytes: int, checkpointing: bool) -> Activations:
+    """Mamba's, from :mod:`lat_core.config.mamba_memory`; with checkpointing each layer keeps its
+    input and one layer at a time is recomputed with its full activations (as a 1-layer model)."""
+    logits = tokens * shape.vocab * (dtype_bytes + LOGIT_FP32_BYTES_PER_TOKEN_VOCAB)
+    body, inputs = shape, 0
+    if checkpointing:
+        body, inputs = replace(shape, layers=1), tokens * shape.hidden * dtype_bytes * shape.layers
+    gpu = mamba_gpu_activations(body, tokens, dtype_bytes, fast=fast_path_expected())
+    return Activations(logits + inputs, gpu, logits + inputs, mamba_cpu_activations(body, tokens))
+
+
+def row_tokens(cfg: JobConfig) -> int:
+    """The widest row the job pads to: ``max_seq_len``, or less for single-sentence data, whose
+    rows never come near it (Mamba's slow path, linear in it, was sized 10x too high for SST-2)."""
+    if single_sentence(cfg.data):
+        return min(cfg.train.max_seq_len, SINGLE_SENTENCE_MAX_TOKENS)
+    return cfg.train.max_seq_len
+
+
 def estimate(cfg: JobConfig, environ: Mapping[str, str]) -> MemoryPrior:
     """The prior for a parsed job config; raises PriorUnknown outside what it models."""
     facts = model_facts(cfg, environ)
     dtype_bytes = DTYPE_BYTES[cfg.model.dtype]
-    tokens = cfg.train.batch_size * cfg.train.max_seq_len  # micro-batch; accumulation adds nothing
+    tokens = cfg.train.batch_size * row_tokens(cfg)  # micro-batch; accumulation adds nothing
     weights = facts.params * dtype_bytes
     state = trainable_params(facts.shape, cfg.peft) * TRAINABLE_BYTES + loraga_bytes(facts, cfg, dtype_bytes)
-    activations = activation_bytes(facts.shape, tokens, dtype_bytes, cfg.train.gradient_checkpointing)
-    allocated = weights + state + activations
-    cpu_allocated = allocated + cpu_recurrence_bytes(facts.shape, tokens)
-    return MemoryPrior(gpu_bytes=int(allocated * ALLOCATOR_FACTOR) + CUDA_CONTEXT_BYTES,
+    checkpointing = cfg.train.gradient_checkpointing
+    if isinstance(facts.shape, MambaShape):
+        acts = mamba_activations(facts.shape, tokens, dtype_bytes, checkpointing)
+    else:
+        acts = gla_activations(facts.shape, tokens, dtype_bytes, checkpointing)
+    allocated = weights + state + acts.gpu_scaled
+    cpu_allocated = weights + state + acts.cpu_scaled
+    return MemoryPrior(gpu_bytes=int(allocated * ALLOCATOR_FACTOR) + acts.gpu_counted + CUDA_CONTEXT_BYTES,
                        gpu_job_rss=GPU_JOB_BASE_RSS + (weights if facts.pretrained else 0),
-                       cpu_job_rss=CPU_JOB_BASE_RSS + int(cpu_allocated * ALLOCATOR_FACTOR),
+                       cpu_job_rss=CPU_JOB_BASE_RSS + int(cpu_allocated * ALLOCATOR_FACTOR) + acts.cpu_counted,
                        gpu_base=int(weights * ALLOCATOR_FACTOR) + CUDA_CONTEXT_BYTES,
                        cpu_rss_base=CPU_JOB_BASE_RSS + int(weights * ALLOCATOR_FACTOR),
                        member_state=int(state * ALLOCATOR_FACTOR))

@@ -6,7 +6,7 @@ A config never measured borrows an estimate from its siblings (same suite and da
 jobs need nearly the same memory), measured before or running now past their first step, with a
 safety factor. Without either, a static prior computed from the job's config
 (:mod:`lat_core.config.memory_prior`) stands in, so unmeasured jobs whose priors fit start together.
-Where even that is unknown (Mamba, say), admissions onto one GPU are staggered until the starting
+Where even that is unknown (SDLoRA, DoRA, say), admissions onto one GPU are staggered until the starting
 job has settled (its first logged training step, when activations and optimizer state exist, or
 ``settle_s``), so two unknown jobs never race for the same free memory. Host RAM is guarded the
 same way with each config's peak process-tree RSS.

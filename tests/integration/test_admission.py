@@ -2,6 +2,8 @@
 
 import time
 
+import pytest
+
 from lat_core.contract.commands import CancelRun
 from lat_core.engine.admission import GiB, AdmissionPolicy
 from lat_core.engine.loop import Engine
@@ -145,12 +147,20 @@ def test_family_peak_reads_measured_configs_of_one_suite_and_dataset(tmp_path):
 
 # ----------------------------------------------------------------------------- static memory prior
 
+# Sentence pairs, whose rows may fill max_seq_len, as the benches' random or synthetic rows did (a
+# single-sentence dataset's rows are sized at most 96 tokens: memory_prior.row_tokens)
+LONG_ROWS = "glue-tvt_rte"
 GLA_13B_BENCH = {"model": {"family": "gla", "name_or_path": "tiny-random", "dtype": "bfloat16",
                            "tiny": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "vocab_size": 32000}},
                  "peft": {"method": "lora", "r": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
-                 "data": "tiny-sst2", "train": {"batch_size": 4, "max_seq_len": 256}}
-TINY_MAMBA = {"model": {"family": "mamba", "name_or_path": "tiny-random", "dtype": "float32"},
-              "peft": {"method": "lora", "target_modules": ["in_proj"]}, "data": "tiny-sst2"}
+                 "data": LONG_ROWS, "train": {"batch_size": 4, "max_seq_len": 256}}
+TINY_SDLORA = {"model": {"family": "mamba", "name_or_path": "tiny-random", "dtype": "float32"},
+               "peft": {"method": "sdlora", "target_modules": ["in_proj"]}, "data": "tiny-sst2"}  # no prior
+# The mamba_lora suite's Mamba-130m shape (random weights, as the bench trains it): 16 rows, bf16.
+MAMBA_130M = {"model": {"family": "mamba", "name_or_path": "tiny-random", "dtype": "bfloat16",
+                        "tiny": {"hidden_size": 768, "num_hidden_layers": 24, "state_size": 16, "vocab_size": 50280}},
+              "peft": {"method": "lora", "r": 8, "target_modules": ["in_proj", "x_proj"]},
+              "data": LONG_ROWS, "train": {"batch_size": 16, "max_seq_len": 256}}
 
 
 def configured_job(tmp_path, name, config: dict, **kw):
@@ -234,7 +244,7 @@ def test_a_measured_peak_overrides_the_prior(tmp_path):
 
 def test_configs_without_a_prior_are_still_staggered(tmp_path):
     fake = FakeNvml.with_gpus(1, total=141 * GiB)
-    jobs = [configured_job(tmp_path, f"mb{i}", TINY_MAMBA, sleep=2.0) for i in range(2)]
+    jobs = [configured_job(tmp_path, f"mb{i}", TINY_SDLORA, sleep=2.0) for i in range(2)]
     store, run_id = make_run(tmp_path, jobs, devices=[gpu_device(0, slots=2)])
     engine = prior_engine(store, fake)
     engine.tick()
@@ -284,3 +294,52 @@ def test_a_multi_process_jobs_prior_counts_the_host_ram_of_every_rank(tmp_path):
     admission = Admission(store, GpuProbe(FakeNvml.with_gpus(2)))
     single, double = admission.expected_peak(one, "gpu0"), admission.expected_peak(two, "gpu0")
     assert single.from_prior and double.gpu == single.gpu and double.rss == 2 * single.rss
+
+
+def mamba_jobs(tmp_path, max_seq_len: int) -> list[dict]:
+    config = {**MAMBA_130M, "train": {**MAMBA_130M["train"], "max_seq_len": max_seq_len}}
+    return [configured_job(tmp_path, f"mamba{max_seq_len}-{i}", config, sleep=2.0) for i in range(8)]
+
+
+@pytest.fixture
+def slow_path(monkeypatch):
+    """The GPU jobs take transformers' slow path (no mamba_ssm), whatever this machine has installed."""
+    import lat_core.config.memory_prior as memory_prior
+    monkeypatch.setattr(memory_prior, "fast_path_expected", lambda: False)
+
+
+def test_slow_path_mamba_jobs_start_only_as_many_as_fit_and_say_their_estimate(tmp_path, slow_path):
+    # Measured on an H200: each 256-token slow-path job grew to ~40 GiB, and admitting all 8 ran out.
+    fake = FakeNvml.with_gpus(1, total=140 * GiB)
+    store, run_id = make_run(tmp_path, mamba_jobs(tmp_path, 256), devices=[gpu_device(0, slots=8)])
+    engine = prior_engine(store, fake, gpu_margin=GiB)
+    engine.tick()
+    jobs = store.jobs(run_id)
+    assert [j.state for j in jobs].count("running") == 3, [j.state for j in jobs]
+    waiting = [j.waiting for j in jobs if j.state == "queued"]
+    assert all(w.startswith("needs ~4") and "G GPU memory (estimated from the config; never measured)" in w
+               for w in waiting), waiting
+    cancel_all(store, engine, run_id)
+
+
+def test_short_mamba_rows_all_start_together(tmp_path, slow_path):
+    # 8 such jobs on SST-2's short sentences peaked at 27.1 GiB in all on the H200.
+    fake = FakeNvml.with_gpus(1, total=140 * GiB)
+    store, run_id = make_run(tmp_path, mamba_jobs(tmp_path, 16), devices=[gpu_device(0, slots=8)])
+    engine = prior_engine(store, fake, gpu_margin=GiB)
+    engine.tick()
+    assert [j.state for j in store.jobs(run_id)] == ["running"] * 8
+    cancel_all(store, engine, run_id)
+
+
+def test_a_fused_mamba_groups_estimate_grows_with_its_members_rows(tmp_path, slow_path):
+    from lat_core.engine.admission import Admission
+
+    store, run_id = make_run(tmp_path, mamba_jobs(tmp_path, 256) + mamba_jobs(tmp_path, 16),
+                             devices=[gpu_device(0, slots=16)])
+    admission = Admission(store, GpuProbe(FakeNvml.with_gpus(1, total=140 * GiB)))
+    rows = store.jobs(run_id)
+    long_rows, short_rows = rows[:8], rows[8:]
+    three, four = admission.group_estimate(long_rows[:3]), admission.group_estimate(long_rows[:4])
+    assert three.from_prior and three.gpu < 139 * GiB < four.gpu  # as many fused as apart
+    assert admission.group_estimate(short_rows).gpu < 27.1 * GiB * 1.5

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from lat_core.contract.commands import CancelRun
 from lat_core.contract.jobdir import AttemptFiles
 from lat_core.contract.journal import Store
 from lat_core.engine.admission import AdmissionPolicy, GiB
@@ -91,3 +92,33 @@ def test_auto_fuses_only_a_family_measured_to_win_and_says_why_the_others_train_
     store, run_id, engine = run(tmp_path / "true", "true", "mamba")
     drain(engine)
     assert {j.state for j in store.jobs(run_id)} == {"succeeded"} and grouped(store, run_id) == [True, True]
+
+
+def test_a_fused_slow_path_mamba_group_takes_only_the_members_that_fit(tmp_path, monkeypatch):
+    """8 Mamba-130m jobs on 256-token rows under ``fuse: true`` on a 140 GiB GPU: each member's
+    slow-path activations (~40 GiB, from the static prior) let only 3 share the group."""
+    import lat_core.config.memory_prior as memory_prior
+    from tests.integration.test_admission import MAMBA_130M
+
+    monkeypatch.setattr(memory_prior, "fast_path_expected", lambda: False)
+    store = Store(tmp_path / "state" / "journal.sqlite")
+    run_id = store.create_run("fuse: true\nwarm_start: false\n", str(tmp_path / "out"), [gpu_device(0, slots=8)], 0.0)
+    specs = []
+    for r in range(4, 12):
+        folder = tmp_path / "out" / f"mamba_r{r}"
+        folder.mkdir(parents=True)
+        config = {**MAMBA_130M, "peft": {**MAMBA_130M["peft"], "r": r, "alpha": 2 * r}}
+        (folder / "job.yaml").write_text(yaml.safe_dump({**config, "name": folder.name, "output_dir": str(folder)}))
+        specs.append({"key": folder.name, "suite": "t", "round": 1, "stem": folder.name, "seed": 1,
+                      "dataset": "tiny-sst2", "job_dir": str(folder), "env": {},
+                      "argv": [sys.executable, "-m", "lat_core.train", "--cfg", str(folder / "job.yaml")]})
+    store.add_jobs(run_id, specs)
+    engine = Engine(store, gpu_probe=GpuProbe(FakeNvml.with_gpus(1, total=140 * GiB)), launch_fn=stand_in_launch,
+                    policy=AdmissionPolicy(settle_s=600, gpu_margin=GiB))
+    engine._admission._host = lambda: HostSnapshot(512 * GiB, 0, 512 * GiB, 0, 0, 0.0, 16)
+    engine.tick()
+    running = [j for j in store.jobs(run_id) if j.state == "running"]
+    groups = store.groups_of(j.id for j in running)
+    assert len(running) == 3 and len(set(groups.values())) == 1 and len(groups) == 3, (running, groups)
+    store.add_command(run_id, CancelRun())
+    drain(engine)

@@ -28,7 +28,7 @@ def job_dir(tmp_path: Path, cfg: dict | Path, name: str = "job") -> Path:
 
 def gla_job(model: dict, **train) -> dict:
     return {"model": {"family": "gla", "dtype": "bfloat16", **model},
-            "peft": {"method": "lora", "r": 8, "target_modules": QKVO}, "data": "tiny-sst2",
+            "peft": {"method": "lora", "r": 8, "target_modules": QKVO}, "data": "glue-tvt_rte",
             "train": {"batch_size": 4, "max_seq_len": 256, **train}}
 
 
@@ -51,7 +51,8 @@ def test_gla_13b_parameter_count_matches_the_measured_architecture():
 
 
 def test_bench_config_prior_covers_its_measured_peak_without_being_absurd(tmp_path):
-    prior = job_prior(job_dir(tmp_path, BENCH_CFG), {}, environ={})
+    bench = {**yaml.safe_load(BENCH_CFG.read_text()), "data": "glue-tvt_rte"}  # its rows: random, all 256 tokens
+    prior = job_prior(job_dir(tmp_path, bench), {}, environ={})
     measured_nvml_floor = 4.7 * GiB + 0.5 * GiB  # torch's peak on an H200 plus a CUDA context
     assert measured_nvml_floor <= prior.gpu_bytes < 2 * measured_nvml_floor
     assert prior.gpu_job_rss == M.GPU_JOB_BASE_RSS  # random weights initialise on the GPU
@@ -71,6 +72,15 @@ def test_env_overrides_change_the_prior_as_they_change_the_trainer(tmp_path):
     assert job_prior(folder, {"GRADIENT_CHECKPOINTING": "1"}, environ={}).gpu_bytes < plain
     assert job_prior(folder, {"HP_BATCH_SIZE": "8"}, environ={}).gpu_bytes > plain
     assert job_prior(folder, {}, environ={"HP_BATCH_SIZE": "8"}).gpu_bytes > plain  # the engine's own env
+
+
+def test_single_sentence_rows_are_sized_at_their_longest_not_at_max_seq_len(tmp_path):
+    tiny = {"name_or_path": "tiny-random", "tiny": {"hidden_size": 512, "num_hidden_layers": 4, "num_heads": 4}}
+    pairs = job_prior(job_dir(tmp_path, gla_job(tiny), "a"), {}, environ={}).gpu_bytes
+    sst2 = job_prior(job_dir(tmp_path, {**gla_job(tiny), "data": "tiny-sst2"}, "b"), {}, environ={}).gpu_bytes
+    short = job_prior(job_dir(tmp_path, {**gla_job(tiny, max_seq_len=M.SINGLE_SENTENCE_MAX_TOKENS)}, "c"), {},
+                      environ={}).gpu_bytes
+    assert sst2 == short < pairs
 
 
 def test_prior_grows_with_batch_and_sequence(tmp_path):
@@ -119,13 +129,13 @@ def test_hub_id_is_found_in_the_hf_cache_layout(tmp_path):
 
 @pytest.mark.parametrize("change", [
     {"model": {"family": "mamba", "name_or_path": "tiny-random", "dtype": "float32"},
-     "peft": {"method": "lora", "target_modules": ["in_proj"]}},
+     "peft": {"method": "sdlora", "target_modules": ["in_proj"]}},
     {"peft": {"method": "dora", "target_modules": QKVO}},
     {"peft": {"method": "lora", "target_modules": ["no_such_proj"]}},
     {"model": {"family": "gla", "name_or_path": "/no/such/model", "dtype": "bfloat16"}},
     {"model": {"family": "gla", "name_or_path": "org/not-cached", "dtype": "bfloat16"}},
     {"train": {"batch_size": "four"}},
-], ids=["mamba", "dora", "unknown-target", "missing-dir", "hub-not-cached", "invalid-config"])
+], ids=["mamba-sdlora", "dora", "unknown-target", "missing-dir", "hub-not-cached", "invalid-config"])
 def test_what_the_prior_does_not_model_is_unknown(tmp_path, change):
     raw = {**gla_job({"name_or_path": "tiny-random"}), **change}
     assert job_prior(job_dir(tmp_path, raw), {}, environ={"HF_HOME": str(tmp_path / "empty")}) is None
