@@ -3,6 +3,7 @@ where a remedy changes one (engine); Slurm's time and memory formats."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from lat_core.errors import PlanError
 
 GRES_KINDS = ("gpu", "shard", "auto", "none")
 DEFAULT_MAX_JOBS = 32
+PACK_LIMIT = 16  # jobs of one warm pack (``slurm.pack``): one allocation of that many jobs' resources
 SAVE_BEFORE_END_S = 120  # Slurm's warning before a time limit when the plan sets a ``time``: time to save
 SAVE_SIGNAL = "USR1"  # the trainer's "checkpoint at the next step and stop" (lat_core.train.callbacks)
 _TIME = re.compile(r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")
@@ -35,11 +37,16 @@ def time_minutes(text: str) -> int:
 
 def double_mem(text: str) -> str:
     """Twice a memory size that validate_options accepted (``16G`` -> ``32G``)."""
+    return times_mem(text, 2)
+
+
+def times_mem(text: str, factor: int) -> str:
+    """A memory size that validate_options accepted, ``factor`` times (``16G``, 3 -> ``48G``)."""
     match = _MEM_PARTS.match(text.upper())
     if match is None:
         raise ValueError(f"not a Slurm memory size: {text!r}")
     number, unit = match.groups()
-    return f"{2 * int(number)}{unit}"
+    return f"{factor * int(number)}{unit}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,9 @@ class SlurmOptions:
     # seconds before the time limit at which Slurm sends SAVE_SIGNAL to the job (0: never);
     # None: SAVE_BEFORE_END_S (at most half the limit) when ``time`` is set, else never
     save_before_end_s: int | None = None
+    # up to this many queued jobs that do not fuse share one Slurm job, which imports the training
+    # stack once and forks each (lat_core.train.pack); 1: every job is a Slurm job of its own
+    pack: int = 1
 
     def save_signal_s(self) -> int:
         """Seconds before the end at which the job is asked to save (0: not asked); by default
@@ -68,6 +78,12 @@ class SlurmOptions:
         if self.save_before_end_s is not None:
             return self.save_before_end_s
         return min(SAVE_BEFORE_END_S, time_minutes(self.time) * 30) if self.time else 0
+
+    def packed(self, members: int) -> SlurmOptions:
+        """These options for one Slurm job holding ``members`` jobs' resources (a warm pack): ``mem``
+        and ``cpus_per_task`` times ``members`` (the GPUs are the gres request's)."""
+        return dataclasses.replace(self, mem=times_mem(self.mem, members) if self.mem else None,
+                                   cpus_per_task=self.cpus_per_task * members if self.cpus_per_task else None)
 
     def sbatch_args(self, gres_request: str | None) -> list[str]:
         """``gres_request``, ``mem`` and ``cpus_per_task`` are per node (one task a node: its
@@ -107,6 +123,12 @@ def validate_options(options: Mapping[str, Any], where: str | None = None) -> Sl
     if "save_before_end_s" in clean and not _whole(clean["save_before_end_s"], 0):
         problems.append(f"plan field 'slurm.save_before_end_s': expected seconds >= 0 (0: no warning before the "
                         f"time limit), got {clean['save_before_end_s']!r}")
+    if "pack" in clean and not (_whole(clean["pack"], 1) and clean["pack"] <= PACK_LIMIT):
+        problems.append(f"plan field 'slurm.pack': expected a whole number from 1 to {PACK_LIMIT} (jobs sharing one "
+                        f"Slurm job and its one import of the training stack; 1: none), got {clean['pack']!r}")
+    elif _whole(clean.get("pack"), 2) and _whole(clean.get("nodes"), 2):
+        problems.append(f"plan field 'slurm.pack': a pack runs on one node, but slurm.nodes is {clean['nodes']}: "
+                        f"set pack: 1")
     if clean.get("gres", "gpu") not in GRES_KINDS:
         problems.append(f"plan field 'slurm.gres': expected one of {', '.join(GRES_KINDS)}, got {clean['gres']!r}")
     elif clean.get("gres") in ("shard", "auto") and clean.get("gpus_per_job", 1) != 1 and \

@@ -24,6 +24,7 @@ from lat_core.engine.backends import Backend
 from lat_core.engine.faults import JOURNAL_ERRORS
 from lat_core.engine.fusion import (GROUP_SIZE_LIMIT, MATE_SCAN, fuse_key_or_why, fuses_on, group_argv,
                                     jobs_see_no_gpu, smaller_limit)
+from lat_core.engine.pack import pack_argv, pack_key
 from lat_core.engine.requeue import restart_argv, waiting_step
 from lat_core.engine.retries import backoff_hold
 from lat_core.engine.state import EngineState
@@ -124,6 +125,24 @@ class GroupStarts:
                 cap = min(cap, other_cap)
         return group[1:]
 
+    def pack_mates(self, run: RunRow, job: JobRow, device: Device, taken: set[int]) -> list[JobRow]:
+        """Queued jobs after ``job`` that share its warm pack (plan ``slurm.pack``, with ``warm_start``
+        on): same interpreter, environment and suite (lat_core.engine.pack.pack_key), not held; at
+        most ``pack - 1``. Slurm schedules the pack's resources, so no local admission is asked."""
+        size = self._state.backend(run.id).pack_size
+        if size < 2 or not self._state.plan_of(run.id).warm_start or (key := pack_key(job)) is None:
+            return []
+        pack: list[JobRow] = []
+        for other in self.store.queued_jobs(run.id, limit=MATE_SCAN, after_seq=job.seq):
+            if len(pack) >= size - 1:
+                break
+            if other.id in taken or device.id in other.avoid_devices or pack_key(other) != key:
+                continue
+            if backoff_hold(other, self._clock()) is not None or self._waits(other) or self.resume_hold(other):
+                continue
+            pack.append(other)
+        return pack
+
     def alone_reason(self, run: RunRow, job: JobRow, device: Device) -> str | None:
         """Why ``job``, about to start alone, does not train in a fused group; None where the plan
         does not fuse on ``device`` (nothing to explain). A job that could fuse but has no mate
@@ -138,10 +157,11 @@ class GroupStarts:
             return f"trains alone: {why}"
         return "trains alone: no queued job shares its base, data and settings now"
 
-    def start(self, jobs: list[JobRow], device: Device) -> None:
+    def start(self, jobs: list[JobRow], device: Device, *, pack: bool = False) -> None:
         """Attempt rows, group refs and running states first, then one launch (a member whose lost
         attempt was found is taken over instead, as a job alone). Every one of ``jobs`` leaves the
-        queue: the caller's queued rows of them are stale."""
+        queue: the caller's queued rows of them are stale. ``pack``: the jobs are a warm pack
+        (:meth:`pack_mates`), each trained in a process of its own forked from the pack's."""
         members: list[JobRow] = []
         attempts: list[MemberAttempt] = []
         for job in jobs:
@@ -156,7 +176,7 @@ class GroupStarts:
                 continue
             members.append(job)
             attempts.append((attempt_id, n, exit_path))
-        members, attempts, ref = self._write_group_refs(members, attempts)
+        members, attempts, ref = self._write_group_refs(members, attempts, pack)
         if ref is None:  # every member failed alone
             return
         leader, (_, leader_n, _) = members[0], attempts[0]
@@ -165,11 +185,14 @@ class GroupStarts:
         try:
             env = {**self._job_secrets.unmask(leader.run_id, leader.env), **device.env,
                    "LAT_JOB_ID": str(leader.id), "LAT_ATTEMPT": str(leader_n), "LAT_SUITE": leader.suite}
-            argv = group_argv(members, [n for _, n, _ in attempts])
-            # forked from the preloaded process as a job alone would be (its imports are the group's)
-            backend = self._state.job_backend(leader)
-            launched = (self._warm.launch(leader, argv, env, Path(leader.job_dir), Path(ref.exit_path))
-                        or backend.launch(argv, env, Path(leader.job_dir), Path(ref.exit_path), tuple(leader.env)))
+            numbers = [n for _, n, _ in attempts]
+            argv = pack_argv(members, numbers) if pack else group_argv(members, numbers)
+            backend, job_dir, exit_path = self._state.job_backend(leader), Path(leader.job_dir), Path(ref.exit_path)
+            if pack:  # a Slurm job of its own, which preloads and forks its members on its node
+                launched = backend.launch(argv, env, job_dir, exit_path, tuple(leader.env), pack=len(members))
+            else:  # forked from the preloaded process as a job alone would be (its imports are the group's)
+                launched = (self._warm.launch(leader, argv, env, job_dir, exit_path)
+                            or backend.launch(argv, env, job_dir, exit_path, tuple(leader.env)))
         except JOURNAL_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever stops this launch fails its members alone
@@ -178,13 +201,17 @@ class GroupStarts:
             return
         if launched.popen is not None:
             self._groups.watch(launched.popen)
-        said = f"group {gid}: one process for jobs {ids} on {device.id}{backend.fused_launch_note(launched.pid)}"
+        said, kind = (f"group {gid}: one process for jobs {ids} on {device.id}{backend.fused_launch_note(launched.pid)}",
+                      HistoryKind.FUSED)
+        if pack:
+            said, kind = (f"pack {gid}: jobs {ids} share one Slurm job ({launched.pid}; "
+                          "warm start: torch & co. imported once)", HistoryKind.WARM_START)
         for job, (attempt_id, _, _) in zip(members, attempts):
             # the same words for every member: the progress stream says them once per group
-            self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED, said)
+            self.store.add_transition(job.run_id, job.id, kind, said)
             self._starts.launched(job, attempt_id, launched)
 
-    def _write_group_refs(self, members: list[JobRow], attempts: list[MemberAttempt]
+    def _write_group_refs(self, members: list[JobRow], attempts: list[MemberAttempt], pack: bool = False
                           ) -> tuple[list[JobRow], list[MemberAttempt], GroupRef | None]:
         """(members, attempts, ref) once every member's folder holds the group's ref; a member whose
         folder does not take it fails alone (its launch failed, naming the file) and the refs of the
@@ -192,7 +219,7 @@ class GroupStarts:
         while members:
             leader_n = attempts[0][1]
             group_exit = JobDir(members[0].job_dir).group_attempt(leader_n).exit_path
-            ref = GroupRef(str(group_exit), tuple(j.id for j in members))
+            ref = GroupRef(str(group_exit), tuple(j.id for j in members), pack)
             refused: dict[int, OSError] = {}
             for k, (_, _, exit_path) in enumerate(attempts):
                 try:
@@ -319,8 +346,8 @@ class FusedGroups:
         job = self.store.job(attempt.job_id)
         ref = AttemptFiles(attempt.exit_path).read_group_ref()
         klass = job.diagnosis.cls if job.diagnosis else None
-        if ref is None or len(ref.job_ids) < 2 or klass not in OOM_CLASSES:
-            return False
+        if ref is None or ref.pack or len(ref.job_ids) < 2 or klass not in OOM_CLASSES:
+            return False  # a pack's member ran in a process of its own: its remedies apply as alone
         limit = smaller_limit(JobDir(job.job_dir), len(ref.job_ids), klass)
         JobDir(job.job_dir).write_group_limit(limit)
         argv = restart_argv(job.argv, False, "fresh")

@@ -72,7 +72,8 @@ class Engine:
         self._last_sample = 0.0
         # warm start forks jobs from a preloaded process: only where jobs really launch as processes
         self._warm = WarmStarts(store, allowed=backend is None and launch_fn is launch, plan_of=state.plan_of,
-                                cold_reason=lambda run_id: state.backend(run_id).why_cold(), clock=clock)
+                                cold_reason=lambda run_id: state.backend(run_id).why_cold(),
+                                cold_line=lambda run_id: state.backend(run_id).warm_history(), clock=clock)
         self._mps = RunMps(state)
         self._groups = FusedGroups(store)
         self._faults = JobFaults(state, self._groups)
@@ -224,6 +225,13 @@ class Engine:
                     self._group_starts.start([job, *mates], chosen[0])
                     taken.update(j.id for j in mates)  # started, taken over or failed: no longer queued
                     running.extend(j for m in [job, *mates] if (j := self.store.job(m.id)).state is JobState.RUNNING)
+                continue
+            pack = self._group_starts.pack_mates(run, job, chosen[0], taken) if len(chosen) == 1 else []
+            if pack:  # one Slurm job, one slot, one import of the training stack (plan ``slurm.pack``)
+                with self._errors.job_guard(job.id, "engine error starting this pack", self._faults.fail_job):
+                    self._group_starts.start([job, *pack], chosen[0], pack=True)
+                    taken.update(j.id for j in pack)
+                    running.extend(j for m in [job, *pack] if (j := self.store.job(m.id)).state is JobState.RUNNING)
                 continue
             with self._errors.job_guard(job.id, "engine error starting this job", self._faults.fail_job):
                 alone = self._group_starts.alone_reason(run, job, chosen[0]) if len(chosen) == 1 else None

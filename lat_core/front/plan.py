@@ -382,6 +382,9 @@ def plan_from_mapping(data: object, registry: SuiteRegistry, *, where: str, base
     elif isinstance(plan.slurm, dict) and plan.slurm.get("nodes", 1) != 1:
         problems.append("plan field 'slurm.nodes': jobs spread over several nodes only through Slurm: "
                         "set backend: slurm")
+    if plan.backend != "slurm" and isinstance(plan.slurm, dict) and plan.slurm.get("pack", 1) != 1:
+        problems.append("plan field 'slurm.pack': jobs share a Slurm job only on Slurm (this host's jobs fork from "
+                        "one preloaded process anyway: warm_start): set backend: slurm")
     if problems:
         raise PlanError(bounded(problems), where=where)
     # Jobs run with their own directory as cwd: a dataset given as a relative path must not depend on it.

@@ -145,7 +145,7 @@ def _handle(conn: socket.socket, listener: socket.socket) -> int | None:
         if pid == 0:
             listener.close()
             conn.close()
-            _become_runner(request)  # never returns
+            become_runner(request)  # never returns
         conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         return pid
     except (OSError, ValueError, KeyError) as exc:
@@ -157,9 +157,10 @@ def _handle(conn: socket.socket, listener: socket.socket) -> int | None:
         return None
 
 
-def _become_runner(request: dict) -> None:
+def become_runner(request: dict) -> None:
     """In the forked child: take the job's session, files and environment; fork the trainer; then
-    exec a fresh runner to wait for it (small and import-free, like a cold launch's)."""
+    exec a fresh runner to wait for it (small and import-free, like a cold launch's). A warm pack's
+    process (lat_core.train.pack) forks its members through this too."""
     code = 70
     try:
         os.setsid()

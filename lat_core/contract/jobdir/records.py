@@ -157,10 +157,13 @@ def job_peak(measured: PeakUsage | None, reported: Memory | None) -> PeakUsage:
 class GroupRef:
     """Beside a fused member's exit record: its group runner's exit record and the group's job ids.
     Reaping, cancel and recovery know from it, from the job's folder alone (an engine restart
-    included), that the attempt's process is shared."""
+    included), that the attempt's process is shared. ``pack``: the group is a warm pack (Slurm's
+    ``slurm.pack``): each member trains in a process of its own forked from the group's, on its own
+    GPUs, so what it runs out of is its own (no smaller group to retry in)."""
 
     exit_path: str
     job_ids: tuple[int, ...]
+    pack: bool = False
 
     @property
     def group_id(self) -> str:
@@ -170,7 +173,7 @@ class GroupRef:
         return f"{self.job_ids[0]}.{match.group(1) if match else '?'}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"exit_path": self.exit_path, "job_ids": list(self.job_ids)}
+        return {"exit_path": self.exit_path, "job_ids": list(self.job_ids), **({"pack": True} if self.pack else {})}
 
     @classmethod
     def from_json(cls, raw: object) -> GroupRef | None:
@@ -179,7 +182,7 @@ class GroupRef:
         ids = raw.get("job_ids")
         if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             return None
-        return cls(raw["exit_path"], tuple(ids))
+        return cls(raw["exit_path"], tuple(ids), raw.get("pack") is True)
 
 
 @dataclass(frozen=True)

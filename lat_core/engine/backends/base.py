@@ -36,13 +36,20 @@ class Backend:
         return 1
 
     @property
+    def pack_size(self) -> int:
+        """The most jobs that do not fuse one launch may hold as a warm pack (lat_core.train.pack: a
+        Slurm plan's ``slurm.pack``); 1: none."""
+        return 1
+
+    @property
     def submits_arrays(self) -> bool:
         """The jobs of one admission pass go to ``launch_many`` in one call (a Slurm plan's choice)."""
         return False
 
     def launch(self, argv: list[str], env: dict[str, str], job_dir, exit_path,
-               show_env: tuple[str, ...] = (), *, world: int = 1) -> Launched:
-        """``world``: the job's processes, for a scheduler that allocates its GPUs."""
+               show_env: tuple[str, ...] = (), *, world: int = 1, pack: int = 1) -> Launched:
+        """``world``: the job's processes, for a scheduler that allocates its GPUs; ``pack``: the
+        launch is a warm pack of that many jobs (:attr:`pack_size`), asking that many jobs' resources."""
         raise NotImplementedError
 
     def is_alive(self, pid: int | None, pid_start: float | None) -> bool:
@@ -52,6 +59,11 @@ class Backend:
         """Why no job forks from the engine's preloaded process (lat_core.engine.warm) on this
         backend, said once in a run's history; None where :attr:`supports_warm_start`."""
         return None if self.supports_warm_start else f"the {self.name} backend starts every job in a fresh process"
+
+    def warm_history(self) -> str:
+        """The run's history line (a ``warm_start`` transition) for a backend whose jobs never fork
+        from the engine's preloaded process (:meth:`why_cold` not None), said once."""
+        return f"not used: {self.why_cold()}"
 
     def fused_launch_note(self, pid: int | str) -> str:
         """What the history's line for a fused group's start adds about its launch ``pid`` (a

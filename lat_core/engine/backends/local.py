@@ -20,7 +20,7 @@ class LocalBackend(Backend):
     def __init__(self, launch_fn=launch):
         self._launch = launch_fn
 
-    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1) -> Launched:
+    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1, pack=1) -> Launched:
         return self._launch(argv, env, job_dir, exit_path, show_env)  # the devices' env pins its GPUs
 
     def is_alive(self, pid, pid_start) -> bool:

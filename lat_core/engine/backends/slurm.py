@@ -20,6 +20,10 @@ A fused group (:mod:`lat_core.engine.groups`) is one Slurm job running the fused
 members' folders, named after the group's exit record; every member's attempt keeps its job id, so
 squeue's and sacct's word on it is each member's still in the group when it ended. Its warning
 before the time limit makes every member save and leave to be resumed, as a job alone does.
+
+A warm pack (``pack: K``, :mod:`lat_core.engine.pack`) is such a group of jobs that do not fuse: one
+Slurm job asking K jobs' GPUs, memory and CPUs, whose process imports the training stack once and
+forks each member's trainer on its own share of the GPUs (:mod:`lat_core.train.pack`).
 """
 
 from __future__ import annotations
@@ -133,12 +137,16 @@ class SlurmBackend(Backend):
         return self.options.nodes
 
     @property
+    def pack_size(self) -> int:
+        return self.options.pack
+
+    @property
     def submits_arrays(self) -> bool:
         """``slurm.array: true``: the jobs of one admission pass go to sbatch as one array."""
         return self.options.array is True
 
     # ------------------------------------------------------------------ submission
-    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1) -> Launched:
+    def launch(self, argv, env, job_dir, exit_path, show_env=(), *, world=1, pack=1) -> Launched:
         job_dir, exit_path = Path(job_dir), Path(exit_path)
         name = job_name_for(exit_path)
         existing = find_submitted(name, run=self._run)
@@ -149,7 +157,7 @@ class SlurmBackend(Backend):
         script = exit_path.with_name(exit_path.name.replace(".exit.json", ".sbatch"))
         script.write_text(self.batch_script(argv, exit_path, show_env))
         command = [f"--comment=lat {exit_path}", f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}",
-                   *self.options.sbatch_args(self.gres_request(env, world)), str(script)]
+                   *self.options.packed(pack).sbatch_args(self.gres_request(env, world, pack)), str(script)]
         return Launched(*self._sbatch(name, command, self._submit_env(env, world)))
 
     def launch_many(self, specs: list[LaunchSpec]) -> list[Launched | OSError]:
@@ -248,15 +256,15 @@ class SlurmBackend(Backend):
             merged.pop("CUDA_VISIBLE_DEVICES", None)
         return merged
 
-    def gres_request(self, env: dict, world: int = 1) -> str | None:
+    def gres_request(self, env: dict, world: int = 1, pack: int = 1) -> str | None:
         """``gpu:N`` (N: the job's processes, at least ``gpus_per_job``; on several nodes, its
-        processes on each), ``shard:1`` for one process where shards are used, or None (a CPU job,
-        or ``gres: none``)."""
+        processes on each; times ``pack`` for a warm pack of that many jobs), ``shard:1`` for one
+        process where shards are used (``shard:K`` for a pack), or None (a CPU job, or ``gres: none``)."""
         if self.options.gres == "none" or env.get("CUDA_VISIBLE_DEVICES") == "":
             return None
         nodes = self.options.nodes
         gpus = world // nodes if nodes > 1 else max(world, self.options.gpus_per_job)  # per node
-        return "shard:1" if gpus == 1 and self.gres_kind() == "shard" else f"gpu:{gpus}"
+        return f"shard:{pack}" if gpus == 1 and self.gres_kind() == "shard" else f"gpu:{gpus * pack}"
 
     def gres_kind(self) -> str:
         """``gres: auto`` takes shards where the cluster defines them; ``shard`` insists on them."""
@@ -283,6 +291,12 @@ class SlurmBackend(Backend):
         return ("each job is a Slurm job of its own on a node this engine does not run on, where its process "
                 "imports torch, transformers and peft itself; a fused group is one process, so its members "
                 "share one start")
+
+    def warm_history(self) -> str:
+        if self.options.pack > 1:
+            return (f"packs: up to {self.options.pack} jobs that do not fuse share one Slurm job, which imports "
+                    "torch, transformers and peft once on its node and forks each job on its own GPUs (slurm.pack)")
+        return super().warm_history()
 
     def fused_launch_note(self, pid: int | str) -> str:
         return f" as Slurm job {pid}"
