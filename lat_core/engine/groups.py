@@ -201,14 +201,16 @@ class GroupStarts:
             return
         if launched.popen is not None:
             self._groups.watch(launched.popen)
-        said, kind = (f"group {gid}: one process for jobs {ids} on {device.id}{backend.fused_launch_note(launched.pid)}",
-                      HistoryKind.FUSED)
-        if pack:
-            said, kind = (f"pack {gid}: jobs {ids} share one Slurm job ({launched.pid}; "
-                          "warm start: torch & co. imported once)", HistoryKind.WARM_START)
         for job, (attempt_id, _, _) in zip(members, attempts):
             # the same words for every member: the progress stream says them once per group
-            self.store.add_transition(job.run_id, job.id, kind, said)
+            if pack:
+                self.store.add_transition(job.run_id, job.id, HistoryKind.WARM_START,
+                                          f"pack {gid}: jobs {ids} share one Slurm job ({launched.pid}; "
+                                          "warm start: torch & co. imported once)")
+            else:
+                self.store.add_transition(job.run_id, job.id, HistoryKind.FUSED,
+                                          f"group {gid}: one process for jobs {ids} on {device.id}"
+                                          f"{backend.fused_launch_note(launched.pid)}")
             self._starts.launched(job, attempt_id, launched)
 
     def _write_group_refs(self, members: list[JobRow], attempts: list[MemberAttempt], pack: bool = False
