@@ -139,6 +139,41 @@ def test_a_tracker_writer_that_dies_fails_its_member_and_the_others_go_on(tmp_pa
     assert JobDir(b).attempt(1).read_exit().returncode == 0 and sorted(step_losses(b)) == [1, 2, 3, 4, 5, 6]
 
 
+def test_a_member_waits_for_a_live_tracker_writer_however_long_it_takes(tmp_path, base, tracker_env, monkeypatch):
+    """On a loaded machine a writer's imports alone take minutes (a CI run at load 10-16 failed a
+    member whose writer had not opened its runs 120 s after the member finished). Every timed wait
+    for a writer answers "not yet" here, as a deadline that passed would: the member still finishes
+    once its writer opened the runs, and the writer closes them before the group ends."""
+    import select
+    from lat_core.train.fused.trackers import MemberTrackers
+    writers: list[subprocess.Popen] = []
+    begin, real_select = MemberTrackers.begin, select.select
+
+    def begin_and_keep(self, *args, **kwargs):
+        begin(self, *args, **kwargs)
+        if self.proc is None:   # no tracker asked for: no writer
+            return
+        writers.append(self.proc)
+        real_wait = self.proc.wait
+        self.proc.wait = lambda timeout=None: real_wait() if timeout is None else _timed_out(timeout)
+
+    def _timed_out(timeout):
+        raise subprocess.TimeoutExpired("the tracker writer", timeout)
+
+    def select_not_yet(rlist, wlist, xlist, timeout=None):
+        if any(f is w.stdout for f in rlist for w in writers):
+            return [], [], []
+        return real_select(rlist, wlist, xlist, timeout)
+
+    monkeypatch.setattr(MemberTrackers, "begin", begin_and_keep)
+    monkeypatch.setattr(select, "select", select_not_yet)
+    a, b, _ = folders(tmp_path, base, [], a={"report_to": ["tensorboard"]})
+    assert main(["--attempt", "1", str(a), str(b)]) == 0
+    assert writers and JobDir(a).attempt(1).read_exit().returncode == 0
+    assert "train/train_loss" in tensorboard_scalars(a / "tensorboard" / naming(a).folder())   # the summary, after ready
+    assert "the writer" not in (a / "train.log").read_text()   # neither failed nor stopped
+
+
 def test_runs_of_a_group_that_dies_close_as_crashed(tmp_path, base, tracker_env):
     """The writer alone (python -m lat_core.train.fused.trackers): its stdin closes without "end",
     as when the group process is killed; the W&B run holds what was logged and ends failed."""

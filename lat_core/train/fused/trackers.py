@@ -16,6 +16,11 @@ cancelled) while the other members go on.  A closed stdin without "end" (the gro
 them as crashed.  The writer answers "ready" on its stdout once the runs are open.  A writer that
 dies fails its member at its next log, and a member does not finish before its runs opened, so a
 tracker that cannot start fails the member as it fails a job alone; nothing is dropped silently.
+A live writer is waited for however long it takes, to open the runs and to close them at the
+group's end: on a loaded machine its imports alone take minutes, and a deadline failed members whose
+tracker was merely slow.  A dead writer ends either wait at once (its end closes the pipe), its
+tracker's own limits (wandb.init's init_timeout) fail it as they fail a job alone, and a writer that
+hangs is stopped with the group, by a cancel or the end of the job's process tree.
 
 The member's tracker run is the job's one run (tracker_run.py): opened here in the group, which owns
 the job folder, and handed to the writer in "begin" (the ids in its environment, what a continued
@@ -36,7 +41,6 @@ from lat_core.contract.jobdir.names import JOB_YAML, TRAIN_LOG
 from ..tracker_run import TrackerRun
 from ..tracking import Trackers
 
-WRITER_WAIT_S = 120.0   # how long the group waits at its end for a writer to close its runs
 CRASHED = {"returncode": 1, "why": "the group process ended without closing the run"}
 
 
@@ -123,9 +127,9 @@ class MemberTrackers:
         except (BrokenPipeError, OSError):
             pass   # the writer already died; wait() says so in the member's log
 
-    def wait(self, timeout: float = WRITER_WAIT_S) -> None:
-        """At the group's end: let the writer finish (the job's process tree is stopped after the
-        group exits); one that does not in ``timeout`` is stopped, and the member's log says so."""
+    def wait(self) -> None:
+        """At the group's end: until the writer has closed the runs and exited, however long (see
+        the module docstring); the job's process tree is stopped after the group exits."""
         proc, self.proc, self.open = self.proc, None, False
         if proc is None:
             return
@@ -133,25 +137,18 @@ class MemberTrackers:
             proc.stdin.close()   # without "end" first: the writer closes the runs as crashed
         except (BrokenPipeError, OSError):
             pass
-        try:
-            rc = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
-            self._note(f"tracker runs ({', '.join(self.active)}): the writer did not close them in {timeout:.0f}s; stopped")
+        rc = proc.wait()
         proc.stdout.close()
         if rc != 0:
             self._note(f"tracker runs ({', '.join(self.active)}): the writer exited with {rc} (its output above)")
 
-    def _await_ready(self, timeout: float = WRITER_WAIT_S) -> None:
-        """Until the writer has opened the runs (its "ready" line); a writer that died before
-        raises TrackerWriterError, as a tracker that cannot start fails a job alone."""
-        import select
+    def _await_ready(self) -> None:
+        """Until the writer has opened the runs (its "ready" line), however long (see the module
+        docstring); a writer that died before raises TrackerWriterError, as a tracker that cannot
+        start fails a job alone."""
         if self.ready:
             return
-        if not select.select([self.proc.stdout], [], [], timeout)[0]:
-            self._writer_failed(f"has not opened the runs in {timeout:.0f}s")
-        self.ready = self.proc.stdout.readline().strip() == "ready"
+        self.ready = self.proc.stdout.readline().strip() == "ready"   # "": its stdout closed
         if not self.ready:   # its stdout closed: it ended
             self._writer_failed(f"exited with {self.proc.wait()}")
 
