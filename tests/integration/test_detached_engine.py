@@ -55,13 +55,17 @@ def test_engine_killed_mid_run_is_restarted_and_adopts_without_double_launch(tmp
     state = tmp_path / "state"
     store = open_store(state)
     run_id = store.create_run("p", str(tmp_path), [CPU], 0)
-    store.add_jobs(run_id, [fake_job(tmp_path, f"j{i}", sleep=2.0) for i in range(4)])
+    # killed once two trainers run (a job is `running` in the journal before its launch: an engine
+    # killed in between fails it, test_engine_faults.py); they run until released, whatever the load
+    release = tmp_path / "release"
+    store.add_jobs(run_id, [fake_job(tmp_path, f"j{i}", extra=("--wait-for", str(release))) for i in range(4)])
     ensure_engine(state)
-    wait_for(lambda: sum(j.state == "running" for j in store.jobs(run_id)) == 2, what="two running jobs")
+    wait_for(lambda: len(list((tmp_path / "record").glob("*.log"))) == 2, what="two trainers running")
     os.kill(engine_pid(state), signal.SIGKILL)
     wait_for(lambda: not EngineLock(state).is_held(), what="lock release")
     running_before = {j.key for j in store.jobs(run_id) if j.state == "running"}
     assert ensure_engine(state) is True
+    release.touch()
     wait_for(lambda: store.run(run_id).state == "finished", what="run to finish")
     jobs = store.jobs(run_id)
     assert [j.state for j in jobs] == ["succeeded"] * 4

@@ -58,22 +58,30 @@ def secret_plan(tmp_path: Path) -> Plan:
 
 def test_secrets_stay_out_of_the_journal_and_reach_a_job_after_an_engine_restart(tmp_path):
     """A front end creates the run and starts the engine with the plan's env; the engine is
-    killed; another front end (whose environment never held the secret) restarts it; the job it
-    launches still sees the secret, read from the 0600 secrets file."""
+    killed while the first job runs; another front end (whose environment never held the secret)
+    restarts it; the job it launches still sees the secret, read from the 0600 secrets file.
+
+    The engine is killed once the first trainer runs, never at the job's ``running`` state: the
+    engine records that before it launches, and one killed in between leaves a launch it cannot
+    prove happened, which fails the job (never launched twice; tests/integration/test_engine_faults.py).
+    The first trainer runs until the test releases it, after the restart, whatever the load."""
     state, plan = tmp_path / "state", secret_plan(tmp_path)
-    env = dict(plan.env)
-    jobs = [fake_spec(tmp_path, "first", env, "--sleep", "4"),
+    env, release = dict(plan.env), tmp_path / "release-first"
+    jobs = [fake_spec(tmp_path, "first", env, "--sleep", "0.1", "--wait-for", str(release)),
             fake_spec(tmp_path, "second", env, "--sleep", "0.1", "--print-env", "WANDB_API_KEY")]
     store = open_store(state)
     run_id = create_run(store, PreparedRun(plan, jobs, [cpu_device(1)]), environ={})
     ensure_engine(state, plan.env)
-    wait_for(lambda: store.jobs(run_id)[0].state == "running", what="first job running")
+    wait_for(lambda: (tmp_path / "record" / "first.log").exists(), what="first trainer running")
     os.kill(engine_pid(state), signal.SIGKILL)
     wait_for(lambda: not EngineLock(state).is_held(), what="lock release")
     assert "WANDB_API_KEY" not in os.environ
     assert ensure_engine(state) is True  # another front end: no secret in its environment
+    release.touch()
     wait_for(lambda: store.run(run_id).state == "finished", what="run to finish")
-    assert [j.state for j in store.jobs(run_id)] == ["succeeded", "succeeded"]
+    assert [(j.state, j.error) for j in store.jobs(run_id)] == [("succeeded", None)] * 2, \
+        [t.detail for t in store.transitions(run_id)]
+    assert (tmp_path / "record" / "first.log").read_text().count("start ") == 1  # adopted, not launched again
     assert (tmp_path / "runs" / "second" / "env.txt").read_text().strip() == SECRET
     wait_for(lambda: not EngineLock(state).is_held(), what="engine to exit")
     for name in ("journal.sqlite", "journal.sqlite-wal", "engine.log"):
