@@ -68,7 +68,7 @@ def test_engine_killed_mid_run_is_restarted_and_adopts_without_double_launch(tmp
     release.touch()
     wait_for(lambda: store.run(run_id).state == "finished", what="run to finish")
     jobs = store.jobs(run_id)
-    assert [j.state for j in jobs] == ["succeeded"] * 4
+    assert [j.state for j in jobs] == ["succeeded"] * 4, [t.detail for t in store.transitions(run_id)]
     assert all(j.attempts == 1 for j in jobs)  # journal: one launch each
     for job in jobs:  # the trainers' own records: each started exactly once
         starts = (tmp_path / "record" / f"{job.key}.log").read_text().count("start ")
