@@ -26,9 +26,10 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from lat_core.contract import kernel_tunings as tunings
+
 TUNINGS_DIR = Path(__file__).with_name("kernel_tunings")
-SWITCH = "LAT_KERNEL_TUNINGS"        # "off": autotune everything, as fla does alone
-DIR_VARIABLE = "LAT_KERNEL_TUNINGS_DIR"  # tables of your own GPU models, instead of the shipped ones
+SWITCH, DIR_VARIABLE = tunings.SWITCH, tunings.DIR_VARIABLE  # read and checked in lat_core.contract.kernel_tunings
 CONFIG_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 PLAIN = (int, float, str, bool, type(None))
 
@@ -94,10 +95,8 @@ def _own_candidate(tuner: Any, record: dict[str, Any]) -> Any:
 
 
 def read_table(path: Path) -> dict[str, list[dict[str, Any]]]:
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text())
-    return data.get("kernels", {}) if isinstance(data, dict) else {}
+    """The table's kernels ({} without the file); TableError naming a file that is not a table."""
+    return tunings.read_table(path)
 
 
 def write_table(path: Path, kernels: dict[str, list[dict[str, Any]]], about: dict[str, str]) -> None:
@@ -128,16 +127,26 @@ def fla_autotuners() -> Iterator[Any]:
 def table_path() -> Path:
     import torch
 
-    folder = Path(os.environ[DIR_VARIABLE]) if os.environ.get(DIR_VARIABLE) else TUNINGS_DIR
-    return folder / gpu_file_name(torch.cuda.get_device_name(torch.cuda.current_device()))
+    return tables_folder() / gpu_file_name(torch.cuda.get_device_name(torch.cuda.current_device()))
+
+
+def tables_folder() -> Path:
+    """$LAT_KERNEL_TUNINGS_DIR, else the shipped tables; TuningsValueError or TableError for a
+    variable that cannot be used (a plan's are refused before its jobs start: this is a job run
+    by hand, or an engine's own environment)."""
+    folder = tunings.from_env(os.environ).folder
+    if folder is not None and not folder.is_dir():
+        raise tunings.TableError(f"{DIR_VARIABLE}={str(folder)!r}: not a folder")
+    return folder or TUNINGS_DIR
 
 
 def seed_tuned_configs(out=print) -> int:
     """Seed fla's imported autotuners from this GPU model's table; how many configs were seeded.
-    Never raises: without the table (another GPU model) or Triton, jobs autotune as before."""
-    if os.environ.get(SWITCH, "").lower() in ("off", "0", "false", "no"):
-        return 0
+    Never raises: without the table (another GPU model), with a table or variable that cannot be
+    used (the log says why) or without Triton, jobs autotune as before."""
     try:
+        if not tunings.from_env(os.environ).enabled:
+            return 0
         path = table_path()
         kernels = read_table(path)
         count = seed(fla_autotuners(), kernels) if kernels else 0

@@ -99,3 +99,49 @@ def test_shipped_tables_read_back(path):
         assert name.startswith("fla.")
         for entry in entries:
             assert set(entry["config"]) == {"kwargs", *tk.CONFIG_FIELDS}
+
+
+def seeded_in_a_job(monkeypatch, tmp_path, environ, table_text=None):
+    """(how many configs a job seeds into a tuner the table covers, the lines it logged), with
+    ``environ``'s tuning variables and this GPU's table ``table_text`` in the folder the job reads."""
+    for name in (tk.SWITCH, tk.DIR_VARIABLE):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    tuner = Tuner(candidates())
+    table = tmp_path / "GPU.json"
+    if table_text is None:
+        tk.write_table(table, {tk.kernel_id(tuner): [{"key": [16], "config": tk.config_record(tuner.configs[1])}]}, {})
+    else:
+        table.write_text(table_text)
+    monkeypatch.setattr(tk, "table_path", lambda: tk.tables_folder() / "GPU.json")  # no GPU here to name it
+    monkeypatch.setattr(tk, "fla_autotuners", lambda: iter([tuner]))
+    lines = []
+    return tk.seed_tuned_configs(out=lambda line, **k: lines.append(line)), lines
+
+
+def test_a_job_seeds_from_the_tables_folder(monkeypatch, tmp_path):
+    assert seeded_in_a_job(monkeypatch, tmp_path, {tk.DIR_VARIABLE: str(tmp_path)})[0] == 1
+
+
+@pytest.mark.parametrize("table_text, said", [
+    ("{not json", "GPU.json: not a tuning table"),
+    ('{"kernels": {"chunk_kernel": [{"key": 16, "config": {}}]}}', "GPU.json: kernel 'chunk_kernel': entry 0"),
+    ('{"kernels": ["chunk_kernel"]}', "GPU.json: not a tuning table"),
+])
+def test_a_malformed_table_is_named_in_the_log_and_the_job_autotunes(monkeypatch, tmp_path, table_text, said):
+    count, lines = seeded_in_a_job(monkeypatch, tmp_path, {tk.DIR_VARIABLE: str(tmp_path)}, table_text)
+    assert count == 0 and said in lines[0] and "fla autotunes its kernels" in lines[0]
+
+
+@pytest.mark.parametrize("environ, said", [
+    ({tk.SWITCH: "of"}, "LAT_KERNEL_TUNINGS='of': expected off"),
+    ({tk.DIR_VARIABLE: "relative/tables"}, "expected an absolute path"),
+    ({tk.DIR_VARIABLE: "/nonexistent/lat-tables"}, "'/nonexistent/lat-tables': not a folder"),
+])
+def test_a_variable_the_job_cannot_use_is_named_in_the_log_and_the_job_autotunes(monkeypatch, tmp_path, environ,
+                                                                                  said):
+    """A plan's or shell's bad value is refused before the run; this one came with a job run by
+    hand, or with an engine's own environment."""
+    count, lines = seeded_in_a_job(monkeypatch, tmp_path, environ)
+    assert count == 0 and said in lines[0] and "fla autotunes its kernels" in lines[0]
