@@ -17,7 +17,7 @@ from lat_core.contract.jobdir.event_reader import CHUNK_BYTES, EventsRead, Event
 from lat_core.contract.jobdir.event_writer import EventWriter
 from lat_core.contract.jobdir.events import AnyEvent, EarlyStop, Finished, Memory
 from lat_core.contract.jobdir.json_files import UNREADABLE, read_small_json, write_json
-from lat_core.contract.jobdir.provenance import SweepPoint, SweepRowsError
+from lat_core.contract.jobdir.provenance import SweepPoint, SweepRowsError, made_from
 from lat_core.contract.jobdir.records import ExitRecord, GroupLimit, PeakUsage
 from lat_core.safe_files import ensure_folder, open_append, remove_files, replace_file
 
@@ -198,6 +198,12 @@ class JobDir:
             return SweepPoint.from_rows(rows)
         except SweepRowsError as exc:
             raise SweepRowsError(f"{names.OVERRIDES}: {exc}") from None
+
+    def made_from(self) -> Path | None:
+        """The experiment YAML the front end planned the job from, as its overrides.json records it;
+        None for a job made otherwise (a trainer run by hand) or a file that cannot say it."""
+        config = made_from(read_small_json(self.path / names.OVERRIDES, PROVENANCE_BYTES))
+        return Path(config) if config else None
 
     # ------------------------------------------------------------------ the engine's records
     def write_peak_usage(self, usage: PeakUsage) -> None:

@@ -74,8 +74,18 @@ def _is_swept_value(value: object) -> bool:
 
 
 def _config_stem(rows: Sequence[dict[str, Any]]) -> str:
-    made_from = next((row.get("value") for row in rows if row.get("source") == SUITE_CONFIG_SOURCE), None)
-    return PurePath(made_from).stem if isinstance(made_from, str) and made_from else "?"
+    config = made_from(rows)
+    return PurePath(config).stem if config else "?"
+
+
+def made_from(rows: object) -> str | None:
+    """The experiment YAML that provenance ``rows`` say the job was made from (a rerun's rows keep
+    its original's); None for rows not of this shape or without one."""
+    if not isinstance(rows, list):
+        return None
+    config = next((row.get("value") for row in rows if isinstance(row, dict) and row.get("source") == SUITE_CONFIG_SOURCE),
+                  None)
+    return config if isinstance(config, str) and config else None
 
 
 def _hashable(value: object) -> SweptValue:
