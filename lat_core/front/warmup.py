@@ -39,8 +39,6 @@ def warm_up_kernels(shapes: list[KernelShape], gpu: int | None = None, plan_env:
     if gpu is not None:
         env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(gpu))
     flags = ["--save-tunings"] if save_tunings else []
-    if save_tunings:
-        env["LAT_KERNEL_TUNINGS"] = "off"
     with tempfile.TemporaryDirectory(prefix="lat-warmup-") as folder:
         path = Path(folder) / "shapes.json"
         write_shapes(path, shapes, env)
