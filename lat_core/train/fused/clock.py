@@ -12,11 +12,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-PARTS = {
-    "passes": "building and queueing passes (forward, backward, optimizer steps)",
-    "losses": "reading the last pass's losses (waits for the GPU) for its step events",
+PARTS = {   # short: the line is read in the TUI's log pane
+    "passes": "building passes",         # forward, backward and optimizer steps, queued (run, on the CPU)
+    "losses": "waiting on losses",       # the last pass's losses for its step events: waits for the GPU
     "evaluation": "evaluation",
-    "bookkeeping": "step events, checkpoints and ends",
+    "bookkeeping": "events and saves",   # step events, logs, checkpoints, members' ends
 }
 
 
@@ -38,4 +38,4 @@ class GroupClock:
         wall = max(time.perf_counter() - self.started, 1e-9)
         shares = ", ".join(f"{PARTS[name]} {s:.1f} s ({100 * s / wall:.0f}%)" for name, s in self.seconds.items())
         per_pass = f", {1000 * wall / self.passes:.0f} ms a pass" if self.passes else ""
-        return f"group loop: {self.passes} passes in {wall:.1f} s{per_pass}; {shares}"
+        return f"group loop: {self.passes} passes in {wall:.1f} s{per_pass}: {shares}"
