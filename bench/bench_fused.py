@@ -163,6 +163,9 @@ def main(argv=None) -> int:
         torch.backends.cuda.matmul.fp32_precision = "tf32"
     if device.type == "cpu":
         torch.set_num_threads(1)   # as a CPU job runs (train.num_threads defaults to 1)
+    if device.type == "cuda" and a.family == "gla":
+        from lat_core.train.fla_gla import use_gla_kernels_for
+        use_gla_kernels_for(True)   # as a job on a GPU: short rows in chunks, the GPU model's kernel tunings
     cfgs = job_cfgs(a)
     tok = type("Tok", (), {"pad_token_id": 0, "eos_token_id": 1, "__len__": lambda self: a.vocab})()
     torch.manual_seed(0)

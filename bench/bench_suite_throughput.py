@@ -187,6 +187,7 @@ def run_side(args, side: str, out: Path, data: Path | None) -> dict:
             "first_step_s": first_step_after([Path(d) for d in jobs], start),
             "tokens_per_s": round(tokens / wall), **steady_state([Path(d) for d in jobs]),
             "gpu_peak_used_gib": round(peak / 2**30, 1), **mamba_fast_path([Path(d) for d in jobs]),
+            **group_loops([Path(d) for d in jobs]),
             "job_dirs": jobs, "losses": {Path(d).name: _losses(Path(d)) for d in jobs}}
 
 
@@ -259,6 +260,19 @@ def mamba_fast_path(job_dirs: list[Path]) -> dict:
     if not said:
         return {}
     return {"mamba_fast_path": said.pop() if len(said) == 1 else "mixed"}
+
+
+def group_loops(job_dirs: list[Path]) -> dict:
+    """``group_loops``: each fused group's own account of where its loop's time went (the line
+    lat_core/train/fused/clock.py writes in its first member's train.log), to tell a group held up by
+    its host from one held up by the GPU; nothing where no group ran."""
+    lines = []
+    for d in job_dirs:
+        log = JobDir(d).train_log
+        if log.is_file():
+            lines += [line.strip() for line in log.read_text(errors="replace").splitlines()
+                      if line.startswith("group loop: ")]
+    return {"group_loops": lines} if lines else {}
 
 
 def first_step_after(job_dirs: list[Path], start: float) -> float | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from lat_core.config import values as V
 from lat_core.config.values import Kind
+from lat_core.contract.kernel_tunings import VARIABLES as KERNEL_TUNING_VARIABLES
 
 
 class EnvValueError(ValueError):
@@ -118,7 +119,9 @@ EXTRA_NAMES = ("NUM_DATA_WORKERS", "GRADIENT_CHECKPOINTING", "PYTORCH_CUDA_ALLOC
                "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MALLOC_ARENA_MAX",
                # where the seeds found local data; EVAL_GEN=1 (generation eval) is what LAT always does
                "NLTK_DATA", "GLUE_LOCAL_DIR", "SAMSUM_LOCAL_DIR", "DART_LOCAL_DIR", "SPIDER_LOCAL_DIR", "EVAL_GEN",
-               "USE_LIBUV", DATASET_VAR)
+               "USE_LIBUV", DATASET_VAR,
+               # the trainer's kernel tunings: they travel with the run, not with whichever engine runs it
+               *KERNEL_TUNING_VARIABLES)
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_RE = re.compile(r"(API_?KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|SMTP_PASS|MAIL_PASS)", re.I)

@@ -56,16 +56,17 @@ class FuseMeasurement:
 
 MEASURED: tuple[FuseMeasurement, ...] = (
     FuseMeasurement(
-        "gla", Rows.SHORT, 9.1, "H100 80GB HBM3", "2026-11-25",
-        "bench/bench_suite_throughput.py --gpu 0 --steps 300, sides lat vs lat-eager",
-        note="issue 26's table (main befc7ca): gla_rank_sweep, 8 jobs, SST-2 sample, steady 19,765 vs 2,162 "
-             "tokens/s; bench/RESULTS.md 2026-11-25 (--steps 100): 18,312 vs 2,063, 8.9x"),
+        "gla", Rows.SHORT, 8.2, "H200", "2026-11-26",
+        "bench/bench_suite_throughput.py --gpu 0 --steps 100 --data tiny, sides lat vs lat-eager",
+        note="gla_rank_sweep, 8 jobs, SST-2 sample, one AdamW and kernel tunings: steady 21,622 vs 2,626 tokens/s, "
+             "GPU peak 12.5 vs 48.8 GiB; bench/RESULTS.md 2026-11-26 (eighth session). Before: 9.1x on an H100 "
+             "(2026-11-25, 300 steps, 19,765 vs 2,162)"),
     FuseMeasurement(
-        "gla", Rows.LONG, 1.58, "H100 80GB HBM3", "2026-11-25",
-        "bench/bench_suite_throughput.py --gpu 0 --steps 40 --data long, sides lat vs lat-eager",
-        note="bench/RESULTS.md 2026-11-25 (second session), warm Triton cache: 47,733 vs 30,296 tokens/s; "
-             "issue 26's 100-step run on a machine compiling these shapes measured 27,790 vs 29,999 (0.93x): "
-             "which holds is issue 26's open question"),
+        "gla", Rows.LONG, 1.13, "H200", "2026-11-26",
+        "bench/bench_suite_throughput.py --gpu 0 --steps 100 --data long, sides lat vs lat-eager",
+        note="steady 36,565 vs 32,283 tokens/s, GPU peak 38.3 vs 60.7 GiB; bench/RESULTS.md 2026-11-26 (eighth "
+             "session). Before, on an H100: 1.58x at 40 steps on warm kernels (47,733 vs 30,296), 0.93x at 100 steps "
+             "on a machine compiling these shapes (27,790 vs 29,999)"),
     FuseMeasurement(
         "mamba", Rows.SHORT, 1.75, "H200", "2026-11-26",
         "bench/bench_suite_throughput.py --gpu 0 --suite mamba_lora --sweep train.lr=1e-3,5e-4,2e-4,1e-4 "

@@ -18,12 +18,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, Mapping
 
+from lat_core.contract import kernel_tunings
+
 PhaseState = Literal["preparing", "compiling", "done", "failed"]
 TRITON_CACHE_DEFAULT = "~/.triton/cache"  # Triton's own default, per user, shared by every process
 KERNELS_ENV = "LAT_KERNELS"  # a forked job's WarmupPhase.job_line(), for its started event's ``kernels``
 # what decides where kernels are cached and how they are tuned, and on which GPU they compile: a
 # warm-up runs under the jobs' values of these (a plan's env may point TRITON_CACHE_DIR elsewhere)
-KERNEL_ENV_PREFIXES = ("TRITON_", "FLA_", "TORCHINDUCTOR_", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+# (and the seeded configs: kernel_tunings.SWITCH is also its _DIR variable's prefix)
+KERNEL_ENV_PREFIXES = ("TRITON_", "FLA_", "TORCHINDUCTOR_", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                       kernel_tunings.SWITCH)
 
 
 @dataclass(frozen=True)

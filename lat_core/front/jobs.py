@@ -28,6 +28,7 @@ from lat_core.config.suites import SuiteRegistry
 from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
 from lat_core.errors import ConfigError, OutputPathError, PlanError
 from lat_core.contract.jobdir import JobDir
+from lat_core.contract import kernel_tunings
 from lat_core.contract.jobdir.names import COMMAND, JOB_YAML, OVERRIDES
 from lat_core.contract.jobdir.provenance import SCREEN_SOURCE, SUITE_CONFIG_SOURCE, SWEEP_SOURCE
 from lat_core.front.plan import Pair, Plan, SuiteRef
@@ -88,6 +89,7 @@ def expand(plan: Plan, registry: SuiteRegistry, shell_env: dict[str, str] | None
     root = Path(plan.output_root).expanduser().resolve()
     shell_env = dict(shell_env or {})
     _check_dataset_variables(plan, shell_env)
+    _check_kernel_tunings(shell_env)
     seen: dict[str, int] = {}
     typed_cache: dict[str, JobConfig] = {}
     entries: list[list[JobSpec]] = []
@@ -167,6 +169,14 @@ def _check_dataset_variables(plan: Plan, shell_env: dict[str, str]) -> None:
                 raise ConfigError(f"{name}={value} would replace the dataset of pair {other[0]}; name the dataset "
                                   f"in the pairs instead (e.g. {other[0].seed}:{value}) and unset {name}",
                                   where=source)
+
+
+def _check_kernel_tunings(shell_env: dict[str, str]) -> None:
+    """The launching shell's LAT_KERNEL_TUNINGS(_DIR), checked as the plan's are (plan.py checks
+    those): the trainer would only log a bad one and autotune."""
+    problems = kernel_tunings.problems(shell_env)
+    if problems:
+        raise ConfigError(f"{problems[0].name}={problems[0].value!r} from {SHELL}: {problems[0].problem}")
 
 
 def _make_job(plan: Plan, root: Path, shell_env: dict[str, str], suite: str, round_no: int, cfg_path: Path,

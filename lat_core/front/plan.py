@@ -26,6 +26,7 @@ from lat_core.config.suites import SuiteRegistry
 from lat_core.config.user_data import DataSpecError, columns_problem, parse_spec
 from lat_core.contract.plan_defaults import PLAN_DEFAULTS as D
 from lat_core.config.yaml_files import YamlFileError, YamlMapping, read_yaml_mapping
+from lat_core.contract import kernel_tunings
 from lat_core.errors import LatError, PlanError
 from lat_core.front.plan_problems import Found, bounded, problem_lines
 from lat_core.text import shorten
@@ -519,6 +520,8 @@ def _check_env(plan: Plan) -> list[str]:
                 parse_env_value(key, value)
             except ValueError as exc:
                 problems.append(f"field 'env.{key}': {exc}")
+    # read by the trainer, not a config field: checked as the trainer reads them
+    problems += [f"field 'env.{exc.name}': {exc}" for exc in kernel_tunings.problems(plan.env)]
     return problems
 
 

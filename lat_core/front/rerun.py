@@ -22,6 +22,7 @@ from pydantic_core import ErrorDetails
 from lat_core.config.env import MASK, shell_overrides
 from lat_core.config.job import TrainConfigError, parse_config
 from lat_core.config.yaml_files import YamlMapping
+from lat_core.contract import kernel_tunings
 from lat_core.contract.jobdir.names import COMMAND, ENV_RECORD, JOB_YAML, OVERRIDES
 from lat_core.front.devices import resolve_devices
 from lat_core.errors import ConfigError, OutputPathError, PlanError
@@ -118,6 +119,9 @@ def job_env(job_dir: Path, environ: dict[str, str], keep: tuple[str, ...] = ()) 
             out.env[name] = str(value)
         else:
             out.dropped.append(name)
+    problems = kernel_tunings.problems(out.env)  # the job's trainer would only log one and autotune
+    if problems:
+        raise ConfigError(f"field 'env.{problems[0].name}': {problems[0]}", where=str(job_dir / COMMAND))
     return out
 
 

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
+from lat_core.config.env import shell_overrides
 from lat_core.config.kernel_shapes import shapes_for
 from lat_core.config.suites import SuiteRegistry
 from lat_core.contract.kernel_warmup import KernelShape, write_shapes
@@ -21,11 +22,15 @@ from lat_core.front.plan import Plan
 WARMUP_MODULE = "lat_core.train.kernel_warmup"
 
 
-def plan_kernel_shapes(plan: Plan, registry: SuiteRegistry | None = None) -> list[KernelShape]:
-    """The kernel shapes of every job of the plan (ConfigError names a config that does not load)."""
+def plan_kernel_shapes(plan: Plan, registry: SuiteRegistry | None = None,
+                       environ: Mapping[str, str] | None = None) -> list[KernelShape]:
+    """The kernel shapes of every job of the plan, with the launching shell's variables (``environ``,
+    default this process's) laid over its configs as a run's are; ConfigError names a config that
+    does not load or a shell variable that does not parse (before a compile of many minutes)."""
     from lat_core.front.jobs import expand
 
-    jobs = expand(plan, plan.suite_registry(registry))
+    shell = shell_overrides(os.environ if environ is None else environ)
+    jobs = expand(plan, plan.suite_registry(registry), shell)
     return shapes_for(job.typed for job in jobs if job.typed is not None)
 
 
@@ -39,8 +44,6 @@ def warm_up_kernels(shapes: list[KernelShape], gpu: int | None = None, plan_env:
     if gpu is not None:
         env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(gpu))
     flags = ["--save-tunings"] if save_tunings else []
-    if save_tunings:
-        env["LAT_KERNEL_TUNINGS"] = "off"
     with tempfile.TemporaryDirectory(prefix="lat-warmup-") as folder:
         path = Path(folder) / "shapes.json"
         write_shapes(path, shapes, env)

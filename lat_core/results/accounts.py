@@ -43,6 +43,7 @@ class JobAccount:
     family: str | None = None  # the model family, where the journal knows the job
     stopped_early: EarlyStop | None = None  # its training stopped before max_steps, as its finished event says
     point: SweepPoint | None = None  # the sweep point it trains, as its folder's overrides.json says
+    point_problem: str | None = None  # why its overrides.json could not say its point (Report.warnings)
 
     @property
     def name(self) -> str:
@@ -87,7 +88,8 @@ def _identity(outcome: JobResult | Skipped | None, job: JobSummary | None, path:
     """Which job: as its folder says (tables group results by it), else as the journal planned it
     (a folder may not say: a trainer that died before its first event, with no job.yaml)."""
     if isinstance(outcome, JobResult):
-        found: Identity | None = Identity(outcome.config, outcome.data, outcome.seed, outcome.point)
+        found: Identity | None = Identity(outcome.config, outcome.data, outcome.seed, outcome.point,
+                                          outcome.point_problem)
     else:
         found = outcome.identity if isinstance(outcome, Skipped) else None
     if job is None:
@@ -95,7 +97,7 @@ def _identity(outcome: JobResult | Skipped | None, job: JobSummary | None, path:
     if found is None:
         return Identity(job.stem, job.dataset, job.seed)
     return Identity(found.config, job.dataset if found.data == UNKNOWN else found.data,
-                    job.seed if found.seed is None else found.seed, found.point)
+                    job.seed if found.seed is None else found.seed, found.point, found.point_problem)
 
 
 def _folder_state(outcome: JobResult | Skipped) -> str:
@@ -119,7 +121,7 @@ def account(path: Path, outcome: JobResult | Skipped | None, job: JobSummary | N
                       in_table=in_table, reason="" if in_table else _state_reason(state, outcome, job),
                       best_step=best.best_step if best else None, value=best.best_value if best else None,
                       job_id=job.id if job else None, run_id=job.run_id if job else None,
-                      family=job.family if job else None, point=who.point,
+                      family=job.family if job else None, point=who.point, point_problem=who.point_problem,
                       stopped_early=outcome.stopped_early if outcome and state == JobState.SUCCEEDED else None)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from lat_core.contract.jobdir import SweepPoint
 from lat_core.results.accounts import JobAccount
 from lat_core.results.scan import Report
-from lat_core.results.sweep_render import point_json, stage_json, sweep_json, sweep_markdown
+from lat_core.results.sweep_render import point_json, stage_json, sweep_json, sweep_markdown, unread_points_markdown
 from lat_core.results.sweeps import build_sweeps
 from lat_core.results.tables import Row, Table
 from lat_core.text import fmt_bytes
@@ -153,7 +153,7 @@ def report_markdown(report: Report, tables: list[Table]) -> str:
     parts = [head, *(table_markdown(t) for t in tables)]
     if not report.results:
         parts.append(f"{NOTHING_USABLE}.\n")
-    parts += [sweep_markdown(sweep) for sweep in build_sweeps(report, tables)]
+    parts += [sweep_markdown(sweep) for sweep in build_sweeps(report, tables)] + [unread_points_markdown(report.accounts)]
     parts += [jobs_markdown(report), skipped_markdown(report)]
     return "\n".join(p for p in parts if p)
 

@@ -21,7 +21,7 @@ import yaml
 
 from lat_core.errors import LatError
 from lat_core.contract.jobdir import (CheckpointSaved, EarlyStop, Eval, Failed, Finished, JobDir, Memory, Started, Step,
-                                      SweepPoint, job_peak)
+                                      SweepPoint, SweepRowsError, job_peak)
 from lat_core.contract.jobdir.event_reader import decode_text
 from lat_core.contract.jobdir.names import EVENTS as EVENTS_FILE
 from lat_core.contract.jobdir.names import JOB_YAML as CONFIG_FILE
@@ -73,6 +73,7 @@ class JobResult:
     higher_is_better: bool = True  # the direction of ``metric``
     stopped_early: EarlyStop | None = None  # its training stopped before max_steps (train.early_stopping)
     point: SweepPoint | None = None  # the sweep point it trains (its overrides.json), None outside a sweep
+    point_problem: str | None = None  # why its overrides.json could not say its point (it is in no sweep table)
 
 
 # What a job folder says of its job when the journal is not asked (Skipped.ended)
@@ -88,6 +89,7 @@ class Identity:
     data: str
     seed: int | None
     point: SweepPoint | None = None
+    point_problem: str | None = None  # why its overrides.json could not say its point
 
     @property
     def dataset(self) -> str:
@@ -129,9 +131,12 @@ class Report:
 
     @property
     def warnings(self) -> list[str]:
-        """Jobs kept in the tables despite bad lines in their events.jsonl."""
+        """Jobs kept in the tables despite bad lines in their events.jsonl, and jobs left out of the
+        sweep tables because their overrides.json could not say their point."""
         return [f"{r.job_dir}: {r.bad_lines} bad line(s) in events.jsonl skipped"
-                for r in self.results if r.bad_lines]
+                for r in self.results if r.bad_lines] + \
+            [f"{job.job_dir}: {job.point_problem}; left out of the sweep tables"
+             for job in self.accounts if job.point_problem]
 
 
 @dataclass
@@ -226,7 +231,16 @@ def _identity(job_dir: Path, config: dict[str, Any], started: Started) -> Identi
     seed = started.seed if started.seed is not None else config.get("seed")
     if seed is None and pair:
         seed = pair["seed"]
-    return Identity(str(name), str(data), _int_or_none(seed), JobDir(job_dir).sweep_point())
+    return Identity(str(name), str(data), _int_or_none(seed), *_sweep_point(job_dir))
+
+
+def _sweep_point(job_dir: Path) -> tuple[SweepPoint | None, str | None]:
+    """The job's sweep point, or None and why its overrides.json cannot say it (a hand-edited
+    file must not stop the results: the job stays in the other tables, and the report says so)."""
+    try:
+        return JobDir(job_dir).sweep_point(), None
+    except SweepRowsError as exc:
+        return None, str(exc)
 
 
 def _status_problem(parsed: ParsedEvents) -> str | None:
@@ -296,7 +310,8 @@ def build_result(job_dir: Path, has_config: bool, parsed: ParsedEvents) -> JobRe
         trainable_params=parsed.started.trainable_params, total_params=parsed.started.total_params,
         config_path=folder.job_yaml if has_config else None, bad_lines=parsed.bad_lines,
         task=parsed.started.task, higher_is_better=spec.higher_is_better,
-        stopped_early=parsed.finished.stopped_early if parsed.finished else None, point=who.point)
+        stopped_early=parsed.finished.stopped_early if parsed.finished else None, point=who.point,
+        point_problem=who.point_problem)
 
 
 def _not_started(job_dir: Path, folder: JobDir) -> Skipped:
@@ -333,7 +348,7 @@ def _scan_job_unguarded(job_dir: Path) -> JobResult | Skipped:
 
 
 def _identity_of(result: JobResult) -> Identity:
-    return Identity(result.config, result.data, result.seed, result.point)
+    return Identity(result.config, result.data, result.seed, result.point, result.point_problem)
 
 
 def scan_job(job_dir: Path) -> JobResult | Skipped:

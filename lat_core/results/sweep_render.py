@@ -10,6 +10,7 @@ import csv
 import io
 
 from lat_core.contract.jobdir import SweepPoint
+from lat_core.results.accounts import JobAccount
 from lat_core.results.sweeps import SweepRow, SweepTable
 from lat_core.text import value_text
 
@@ -117,3 +118,14 @@ def sweep_json(table: SweepTable) -> dict[str, object]:
     return {"dataset": table.dataset, "config": table.config, "main_metric": table.spec.main,
             "higher_is_better": table.spec.higher_is_better, "fields": list(table.fields),
             "rows": [_row_json(row) for row in table.rows]}
+
+
+def unread_points_markdown(accounts: tuple[JobAccount, ...]) -> str:
+    """The jobs whose overrides.json could not say their sweep point (a hand-edited or foreign
+    file): in the other tables, in no sweep table, and why."""
+    unread = [job for job in accounts if job.point_problem]
+    if not unread:
+        return ""
+    lines = [f"### Left out of the sweep tables ({len(unread)})", ""]
+    lines += [f"- `{job.job_dir}`: {job.point_problem}" for job in unread]
+    return "\n".join(lines) + "\n"

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase", type=Path, help="where to report the phase (for the engine)")
     parser.add_argument("--save-tunings", action="store_true",
                         help="add the configs fla's autotuning chose to this GPU model's table in "
-                             "lat_core/train/kernel_tunings (run alone on an idle GPU, with LAT_KERNEL_TUNINGS=off)")
+                             "lat_core/train/kernel_tunings (run alone on an idle GPU; every kernel is autotuned)")
     args = parser.parse_args(argv)
     try:
         shapes, env = read_shapes(args.shapes)
@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     os.environ.update(env)  # the jobs' cache and tuning variables, read when kernels compile
+    if args.save_tunings:   # autotune every kernel: a seeded config (a sibling GPU's) would be saved as this GPU's
+        from .tuned_kernels import SWITCH
+        os.environ[SWITCH] = "off"
     print(f"[warm] Triton cache: {triton_cache_dir(os.environ)}", flush=True)
     phase = warm_kernels(shapes, args.phase)
     if phase.state == "failed":

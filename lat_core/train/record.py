@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from lat_core.config.env import MASK, is_secret
+from lat_core.contract.jobdir import JobDir
 
 DIFF_LIMIT = 64 * 1024   # characters of `git diff` kept; a larger diff is cut and flagged
 _ASSIGN_RE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(\s*[:=]\s*)(\S+)")
@@ -55,14 +56,7 @@ def pip_freeze() -> list[str]:
 def experiment_source(cfg) -> Path | None:
     """The experiment YAML the job came from: overrides.json's suite config for an engine-made job,
     else the --cfg file itself."""
-    overrides = Path(cfg.output_dir) / "overrides.json"
-    try:
-        for entry in json.loads(overrides.read_text()):
-            if entry.get("field") == "*" and entry.get("value"):
-                return Path(entry["value"])
-    except (OSError, ValueError, AttributeError):
-        pass
-    return Path(cfg.cfg_path) if cfg.cfg_path else None
+    return JobDir(Path(cfg.output_dir)).made_from() or (Path(cfg.cfg_path) if cfg.cfg_path else None)
 
 
 def _git(root: Path, *args: str) -> str | None:

@@ -23,12 +23,14 @@ import json
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from lat_core.contract import kernel_tunings as tunings
+
 TUNINGS_DIR = Path(__file__).with_name("kernel_tunings")
-SWITCH = "LAT_KERNEL_TUNINGS"        # "off": autotune everything, as fla does alone
-DIR_VARIABLE = "LAT_KERNEL_TUNINGS_DIR"  # tables of your own GPU models, instead of the shipped ones
+SWITCH, DIR_VARIABLE = tunings.SWITCH, tunings.DIR_VARIABLE  # read and checked in lat_core.contract.kernel_tunings
 CONFIG_FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 PLAIN = (int, float, str, bool, type(None))
 
@@ -94,13 +96,11 @@ def _own_candidate(tuner: Any, record: dict[str, Any]) -> Any:
 
 
 def read_table(path: Path) -> dict[str, list[dict[str, Any]]]:
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text())
-    return data.get("kernels", {}) if isinstance(data, dict) else {}
+    """The table's kernels ({} without the file); TableError naming a file that is not a table."""
+    return tunings.read_table(path)
 
 
-def write_table(path: Path, kernels: dict[str, list[dict[str, Any]]], about: dict[str, str]) -> None:
+def write_table(path: Path, kernels: dict[str, list[dict[str, Any]]], about: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({**about, "kernels": kernels}, indent=1, sort_keys=True) + "\n")
 
@@ -125,40 +125,114 @@ def fla_autotuners() -> Iterator[Any]:
                     break
 
 
-def table_path() -> Path:
+@dataclass(frozen=True)
+class Gpu:
+    """What decides whether a kernel config tuned on one GPU model fits another: its name (the
+    table's file), its compute capability (the instructions and shared memory a config compiles
+    for) and its number of SMs (how a kernel's grid spreads)."""
+
+    name: str
+    capability: str   # "9.0"
+    sms: int
+
+    def facts(self) -> dict[str, Any]:
+        return {"gpu": self.name, "capability": self.capability, "sms": self.sms}
+
+
+@dataclass(frozen=True)
+class Table:
+    """The tunings table a GPU uses: its own, or (``sibling`` set) the table of another GPU model
+    with the same capability and SM count, where this model has none yet."""
+
+    path: Path
+    sibling: str | None = None
+
+    def describe(self, gpu: Gpu) -> str:
+        if self.sibling is None:
+            return f"{gpu.name} ({self.path.name})"
+        return (f"{self.sibling}'s table ({self.path.name}: no table for {gpu.name} yet; same compute capability "
+                f"{gpu.capability} and {gpu.sms} SMs; `lat-tui warmup --plan PLAN --save-tunings` makes its own)")
+
+
+def this_gpu() -> Gpu:
     import torch
 
-    folder = Path(os.environ[DIR_VARIABLE]) if os.environ.get(DIR_VARIABLE) else TUNINGS_DIR
-    return folder / gpu_file_name(torch.cuda.get_device_name(torch.cuda.current_device()))
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    return Gpu(torch.cuda.get_device_name(index), f"{props.major}.{props.minor}", props.multi_processor_count)
+
+
+def tunings_folder() -> Path:
+    """$LAT_KERNEL_TUNINGS_DIR, else the shipped tables; TuningsValueError or TableError for a
+    variable that cannot be used (a plan's are refused before its jobs start: this is a job run
+    by hand, or an engine's own environment)."""
+    folder = tunings.from_env(os.environ).folder
+    if folder is not None and not folder.is_dir():
+        raise tunings.TableError(f"{DIR_VARIABLE}={str(folder)!r}: not a folder")
+    return folder or TUNINGS_DIR
+
+
+def own_table_path(gpu: Gpu) -> Path:
+    """Where this GPU model's own table is (and where --save-tunings writes)."""
+    return tunings_folder() / gpu_file_name(gpu.name)
+
+
+def choose_table(gpu: Gpu, folder: Path) -> Table | None:
+    """This GPU model's own table in ``folder``, else a sibling's (same capability and SM count,
+    recorded in the table when it was saved; the first by file name), else None (autotune).
+
+    Why a sibling: an H100 SXM and an H200 are one chip (sm_90, 132 SMs, the same shared memory)
+    with different memory; fla's kernel configs are chosen among the same candidates on both, and
+    a fresh machine without a table autotunes for 6-12 minutes (bench/RESULTS.md)."""
+    own = folder / gpu_file_name(gpu.name)
+    if own.is_file():
+        return Table(own)
+    for path in sorted(folder.glob("*.json")):
+        about = read_about(path)
+        if about.get("capability") == gpu.capability and about.get("sms") == gpu.sms:
+            return Table(path, sibling=str(about.get("gpu") or path.stem))
+    return None
+
+
+def read_about(path: Path) -> dict[str, Any]:
+    """A table's facts about the GPU it was tuned on (empty where the file is not a table)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if k != "kernels"} if isinstance(data, dict) else {}
 
 
 def seed_tuned_configs(out=print) -> int:
-    """Seed fla's imported autotuners from this GPU model's table; how many configs were seeded.
-    Never raises: without the table (another GPU model) or Triton, jobs autotune as before."""
-    if os.environ.get(SWITCH, "").lower() in ("off", "0", "false", "no"):
-        return 0
+    """Seed fla's imported autotuners from this GPU model's table (or a sibling's: choose_table);
+    how many configs were seeded. Never raises: without a table or Triton, or with a table or variable
+    that cannot be used (the log says why), jobs autotune as before."""
     try:
-        path = table_path()
-        kernels = read_table(path)
+        if not tunings.from_env(os.environ).enabled:
+            return 0
+        gpu = this_gpu()
+        table = choose_table(gpu, tunings_folder())
+        kernels = read_table(table.path) if table is not None else {}
         count = seed(fla_autotuners(), kernels) if kernels else 0
     except Exception as exc:  # noqa: BLE001 - a table that does not apply leaves Triton to autotune
         out(f"[lat] kernel tunings not used ({type(exc).__name__}: {exc}); fla autotunes its kernels", flush=True)
         return 0
-    if count:
-        out(f"[lat] kernel tunings: {count} configs for {path.stem} ({path.name}); those kernels are not autotuned",
+    if count and table is not None:
+        out(f"[lat] kernel tunings: {count} configs from {table.describe(gpu)}; those kernels are not autotuned",
             flush=True)
     return count
 
 
 def save_tunings(out=print) -> Path:
-    """Add what this process's fla autotuners chose to this GPU model's table (the winners of a
-    tuning run with LAT_KERNEL_TUNINGS=off, on an idle machine)."""
-    import torch
+    """Add what this process's fla autotuners chose to this GPU model's own table (the winners of a
+    tuning run with LAT_KERNEL_TUNINGS=off, on an idle machine), with the GPU's facts that let a
+    sibling model use it (choose_table)."""
     import triton
 
-    path = table_path()
+    gpu = this_gpu()
+    path = own_table_path(gpu)
     kernels = merged(read_table(path), tunings_of(fla_autotuners()))
-    about = {"gpu": torch.cuda.get_device_name(torch.cuda.current_device()), "triton": triton.__version__,
+    about = {**gpu.facts(), "triton": triton.__version__,
              "made_by": "python -m lat_core.train.kernel_warmup --save-tunings (alone, on an idle GPU)"}
     write_table(path, kernels, about)
     out(f"[warm] kernel tunings saved: {sum(map(len, kernels.values()))} configs of {len(kernels)} kernels in {path}",

@@ -11,13 +11,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 HANG_S = float(os.environ.get("LAT_TEST_HANG_S", "600"))
+Found = TypeVar("Found")
 
 
-def wait_until(predicate: Callable[[], object], what: str, *, timeout: float = HANG_S, every: float = 0.1) -> None:
-    """Return once ``predicate()`` is true; fail naming ``what`` after ``timeout`` seconds."""
+def wait_until(predicate: Callable[[], Found], what: str, *, timeout: float = HANG_S, every: float = 0.1) -> Found:
+    """Return what ``predicate()`` found once it is true; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not (found := predicate()):
         assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s (a hang?)"
         time.sleep(every)
+    return found

@@ -99,6 +99,9 @@ def test_a_group_of_three_succeeds_with_the_losses_of_jobs_alone(tmp_path, base)
                for j in fused.values())
     said = {t.detail for t in store.transitions(run_id) if t.new_state == "fused"}  # one line for the group
     assert len(said) == 1 and said.pop().endswith(f"one process for jobs {', '.join(str(j.id) for j in fused.values())} on cpu")
+    group_log = "".join(JobDir(j.job_dir).train_log.read_text() for j in fused.values())   # the leader's log
+    loop = re.search(r"group loop: (\d+) passes in [\d.]+ s, \d+ ms a pass: building passes [\d.]+ s \(\d+%\), waiting on losses", group_log)
+    assert loop and int(loop[1]) >= 4, group_log[-2000:]   # at least a pass per step of c's 4
     alone_store, alone_id = make_run(tmp_path / "alone", base, "auto")   # the default: on the CPU, alone
     drain(Engine(alone_store))
     alone = by_key(alone_store, alone_id)

@@ -192,14 +192,20 @@ def _env_a_list(job: Path) -> None:
     (job / "command.json").write_text(json.dumps({"env": ["PYTHONPATH=/elsewhere"]}))
 
 
+def _tunings_gone(job: Path) -> None:
+    """The job ran with a folder of kernel tunings that is gone since."""
+    (job / "command.json").write_text(json.dumps({"env": {"LAT_KERNEL_TUNINGS_DIR": str(job / "gone")}}))
+
+
 @pytest.mark.parametrize("spoil, flags, needle", [
     (_binary, [], "job.yaml: not UTF-8 text"),
     (_seed_abc, [], "job.yaml: field 'seed': expected an integer, got 'abc'"),
     (_unresolved, [], "job.yaml: field 'resolved': expected true"),
     (_env_a_list, [], "command.json: field 'env': expected a mapping"),
+    (_tunings_gone, [], "command.json: field 'env.LAT_KERNEL_TUNINGS_DIR': LAT_KERNEL_TUNINGS_DIR="),
     (None, ["--gpus=-1"], "--gpus: GPU indices must be >= 0"),
     (None, ["--gpus", "0 0"], "--gpus: a GPU is listed twice"),
-], ids=["binary", "seed-abc", "unresolved", "env-a-list", "gpus-negative", "gpus-twice"])
+], ids=["binary", "seed-abc", "unresolved", "env-a-list", "tunings-gone", "gpus-negative", "gpus-twice"])
 def test_bad_rerun_inputs_exit_2_naming_the_field_and_start_nothing(tmp_path, capsys, spoil, flags, needle):
     job = _job_folder(tmp_path, {})
     if spoil:

@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 
 from lat_core.config.slurm_options import option_problems, spread_problem
-from lat_core.contract.commands import CancelRun
 from lat_core.contract.jobdir import AttemptFiles, JobDir, Step
 from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
 from lat_core.engine.backends.slurm import SlurmBackend
 from lat_core.contract.states import JobState
 from lat_core.engine.placement import SRUN_WAIT_S, multinode_argv
 from lat_core.front.service import open_store
+from tests.helpers.slurm_front import (LOOK_EVERY_S, UNTIL_STOPPED, cancel_the_run, every_job_resumed, resumed_from,
+                                       running, the_job, the_run)
 from tests.helpers.waits import wait_until
 from tests.integration.test_slurm import slurm_cluster  # noqa: F401  (fixture)
-from tests.integration.test_slurm_front_door import lat_tui, resumed_from
-from tests.integration.test_slurm_front_door import wait_until as front_door_wait
+from tests.integration.test_slurm_front_door import lat_tui
 from tests.integration.test_trainer import ROOT, events, job
 
 TRAINER = ["/venv/bin/python", "-m", "lat_core.train", "--cfg", "/runs/j/job.yaml"]
@@ -137,14 +137,11 @@ def test_the_warning_before_the_limit_saves_every_rank_of_every_node(two_task_jo
 @pytest.mark.slow
 def test_a_plan_on_two_nodes_asks_slurm_for_them_from_a_login_node(slurm_cluster, tmp_path):  # noqa: F811
     """The one node cannot run it (Slurm keeps it pending): what reached Slurm is read back from it."""
-    front = lat_tui(tmp_path, {"gpus_per_job": 4, "slurm": {"nodes": 2}}, wait=False)
-    try:
-        store = front_door_wait(lambda: (tmp_path / "state" / "journal.sqlite").exists()
-                                and open_store(tmp_path / "state"), "the run")
-        run_id = front_door_wait(lambda: store.runs() and store.runs()[0].id, "the run")
-        job = front_door_wait(lambda: (jobs := store.jobs(run_id)) and jobs[0], "the job")
-        attempt = front_door_wait(lambda: (tried := store.attempts(job.id)) and tried[0].pid and tried[0],
-                                  "the submitted job")
+    with running(lat_tui(tmp_path, {"gpus_per_job": 4, "slurm": {"nodes": 2}}, wait=False)) as front:
+        store, run_id = the_run(tmp_path)
+        job = the_job(store, run_id)
+        attempt = wait_until(lambda: (tried := store.attempts(job.id)) and tried[0].pid and tried[0],
+                             "submitted job", every=LOOK_EVERY_S)
         shown = subprocess.run(["scontrol", "show", "job", "-o", str(attempt.pid)], capture_output=True,
                                text=True).stdout
         assert "NumNodes=2" in shown and re.search(r"TresPerNode=gres[:/]gpu:2\b", shown), shown  # 2 GPUs a node
@@ -154,11 +151,7 @@ def test_a_plan_on_two_nodes_asks_slurm_for_them_from_a_login_node(slurm_cluster
             in script
         assert "torchrun on each of 2 nodes, c10d rendezvous on the first" in \
             [t.detail for t in store.transitions(run_id, job_id=job.id)]
-        store.add_command(run_id, CancelRun())
-        front.communicate(timeout=300)
-    finally:
-        if front.poll() is None:
-            front.kill()
+        cancel_the_run(store, run_id, front)
     assert "CANCELLED" in subprocess.run(["scontrol", "show", "job", "-o", str(attempt.pid)],
                                          capture_output=True, text=True).stdout
 
@@ -168,26 +161,19 @@ def test_a_two_process_job_saves_at_the_time_limit_and_resumes(slurm_cluster, tm
     """The warning (USR1, 60 s before the limit) reaches the batch shell of a torchrun job of 2 CPU
     processes: both save, the job exits 75 and the engine resubmits it to resume."""
     plan = {"gpus_per_job": 2, "slurm": {"time": "2", "save_before_end_s": 60, "gres": "none"},
-            "overrides": {"train": {"max_steps": 1000000, "save_every": 1000000, "eval_every": 1000000}}}
-    front = lat_tui(tmp_path, plan, wait=False)
-    try:
-        store = front_door_wait(lambda: (tmp_path / "state" / "journal.sqlite").exists()
-                                and open_store(tmp_path / "state"), "the run")
-        run_id = front_door_wait(lambda: store.runs() and store.runs()[0].id, "the run")
-        job = front_door_wait(lambda: (jobs := store.jobs(run_id)) and jobs[0], "the job")
-        front_door_wait(lambda: any(resumed_from(Path(job.job_dir))), "a resumed attempt")
-        store.add_command(run_id, CancelRun())
-        front.communicate(timeout=300)
-    finally:
-        if front.poll() is None:
-            front.kill()
+            "overrides": UNTIL_STOPPED}
+    with running(lat_tui(tmp_path, plan, wait=False)) as front:
+        store, run_id = the_run(tmp_path)
+        job = the_job(store, run_id)
+        every_job_resumed(store, run_id, jobs=1)
+        cancel_the_run(store, run_id, front)
     first = store.attempts(job.id)[0]
     log = (Path(job.job_dir) / "train.log").read_text()
     assert first.returncode == EXIT_SAVED_TO_RESUME, log[-3000:]
     assert log.count("SIGUSR1 passed on to worker ") == 2 and "the workers saved to be resumed; exit 75" in log
     requeued = [t.detail for t in store.transitions(run_id, job_id=job.id) if t.new_state == JobState.QUEUED][1:]
     assert requeued[0].startswith("saved at step ") and "resubmitted to resume" in requeued[0], requeued
-    assert resumed_from(Path(job.job_dir))[:2] == [None, int(requeued[0].split()[3])]
+    assert resumed_from(job.job_dir)[:2] == [None, int(requeued[0].split()[3])]
 
 
 def test_a_job_that_cannot_split_evenly_over_the_nodes_stops_the_plan(tmp_path):

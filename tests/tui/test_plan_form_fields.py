@@ -16,7 +16,7 @@ from lat_tui.screens.plan import PlanScreen
 
 from .test_controls import on_dashboard
 from .test_dashboard import make_run, wait_for
-from .test_plan_screen import _fill, _problems
+from .test_plan_screen import _fill, _problems_on_save
 
 SIZES = [(80, 24), (160, 48)]
 CHARACTERS = {"tab": "\t", "enter": "\r", "space": " ", "slash": "/"}
@@ -39,6 +39,19 @@ def type_fast(app, *keys: str) -> None:
 
 def value(app, wid: str) -> str:
     return app.screen.query_one(f"#{wid}", Input).value
+
+
+async def on_the_form_with_every_suite(pilot) -> None:
+    """Waits for the plan form, then picks every suite in it."""
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, PlanScreen))
+    pilot.app.screen.query_one("#suites", SelectionList).select_all()
+
+
+async def saved(pilot, **values) -> None:
+    """Fills ``values`` in and presses ctrl+s; returns once the run is made (the dashboard is up)."""
+    await _fill(pilot, **values)
+    await pilot.press("ctrl+s")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, DashboardScreen))
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -74,18 +87,15 @@ async def test_keys_typed_fast_after_tab_land_in_the_next_field_of_the_add_dialo
 async def test_the_plans_options_go_into_the_run(make_app, state_dir, tmp_path, size):
     app = make_app()
     async with app.run_test(size=size) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen))
+        await on_the_form_with_every_suite(pilot)
         switches = app.screen.query_one("#switches", SelectionList)
         assert switches.selected == ["warm_start"]  # the plan's defaults: warm start on, allow cpu off
         assert value(app, "fuse") == "" and app.screen.query_one("#fuse", Input).placeholder == "auto"
-        app.screen.query_one("#suites", SelectionList).select_all()
         switches.deselect("warm_start")
         switches.select("allow_cpu")
-        await _fill(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"), fuse="no",
+        await saved(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"), fuse="no",
                     **{"on-oom": "smaller_micro_batch expandable_segments max_retries=3",
                        "overrides": "train.lr=0.001 'peft.target_modules=[q_proj, v_proj]'"})
-        await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
     (plan,) = saved_plans(state_dir)
     assert (plan.fuse, plan.warm_start, plan.allow_cpu) == (False, False, True)
     assert plan.on_oom.remedies == ("smaller_micro_batch", "expandable_segments") and plan.on_oom.max_retries == 3
@@ -97,11 +107,8 @@ async def test_an_untouched_form_keeps_the_plans_defaults_and_the_next_form_star
         make_app, state_dir, tmp_path):
     app = make_app()
     async with app.run_test(size=SIZES[0]) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen))
-        app.screen.query_one("#suites", SelectionList).select_all()
-        await _fill(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"))
-        await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await on_the_form_with_every_suite(pilot)
+        await saved(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"))
         (plan,) = saved_plans(state_dir)
         assert (plan.fuse, plan.warm_start, plan.allow_cpu, plan.on_oom, dict(plan.overrides)) == (
             "auto", True, False, None, {})
@@ -123,13 +130,9 @@ async def test_an_untouched_form_keeps_the_plans_defaults_and_the_next_form_star
 async def test_bad_options_are_named_in_the_forms_words_and_start_nothing(make_app, state_dir, tmp_path, size):
     app = make_app()
     async with app.run_test(size=size) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen))
-        app.screen.query_one("#suites", SelectionList).select_all()
-        await _fill(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"), fuse="maybe",
-                    **{"on-oom": "bigger_gpu max_retries=0", "overrides": "lr train.lr=0.001"})
-        await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: "Invalid plan" in _problems(app))
-        problems = _problems(app)
+        await on_the_form_with_every_suite(pilot)
+        problems = await _problems_on_save(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"), fuse="maybe",
+                                           **{"on-oom": "bigger_gpu max_retries=0", "overrides": "lr train.lr=0.001"})
         assert "Fuse: " in problems and "'maybe'" in problems
         assert "On OOM: unknown remedy 'bigger_gpu'" in problems and "On OOM: must be 1 or more" in problems
         assert "Overrides: 'lr': expected FIELD=VALUE" in problems
@@ -142,12 +145,9 @@ async def test_the_sweep_field_takes_the_sweep_flags_words_into_the_run_and_back
         make_app, state_dir, tmp_path, size):
     app = make_app()
     async with app.run_test(size=size) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen))
-        app.screen.query_one("#suites", SelectionList).select_all()
+        await on_the_form_with_every_suite(pilot)
         words = "train.lr=1e-4,2e-4 zip:train.warmup_steps=0,10 random:peft.dropout=uniform:0,0.2 draws=2 seed=3"
-        await _fill(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"), sweep=words)
-        await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await saved(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"), sweep=words)
         (plan,) = saved_plans(state_dir)
         assert sweep_words.plain(plan.sweep) == {"grid": {"train.lr": [1e-4, 2e-4]}, "zip": {"train.warmup_steps": [0, 10]},
                                     "random": {"n": 2, "seed": 3, "space": {"peft.dropout": {"uniform": [0, 0.2]}}}}
@@ -161,13 +161,9 @@ async def test_the_sweep_field_takes_the_sweep_flags_words_into_the_run_and_back
 async def test_a_bad_sweep_is_named_in_the_forms_words_and_starts_nothing(make_app, state_dir, tmp_path, size):
     app = make_app()
     async with app.run_test(size=size) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, PlanScreen))
-        app.screen.query_one("#suites", SelectionList).select_all()
-        await _fill(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"),
-                    sweep="train.lrr=1e-4,2e-4 peft.r random:train.lr=log_uniform:0,1e-3 draws=2")
-        await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: "Invalid plan" in _problems(app))
-        problems = _problems(app)
+        await on_the_form_with_every_suite(pilot)
+        sweep = "train.lrr=1e-4,2e-4 peft.r random:train.lr=log_uniform:0,1e-3 draws=2"
+        problems = await _problems_on_save(pilot, pairs="1:tiny-sst2", output=str(tmp_path / "o"), sweep=sweep)
         assert "Sweep: 'peft.r': expected FIELD=VALUE,VALUE,..." in problems
         assert "Sweep (train.lrr): unknown field 'train.lrr' (did you mean train.lr?)" in problems
         assert "Sweep (train.lr.log_uniform): a log-uniform range needs low > 0" in problems

@@ -10,7 +10,7 @@ from lat_tui.plan_form import form_from_saved_plan, human_problem
 from lat_tui.screens.dashboard import DashboardScreen
 from lat_tui.screens.plan import PlanScreen
 
-from .test_plan_screen import _fill, _problems, _wait_for
+from .test_plan_screen import _fill, _problems_on_save, _wait_for
 
 LONG = ("a rather long description of what this suite measures, so that it has to wrap at the word "
         "boundaries of a narrow screen instead of being cut in the middle of a word")
@@ -64,10 +64,7 @@ async def test_errors_name_the_field_in_plain_words(make_app):
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await _wait_for(pilot, lambda: isinstance(app.screen, PlanScreen))
-        await _fill(pilot, countdown="soon")
-        await pilot.press("ctrl+s")
-        await _wait_for(pilot, lambda: "Invalid plan" in _problems(app))
-        text = _problems(app)
+        text = await _problems_on_save(pilot, countdown="soon")
         assert "Suites: pick at least one suite" in text
         assert "Pairs: give at least one seed:dataset pair" in text
         assert "Countdown: must be a number of minutes (got 'soon')" in text

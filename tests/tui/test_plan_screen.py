@@ -41,13 +41,19 @@ async def _wait_for(pilot, predicate, timeout: float = HANG_S) -> None:
     raise AssertionError("condition not met in time")
 
 
-async def _submit_a_bad_plan(pilot) -> None:
+async def _problems_on_save(pilot, **values) -> str:
+    """Fills ``values`` in, presses ctrl+s and waits until the form shows its problems: their text."""
+    await _fill(pilot, **values)
+    await pilot.press("ctrl+s")
+    await _wait_for(pilot, lambda: "Invalid plan" in _problems(pilot.app))
+    return _problems(pilot.app)
+
+
+async def _submit_a_bad_plan(pilot) -> str:
     """No suite, a pair without a seed, a dataset that does not exist, slots not a number: ctrl+s,
     until the form shows its problems."""
     await pilot.pause()
-    await _fill(pilot, pairs="x:tiny-sst2 1:no-such-data", slots="two")
-    await pilot.press("ctrl+s")
-    await _wait_for(pilot, lambda: "Invalid plan" in _problems(pilot.app))
+    return await _problems_on_save(pilot, pairs="x:tiny-sst2 1:no-such-data", slots="two")
 
 
 async def test_no_run_opens_plan_screen_with_suites_and_cpu(make_app):
@@ -76,8 +82,7 @@ async def test_gpus_listed_with_memory(make_app):
 async def test_bad_input_shows_every_problem_and_creates_no_run(make_app, state_dir, engine_spy):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await _submit_a_bad_plan(pilot)
-        text = _problems(app)
+        text = await _submit_a_bad_plan(pilot)
         assert "Suites: pick at least one suite" in text
         assert "seed:dataset" in text
         assert "slot" in text
@@ -92,10 +97,7 @@ async def test_unknown_dataset_and_missing_round_are_named(make_app, state_dir):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("space")  # select the highlighted suite
-        await _fill(pilot, rounds="1 7", pairs="1:no-such-data")
-        await pilot.press("ctrl+s")
-        await _wait_for(pilot, lambda: "Invalid plan" in _problems(app))
-        text = _problems(app)
+        text = await _problems_on_save(pilot, rounds="1 7", pairs="1:no-such-data")
         assert "has no round 7" in text
         assert "unknown dataset 'no-such-data'" in text
     assert _runs(state_dir) == []

@@ -116,3 +116,16 @@ def test_each_side_gets_its_steady_rate_over_lat_eager_the_speed_up_fuse_auto_re
     compare_sides(sides)
     assert sides[1]["steady_vs_lat-eager"] == 0.8 and "steady_vs_lat-eager" not in sides[2]
     assert "steady_vs_lat-eager" not in sides[0] and sides[1]["loss_check_vs_lat-eager"]["ok"]
+
+
+def test_a_sides_row_carries_each_groups_account_of_its_loop(tmp_path):
+    from bench.bench_suite_throughput import group_loops
+    from lat_core.contract.jobdir import JobDir
+    leader, member, alone = (tmp_path / name for name in ("leader", "member", "alone"))
+    for folder in (leader, member, alone):
+        folder.mkdir()
+    line = "group loop: 200 passes in 90.0 s, 450 ms a pass; building and queueing passes 3.0 s (3%)"
+    JobDir(leader).train_log.write_text(f"step 200/200 loss 0.1\n{line}\ngroup wall time 95.0s\n")
+    JobDir(member).train_log.write_text("step 200/200 loss 0.2\n")
+    assert group_loops([leader, member, alone]) == {"group_loops": [line]}
+    assert group_loops([member, alone]) == {}

@@ -37,7 +37,7 @@ def unmeasured_mamba(monkeypatch) -> None:
 def test_auto_fuses_where_measured_to_win_and_says_why_not_elsewhere(monkeypatch):
     unmeasured_mamba(monkeypatch)
     gla, mamba = config("gla/tiny_lora_qkvo.yaml"), config("mamba/tiny_lora.yaml")
-    assert auto_refusal(gla) is None   # GLA on short rows: measured 9.1x
+    assert auto_refusal(gla) is None   # GLA on short rows: measured 8.2x
     assert auto_refusal(mamba) == ("fuse auto: a fused mamba group on short rows is not measured yet "
                                    "(lat_core/config/fuse_measured.py); fuse: true fuses it")
     lost = FuseMeasurement("mamba", Rows.SHORT, 0.8, "H100 80GB HBM3", "2026-11-26", "bench/x.py --y")

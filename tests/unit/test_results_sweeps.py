@@ -15,7 +15,7 @@ from lat_core.config.suites import SuiteRegistry
 from lat_core.contract.jobdir import JobDir
 from lat_core.front.jobs import expand, materialize
 from lat_core.results import aggregate, build_sweeps, build_tables, write_report
-from lat_core.results.render import report_document
+from lat_core.results.render import report_document, report_markdown
 from lat_core.results.sweep_plots import is_log_spaced, sweep_figure
 from lat_core.results.sweep_render import sweep_markdown
 from lat_tui import results_cli
@@ -209,3 +209,38 @@ def test_a_random_search_plots_markers_and_still_marks_the_best(configs, tmp_pat
     out = tmp_path / "results"
     write_report(aggregate(tmp_path / "out"), out, formats={"png"})
     assert (out / "glue-tvt_rte_a_sweep.png").stat().st_size > 0
+
+
+def broken_rows(rows: list) -> dict[str, object]:
+    """overrides.json broken by hand, each way: what the file then holds."""
+    sweep_row = next(i for i, row in enumerate(rows) if row["source"] == "sweep")
+
+    def with_row(**change):
+        edited = [dict(row) for row in rows]
+        edited[sweep_row] = {k: v for k, v in {**edited[sweep_row], **change}.items() if v is not None}
+        return edited
+    return {"a mapping value": with_row(value={"lr": 1}), "no field": with_row(field=None),
+            "no value": with_row(value=None), "not a list": {"rows": rows}, "not JSON": "[{"}
+
+
+@pytest.mark.parametrize("how, said", [
+    ("a mapping value", "the sweep's train.lr: a dict is not a swept value"), ("no field", "a sweep value, has no field"),
+    ("no value", "the sweep's train.lr, has no value"), ("not a list", "not a list of provenance rows"),
+    ("not JSON", "not JSON"),
+])
+def test_a_hand_broken_overrides_file_leaves_its_job_out_of_the_sweep_and_the_report_says_so(grid_root, how, said):
+    job_dir = grid_root / "glue-tvt_rte_seed1" / "a__lr1e-3_r4"
+    path = job_dir / "overrides.json"
+    broken = broken_rows(json.loads(path.read_text()))[how]
+    path.write_text(broken if isinstance(broken, str) else json.dumps(broken))
+    (grid_root / "glue-tvt_rte_seed2" / "a__lr1e-4_r4" / "overrides.json").unlink()  # a folder made by hand
+    report, sweep = the_sweep(grid_root)
+    row = next(r for r in sweep.rows if r.values == (("train.lr", 0.001), ("peft.r", 4)))
+    assert (row.planned, row.seeds) == (1, (2,))  # the other seed's job of the point
+    (warning,) = report.warnings  # the folder without the file is no sweep's: nothing to say
+    assert warning.startswith(f"{job_dir}: overrides.json: ") and warning.endswith("; left out of the sweep tables")
+    assert said in warning
+    assert any(r.job_dir == job_dir for r in report.results)  # still in the dataset's table
+    assert report_document(report, build_tables(report))["warnings"] == [warning]
+    text = report_markdown(report, build_tables(report))
+    assert "### Left out of the sweep tables (1)" in text and f"- `{job_dir}`: overrides.json: " in text

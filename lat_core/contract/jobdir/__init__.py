@@ -24,7 +24,7 @@ if TYPE_CHECKING:
                                                  Finished, Memory, SpeedMode, Started, Step, TrackerRunOpened)
     from lat_core.contract.jobdir.folder import JobDir
     from lat_core.contract.jobdir.outcome import closing_line, describe_exit, how_it_ended, last_log_line
-    from lat_core.contract.jobdir.provenance import SweepPoint
+    from lat_core.contract.jobdir.provenance import SweepPoint, SweepRowsError
     from lat_core.contract.jobdir.records import (ExitRecord, GroupLimit, GroupRef, OomKills, PeakUsage, PidRecord,
                                                   job_peak)
 
@@ -36,14 +36,14 @@ _HOME: dict[str, tuple[str, ...]] = {
                "SpeedMode", "Started", "Step", "TrackerRunOpened"),
     "folder": ("JobDir",),
     "outcome": ("closing_line", "describe_exit", "how_it_ended", "last_log_line"),
-    "provenance": ("SweepPoint",),
+    "provenance": ("SweepPoint", "SweepRowsError"),
     "records": ("ExitRecord", "GroupLimit", "GroupRef", "OomKills", "PeakUsage", "PidRecord", "job_peak"),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 __all__ = [
     "AnyEvent", "AttemptFiles", "BadEvent", "CheckpointSaved", "EarlyStop", "Eval", "Event", "EventTail", "EventWriter", "EventsRead",
     "ExitRecord", "Failed", "Finished", "GroupLimit", "GroupRef", "JobDir", "Memory", "OomKills", "PeakUsage",
-    "PidRecord", "Skips", "SpeedMode", "Started", "Step", "SweepPoint", "TrackerRunOpened", "closing_line", "decode_event",
+    "PidRecord", "Skips", "SpeedMode", "Started", "Step", "SweepPoint", "SweepRowsError", "TrackerRunOpened", "closing_line", "decode_event",
     "describe_exit", "how_it_ended",
     "job_peak", "last_log_line", "last_progress",
 ]

@@ -16,8 +16,8 @@ from lat_core.contract.jobdir.checkpoints import checkpoint_dirs, checkpoint_is_
 from lat_core.contract.jobdir.event_reader import CHUNK_BYTES, EventsRead, EventTail, read_events
 from lat_core.contract.jobdir.event_writer import EventWriter
 from lat_core.contract.jobdir.events import AnyEvent, EarlyStop, Finished, Memory
-from lat_core.contract.jobdir.json_files import read_small_json, write_json
-from lat_core.contract.jobdir.provenance import SweepPoint
+from lat_core.contract.jobdir.json_files import UNREADABLE, read_small_json, write_json
+from lat_core.contract.jobdir.provenance import SweepPoint, SweepRowsError, made_from
 from lat_core.contract.jobdir.records import ExitRecord, GroupLimit, PeakUsage
 from lat_core.safe_files import ensure_folder, open_append, remove_files, replace_file
 
@@ -189,8 +189,21 @@ class JobDir:
     # ------------------------------------------------------------------ what the front end planned
     def sweep_point(self) -> SweepPoint | None:
         """The sweep point the job trains, as its overrides.json records it; None for a job of no
-        sweep (or a file that is missing, too large or not provenance rows)."""
-        return SweepPoint.from_rows(read_small_json(self.path / names.OVERRIDES, PROVENANCE_BYTES))
+        sweep (or no such file: a folder made by hand). SweepRowsError, naming the file, for one
+        that cannot say it (too large, not JSON, not provenance rows, a broken sweep row)."""
+        rows = read_small_json(self.path / names.OVERRIDES, PROVENANCE_BYTES)
+        try:
+            if rows is UNREADABLE:
+                raise SweepRowsError(f"not JSON, or over {PROVENANCE_BYTES // (1024 * 1024)} MiB")
+            return SweepPoint.from_rows(rows)
+        except SweepRowsError as exc:
+            raise SweepRowsError(f"{names.OVERRIDES}: {exc}") from None
+
+    def made_from(self) -> Path | None:
+        """The experiment YAML the front end planned the job from, as its overrides.json records it;
+        None for a job made otherwise (a trainer run by hand) or a file that cannot say it."""
+        config = made_from(read_small_json(self.path / names.OVERRIDES, PROVENANCE_BYTES))
+        return Path(config) if config else None
 
     # ------------------------------------------------------------------ the engine's records
     def write_peak_usage(self, usage: PeakUsage) -> None:

@@ -27,6 +27,7 @@ from ..callbacks import LatRun
 from lat_core.contract.jobdir import CheckpointSaved, Eval, Finished, Step
 from ..events import log, memory_event, ranking_of, started_event
 from ..loop import lr_schedule
+from .clock import GroupClock
 from .member_io import CANCELLED_RC, MemberOut, MemberView, trainer_state
 from .step import MemberRun, micro_step
 from .trackers import model_facts
@@ -257,10 +258,11 @@ def evaluate_together(group, stepped: list[Member]) -> dict[int, object]:
 
 
 def train_group(group, members: list[Member]) -> None:
-    """Micro-steps until every member has left the group."""
+    """Micro-steps until every member has left the group; where the time went in the group's log."""
     stop = {"signal": None}
     old = signal.signal(signal.SIGTERM, lambda signum, _frame: stop.update(signal=signum))
     torch.manual_seed(members[0].run.cfg.seed + 1)   # as RngCallback: the stream starts at seed + 1
+    clock = GroupClock()
     try:
         for m in members:
             if m.run.done and not m.left:   # resumed at max_steps: nothing to train
@@ -271,33 +273,44 @@ def train_group(group, members: list[Member]) -> None:
                     cancel(m, "SIGTERM to the group" if stop["signal"] else "its cancel marker")
             if all(m.left for m in members):
                 break
-            try:
-                stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device,
-                                             group.layout)
-            except Exception as exc:  # noqa: BLE001 - the shared pass failed: every member with it
-                for m in members:
-                    if not m.left:
-                        fail(m, exc)
-                raise
-            write_step_logs(members)   # the last pass's: this one is queued behind it
-            by_run = {id(m.run): m for m in members}
-            for run, exc in broken:
-                fail(by_run[id(run)], exc)
-            stepped = [run for run in stepped if not by_run[id(run)].left]
-            evaluated = evaluate_together(group, [by_run[id(run)] for run in stepped])
-            for run in stepped:
-                m = by_run[id(run)]
-                try:
-                    after_step(m, evaluated.get(id(m)))
-                except Exception as exc:  # noqa: BLE001 - its loss, evaluation or save: its own failure
-                    fail(m, exc)
-                    continue
-                if run.done:
-                    finish_or_fail(m)
-            save_those_asked(members)
+            _one_pass(group, members, clock)
     finally:
         signal.signal(signal.SIGTERM, old)
         for m in members:   # their tracker writers close the runs before the job's process tree is stopped
             if m.out.trackers is not None:
                 m.out.trackers.wait()
+        log(clock.line())
 
+
+def _one_pass(group, members: list[Member], clock: GroupClock) -> None:
+    """One micro-step of the group, then what is due after it: the last pass's step events, the
+    members' evaluations, logs, checkpoints and ends, a save asked for."""
+    try:
+        with clock.part("passes"):
+            stepped, broken = micro_step(group.base, group.slot, group.runs, group.pad_id, group.device,
+                                         group.layout)
+    except Exception as exc:  # noqa: BLE001 - the shared pass failed: every member with it
+        for m in members:
+            if not m.left:
+                fail(m, exc)
+        raise
+    clock.passes += 1
+    with clock.part("losses"):
+        write_step_logs(members)   # the last pass's: this one is queued behind it
+    by_run = {id(m.run): m for m in members}
+    for run, exc in broken:
+        fail(by_run[id(run)], exc)
+    stepped = [run for run in stepped if not by_run[id(run)].left]
+    with clock.part("evaluation"):
+        evaluated = evaluate_together(group, [by_run[id(run)] for run in stepped])
+    with clock.part("bookkeeping"):
+        for run in stepped:
+            m = by_run[id(run)]
+            try:
+                after_step(m, evaluated.get(id(m)))
+            except Exception as exc:  # noqa: BLE001 - its loss, evaluation or save: its own failure
+                fail(m, exc)
+                continue
+            if run.done:
+                finish_or_fail(m)
+        save_those_asked(members)

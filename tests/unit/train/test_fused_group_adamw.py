@@ -52,22 +52,31 @@ def _transposed(p: nn.Parameter) -> nn.Parameter:
     return t
 
 
+def _sliced(group: GroupAdamW, members: list[M.Member]) -> list[SlicedAdamW]:
+    """Each member's optimizer over its slice of the group's, not bound yet (a resume loads a
+    state into it first)."""
+    return [SlicedAdamW(group, m, lr=lr, weight_decay=wd, max_grad_norm=clip)
+            for m, (lr, wd, clip, _) in zip(members, HYPER)]
+
+
+def _schedules(opts: list) -> list:
+    return [torch.optim.lr_scheduler.LambdaLR(o, fn) for o, (*_, fn) in zip(opts, HYPER)]
+
+
 def _group(graphed: bool = False) -> tuple[FlatStacks, list[M.Member], GroupAdamW, list[SlicedAdamW], list]:
     stacks, members = _stacked()
     group = GroupAdamW(stacks, graphed)
-    opts = [SlicedAdamW(group, m, lr=lr, weight_decay=wd, max_grad_norm=clip)
-            for m, (lr, wd, clip, _) in zip(members, HYPER)]
-    schedules = [torch.optim.lr_scheduler.LambdaLR(o, fn) for o, (*_, fn) in zip(opts, HYPER)]
+    opts = _sliced(group, members)
+    schedules = _schedules(opts)
     for o in opts:
         o.bind()
     return stacks, members, group, opts, schedules
 
 
-def _alone(members: list[M.Member]) -> tuple[list[list[nn.Parameter]], list, list]:
-    """Each member's parameters copied out, with its own torch AdamW and schedule."""
+def _alone(members: list[M.Member]) -> tuple[list[list[nn.Parameter]], list[torch.optim.AdamW]]:
+    """Each member's parameters copied out, with its own torch AdamW."""
     params = [[nn.Parameter(p.detach().clone()) for p in m.params] for m in members]
-    opts = [torch.optim.AdamW(ps, lr=lr, weight_decay=wd) for ps, (lr, wd, _, _) in zip(params, HYPER)]
-    return params, opts, [torch.optim.lr_scheduler.LambdaLR(o, fn) for o, (*_, fn) in zip(opts, HYPER)]
+    return params, [torch.optim.AdamW(ps, lr=lr, weight_decay=wd) for ps, (lr, wd, _, _) in zip(params, HYPER)]
 
 
 def _grads(members, step: int) -> list[list[torch.Tensor]]:
@@ -82,15 +91,17 @@ def _give(members, grads, who) -> None:
             p.grad.add_(g)
 
 
-def _step_alone(j, params, opts, schedules, grads) -> None:
-    """Member j's own step, its gradients ``grads`` (its parameters' in order)."""
+def _step_alone(j, params, opts, grads, schedules=None) -> None:
+    """Member j's own step, its gradients ``grads`` (its parameters' in order); its schedule's too
+    where it has one."""
     for p, g in zip(params[j], grads):
         p.grad = g.clone()
     clip = HYPER[j][2]
     if clip:
         torch.nn.utils.clip_grad_norm_(params[j], clip)
     opts[j].step()
-    schedules[j].step()
+    if schedules:
+        schedules[j].step()
     opts[j].zero_grad()
 
 
@@ -100,7 +111,8 @@ def _same(a, b, rtol=1e-6):
 
 def test_group_steps_equal_each_members_own_adamw_with_one_leaving_midway():
     stacks, members, group, opts, schedules = _group()
-    params, alone_opts, alone_schedules = _alone(members)
+    params, alone_opts = _alone(members)
+    alone_schedules = _schedules(alone_opts)
     left_at = 4   # member 2 leaves after its 4th step; member 1 accumulates two passes a step
     pending, left = [None] * 3, None
     for n in range(8):
@@ -114,7 +126,7 @@ def test_group_steps_equal_each_members_own_adamw_with_one_leaving_midway():
         for j in stepping:
             opts[j].step()   # the group moved it; its step() checks that
             schedules[j].step()
-            _step_alone(j, params, alone_opts, alone_schedules, pending[j])
+            _step_alone(j, params, alone_opts, pending[j], alone_schedules)
             pending[j] = None
         assert torch.count_nonzero(stacks.grads[stepping]) == 0   # cleared after their step
         assert torch.count_nonzero(stacks.grads[1]) == (0 if 1 in stepping else stacks.grads[1].numel() - _padding(1))
@@ -175,12 +187,7 @@ def _continue(members, opts_or_group, params, alone_opts, steps: range) -> None:
         group.step([0, 1, 2])
         for j in range(3):
             opts[j].step()
-            for p, g in zip(params[j], grads[j]):
-                p.grad = g.clone()
-            if HYPER[j][2]:
-                torch.nn.utils.clip_grad_norm_(params[j], HYPER[j][2])
-            alone_opts[j].step()
-            alone_opts[j].zero_grad()
+            _step_alone(j, params, alone_opts, grads[j])
     for m, ps in zip(members, params):
         for p, q in zip(m.params, ps):
             _same(p.detach(), q.detach())
@@ -193,8 +200,7 @@ def test_a_members_checkpoint_state_resumes_alone():
     for n in range(3):
         _give(members, _grads(members, n), range(3))
         group.step([0, 1, 2])
-    params = [[nn.Parameter(p.detach().clone()) for p in m.params] for m in members]
-    alone = [torch.optim.AdamW(ps, lr=lr, weight_decay=wd) for ps, (lr, wd, _, _) in zip(params, HYPER)]
+    params, alone = _alone(members)
     for j, opt in enumerate(opts):
         saved = opt.state_dict()
         reference = torch.optim.AdamW([nn.Parameter(p.detach().clone()) for p in members[j].params])
@@ -217,20 +223,13 @@ def test_a_members_checkpoint_state_resumes_alone():
 
 def test_a_job_alones_checkpoint_state_resumes_in_the_group():
     stacks, members = _stacked()
-    params = [[nn.Parameter(p.detach().clone()) for p in m.params] for m in members]
-    alone = [torch.optim.AdamW(ps, lr=lr, weight_decay=wd) for ps, (lr, wd, _, _) in zip(params, HYPER)]
+    params, alone = _alone(members)
     for n in range(3):   # members 0 and 1 trained alone for 3 steps; member 2 starts fresh
         grads = _grads(members, n)
         for j in (0, 1):
-            for p, g in zip(params[j], grads[j]):
-                p.grad = g.clone()
-            if HYPER[j][2]:
-                torch.nn.utils.clip_grad_norm_(params[j], HYPER[j][2])
-            alone[j].step()
-            alone[j].zero_grad()
+            _step_alone(j, params, alone, grads[j])
     group = GroupAdamW(stacks, graphed=False)
-    opts = [SlicedAdamW(group, m, lr=lr, weight_decay=wd, max_grad_norm=clip)
-            for m, (lr, wd, clip, _) in zip(members, HYPER)]
+    opts = _sliced(group, members)
     with torch.no_grad():
         for j in (0, 1):   # as a resume loads the checkpoint's adapter, then its optimizer state
             for p, q in zip(members[j].params, params[j]):

@@ -117,3 +117,17 @@ def test_a_compile_goes_when_the_preloaded_process_is_stopped(tmp_path, how):
     os.kill(preload, how)
     os.waitpid(preload, 0)
     child.wait(timeout=HANG_S)  # gone (psutil.TimeoutExpired otherwise)
+
+
+@pytest.mark.parametrize("save", [True, False])
+def test_saving_tunings_autotunes_every_kernel(tmp_path, cache, monkeypatch, save):
+    """A tuning run seeds nothing (else a sibling GPU's seeded configs would be saved as this GPU's
+    own); a plain warm-up keeps the switch as the plan set it."""
+    from lat_core.train.tuned_kernels import SWITCH
+    monkeypatch.setenv(SWITCH, "on")
+    seen = {}
+    monkeypatch.setattr(W, "warm_kernels", lambda shapes, phase: seen.update(switch=os.environ[SWITCH])
+                        or WarmupPhase("done", cached=True, why="no GPU on this machine: nothing to compile"))
+    write_shapes(tmp_path / "shapes.json", SHAPES[:1], {})
+    assert W.main(["--shapes", str(tmp_path / "shapes.json"), *(["--save-tunings"] if save else [])]) == 0
+    assert seen["switch"] == ("off" if save else "on")
