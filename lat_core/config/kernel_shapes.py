@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from lat_core.config.graph_capture import trains_eagerly_on_a_gpu
 from lat_core.config.job import TINY, JobConfig
 from lat_core.contract.kernel_warmup import KernelShape
 
@@ -27,18 +28,20 @@ def bucket_widths(max_seq_len: int, smallest: int = 16) -> list[int]:
     return out + [max_seq_len]
 
 
-ShapeKey = tuple[str, str, tuple[tuple[str, int | str | float | bool], ...], str, bool, int]
+ShapeKey = tuple[str, str, tuple[tuple[str, int | str | float | bool], ...], str, bool, int, bool]
 
 
 def shapes_for(cfgs: Iterable[JobConfig]) -> list[KernelShape]:
-    """One shape per distinct (model, dtype, rows) among the jobs, with every width any of them uses."""
+    """One shape per distinct (model, dtype, rows, eager or graphed steps) among the jobs, with every
+    width any of them uses."""
     widths: dict[ShapeKey, set[int]] = {}
     for cfg in cfgs:
         if cfg.model.family not in WARMED_FAMILIES:
             continue
         m = cfg.model
         tiny = tuple(sorted(m.tiny.items())) if m.name_or_path == TINY else ()
-        key: ShapeKey = (m.family, m.name_or_path, tiny, m.dtype, cfg.gla.use_fused_swiglu, cfg.train.batch_size)
+        key: ShapeKey = (m.family, m.name_or_path, tiny, m.dtype, cfg.gla.use_fused_swiglu, cfg.train.batch_size,
+                         trains_eagerly_on_a_gpu(cfg))
         widths.setdefault(key, set()).update(bucket_widths(cfg.train.max_seq_len))
-    return [KernelShape(family, name, tiny, dtype, swiglu, rows, widths=tuple(sorted(w)))
-            for (family, name, tiny, dtype, swiglu, rows), w in widths.items()]
+    return [KernelShape(family, name, tiny, dtype, swiglu, rows, widths=tuple(sorted(w)), eager=eager)
+            for (family, name, tiny, dtype, swiglu, rows, eager), w in widths.items()]

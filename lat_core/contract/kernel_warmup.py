@@ -35,7 +35,9 @@ class KernelShape:
     """One model's layer at the widths and rows its jobs train with: what the warm-up runs once.
 
     ``tiny`` holds the sizes of a tiny-random model (empty for a checkpoint, whose config.json has
-    them); ``rows`` is the micro-batch's rows, ``widths`` the row widths it is padded to."""
+    them); ``rows`` is the micro-batch's rows, ``widths`` the row widths it is padded to; ``eager``:
+    its jobs' steps are not graphed, so they train on left-padded (or packed) rows that fla unpads to
+    variable lengths, whose kernels autotune under keys of their own (the int32 ``cu_seqlens``)."""
     family: str
     name_or_path: str
     tiny: tuple[tuple[str, int | str | float | bool], ...]
@@ -43,6 +45,7 @@ class KernelShape:
     fused_swiglu: bool
     rows: int
     widths: tuple[int, ...]
+    eager: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {**asdict(self), "tiny": dict(self.tiny), "widths": list(self.widths)}
@@ -55,11 +58,11 @@ class KernelShape:
             raise ValueError(f"a kernel shape needs a tiny mapping and a widths list: {data}")
         return cls(str(data["family"]), str(data["name_or_path"]), tuple(sorted(tiny.items())),
                    str(data["dtype"]), bool(data["fused_swiglu"]), int(str(data["rows"])),
-                   tuple(int(w) for w in widths))
+                   tuple(int(w) for w in widths), data.get("eager") is True)
 
     def describe(self) -> str:
-        """``gla tiny-random float32, 8 rows`` (what the warm-up prints per shape)."""
-        return f"{self.family} {self.name_or_path} {self.dtype}, {self.rows} rows"
+        """``gla tiny-random float32, 8 rows[, eager]`` (what the warm-up prints per shape)."""
+        return f"{self.family} {self.name_or_path} {self.dtype}, {self.rows} rows" + (", eager" if self.eager else "")
 
 
 def widths_phrase(widths: tuple[int, ...] | list[int]) -> str:

@@ -36,11 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
+from lat_core.config.graph_capture import capture_blocker
 from lat_core.config.job import JobConfig
 
 from .events import log
-
-GRAPH_PEFT_METHODS = ("lora", "rslora", "pissa", "loraga")
 
 
 @dataclass(frozen=True)
@@ -65,25 +64,11 @@ class SpeedModes:
 
 def graphs_blocker(cfg: JobConfig, device: torch.device, world: int) -> str | None:
     """Why this job's training step cannot be captured, or None when it can."""
-    t, p = cfg.train, cfg.peft
     if device.type != "cuda":
         return f"CUDA graphs need a GPU; this job runs on the {device.type}"
     if world > 1:
         return f"torchrun with {world} ranks: DDP's gradient all-reduce is not captured"
-    if cfg.model.family != "gla":
-        return (f"{cfg.model.family}: graphs are implemented for GLA (the padding mask of "
-                f"{cfg.model.family} is not made static here)")
-    if t.gradient_checkpointing:
-        return "gradient checkpointing recomputes the forward inside the backward; not captured"
-    if p.method not in GRAPH_PEFT_METHODS or p.use_dora:
-        return f"peft {p.method}{' + DoRA' if p.use_dora else ''} is not verified under capture"
-    if p.dropout > 0:
-        return (f"LoRA dropout {p.dropout:g} draws random numbers; a graph's random stream differs from "
-                "the eager one a resumed run repeats")
-    if t.args:
-        return (f"train.args ({', '.join(t.args)}) may change the step (label smoothing, NEFTune noise, ...); "
-                "the captured step is verified only without them")
-    return None
+    return capture_blocker(cfg)
 
 
 def resolve_modes(cfg: JobConfig, device: torch.device, world: int) -> SpeedModes:

@@ -103,8 +103,9 @@ def gpu_missing() -> str | None:
 
 def run_on_gpu(shape: KernelShape, width: int) -> None:
     """At this width, on the GPU, the shape's one-layer model: a training forward and backward (no
-    mask, as a graphed step), then the evaluation forwards (no gradients, so fla's recurrent kernel
-    for short rows; unmasked, and left-padded with a mask, which fla unpads to variable lengths)."""
+    mask, as a graphed step; left-padded rows for an eager shape), then the evaluation forwards (no
+    gradients, so fla's recurrent kernel for short rows; unmasked, and left-padded with a mask, which
+    fla unpads to variable lengths)."""
     import torch
 
     from .fla_gla import train_short_rows_in_chunks
@@ -115,9 +116,12 @@ def run_on_gpu(shape: KernelShape, width: int) -> None:
     train_short_rows_in_chunks()
     seed_tuned_configs()  # fla's kernel modules are imported now
     ids = torch.randint(0, WARMUP_VOCAB, (shape.rows, width), device="cuda")
-    model(input_ids=ids).logits.float().mean().backward()
     mask = torch.ones_like(ids)
     mask[: shape.rows // 2, : width // 2] = 0  # half the rows left-padded
+    if shape.eager:   # an eager step's rows, unpadded by fla: the varlen kernels' own autotune keys
+        model(input_ids=ids, attention_mask=mask).logits.float().mean().backward()
+    else:             # a graphed step's static rows, unmasked
+        model(input_ids=ids).logits.float().mean().backward()
     with torch.no_grad():
         model(input_ids=ids)
         model(input_ids=ids, attention_mask=mask)

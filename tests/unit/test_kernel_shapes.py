@@ -84,3 +84,21 @@ def test_jobs_and_warm_up_share_the_users_triton_cache_unless_told_otherwise():
 def test_a_shape_describes_itself():
     shape = KernelShape("gla", "tiny-random", (), "float32", False, 8, (16,))
     assert shape.describe() == "gla tiny-random float32, 8 rows"
+
+
+def test_jobs_whose_steps_are_not_graphed_get_a_shape_of_their_own_warmed_on_unpadded_rows(tmp_path):
+    """Eager steps train on rows fla unpads (int32 cu_seqlens), whose kernels autotune under keys of
+    their own: a dropout, DoRA or train.graphs: false job must not find only a graphed step's warmed."""
+    graphed, dropout, off = cfg(max_seq_len=32), cfg(max_seq_len=32), cfg(max_seq_len=32, graphs=False)
+    dropout.peft.dropout = 0.05
+    shapes = shapes_for([graphed, dropout, off])
+    assert [(s.rows, s.widths, s.eager) for s in shapes] == [(8, (16, 32), False), (8, (16, 32), True)]
+    assert shapes[1].describe().endswith(", eager")
+    write_shapes(tmp_path / "s.json", shapes)
+    assert read_shapes(tmp_path / "s.json")[0] == shapes
+
+
+def test_a_shapes_file_from_before_eager_shapes_reads_as_graphed(tmp_path):
+    old = {"family": "gla", "name_or_path": "tiny-random", "tiny": {}, "dtype": "float32", "fused_swiglu": False,
+           "rows": 8, "widths": [16]}
+    assert KernelShape.from_json(old).eager is False
