@@ -23,11 +23,11 @@ from lat_core.contract.jobdir import GroupLimit, JobDir
 from lat_core.contract.jobdir.names import JOB_YAML
 from lat_core.contract.rows import JobRow
 from lat_core.contract.saved_plan import SavedPlan
+from lat_core.contract.trainer_modes import mode_of
 
 GROUP_SIZE_LIMIT = 8  # members of one group; more rarely pays (issue 17: 8 jobs of a suite)
 MATE_SCAN = 256  # queued jobs read after a group's first member to find its mates
 TRAIN_MODULE = ["-m", "lat_core.train", "--cfg"]
-MODE_FLAGS: tuple[list[str], ...] = ([], ["--resume"], ["--overwrite"])
 
 
 def jobs_see_no_gpu(device: Device) -> bool:
@@ -60,7 +60,7 @@ def fuse_key_or_why(job: JobRow, measured: bool = False) -> tuple[tuple | None, 
     if job.backend_options:
         return None, "it has backend options of its own"
     if argv[1:4] != TRAIN_MODULE or len(argv) < 5 or argv[4] != str(Path(job.job_dir) / JOB_YAML) \
-            or argv[5:] not in MODE_FLAGS:
+            or mode_of(argv[5:]) is None:
         return None, "its command is not the trainer on its own job.yaml"
     try:  # as the trainer will read it: the job's env over its job.yaml
         cfg = parse_config(yaml.safe_load(Path(argv[4]).read_text()), Path(argv[4]), environ=dict(job.env))

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from lat_core.contract.jobdir.names import JOB_YAML
 from lat_core.contract.rows import JobRow
-from lat_core.engine.fusion import MODE_FLAGS, TRAIN_MODULE
+from lat_core.contract.trainer_modes import mode_of
+from lat_core.engine.fusion import TRAIN_MODULE
 
 PACK_MODULE = "lat_core.train.pack"
-MODE_WORDS = ("fresh", "resume", "overwrite")  # lat_core.train.pack's --modes, one per MODE_FLAGS
 
 
 def pack_key(job: JobRow) -> tuple | None:
@@ -26,14 +26,14 @@ def pack_key(job: JobRow) -> tuple | None:
     the job goes to Slurm alone."""
     argv = list(job.argv)
     if job.world != 1 or job.backend_options or len(argv) < 5 or argv[1:4] != TRAIN_MODULE \
-            or argv[4] != str(Path(job.job_dir) / JOB_YAML) or argv[5:] not in MODE_FLAGS:
+            or argv[4] != str(Path(job.job_dir) / JOB_YAML) or mode_of(argv[5:]) is None:
         return None
     return argv[0], job.suite, tuple(sorted(job.env.items()))
 
 
 def pack_argv(members: list[JobRow], attempts: list[int]) -> list[str]:
     """The pack runner on the members' folders: each with its job id, attempt number and mode."""
-    modes = [MODE_WORDS[MODE_FLAGS.index(list(m.argv[5:]))] for m in members]
+    modes = [str(mode_of(m.argv[5:])) for m in members]
     return [members[0].argv[0], "-m", PACK_MODULE, "--job-ids", ",".join(str(m.id) for m in members),
             "--attempts", ",".join(map(str, attempts)), "--modes", ",".join(modes),
             *(m.job_dir for m in members)]

@@ -26,10 +26,8 @@ from pathlib import Path
 
 from lat_core.contract.jobdir import AttemptFiles, ExitRecord, JobDir
 from lat_core.contract.jobdir.names import JOB_YAML, TRAIN_LOG
-from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
-
-MODE_FLAGS = {"fresh": [], "resume": ["--resume"], "overwrite": ["--overwrite"]}
-CANCELLED_RC = -15  # what a job of its own records when SIGTERM (the engine's cancel) ends it
+from lat_core.contract.jobdir.outcome import CANCELLED_RC, EXIT_SAVED_TO_RESUME
+from lat_core.contract.trainer_modes import TRAINER_MODES
 POLL_S = 0.5  # how often cancel markers are read and ended members reaped
 
 
@@ -42,8 +40,8 @@ def _numbers(text: str) -> list[int]:
 
 def _modes(text: str) -> list[str]:
     words = text.split(",")
-    if any(w not in MODE_FLAGS for w in words):
-        raise argparse.ArgumentTypeError(f"expected modes among {', '.join(MODE_FLAGS)}, got {text!r}")
+    if any(w not in TRAINER_MODES for w in words):
+        raise argparse.ArgumentTypeError(f"expected modes among {', '.join(TRAINER_MODES)}, got {text!r}")
     return words
 
 
@@ -92,7 +90,7 @@ class Member:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus
         return {"log": str(self.job_dir / TRAIN_LOG), "cwd": str(self.job_dir), "env": env,
                 "exit_file": str(self.exit_file), "module": "lat_core.train",
-                "args": ["--cfg", str(self.job_dir / JOB_YAML), *MODE_FLAGS[self.mode]], "show_env": ""}
+                "args": ["--cfg", str(self.job_dir / JOB_YAML), *TRAINER_MODES[self.mode]], "show_env": ""}
 
 
 def start(member: Member, save_asked: bool) -> None:

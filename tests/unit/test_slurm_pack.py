@@ -62,6 +62,15 @@ def test_the_pack_command_names_each_members_job_attempt_and_mode(tmp_path):
         parse_args(["--job-ids", "1", "--attempts", "1,1", "--modes", "fresh,fresh", "x", "y"])
 
 
+@pytest.mark.parametrize("flags", [[], ["--resume"], ["--overwrite"]], ids=["fresh", "resume", "overwrite"])
+def test_each_members_trainer_starts_with_the_flags_its_own_command_had(tmp_path, flags):
+    """The mode crosses to the pack's process as a word: the member's trainer gets back its flags."""
+    member_job = job(tmp_path, "a", argv_tail=flags)
+    args = parse_args(pack_argv([member_job], [1])[3:])
+    member = Member(tmp_path, member_job.id, 1, args.modes[0], None)
+    assert member.request({})["args"][2:] == flags
+
+
 def test_a_pack_asks_slurm_for_its_members_gpus_memory_and_cpus():
     backend = SlurmBackend(pack=3, mem="16G", cpus_per_task=4, gpus_per_job=2)
     gres = backend.gres_request({}, 1, pack=3)

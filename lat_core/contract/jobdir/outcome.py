@@ -14,6 +14,8 @@ from lat_core.text import shorten, signal_name
 # The trainer's exit after it saved a checkpoint on request (SIGUSR1: Slurm's warning before the time
 # limit) and stopped before its last step: the engine resubmits it to resume (EX_TEMPFAIL, "try again").
 EXIT_SAVED_TO_RESUME = 75
+# What a job records when SIGTERM (the engine's cancel) ends it, as a process killed by it exits.
+CANCELLED_RC = -15
 LAST_LINE_CHARS = 300  # the job row's reason stays one line; triage's diagnosis keeps the full text
 
 

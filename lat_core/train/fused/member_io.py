@@ -21,7 +21,6 @@ from lat_core.contract.jobdir.names import TRAIN_LOG
 from . import members as M
 from .stacked import BatchLayout
 
-CANCELLED_RC = -15   # what a job of its own records when SIGTERM (the engine's cancel) ends it
 
 
 class MemberView(nn.Module):

@@ -28,7 +28,8 @@ from lat_core.contract.jobdir import CheckpointSaved, Eval, Finished, Step
 from ..events import log, memory_event, ranking_of, started_event
 from ..loop import lr_schedule
 from .clock import GroupClock
-from .member_io import CANCELLED_RC, MemberOut, MemberView, trainer_state
+from lat_core.contract.jobdir.outcome import CANCELLED_RC
+from .member_io import MemberOut, MemberView, trainer_state
 from .step import MemberRun, micro_step
 from .trackers import model_facts
 
