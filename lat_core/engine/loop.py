@@ -221,17 +221,11 @@ class Engine:
                 self.store.add_transition(run.id, job.id, HistoryKind.ADMISSION, note)
             mates = self._group_starts.fuse_mates(run, job, chosen[0], running, taken) if len(chosen) == 1 else []
             if mates:  # one process, one slot, for the job and its mates (plan ``fuse: auto``)
-                with self._errors.job_guard(job.id, "engine error starting this fused group", self._faults.fail_job):
-                    self._group_starts.start([job, *mates], chosen[0])
-                    taken.update(j.id for j in mates)  # started, taken over or failed: no longer queued
-                    running.extend(j for m in [job, *mates] if (j := self.store.job(m.id)).state is JobState.RUNNING)
+                self._start_together(job, mates, chosen[0], taken, running, pack=False)
                 continue
             pack = self._group_starts.pack_mates(run, job, chosen[0], taken) if len(chosen) == 1 else []
             if pack:  # one Slurm job, one slot, one import of the training stack (plan ``slurm.pack``)
-                with self._errors.job_guard(job.id, "engine error starting this pack", self._faults.fail_job):
-                    self._group_starts.start([job, *pack], chosen[0], pack=True)
-                    taken.update(j.id for j in pack)
-                    running.extend(j for m in [job, *pack] if (j := self.store.job(m.id)).state is JobState.RUNNING)
+                self._start_together(job, pack, chosen[0], taken, running, pack=True)
                 continue
             with self._errors.job_guard(job.id, "engine error starting this job", self._faults.fail_job):
                 alone = self._group_starts.alone_reason(run, job, chosen[0]) if len(chosen) == 1 else None
@@ -240,6 +234,16 @@ class Engine:
                 self._starts.start(job, merge(chosen), batch)
             running.append(self.store.job(job.id))
         self._starts.launch_batch(run.id, batch or [])
+
+    def _start_together(self, job: JobRow, mates: list[JobRow], device: Device, taken: set[int],
+                        running: list[JobRow], *, pack: bool) -> None:
+        """A fused group or a warm pack of ``job`` and its mates: one launch, one slot; the mates are
+        no longer queued (started, taken over or failed), the members that run count as running."""
+        what = "pack" if pack else "fused group"
+        with self._errors.job_guard(job.id, f"engine error starting this {what}", self._faults.fail_job):
+            self._group_starts.start([job, *mates], device, pack=pack)
+            taken.update(j.id for j in mates)
+            running.extend(j for m in [job, *mates] if (j := self.store.job(m.id)).state is JobState.RUNNING)
 
     def _waits(self, job: JobRow) -> bool:
         """A job held for others (after:) or for its search's stage 1: its reason is written already."""
