@@ -4,10 +4,14 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import pytest
 
+from bench.old_scripts import run_in_rounds
 from bench.side_stop import kill_groups, side_processes
 from lat_core.contract.state_dir import open_store
 from lat_core.engine.launch import is_same_process
@@ -96,3 +100,42 @@ def test_sigterm_during_the_old_scripts_round_stops_its_trainers(tmp_path):
             bench.wait()
         for proc in alive(trainers):  # they share the bench's group: each is killed alone
             proc.kill()
+
+
+@dataclass
+class SleeperJob:
+    """What ``run_in_rounds`` reads of a JobSpec, running a command of the test's choosing."""
+    key: str
+    job_dir: Path
+    argv: list[str]
+    env: dict = field(default_factory=dict)
+
+    def command(self) -> list[str]:
+        return self.argv
+
+
+def sleeper(tmp_path: Path, key: str, marker: str) -> SleeperJob:
+    (tmp_path / key).mkdir()
+    return SleeperJob(key, tmp_path / key, [sys.executable, "-c", "import sys, time; time.sleep(600)", marker])
+
+
+def test_a_trainer_that_cannot_start_stops_the_ones_its_round_started(tmp_path):
+    marker = uuid.uuid4().hex
+    (tmp_path / "missing").mkdir()
+    jobs = [sleeper(tmp_path, "first", marker), SleeperJob("missing", tmp_path / "missing", [str(tmp_path / "no-such")])]
+    try:
+        with pytest.raises(FileNotFoundError):
+            run_in_rounds(jobs, {}, slots=2)
+        assert mentioning(Path(marker)) == []
+    finally:
+        kill_groups([(proc.pid, None) for proc in mentioning(Path(marker))])
+
+
+def test_a_started_trainer_does_not_keep_the_stop_signals_held_while_it_started(tmp_path):
+    """The bench holds SIGTERM/SIGINT while it starts a trainer; the trainer must not inherit that mask."""
+    (tmp_path / "mask").mkdir()
+    argv = [sys.executable, "-c", "import sys, pathlib; sys.stdout.write(pathlib.Path('/proc/self/status').read_text())"]
+    run_in_rounds([SleeperJob("mask", tmp_path / "mask", argv)], {}, slots=1)
+    blocked = next(line for line in (tmp_path / "mask" / "train.log").read_text().splitlines() if line.startswith("SigBlk:"))
+    mask = int(blocked.split()[1], 16)
+    assert mask & (1 << (signal.SIGTERM - 1)) == 0 and mask & (1 << (signal.SIGINT - 1)) == 0, blocked
