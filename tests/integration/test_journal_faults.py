@@ -270,9 +270,14 @@ def test_wal_lost_under_a_live_connection(tmp_path):
         holder.close()
 
 
+def engine_log(state: Path) -> str:
+    return (state / "engine.log").read_text() if (state / "engine.log").exists() else ""
+
+
 def test_engine_waits_out_a_journal_locked_past_the_timeout(tmp_path):
-    """Another process holds the write lock 3x the timeout while a job ends: the engine says so
-    in engine.log, keeps its pid, and records the job once the lock is gone."""
+    """Another process holds the write lock while a job ends, until the engine has said in engine.log
+    that it waited past its 1 s timeout (so the test holds no fixed time that a slow machine could
+    outlast): the engine keeps its pid, and records the job once the lock is gone."""
     state = tmp_path / "state"
     store = open_store(state)
     run_id = store.create_run("plan: test", str(tmp_path / "out"), [cpu_device(1)], 0.0)
@@ -282,12 +287,14 @@ def test_engine_waits_out_a_journal_locked_past_the_timeout(tmp_path):
     pid = engine_pid(state)
     holder = sqlite3.connect(str(state / "journal.sqlite"), isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
-    time.sleep(4.0)
-    holder.execute("ROLLBACK")
+    try:
+        wait_for(lambda: "locked by another process" in engine_log(state), what="the engine to say it waits")
+    finally:
+        holder.execute("ROLLBACK")
     holder.close()
     wait_for(lambda: store.run(run_id).state == "finished", what="run to finish")
     assert store.jobs(run_id)[0].state == "succeeded"
-    log = (state / "engine.log").read_text()
+    log = engine_log(state)
     assert f"engine {pid}: " in log and "locked by another process" in log and "Traceback" not in log
     wait_for(lambda: not EngineLock(state).is_held(), what="engine to exit")
 
