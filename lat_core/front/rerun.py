@@ -23,7 +23,8 @@ from lat_core.config.env import MASK, shell_overrides
 from lat_core.config.job import TrainConfigError, parse_config
 from lat_core.config.yaml_files import YamlMapping
 from lat_core.contract import kernel_tunings
-from lat_core.contract.jobdir.names import COMMAND, ENV_RECORD, JOB_YAML, OVERRIDES
+from lat_core.contract.jobdir import JobDir
+from lat_core.contract.jobdir.names import COMMAND, JOB_YAML, OVERRIDES
 from lat_core.front.devices import resolve_devices
 from lat_core.errors import ConfigError, OutputPathError, PlanError
 from lat_core.front.jobs import JobSpec, safe_component
@@ -149,7 +150,8 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus: str | li
     job_dir = Path(job_dir).expanduser().resolve()
     environ = environ or {}
     config = resolved_config(job_dir)
-    record = _read_json(job_dir / ENV_RECORD, dict, {})
+    env_record = JobDir(job_dir).env_record_path
+    record = _read_json(env_record, dict, {})
     root = check_output_root(Path(output_root).expanduser().resolve() if output_root else default_output_root(job_dir))
     data, seed, stem = dataset_name(config["data"]), config["seed"], job_dir.name
     new_dir = root / f"{safe_component(data, 'dataset')}_seed{seed}" / stem
@@ -162,7 +164,7 @@ def prepare_rerun(job_dir: Path, output_root: Path | None = None, gpus: str | li
         raise ConfigError(str(exc), where=str(job_dir / JOB_YAML)) from None
     rerun_env = job_env(job_dir, environ, keep_env)
     env = rerun_env.env
-    world = _world_size(record, job_dir / ENV_RECORD)
+    world = _world_size(record, env_record)
     if gpus is None:
         accelerator = record.get("accelerator")
         ran_on_gpus = isinstance(accelerator, dict) and bool(accelerator.get("gpus"))

@@ -138,29 +138,22 @@ def write_env(cfg, argv: list[str] | None, resume: bool = False) -> dict:
     """Write env.json at the start of the job. A resumed invocation is appended under ``resumes``
     (with its own command and versions), so the record of the first steps is never overwritten."""
     record = build_record(cfg, list(sys.argv[1:] if argv is None else argv))
-    path = Path(cfg.output_dir) / "env.json"
-    if resume and path.is_file():
-        first = _read(path)
-        if isinstance(first, dict):
-            first.setdefault("resumes", []).append(record)
-            record = first
-    path.write_text(json.dumps(record, indent=1))
+    job_dir = JobDir(Path(cfg.output_dir))
+    first = job_dir.env_record() if resume else None
+    if first is not None and isinstance(first.get("resumes", []), list):
+        first.setdefault("resumes", []).append(record)
+        record = first
+    job_dir.write_env_record(record)
     return record
 
 
 def add_data(out: Path, ds) -> None:
     """Add the data fingerprint to the newest invocation in env.json, once the data is loaded."""
-    path = Path(out) / "env.json"
-    record = _read(path)
-    if not isinstance(record, dict):
+    job_dir = JobDir(Path(out))
+    record = job_dir.env_record()
+    if record is None:
         return
-    latest = record["resumes"][-1] if record.get("resumes") else record
+    resumes = record.get("resumes")
+    latest = resumes[-1] if isinstance(resumes, list) and resumes and isinstance(resumes[-1], dict) else record
     latest["data"] = data_fingerprint(ds)
-    path.write_text(json.dumps(record, indent=1))
-
-
-def _read(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    job_dir.write_env_record(record)

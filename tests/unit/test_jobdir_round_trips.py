@@ -136,6 +136,26 @@ def test_the_event_writer_never_appends_through_a_planted_symlink(tmp_path):
     assert precious.read_text() == "someone's file\n"
 
 
+def test_the_env_record_round_trips_and_is_never_written_through_a_planted_symlink(tmp_path):
+    job = tmp_path / "root" / "pair_seed1" / "job"
+    job.mkdir(parents=True)
+    precious = tmp_path / "precious"
+    precious.write_text("someone's file\n")
+    (job / "env.json").symlink_to(precious)
+    record = {"command": "python -m lat_core.train --cfg job.yaml", "resumes": [{"at": "later"}]}
+    JobDir(job).write_env_record(record)
+    assert precious.read_text() == "someone's file\n" and not (job / "env.json").is_symlink()
+    assert JobDir(job).env_record() == record
+    assert "\n" in (job / "env.json").read_text()  # indented: people read it
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "{not json", ""])
+def test_an_env_record_that_is_no_json_object_reads_as_none(tmp_path, content):
+    (tmp_path / "env.json").write_text(content)
+    assert JobDir(tmp_path).env_record() is None
+    assert JobDir(tmp_path / "missing").env_record() is None
+
+
 # ------------------------------------------------------------------------------ .lat records
 EVERY_EXIT = ExitRecord(-9, pid=12, started=1.0, ended=2.5, max_rss=2**30, containment="cgroup", stopped=2,
                         oom_kills=OomKills("cgroup2:/sys/fs/cgroup/lat-job1-a1/memory.events", 1),

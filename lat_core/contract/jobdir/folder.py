@@ -6,9 +6,11 @@ processes that may have crashed half-way, or from another version of LAT.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from lat_core.contract.jobdir import names
 from lat_core.contract.jobdir.attempt import AttemptFiles
@@ -23,6 +25,7 @@ from lat_core.safe_files import ensure_folder, open_append, remove_files, replac
 
 
 PROVENANCE_BYTES = 1024 * 1024  # overrides.json lists every value set, a plan's datasets mapping too
+ENV_RECORD_BYTES = 16 * 1024 * 1024  # env.json: every installed package and a git diff per invocation
 TRACKER_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")   # what W&B and SwanLab take as a run id
 
 
@@ -67,6 +70,22 @@ class JobDir:
     def incomplete_checkpoints(self) -> list[Path]:
         """Checkpoint folders whose save did not finish (a crash mid-save): never resumed from."""
         return [p for _, p in self.checkpoint_dirs() if not checkpoint_is_complete(p)]
+
+    # ------------------------------------------------------------------ the trainer's record (lat-tui rerun)
+    @property
+    def env_record_path(self) -> Path:
+        return self.path / names.ENV_RECORD
+
+    def env_record(self) -> dict[str, Any] | None:
+        """env.json as the trainer wrote it (lat_core.train.record); None when missing, unreadable,
+        too large or not a JSON object (a crash half-way, a hand edit)."""
+        record = read_small_json(self.env_record_path, ENV_RECORD_BYTES)
+        return record if isinstance(record, dict) else None
+
+    def write_env_record(self, record: dict[str, Any]) -> None:
+        """env.json replaced whole, inside the job's real folder (never through a planted symlink);
+        indented, as people read it."""
+        replace_file(self.env_record_path, json.dumps(record, indent=1).encode(), job_dir=self.path)
 
     # ------------------------------------------------------------------ the tracker run resumes continue
     def tracker_run_id(self) -> str | None:
