@@ -21,6 +21,8 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
+from lat_core.contract.jobdir.names import JOB_YAML  # the names only: the runner imports this module
+
 MAX_TITLE = 160  # a title stays one readable line in `ps` and nvitop
 PR_SET_NAME = 15  # linux/prctl.h
 KERNEL_NAME_BYTES = 15  # the kernel keeps 16 bytes, the last one NUL
@@ -113,7 +115,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def group_label(job_dirs: list[str] | list[Path]) -> str:
     """``group(4): gla/lora_r{4,8,16,32} 87:sst2``: the members' names with what they share said once."""
-    names = [job_label(Path(d) / "job.yaml") for d in job_dirs]
+    names = [job_label(Path(d) / JOB_YAML) for d in job_dirs]
     return f"group({len(names)}): {compact_names(names)}"
 
 
@@ -179,5 +181,5 @@ def runner_title(exit_file: str, command: list[str]) -> str:
     label = command_label(command)
     if label is None:
         job_dir = Path(exit_file).resolve().parent.parent  # JOB_DIR/.lat/attempt-N.exit.json
-        label = job_label(job_dir / "job.yaml")
+        label = job_label(job_dir / JOB_YAML)
     return f"lat runner: {label}"

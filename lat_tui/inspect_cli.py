@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from lat_core.front.client import JOB_FINAL, Client
+from lat_core.front.client import JOB_FINAL, Client, job_config_path, job_log_path
 from lat_core.contract.rows import AttemptRow, JobRow
 from lat_tui.cli_common import EXIT_DETACHED, EXIT_FAILED, EXIT_OK, cli_entry, client_for, state_flags
 from lat_tui.columns import job_name, state_text
@@ -28,7 +28,6 @@ HELP = {
     "show": "one job: resolved config, masked env, attempts, history, diagnosis, folder",
     "logs": "a job's train.log (-f follows it until the job ends, -n N lines)",
 }
-LOG_NAME = "train.log"
 
 
 def build_parser(verb: str) -> argparse.ArgumentParser:
@@ -123,7 +122,7 @@ def attempt_view(a: AttemptRow) -> AttemptView:
 
 def read_config(job: JobRow) -> dict | None:
     try:
-        data = yaml.safe_load((Path(job.job_dir) / "job.yaml").read_text())
+        data = yaml.safe_load(job_config_path(job.job_dir).read_text())
     except (OSError, yaml.YAMLError):
         return None
     return data if isinstance(data, dict) else None
@@ -144,7 +143,7 @@ def _section(title: str, lines: list[str]) -> None:
 # ---------------------------------------------------------------------- logs
 def logs(client: Client, args) -> int:
     job = client.job(args.job)
-    path = Path(job.job_dir) / LOG_NAME
+    path = job_log_path(job.job_dir)
     if not args.follow:
         if not path.exists():
             print(f"{path}: no log yet (job {job.id} is {job.state})")

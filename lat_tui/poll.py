@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 
-from lat_core.front.client import JOB_FINAL, Client, CommandRow, GpuProbe, GpuSnapshot, HostSnapshot, host_snapshot
+from lat_core.front.client import (JOB_FINAL, Client, CommandRow, GpuProbe, GpuSnapshot, HostSnapshot, host_snapshot,
+                                   job_log_path)
 from lat_core.contract.rows import GroupUsage, JobSummary, RunRow
 from lat_tui.tail import TailState, read_tail
 
@@ -57,7 +57,7 @@ def cpu_percent() -> tuple[float, ...]:
 
 def _tailed_job_ended(jobs: list[JobSummary], tail: TailState) -> bool:
     return tail.path is not None and any(
-        job.state in JOB_FINAL and Path(job.job_dir) / "train.log" == tail.path for job in jobs)
+        job.state in JOB_FINAL and job_log_path(job.job_dir) == tail.path for job in jobs)
 
 
 class GpuHistory:

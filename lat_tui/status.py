@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from lat_core.errors import JournalError
-from lat_core.front.client import last_log_line
+from lat_core.front.client import job_log_path, last_log_line
 from lat_tui.cli_common import EXIT_OK, EXIT_USAGE, cli_entry, client_for, state_flags
 from lat_tui.columns import job_name, plain_table, run_state_text
 from lat_tui.format import fmt_elapsed
@@ -77,7 +77,7 @@ def split_last_log_line(error: str, job_dir: Path) -> tuple[str, str]:
     """The stored reason ends with the log's last line when triage did not pin the cause
     (``killed by SIGKILL: step 305/400 loss 2.6676``); (cause, that line), or
     (error, "") when it does not end with it."""
-    last = last_log_line(job_dir / "train.log")
+    last = last_log_line(job_log_path(job_dir))
     if last and error.endswith(f": {last}"):
         return error[: -len(last) - 2], last
     return error, ""

@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple
 import yaml
 
 from lat_core.config.hub_cache import hub_cache_dirs
+from lat_core.contract.jobdir import JobDir
 from lat_core.config.job import TINY, TINY_DEFAULTS, JobConfig, PeftConfig, parse_config
 from lat_core.config.datasets import SINGLE_SENTENCE_MAX_TOKENS, single_sentence
 from lat_core.config.mamba_memory import (MambaShape, cpu_activation_bytes as mamba_cpu_activations,
@@ -352,7 +353,7 @@ def job_prior(job_dir: str | Path, job_env: Mapping[str, str],
     trainer will see (the engine's, then the job's own variables); None when it cannot be estimated.
     Never raises for a bad file: a prior is advice, and admission must go on without it."""
     environ = {**(os.environ if environ is None else environ), **job_env}
-    path = Path(job_dir) / "job.yaml"
+    path = JobDir(job_dir).job_yaml
     try:
         cfg = parse_config(yaml.safe_load(path.read_text()), path, environ=environ)
         return estimate(cfg, environ)

@@ -35,10 +35,11 @@ from lat_core.config.env import ENV_FIELDS, ENV_PREFIXES, EXTRA_NAMES
 from lat_core.contract.kernel_warmup import KernelShape, WarmupPhase, read_phase, write_shapes
 from lat_core.engine.kernel_shapes import run_kernel_shapes
 from lat_core.engine.launch import Launched, process_start_time
+from lat_core.contract.jobdir import AttemptFiles
 from lat_core.contract.jobdir.names import TRAIN_LOG
 from lat_core.contract.rows import JobRow
 from lat_core.contract.states import HistoryKind
-from lat_core.safe_files import ensure_folder, open_append, remove_files
+from lat_core.safe_files import ensure_folder, open_append
 
 WARM_MODULES = ("lat_core.train", "lat_core.train.pretrain", "lat_core.train.fused")  # fused: a group
 # Variables read after the imports (the trainer's own overrides when it loads its config, CUDA's at
@@ -196,7 +197,7 @@ class WarmStarter:
         if self.status() != "ready":
             raise WarmUnavailable(self.failure or "the preloaded process is not ready")
         ensure_folder(exit_path.parent, job_dir)
-        remove_files(exit_path.parent, (exit_path.name, f"{exit_path.name}.pid"), job_dir=job_dir)
+        AttemptFiles(exit_path).clear_runner_files(job_dir)
         os.close(open_append(job_dir / TRAIN_LOG, job_dir=job_dir))  # a planted link: refused here, with why
         request = {"module": argv[2], "args": argv[3:], "cwd": str(job_dir), "log": str(job_dir / TRAIN_LOG),
                    "exit_file": str(exit_path), "show_env": ",".join(show_env),

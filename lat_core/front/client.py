@@ -63,7 +63,7 @@ __all__ = [
     "ensure_engine",
     "journal_faults_in", "plan_env_of", "resolve_state_dir", "LAT_VERSION",
     # job folders
-    "last_log_line", "recent_events", "requeue_start", "resumable_checkpoints",
+    "job_config_path", "job_log_path", "last_log_line", "recent_events", "requeue_start", "resumable_checkpoints",
     # configs, plans, reruns, notices
     "AUTO_REMEDIES", "EMAIL_YAML_VAR", "EnvValueError", "KNOWN_DATASETS", "MASK", "OLD_EVENTS", "PLAN_DEFAULTS", "Plan",
     "SuiteRegistry", "mail_notice",
@@ -93,6 +93,16 @@ def resumable_checkpoints(job_dir: str | Path) -> list[tuple[int, Path]]:
 def requeue_start(job_dir: str | Path, asked: str | None) -> tuple[str, str]:
     """How a failed or cancelled job requeued with the others starts: ``(start, what it got)``."""
     return JobDir(job_dir).requeue_start(asked)
+
+
+def job_log_path(job_dir: str | Path) -> Path:
+    """The job's train.log (the trainer's output and the runner's [lat] lines)."""
+    return JobDir(job_dir).train_log
+
+
+def job_config_path(job_dir: str | Path) -> Path:
+    """The job's resolved config (job.yaml), as the front end planned it."""
+    return JobDir(job_dir).job_yaml
 
 
 def recent_events(job_dir: str | Path) -> tuple[AnyEvent, ...]:

@@ -18,6 +18,7 @@ from . import data as D
 from .checkpoints import best_checkpoint_step, checkpoints, copy_adapter, rotate_checkpoints, save_checkpoint
 from .evaluation import evaluate_split, write_predictions
 from lat_core.contract.jobdir import CheckpointSaved, EarlyStop, Eval, Step
+from lat_core.contract.jobdir.names import BEST, checkpoint_folder
 from .events import log
 
 
@@ -84,13 +85,13 @@ class LatRun:
         best_step = best_checkpoint_step([s for s, _ in checkpoints(out)] + [step], self.scores)
         hf_state.best_global_step = best_step
         hf_state.best_metric = None if best_step is None else self.scores[best_step]
-        hf_state.best_model_checkpoint = None if best_step is None else str(out / f"checkpoint-{best_step}")
+        hf_state.best_model_checkpoint = None if best_step is None else str(out / checkpoint_folder(best_step))
         lat_state = {"best": self.best, "config": self.cfg.name, "seed": self.cfg.seed,
                      "val_scores": {str(k): v for k, v in self.scores.items()}}
         self.last_checkpoint = save_checkpoint(model, self.optimizer, out, hf_state, lat_state,
                                                save_optimizer=save_optimizer)
-        if best_step is not None and (best_step != self.best_saved_step or not (out / "best").is_dir()):
-            copy_adapter(out / f"checkpoint-{best_step}", out / "best")
+        if best_step is not None and (best_step != self.best_saved_step or not (out / BEST).is_dir()):
+            copy_adapter(out / checkpoint_folder(best_step), out / BEST)
             self.best_saved_step = best_step
         rotate_checkpoints(out, self.cfg.train.save_total_limit, best_step)
         return self.last_checkpoint

@@ -19,7 +19,8 @@ import torch
 
 from lat_core.config.job import TrainConfigError
 from lat_core.contract.jobdir import Finished, JobDir
-from lat_core.contract.jobdir.names import CHECKPOINT, OPTIMIZER_STATE, RNG_STATE, RUN_OUTPUTS
+from lat_core.contract.jobdir.names import (ADAPTER_WEIGHTS, CHECKPOINT, EXTRA_TRAINABLE, FINAL, LAT_STATE, OPTIMIZER_STATE, RNG_STATE,
+                                           RUN_OUTPUTS, TRAINER_STATE, checkpoint_folder)
 from lat_core.errors import OutputPathError
 from lat_core.safe_files import remove_outputs
 from .portable import make_portable
@@ -68,7 +69,7 @@ def save_adapter(model, path: Path) -> Path:
     model.save_pretrained(str(path))
     extra = _extra_params(model)
     if extra:
-        save_file({n: p.detach().contiguous().cpu() for n, p in extra.items()}, str(path / "extra_trainable.safetensors"))
+        save_file({n: p.detach().contiguous().cpu() for n, p in extra.items()}, str(path / EXTRA_TRAINABLE))
     return path
 
 
@@ -80,17 +81,17 @@ def save_checkpoint(model, optimizer, out: Path, hf_state, lat_state: dict, save
     SAVE_OPTIMIZER_STATE=0 (save_optimizer False) leaves optimizer.pt out.
     """
     step = hf_state.global_step
-    path = save_adapter(model, out / f"checkpoint-{step}")
+    path = save_adapter(model, out / checkpoint_folder(step))
     torch.save({"torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-               path / "rng_state.pt")
+               path / RNG_STATE)
     if save_optimizer:
-        torch.save(optimizer.state_dict(), path / "optimizer.pt")
+        torch.save(optimizer.state_dict(), path / OPTIMIZER_STATE)
     else:
-        (path / "optimizer.pt").unlink(missing_ok=True)
-    (path / "lat_state.json").write_text(json.dumps({**lat_state, "step": step, "optimizer_saved": save_optimizer},
+        (path / OPTIMIZER_STATE).unlink(missing_ok=True)
+    (path / LAT_STATE).write_text(json.dumps({**lat_state, "step": step, "optimizer_saved": save_optimizer},
                                                     indent=1))
-    hf_state.save_to_json(str(path / "trainer_state.json"))
+    hf_state.save_to_json(str(path / TRAINER_STATE))
     return path
 
 
@@ -120,7 +121,7 @@ def copy_adapter(checkpoint: Path, dest: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for f in checkpoint.iterdir():
-        if f.name.startswith("adapter_") or f.name in ("extra_trainable.safetensors", "README.md"):
+        if f.name.startswith("adapter_") or f.name in (EXTRA_TRAINABLE, "README.md"):
             shutil.copy2(f, tmp / f.name)
     make_portable(tmp, checkpoint.parent)
     return _put_in_place(tmp, dest)
@@ -129,11 +130,11 @@ def copy_adapter(checkpoint: Path, dest: Path) -> Path:
 def save_final(model, out: Path) -> Path:
     """final/: the adapter as training left it, as one that loads on the unmodified base
     (portable.py); written aside and renamed, so final/ is whole or absent."""
-    tmp = out / "final.tmp"
+    tmp = out / f"{FINAL}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     save_adapter(model, tmp)
     make_portable(tmp, out)
-    return _put_in_place(tmp, out / "final")
+    return _put_in_place(tmp, out / FINAL)
 
 
 def _put_in_place(tmp: Path, dest: Path) -> Path:
@@ -181,14 +182,14 @@ def load_checkpoint(model, optimizer, path: Path) -> dict:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    weights = path / "adapter_model.safetensors"
+    weights = path / ADAPTER_WEIGHTS
     set_peft_model_state_dict(model, load_file(str(weights)))
-    if (path / "extra_trainable.safetensors").is_file():
+    if (path / EXTRA_TRAINABLE).is_file():
         params = dict(model.named_parameters())
         with torch.no_grad():
-            for n, t in load_file(str(path / "extra_trainable.safetensors")).items():
+            for n, t in load_file(str(path / EXTRA_TRAINABLE)).items():
                 params[n].copy_(t)
-    restored = (path / "optimizer.pt").is_file()
+    restored = (path / OPTIMIZER_STATE).is_file()
     if restored:
         optimizer.load_state_dict(load_tensors(path / OPTIMIZER_STATE))
     if (path / RNG_STATE).is_file():
@@ -197,5 +198,5 @@ def load_checkpoint(model, optimizer, path: Path) -> dict:
         if rng.get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
     # checkpoints written before lat_state.json existed kept LAT's fields in trainer_state.json
-    lat_file = path / "lat_state.json" if (path / "lat_state.json").is_file() else path / "trainer_state.json"
+    lat_file = path / LAT_STATE if (path / LAT_STATE).is_file() else path / TRAINER_STATE
     return {**json.loads(lat_file.read_text()), "optimizer_restored": restored}

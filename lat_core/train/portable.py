@@ -27,10 +27,9 @@ from pathlib import Path
 import torch
 
 from lat_core.config.job import JobConfig, TrainConfigError
+from lat_core.contract.jobdir.names import ADAPTER_CONFIG as CONFIG
+from lat_core.contract.jobdir.names import ADAPTER_WEIGHTS as WEIGHTS
 from lat_core.contract.jobdir.names import INITIAL_ADAPTER  # in the job folder: the adapter as initialised
-
-WEIGHTS = "adapter_model.safetensors"
-CONFIG = "adapter_config.json"
 
 
 def moves_base_weights(cfg: JobConfig) -> bool:

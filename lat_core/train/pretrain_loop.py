@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from lat_core.contract.jobdir import CheckpointSaved, Eval, Event, EventWriter, Finished, JobDir, Memory, Started, Step
+from lat_core.contract.jobdir.names import checkpoint_folder
 from lat_core.train.pretrain_config import VOCAB, PretrainConfig
 
 
@@ -100,7 +101,7 @@ def run(cfg: PretrainConfig, accum: int, out: Path) -> int:
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.num_iterations:
             _write(events, Eval(step=step + 1, metrics={"loss": _eval(model, tokens, cfg, device)}))
         if rank == 0 and (step + 1) % cfg.save_every == 0:
-            ckpt = out / f"checkpoint-{step + 1}"
+            ckpt = out / checkpoint_folder(step + 1)
             ckpt.mkdir(parents=True, exist_ok=True)
             torch.save(model.state_dict(), ckpt / "model.pt")
             _write(events, CheckpointSaved(step=step + 1, path=ckpt.name))

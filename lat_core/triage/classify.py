@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lat_core.contract.jobdir import CheckpointSaved, Failed, Finished
+from lat_core.contract.jobdir.names import checkpoint_folder
 from lat_core.contract.jobdir.outcome import EXIT_SAVED_TO_RESUME
 from lat_core.text import fmt_bytes, signal_name
 from lat_core.triage import known
@@ -83,7 +84,7 @@ def _saved_to_resume(facts: Facts) -> Diagnosis | None:
     if facts.returncode != EXIT_SAVED_TO_RESUME:
         return None
     steps = [e.step for e in facts.files.events if isinstance(e, CheckpointSaved)]
-    where = f"checkpoint-{steps[-1]}" if steps else "a checkpoint"
+    where = checkpoint_folder(steps[-1]) if steps else "a checkpoint"
     return make_diagnosis(facts, F.TIMEOUT, "Saved before its time limit", "The scheduler warned that the "
                           f"time limit was near (SIGUSR1); the job saved {where} and stopped, to be resumed.",
                           fix.resume_remedy(facts.files.events))

@@ -6,7 +6,6 @@ and the handler re-arms the timer only after it has updated the widgets.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 from textual import on, work
@@ -19,7 +18,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer
 
 from lat_core.errors import LatError
-from lat_core.front.client import JOB_FINAL, RUN_ACTIVE, plan_env_of
+from lat_core.front.client import JOB_FINAL, RUN_ACTIVE, job_log_path, plan_env_of
 from lat_core.contract.rows import JobSummary, RunRow
 from lat_tui.context import AppContext
 from lat_tui.poll import DashboardData, GpuHistory, read_dashboard
@@ -248,7 +247,7 @@ class DashboardScreen(RunControls, Screen):
         log = self.query_one(FollowingLog)
         log.reset()
         log.border_title = f"log · {self.name_of(job)}" if job else "log"
-        path = Path(job.job_dir) / "train.log" if job else None
+        path = job_log_path(job.job_dir) if job else None
         self._tail = TailState(path=path, generation=self._tail.generation + 1)
         self._show_detail()
         self._refresh_keys_if_changed()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lat_core.contract.jobdir.json_files import read_small_json, write_json
-from lat_core.contract.jobdir.names import ATTEMPT_EXIT, GROUP_REF_SUFFIX, PID_SUFFIX
+from lat_core.contract.jobdir.names import ATTEMPT_EXIT, EXIT_SUFFIX, GROUP_REF_SUFFIX, PID_SUFFIX
 from lat_core.contract.jobdir.records import ExitRecord, GroupRef, PidRecord
 from lat_core.safe_files import remove_files
 
@@ -35,6 +35,11 @@ class AttemptFiles:
     @property
     def group_ref_path(self) -> Path:
         return Path(f"{self.exit_path}{GROUP_REF_SUFFIX}")
+
+    def instead_of_exit(self, suffix: str) -> Path:
+        """The attempt's file that a scheduler keeps in place of the exit record's suffix
+        (``attempt-3.sbatch``, ``attempt-3.array``)."""
+        return self.exit_path.with_name(self.exit_path.name.removesuffix(EXIT_SUFFIX) + suffix)
 
     @property
     def number(self) -> int | None:

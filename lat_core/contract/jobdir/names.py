@@ -24,8 +24,11 @@ PREDICTIONS = "predictions"
 TOKENIZER = "tokenizer"
 INITIAL_ADAPTER = "adapter_init"   # the adapter as initialised, before any step (lat_core/train/portable.py)
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-TRAINER_STATE = "trainer_state.json"
+TRAINER_STATE = "trainer_state.json"  # a checkpoint's last file: a folder without it is a save cut short
+LAT_STATE = "lat_state.json"  # a checkpoint's LAT fields (best, validation scores, step, optimizer saved)
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # what every resume path loads (peft's file name)
+ADAPTER_CONFIG = "adapter_config.json"  # peft's
+EXTRA_TRAINABLE = "extra_trainable.safetensors"  # trained weights peft does not own (SDLoRA's SSM entries)
 RNG_STATE = "rng_state.pt"
 OPTIMIZER_STATE = "optimizer.pt"
 # the job's experiment-tracker run ({"id": ...}): every resume continues that run (lat_core/train/tracking.py)
@@ -45,6 +48,11 @@ PEAK_USAGE = "usage.json"
 PRUNED = "pruned.json"  # why the plan's sweep ended the job or never started it (lat_core.engine.promotion)
 GROUP_LIMIT = "fuse-limit.json"
 OLD_RUNS_ALONE = "fuse-alone"  # an older engine's mark: the job runs alone
+
+
+def checkpoint_folder(step: int) -> str:
+    """The folder name of the checkpoint saved at ``step`` (what ``CHECKPOINT`` matches)."""
+    return f"checkpoint-{step}"
 
 
 def attempt_exit(n: int) -> str:

@@ -154,9 +154,9 @@ class SlurmBackend(Backend):
             return Launched(existing, time.time())
         exit_path.parent.mkdir(parents=True, exist_ok=True)
         AttemptFiles(exit_path).clear_runner_files(job_dir)
-        script = exit_path.with_name(exit_path.name.replace(".exit.json", ".sbatch"))
+        script = AttemptFiles(exit_path).instead_of_exit(".sbatch")
         script.write_text(self.batch_script(argv, exit_path, show_env))
-        command = [f"--comment=lat {exit_path}", f"--chdir={job_dir}", f"--output={job_dir / 'train.log'}",
+        command = [f"--comment=lat {exit_path}", f"--chdir={job_dir}", f"--output={job_dir / TRAIN_LOG}",
                    *self.options.packed(pack).sbatch_args(self.gres_request(env, world, pack)), str(script)]
         return Launched(*self._sbatch(name, command, self._submit_env(env, world)))
 

@@ -22,6 +22,8 @@ import shlex
 from pathlib import Path
 from typing import NamedTuple
 
+from lat_core.contract.jobdir import AttemptFiles
+
 PREFIX = "LAT_ARRAY_"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -70,7 +72,7 @@ def task_id(array_job: int | str, index: int) -> str:
 
 def marker_path(exit_path: Path) -> Path:
     """Next to the attempt's exit record: which array (job name) and task the attempt went into."""
-    return exit_path.with_name(exit_path.name.replace(".exit.json", ".array"))
+    return AttemptFiles(exit_path).instead_of_exit(".array")
 
 
 def read_marker(exit_path: Path) -> tuple[str, int] | None:

@@ -62,7 +62,7 @@ def open_members(args, argv):
     for job_dir, attempt in zip(args.job_dirs, args.member_attempts):
         out = MemberOut(None, job_dir, None, attempt)
         try:
-            out.cfg = load_config(str(job_dir / "job.yaml"))
+            out.cfg = load_config(str(JobDir(job_dir).job_yaml))
             prepare_output_dir(out.cfg.output_dir, args.resume, args.overwrite)
             out.events = JobDir(out.cfg.output_dir).event_writer()
             write_env(out.cfg, argv, args.resume)

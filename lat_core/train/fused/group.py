@@ -13,6 +13,7 @@ import torch
 
 from lat_core.config.fuse import base_key
 from lat_core.config.job import TrainConfigError, resolve_max_steps
+from lat_core.contract.jobdir.names import LAT_STATE, OPTIMIZER_STATE
 from .. import data as D
 from ..graphs import SpeedModes
 from . import members as M
@@ -214,7 +215,7 @@ def restore(cfg, member: M.Member, optimizer) -> dict:
     from ..checkpoints import checkpoints, load_tensors
     step, path = checkpoints(cfg.output_dir)[-1]
     M.load_adapter(member, path)
-    restored = (path / "optimizer.pt").is_file()
+    restored = (path / OPTIMIZER_STATE).is_file()
     if restored:
-        optimizer.load_state_dict(load_tensors(path / "optimizer.pt"))
-    return {**json.loads((path / "lat_state.json").read_text()), "step": step, "optimizer_restored": restored}
+        optimizer.load_state_dict(load_tensors(path / OPTIMIZER_STATE))
+    return {**json.loads((path / LAT_STATE).read_text()), "step": step, "optimizer_restored": restored}

@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from lat_core.config.fuse import adapter_refusal, own_pieces_refusal
 from lat_core.config.job import TrainConfigError
+from lat_core.contract.jobdir.names import ADAPTER_WEIGHTS
 from .flat import FlatStacks
 from .stacked import LayoutSlot, StackedLoRALinear
 
@@ -157,7 +158,7 @@ def save_adapter(m: Member, path: Path) -> Path:
     """adapter_model.safetensors + adapter_config.json, loadable with PeftModel.from_pretrained."""
     from safetensors.torch import save_file
     path.mkdir(parents=True, exist_ok=True)
-    save_file(state_dict(m), str(path / "adapter_model.safetensors"))
+    save_file(state_dict(m), str(path / ADAPTER_WEIGHTS))
     m.config.save_pretrained(str(path))
     return path
 
@@ -165,7 +166,7 @@ def save_adapter(m: Member, path: Path) -> Path:
 def load_adapter(m: Member, path: Path) -> None:
     """Copy a saved adapter (a fused or a single job's) into the member's slices."""
     from safetensors.torch import load_file
-    saved = load_file(str(path / "adapter_model.safetensors"))
+    saved = load_file(str(path / ADAPTER_WEIGHTS))
     own = state_dict(m)
     if set(saved) != set(own):
         raise TrainConfigError(f"{path}: adapter keys differ from this job's adapter "

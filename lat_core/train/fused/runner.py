@@ -28,6 +28,7 @@ from lat_core.contract.jobdir import CheckpointSaved, Eval, Finished, Step
 from ..events import log, memory_event, ranking_of, started_event
 from ..loop import lr_schedule
 from .clock import GroupClock
+from lat_core.contract.jobdir.names import checkpoint_folder
 from lat_core.contract.jobdir.outcome import CANCELLED_RC
 from .member_io import MemberOut, MemberView, trainer_state
 from .step import MemberRun, micro_step
@@ -217,7 +218,7 @@ def save_to_resume(m: Member) -> None:
     write_step_log(m)
     m.out.log(f"asked to save and stop (SIGUSR1): checkpoint at step {run.step}")
     saved = m.lat.last_checkpoint
-    if saved is None or saved.name != f"checkpoint-{run.step}":
+    if saved is None or saved.name != checkpoint_folder(run.step):
         path = m.lat.save(m.view, trainer_state(run.step, tr.max_steps, run.cfg), tr.save_optimizer_state)
         m.out.events.write(CheckpointSaved(step=run.step, path=path.name, optimizer_saved=tr.save_optimizer_state))
         m.out.log(f"saved {path.name}" + ("" if tr.save_optimizer_state else " (without optimizer state)"))
