@@ -3,8 +3,10 @@
 Started by the engine as the leader of a new session with stdio in the job's ``train.log``. It runs
 the trainer in its own process group, waits, and writes the exit record atomically (tmp + rename),
 so the job's outcome survives the engine, the front end and an SSH drop. SIGTERM/SIGINT/SIGHUP
-(and SIGUSR1, Slurm's warning before a time limit) sent to the runner are passed on to the
-trainer, whose exit then gets recorded as usual.
+sent to the runner are passed on to the trainer, whose exit then gets recorded as usual. SIGUSR1
+(Slurm's warning before a time limit) is caught from the runner's start and passed on once the
+trainer has its handler in place (:mod:`lat_core.signal_pass`): a warning that comes while the
+trainer starts is kept, not its death.
 
 ``--wait-pid PID`` is the warm-start form (:mod:`lat_core.train.warm`): the trainer was forked,
 already running, by the process that then exec'd this runner, so it is our child and we wait for
@@ -32,6 +34,7 @@ from lat_core.containment import (TERM_GRACE_S, Containment, ContainmentError, c
 from lat_core.contract.jobdir import AttemptFiles, ExitRecord, PidRecord
 from lat_core.errors import OutputPathError
 from lat_core.safe_files import ensure_folder, job_folder_of
+from lat_core.signal_pass import PassOn
 from lat_core.titles import runner_title, set_title
 
 
@@ -59,12 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--started", type=float, help="when the warm-started attempt began")
     parser.add_argument("--containment", help="the warm-started attempt's containment (JSON)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
+    warning = _catch_the_warning()
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     set_title(runner_title(args.exit_file, command))
     if args.wait_pid:
         containment = Containment.from_json(json.loads(args.containment)) if args.containment else None
-        return _wait_for_child(args.wait_pid, args.exit_file, args.started or time.time(), containment)
+        return _wait_for_child(args.wait_pid, args.exit_file, args.started or time.time(), containment, warning)
     if not command:
         parser.error("no command given after --")
     started = time.time()
@@ -81,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[lat] containment: {containment.describe()}", flush=True)
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL, env={**os.environ, **containment.child_env()},
                              preexec_fn=lambda: enter(containment))
-    _forward_signals(_sender(child.pid))
+    _forward_signals(_sender(child.pid), warning, child.pid)
     child.returncode = 0  # reaped below by wait4, not by Popen (whose poll could steal the status)
-    _finish(args.exit_file, child.pid, started, containment)
+    _finish(args.exit_file, child.pid, started, containment, warning)
     return 0
 
 
@@ -118,10 +122,24 @@ def own_rss() -> int:
         return 0
 
 
-def _forward_signals(send) -> None:
-    # SIGUSR1: a scheduler's warning before the time limit (sbatch --signal), the trainer's "save and stop"
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+def _catch_the_warning() -> PassOn:
+    """SIGUSR1 (a scheduler's warning before the time limit, the trainer's "save and stop") caught
+    from here on, and passed on to the trainer once it catches it too (none is started yet)."""
+    warning = PassOn(lambda: [], said=_said)
+    signal.signal(signal.SIGUSR1, warning)
+    return warning
+
+
+def _said(pid: int, signum: int) -> None:
+    print(f"[lat] {signal.Signals(signum).name} passed on to the trainer (pid {pid})", flush=True)
+
+
+def _forward_signals(send, warning: PassOn, pid: int | None) -> None:
+    """SIGTERM, SIGINT and SIGHUP to the trainer at once; SIGUSR1 once it can take it (``pid``: the
+    trainer; None: the trainer is gone, and its pid may be a stranger's)."""
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda signum, _frame: send(signum))
+    warning.retarget((lambda: [pid]) if pid is not None else (lambda: []))
 
 
 def _sender(pid: int):
@@ -134,20 +152,21 @@ def _sender(pid: int):
     return send
 
 
-def _wait_for_child(pid: int, exit_file: str, started: float, containment: Containment | None) -> int:
-    _forward_signals(_sender(pid))
+def _wait_for_child(pid: int, exit_file: str, started: float, containment: Containment | None,
+                    warning: PassOn) -> int:
+    _forward_signals(_sender(pid), warning, pid)
     # a forked trainer's kernel peak is inherited over fork: the preloaded process's, not the job's
-    _finish(exit_file, pid, started, containment, kernel_peak=False)
+    _finish(exit_file, pid, started, containment, warning, kernel_peak=False)
     return 0
 
 
-def _finish(exit_file: str, pid: int, started: float, containment: Containment | None,
+def _finish(exit_file: str, pid: int, started: float, containment: Containment | None, warning: PassOn,
             kernel_peak: bool = True) -> None:
     """Wait for the trainer, stop what the job left running, then record the exit: an exit record
     means that no process of the attempt is left."""
     returncode, max_rss = _wait(pid)
     max_rss = max_rss if kernel_peak else None
-    _forward_signals(lambda signum: None)  # the trainer's pid is free now: never signal a stranger
+    _forward_signals(lambda signum: None, warning, None)  # the trainer's pid is free now: never signal a stranger
     stopped = stop_tree(containment, os.getpid(), _own_start_time(), grace_s=TERM_GRACE_S)
     if stopped:
         print(f"[lat] the trainer ended; stopped the {stopped} process(es) it left running", flush=True)

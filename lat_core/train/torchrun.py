@@ -15,18 +15,17 @@ for a job that a scheduler may ask to save before its end.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import sys
-import threading
-import time
+
+from lat_core.signal_pass import PassOn
 
 from .save_request import EXIT_SAVED_TO_RESUME
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGUSR1, PassOn())  # before torch loads: the warning may come meanwhile
+    signal.signal(signal.SIGUSR1, PassOn(_workers, said=_said))  # before torch loads: the warning may come meanwhile
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
@@ -48,51 +47,15 @@ def saved_to_resume(exit_codes: dict[int, int]) -> bool:
     return EXIT_SAVED_TO_RESUME in exit_codes.values()
 
 
-class PassOn:
-    """Passes a signal on to this agent's workers (its children), each once, as soon as it has its
-    handler in place: a worker still starting (or not started yet: the rendezvous may be under way)
-    would die of it, or never hear of it. After the first signal, a thread looks every
-    ``every_s`` for workers that can take it."""
+def _workers() -> list[int]:
+    import psutil
 
-    def __init__(self, every_s: float = 0.5):
-        self._every_s = every_s
-        self._signum: int | None = None
-        self._told: set[int] = set()
-
-    def __call__(self, signum: int, _frame: object) -> None:
-        if self._signum is None:
-            self._signum = signum
-            threading.Thread(target=self._keep_passing, name="lat-pass-on", daemon=True).start()
-
-    def _keep_passing(self) -> None:
-        while True:
-            self.pass_on()
-            time.sleep(self._every_s)
-
-    def pass_on(self) -> None:
-        import psutil
-
-        assert self._signum is not None
-        for worker in psutil.Process().children():
-            if worker.pid in self._told or not catches(worker.pid, self._signum):
-                continue
-            try:
-                os.kill(worker.pid, self._signum)
-            except ProcessLookupError:
-                continue  # ended meanwhile: torchrun reaps it
-            self._told.add(worker.pid)
-            print(f"[lat] torchrun on {socket.gethostname()}: {signal.Signals(self._signum).name} passed on to "
-                  f"worker {worker.pid}", file=sys.stderr, flush=True)
+    return [worker.pid for worker in psutil.Process().children()]
 
 
-def catches(pid: int, signum: int) -> bool:
-    """Whether the process has a handler for the signal (``SigCgt`` of its /proc status)."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            caught = next(line for line in fh if line.startswith("SigCgt:")).split()[1]
-    except (OSError, StopIteration):
-        return False
-    return bool(int(caught, 16) >> (signum - 1) & 1)
+def _said(pid: int, signum: int) -> None:
+    print(f"[lat] torchrun on {socket.gethostname()}: {signal.Signals(signum).name} passed on to worker {pid}",
+          file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,84 @@
+"""A signal passed on to processes that are still starting, once each can take it.
+
+Slurm's warning before a time limit (SIGUSR1, ``sbatch --signal=B:USR1@N``) goes to the batch
+shell's process, LAT's runner, which must pass it on to its trainer; torchrun's agent must pass it on
+to its workers. Slurm may send it up to a minute early, so on a short limit it can come while the
+trainer is still starting: killed at once, a Python process that has not yet put its handler in
+place dies of it (USR1's default action) instead of saving to be resumed. So the signal is kept,
+and given to each target once that target catches it (``SigCgt`` of its /proc status): the trainer
+then saves at its first step, as it does for a warning that comes mid-training.
+
+Torch-free: the runner and LAT's torchrun both use it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+Targets = Callable[[], list[int]]
+_HAS_PROC = os.path.exists("/proc/self/status")
+
+
+class PassOn:
+    """A signal handler: the first signal is passed on to each of ``targets()`` once, as soon as that
+    process catches it; a thread looks every ``every_s`` for targets that can take it. ``said``
+    is told of each pass (for the job's log)."""
+
+    def __init__(self, targets: Targets, every_s: float = 0.5, said: Callable[[int, int], None] | None = None):
+        self._targets = targets
+        self._every_s = every_s
+        self._said = said
+        self._lock = threading.RLock()  # the handler may run in the main thread while it holds it
+        self.signum: int | None = None
+        self.told: set[int] = set()
+
+    def __call__(self, signum: int, _frame: object = None) -> None:
+        if self.signum is None:
+            self.signum = signum
+            self.pass_on()  # a target that listens already hears it now, not a look later
+            threading.Thread(target=self._keep_passing, name="lat-pass-on", daemon=True).start()
+
+    def retarget(self, targets: Targets) -> None:
+        """Pass on to these from now on (the runner's child once started; none once it is reaped:
+        its pid may be a stranger's then)."""
+        with self._lock:
+            self._targets = targets
+        if self.signum is not None:
+            self.pass_on()
+
+    def _keep_passing(self) -> None:
+        while True:
+            time.sleep(self._every_s)
+            self.pass_on()
+
+    def pass_on(self) -> None:
+        with self._lock:
+            signum = self.signum
+            if signum is None:
+                return
+            for pid in self._targets():
+                if pid in self.told or not catches(pid, signum):
+                    continue
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    continue  # ended meanwhile: its parent reaps it
+                self.told.add(pid)
+                if self._said is not None:
+                    self._said(pid, signum)
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for the signal (``SigCgt`` of its /proc status); True where
+    there is no /proc to tell (passed on at once, as before this module)."""
+    if not _HAS_PROC:
+        return True
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            caught = next(line for line in fh if line.startswith("SigCgt:")).split()[1]
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caught, 16) >> (signum - 1) & 1)
