@@ -27,6 +27,7 @@ from pathlib import Path
 import psutil
 
 from lat_core.contract.jobdir import OomKills
+from lat_core.process_start import same_start
 
 TOKEN_VAR = "LAT_JOB_TREE"
 MODE_VAR = "LAT_CONTAINMENT"
@@ -261,7 +262,7 @@ def _descendants(pid: int, started: float | None) -> list[psutil.Process]:
     """The runner's descendants, while the pid is still the runner's (never a reused pid's)."""
     try:
         proc = psutil.Process(pid)
-        if started is not None and abs(proc.create_time() - started) >= 1.0:
+        if started is not None and not same_start(started, proc.create_time()):
             return []
         return proc.children(recursive=True)
     except psutil.NoSuchProcess:
@@ -286,7 +287,7 @@ def _same_session(runner_pid: int, runner_start: float | None) -> list[psutil.Pr
 
 def _held_by_another(pid: int, started: float) -> bool:
     try:
-        return abs(psutil.Process(pid).create_time() - started) >= 1.0
+        return not same_start(started, psutil.Process(pid).create_time())
     except psutil.NoSuchProcess:
         return False
 

@@ -20,6 +20,7 @@ from lat_core.contract.jobdir import AttemptFiles, ExitRecord
 from lat_core.containment import Containment, job_oom_kills, release, stop_tree
 from lat_core.engine.faults import disk_full
 from lat_core.errors import OutputPathError
+from lat_core.process_start import same_start
 from lat_core.contract.jobdir.names import TRAIN_LOG
 from lat_core.safe_files import job_folder_of, open_append
 
@@ -73,7 +74,7 @@ def is_same_process(pid: int | None, pid_start: float | None) -> bool:
     found = _state_and_start(pid)
     if found is None or found[0] == psutil.STATUS_ZOMBIE:
         return False
-    return pid_start is None or abs(found[1] - pid_start) < 1.0
+    return pid_start is None or same_start(pid_start, found[1])
 
 
 def _state_and_start(pid: int) -> tuple[str, float] | None:
