@@ -125,26 +125,31 @@ def test_the_end_of_a_file_is_read_without_its_cut_first_line(tmp_path):
     assert JobDir(tmp_path / "missing").read_events().events == ()
 
 
-def test_the_event_writer_never_appends_through_a_planted_symlink(tmp_path):
+PRECIOUS = "someone's file\n"
+
+
+def job_with_a_planted_link(tmp_path, name: str):
+    """A job folder whose ``name`` is a symlink to someone else's file: (the folder, that file)."""
     job = tmp_path / "root" / "pair_seed1" / "job"
     job.mkdir(parents=True)
     precious = tmp_path / "precious"
-    precious.write_text("someone's file\n")
-    (job / "events.jsonl").symlink_to(precious)
+    precious.write_text(PRECIOUS)
+    (job / name).symlink_to(precious)
+    return job, precious
+
+
+def test_the_event_writer_never_appends_through_a_planted_symlink(tmp_path):
+    job, precious = job_with_a_planted_link(tmp_path, "events.jsonl")
     with pytest.raises(UnsafePathError, match="is a symlink"):
         JobDir(job).event_writer()
-    assert precious.read_text() == "someone's file\n"
+    assert precious.read_text() == PRECIOUS
 
 
 def test_the_env_record_round_trips_and_is_never_written_through_a_planted_symlink(tmp_path):
-    job = tmp_path / "root" / "pair_seed1" / "job"
-    job.mkdir(parents=True)
-    precious = tmp_path / "precious"
-    precious.write_text("someone's file\n")
-    (job / "env.json").symlink_to(precious)
+    job, precious = job_with_a_planted_link(tmp_path, "env.json")
     record = {"command": "python -m lat_core.train --cfg job.yaml", "resumes": [{"at": "later"}]}
     JobDir(job).write_env_record(record)
-    assert precious.read_text() == "someone's file\n" and not (job / "env.json").is_symlink()
+    assert precious.read_text() == PRECIOUS and not (job / "env.json").is_symlink()
     assert JobDir(job).env_record() == record
     assert "\n" in (job / "env.json").read_text()  # indented: people read it
 
