@@ -72,8 +72,7 @@ class Engine:
         self._last_sample = 0.0
         # warm start forks jobs from a preloaded process: only where jobs really launch as processes
         self._warm = WarmStarts(store, allowed=backend is None and launch_fn is launch, plan_of=state.plan_of,
-                                cold_reason=lambda run_id: state.backend(run_id).why_cold(),
-                                cold_line=lambda run_id: state.backend(run_id).warm_history(), clock=clock)
+                                backend_of=state.backend, clock=clock)
         self._mps = RunMps(state)
         self._groups = FusedGroups(store)
         self._faults = JobFaults(state, self._groups)

@@ -225,12 +225,11 @@ class WarmStarts:
     run has such a job (during a countdown too), holding those jobs while it imports, forking them,
     and telling the run's and the job's history what happened."""
 
-    def __init__(self, store, *, allowed: bool, plan_of, cold_reason, cold_line=None, clock=time.time):
-        """``cold_reason(run_id)``: why the run's backend never forks jobs from the preloaded process
-        (its jobs run on other hosts), or None where it does; ``cold_line(run_id)``: the run's
-        history line then (default ``not used: <why>``; a Slurm plan's warm packs say what they do)."""
-        self.store, self._allowed, self._plan_of, self._cold_reason = store, allowed, plan_of, cold_reason
-        self._cold_line = cold_line or (lambda run_id: f"not used: {cold_reason(run_id)}")
+    def __init__(self, store, *, allowed: bool, plan_of, backend_of, clock=time.time):
+        """``backend_of(run_id)``: the run's backend, which says why it never forks jobs from the
+        preloaded process (``why_cold``: its jobs run on other hosts; None where it does) and the run's
+        history line then (``warm_history``: a Slurm plan's warm packs say what they do)."""
+        self.store, self._allowed, self._plan_of, self._backend_of = store, allowed, plan_of, backend_of
         self._clock = clock
         self._starter: WarmStarter | None = None
         self._told: dict[int, str] = {}  # run id -> the status its history last got
@@ -250,9 +249,9 @@ class WarmStarts:
             # the run's warm-capable jobs were found before: only a change of status is news
             self._tell(run.id, self._starter)
             return
-        if self._allowed and self._plan_of(run.id).warm_start and self._cold_reason(run.id) is not None:
+        if self._allowed and self._plan_of(run.id).warm_start and self._backend_of(run.id).why_cold() is not None:
             self._told[run.id] = COLD  # said once: no job of the run forks from here, and why
-            self.store.add_transition(run.id, None, HistoryKind.WARM_START, self._cold_line(run.id))
+            self.store.add_transition(run.id, None, HistoryKind.WARM_START, self._backend_of(run.id).warm_history())
             return
         # the jobs admission reaches next: a run whose first warm-capable job waits behind thousands
         # of others starts the process when that job comes near, and a tick stays cheap meanwhile
@@ -327,7 +326,7 @@ class WarmStarts:
         """The preloaded process, where this job may use it: plan ``warm_start`` (default on), the
         a backend that supports it, the real launcher, one process, and variables read after import."""
         if not (self._allowed and self._plan_of(job.run_id).warm_start
-                and self._cold_reason(job.run_id) is None and job.world == 1 and can_fork(job.argv, job.env)):
+                and self._backend_of(job.run_id).why_cold() is None and job.world == 1 and can_fork(job.argv, job.env)):
             return None
         if self._starter is None:
             self._starter = WarmStarter(Path(self.store.path).parent, clock=self._clock)

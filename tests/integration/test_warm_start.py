@@ -18,6 +18,7 @@ import pytest
 
 from lat_core.contract.commands import CancelJob
 from lat_core.contract.jobdir import JobDir, Started
+from lat_core.engine.backends.local import LocalBackend
 from lat_core.engine.loop import Engine
 from lat_core.front.plan import Plan
 from lat_core.front.service import create_run, prepare_run
@@ -258,7 +259,7 @@ class _Plan:
 def test_jobs_waiting_on_the_kernel_warm_up_say_so_and_are_waited_for_longer(tmp_path):
     store, run_id, _ = missing_config_run(tmp_path)
     now = [1000.0]
-    starts = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(), cold_reason=lambda _: None,
+    starts = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(), backend_of=lambda _: LocalBackend(),
                         clock=lambda: now[0])
     job = store.jobs(run_id)[0]
     starter = starts._for(job)

@@ -61,13 +61,13 @@ def test_slurms_word_on_a_groups_job_is_a_members_only_where_the_group_ended_it(
 def test_a_slurm_runs_history_says_once_why_its_jobs_start_cold(tmp_path):
     store = Store(tmp_path / "state" / "journal.sqlite")
     run_id = store.create_run("backend: slurm\n", str(tmp_path / "out"), [cluster_device(4, gpus=True)], 0.0)
-    starts = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(), cold_reason=lambda _: SlurmBackend().why_cold())
+    starts = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(), backend_of=lambda _: SlurmBackend())
     for _ in range(3):
         starts.prepare(store.run(run_id))
     said = [t.detail for t in store.transitions(run_id) if t.new_state == HistoryKind.WARM_START]
     assert said == [f"not used: {SlurmBackend().why_cold()}"]
     quiet = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(warm_start=False),
-                       cold_reason=lambda _: SlurmBackend().why_cold())
+                       backend_of=lambda _: SlurmBackend())
     other = store.create_run("backend: slurm\nwarm_start: false\n", str(tmp_path / "o2"), [cluster_device(4, gpus=True)], 0.0)
     quiet.prepare(store.run(other))  # warm start turned off: nothing to explain
     assert not [t for t in store.transitions(other) if t.new_state == HistoryKind.WARM_START]
