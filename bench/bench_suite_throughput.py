@@ -28,7 +28,9 @@ its own copy of the (warm) Triton cache named by TRITON_CACHE_DIR (SPEED lists e
    another layout, whose loss check against ``old`` shows how far bf16 rounding alone moves a curve.
 
 Prints wall time, the seconds to the first optimizer step (``first_step_s``: the cold-start figure,
-bench/coldstart.sh runs it on an empty Triton cache), trained tokens/s over the whole wall time and in the steady state (the window in
+bench/coldstart.sh runs it on an empty Triton cache) and where they went (``start_up``: when the
+first job to step was launched, its set-up phases, its kernels line), each fused group's account of
+its loop (``group_loops``), trained tokens/s over the whole wall time and in the steady state (the window in
 which every job of the side is training: from the last job's first step event to the first job's
 last one), the GPU's peak used memory and the ratio to ``old``, and checks every job's loss curve
 against the same job under ``old`` (one process per job there, so each ran alone as far as its
@@ -185,6 +187,7 @@ def run_side(args, side: str, out: Path, data: Path | None) -> dict:
     tokens = sum(_trained_tokens(Path(d)) for d in jobs)
     return {"side": side, "jobs": len(jobs), "wall_s": round(wall, 1), "tokens": tokens,
             "first_step_s": first_step_after([Path(d) for d in jobs], start),
+            **start_up([Path(d) for d in jobs], start),
             "tokens_per_s": round(tokens / wall), **steady_state([Path(d) for d in jobs]),
             "gpu_peak_used_gib": round(peak / 2**30, 1), **mamba_fast_path([Path(d) for d in jobs]),
             **group_loops([Path(d) for d in jobs]),
@@ -280,6 +283,27 @@ def first_step_after(job_dirs: list[Path], start: float) -> float | None:
     issue 26's cold-start figure (imports, kernel compiles, set-up). None: no step was logged."""
     firsts = [steps[0].t for d in job_dirs if (steps := JobDir(d).read_events().of(Step))]
     return round(min(firsts) - start, 1) if firsts else None
+
+
+def start_up(job_dirs: list[Path], start: float) -> dict:
+    """``start_up``: where the time before the side's first step went, told by the job that stepped
+    first: when its process was launched (the engine, its warm-start preload and the kernel warm-up
+    come before), its set-up phases (its started event's ``setup_s``: imports, data, model, adapter,
+    ...; a fused member's are its group's), when it was set up, its first step (graph capture and
+    the first pass after that), and its kernels line. Seconds from the side's start; nothing where no
+    job stepped."""
+    firsts = [(steps[0].t, d) for d in job_dirs if (steps := JobDir(d).read_events().of(Step))]
+    if not firsts:
+        return {}
+    first_step, job = min(firsts)
+    folder = JobDir(job)
+    started = next(iter(folder.read_events().of(Started)), None)
+    record = folder.latest_exit_record()
+    return {"start_up": {
+        "job": job.name, "launched_s": round(record.started - start, 1) if record and record.started else None,
+        "set_up_s": round(started.t - start, 1) if started else None,
+        "setup_phases": started.setup_s if started else None, "first_step_s": round(first_step - start, 1),
+        "kernels": started.kernels if started else None}}
 
 
 def steady_state(job_dirs: list[Path]) -> dict:

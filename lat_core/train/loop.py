@@ -23,6 +23,7 @@ from .events import failed_event, log, memory_event, ranking_of, started_event
 from .checkpoints import checkpoints, load_checkpoint, save_final
 from .portable import moves_base_weights, save_initial_adapter
 from .record import add_data, write_env
+from .setup_phases import SetupPhases
 from . import save_request
 from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
     batch_loss, mean_loss_fn, set_logits_to_keep,
@@ -118,32 +119,6 @@ def _debug_subset(cfg, splits, extra_tests) -> str:
     tr.epochs = None
     return (f"debug: {len(splits['train'])} train / {len(splits['validation'])} validation examples, "
             f"one epoch = {tr.max_steps} steps, logging every step")
-
-
-class SetupPhases:
-    """Where a job's start-up went, in seconds: the interpreter and imports before :func:`run`
-    (from the process's start), then each set-up phase. Logged and in the ``started`` event, so a
-    slow start names its cause (imports, model build, data, ...)."""
-
-    def __init__(self, t0: float):
-        self._last = t0
-        self.phases = {"imports": round(t0 - _process_start(), 2)}
-
-    def lap(self, name: str) -> None:
-        now = time.time()
-        self.phases[name] = round(now - self._last, 2)
-        self._last = now
-
-    def __str__(self) -> str:
-        laps = ", ".join(f"{k} {v:.1f}" for k, v in self.phases.items() if k != "imports")
-        return f"{sum(v for k, v in self.phases.items() if k != 'imports'):.1f}s ({laps}) after {self.phases['imports']:.1f}s of imports"
-
-
-
-def _process_start() -> float:
-    import psutil
-
-    return psutil.Process().create_time()
 
 
 def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,

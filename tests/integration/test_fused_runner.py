@@ -53,6 +53,10 @@ def test_group_writes_each_members_files_and_matches_single_jobs(tmp_path, base)
         for key in ("trainable_params", "total_params", "max_steps", "batch_size", "grad_accum", "seed",
                     "lr_scheduler", "warmup_steps", "train_examples", "logits_to_keep", "effective_batch_size"):
             assert getattr(ours_started, key) == getattr(theirs_started, key), key
+        # where the start-up went, as a job alone's says (the group's phases: every member waited for them)
+        assert set(ours_started.setup_s) == {"imports", "members", "data", "model", "adapter"}
+        assert set(theirs_started.setup_s) >= {"imports", "data", "model", "adapter"}
+        assert all(v >= 0 for v in ours_started.setup_s.values())
         names = [e.kind for e in events_of(d)]
         assert names[0] == "started" and names[-2:] == ["memory", "finished"]
         last = MEMBERS[d.name][1].get("max_steps", 6)

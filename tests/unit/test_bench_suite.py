@@ -129,3 +129,23 @@ def test_a_sides_row_carries_each_groups_account_of_its_loop(tmp_path):
     JobDir(member).train_log.write_text("step 200/200 loss 0.2\n")
     assert group_loops([leader, member, alone]) == {"group_loops": [line]}
     assert group_loops([member, alone]) == {}
+
+
+def test_a_sides_row_says_where_the_time_before_its_first_step_went(tmp_path):
+    from bench.bench_suite_throughput import start_up
+    from lat_core.contract.jobdir import ExitRecord, JobDir, Started, Step
+    from lat_core.contract.jobdir.event_writer import EventWriter
+
+    phases = {"imports": 0.1, "members": 0.4, "data": 1.2, "model": 6.5, "adapter": 0.3}
+    for name, launched, first in (("late", 1020.0, 1041.5), ("first", 1030.0, 1039.25)):
+        (tmp_path / name).mkdir()
+        with EventWriter(tmp_path / name / "events.jsonl") as w:
+            w.write(Started(t=launched + 8.5, pid=1, setup_s=phases, kernels="warmed in the preload process in 12 s"))
+            w.write(Step(t=first, step=1, loss=1.0))
+        JobDir(tmp_path / name).ensure_runner_dir()
+        JobDir(tmp_path / name).attempt(1).write_exit(ExitRecord(0, started=launched, ended=first + 10))
+    (tmp_path / "none").mkdir()
+    row = start_up([tmp_path / "late", tmp_path / "first", tmp_path / "none"], 1000.0)
+    assert row == {"start_up": {"job": "first", "launched_s": 30.0, "set_up_s": 38.5, "setup_phases": phases,
+                                "first_step_s": 39.2, "kernels": "warmed in the preload process in 12 s"}}
+    assert start_up([tmp_path / "none"], 1000.0) == {}

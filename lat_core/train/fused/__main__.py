@@ -85,11 +85,12 @@ def failed_to_start(out, exc: BaseException) -> None:
     print(f"error: {out.job_dir}: {exc if refused else f'{type(exc).__name__}: {exc}'}", file=sys.stderr, flush=True)
 
 
-def start_group(cfgs, outs, resume: bool):
+def start_group(cfgs, outs, resume: bool, setup=None):
     """(group, members) ready to train, their started events written; None when no member can
     start.  A member that cannot (group.build_group's per-member checks, its started event or its
     tracker here) fails alone with its own reason; an error in what the members share (the base,
-    the stacks) fails every member with it."""
+    the stacks) fails every member with it.  ``setup`` (a SetupPhases) laps the group's set-up, and
+    each member's started event carries it, as a job alone's does."""
     import torch
 
     from ..record import add_data
@@ -99,7 +100,7 @@ def start_group(cfgs, outs, resume: bool):
     if device.type == "cpu":
         torch.set_num_threads(max(c.train.num_threads for c in cfgs))
     try:
-        group = build_group(cfgs, device, [resume] * len(cfgs))
+        group = build_group(cfgs, device, [resume] * len(cfgs), setup)
     except NoMemberStarts as exc:
         for i, out in enumerate(outs):
             failed_to_start(out, exc.failed[i])
@@ -117,7 +118,7 @@ def start_group(cfgs, outs, resume: bool):
         try:
             add_data(out.cfg.output_dir, group.data[j].ds)
             member = make_member(group, j, out)
-            started(member, group, resume)
+            started(member, group, resume, setup.phases if setup is not None else None)
         except Exception as exc:  # noqa: BLE001 - its folder, its tracker: its own failure
             group.runs[j].done = True   # in the stacks, never trained
             failed_to_start(out, exc)
@@ -134,14 +135,17 @@ def main(argv=None) -> int:
     set_title(f"lat {group_label(args.job_dirs)}")
     argv = list(sys.argv[1:] if argv is None else argv)
     from ..events import log
+    from ..setup_phases import SetupPhases
     from .runner import train_group
+    setup = SetupPhases(t0)
     cfgs, outs = open_members(args, argv)
-    built = start_group(cfgs, outs, args.resume) if cfgs else None
+    setup.lap("members")
+    built = start_group(cfgs, outs, args.resume, setup) if cfgs else None
     if built is None:
         return 2
     group, members = built
     log(f"fused group of {len(members)}: {', '.join(m.run.cfg.name for m in members)} on {group.device.type}; "
-        + group.modes.line())
+        + group.modes.line() + f"; set up in {setup}")
     train_group(group, members)
     log(f"group wall time {time.time() - t0:.1f}s")
     if len(members) < len(args.job_dirs) or any(m.returncode not in (0, EXIT_SAVED_TO_RESUME) for m in members):

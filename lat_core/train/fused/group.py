@@ -108,13 +108,13 @@ def _rng_positioner(cfgs, tokenizer, build_base):
     return base, position
 
 
-def build_group(cfgs, device: torch.device, resume: list[bool] | None = None) -> Group:
+def build_group(cfgs, device: torch.device, resume: list[bool] | None = None, setup=None) -> Group:
     """The group, members in the order given; resume[i]: member i continues from its newest checkpoint.
 
     A member whose own config, data, tokenizer, adapter or checkpoint cannot start is left out with
     its reason in ``group.failed`` (by its index in cfgs) and the others start; NoMemberStarts when
     none can.  Its data is checked before the base is built, so a member refused there never
-    shapes the group."""
+    shapes the group.  ``setup`` (a SetupPhases): laps data, model and adapter."""
     from ..models import build_base_model
     resume = resume or [False] * len(cfgs)
     failed: dict[int, BaseException] = {}
@@ -127,8 +127,10 @@ def build_group(cfgs, device: torch.device, resume: list[bool] | None = None) ->
     tok.padding_side = "left"
     data = _starting(cfgs, failed, per_member(sharing, failed,
                                               lambda i: _encode_member(cfgs[i], loaded[i][0], tok)))
+    _lap(setup, "data")
     base, position = _rng_positioner([cfgs[i] for i in data], tok, build_base_model)
     base = base.to(device)
+    _lap(setup, "model")
     alive = list(_starting(cfgs, failed, per_member(list(data), failed, lambda i: M.check_adapter(base, cfgs[i]))))
     if adapters_in_tf32(next(base.parameters()).dtype, device):
         torch.backends.cuda.matmul.fp32_precision = "tf32"
@@ -141,7 +143,13 @@ def build_group(cfgs, device: torch.device, resume: list[bool] | None = None) ->
     base.train()
     _start_runs(group, [cfgs[i] for i in alive], members, [resume[i] for i in alive])
     _starting(cfgs, failed, [i for i in alive if i not in failed])
+    _lap(setup, "adapter")
     return group
+
+
+def _lap(setup, name: str) -> None:
+    if setup is not None:
+        setup.lap(name)
 
 
 def _starting(cfgs, failed: dict[int, BaseException], alive):

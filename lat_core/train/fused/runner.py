@@ -70,7 +70,9 @@ def make_member(group, j: int, out: MemberOut) -> Member:
     return Member(run, out, lat, view)
 
 
-def started(m: Member, group, resumed: bool) -> None:
+def started(m: Member, group, resumed: bool, setup_s: dict | None = None) -> None:
+    """The member's started event and log lines, and its tracker runs opened; ``setup_s``: where
+    the group's start-up went (SetupPhases), the member's as a job alone's is its own."""
     cfg, run = m.run.cfg, m.run
     tr = cfg.train
     trainable = sum(p.numel() for p in run.member.params)
@@ -85,7 +87,8 @@ def started(m: Member, group, resumed: bool) -> None:
         cfg, task=group.data[run.member.index].ds.task, ranking=ranking_of(group.data[run.member.index].ds), device=group.device.type, trainable=trainable, total=frozen + trainable,
         train_examples=len(run.train_ex), lr_scheduler=sched_name, warmup_steps=warm,
         logits_to_keep=m.view._lat_ltk[0], resumed_from=run.step if resumed else None,
-        optimizer_state=optimizer_state, report_to=tracked.active, modes=group.modes, fused_group=len(group.runs)))
+        optimizer_state=optimizer_state, report_to=tracked.active, modes=group.modes, fused_group=len(group.runs),
+        setup_s=setup_s))
     m.out.log(f"started {cfg.name} in a fused group of {len(group.runs)}: {cfg.model.family} "
               f"{cfg.model.name_or_path} on {group.device.type}, {cfg.peft.method} r{cfg.peft.r} trainable "
               f"{trainable:,} params, data {cfg.data_name} ({len(run.train_ex)} train), batch {tr.batch_size} x "
