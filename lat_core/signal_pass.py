@@ -31,14 +31,15 @@ class PassOn:
         self._targets = targets
         self._every_s = every_s
         self._said = said
-        self._lock = threading.RLock()  # the handler may run in the main thread while it holds it
+        self._lock = threading.Lock()
         self.signum: int | None = None
         self.told: set[int] = set()
 
     def __call__(self, signum: int, _frame: object = None) -> None:
+        # only a thread started here: a print from the handler itself could land inside one the main
+        # thread is making (a reentrant write to the same stream raises)
         if self.signum is None:
             self.signum = signum
-            self.pass_on()  # a target that listens already hears it now, not a look later
             threading.Thread(target=self._keep_passing, name="lat-pass-on", daemon=True).start()
 
     def retarget(self, targets: Targets) -> None:
@@ -51,8 +52,8 @@ class PassOn:
 
     def _keep_passing(self) -> None:
         while True:
+            self.pass_on()  # at once: a target that listens already hears it now, not a look later
             time.sleep(self._every_s)
-            self.pass_on()
 
     def pass_on(self) -> None:
         with self._lock:
