@@ -5,8 +5,9 @@ shell's process, LAT's runner, which must pass it on to its trainer; torchrun's 
 to its workers. Slurm may send it up to a minute early, so on a short limit it can come while the
 trainer is still starting: killed at once, a Python process that has not yet put its handler in
 place dies of it (USR1's default action) instead of saving to be resumed. So the signal is kept,
-and given to each target once that target catches it (``SigCgt`` of its /proc status): the trainer
-then saves at its first step, as it does for a warning that comes mid-training.
+and given to each target once that target would not die of it (:func:`takes`: a handler, or the
+signal blocked or ignored): the trainer then saves at its first step, as it does for a warning that
+comes mid-training; srun, which blocks it and waits for it in a thread, passes it on to its tasks.
 
 Torch-free: the runner and LAT's torchrun both use it.
 """
@@ -24,7 +25,7 @@ _HAS_PROC = os.path.exists("/proc/self/status")
 
 class PassOn:
     """A signal handler: the first signal is passed on to each of ``targets()`` once, as soon as that
-    process catches it; a thread looks every ``every_s`` for targets that can take it. ``said``
+    process takes it (:func:`takes`); a thread looks every ``every_s`` for targets that can take it. ``said``
     is told of each pass (for the job's log)."""
 
     def __init__(self, targets: Targets, every_s: float = 0.5, said: Callable[[int, int], None] | None = None):
@@ -61,7 +62,7 @@ class PassOn:
             if signum is None:
                 return
             for pid in self._targets():
-                if pid in self.told or not catches(pid, signum):
+                if pid in self.told or not takes(pid, signum):
                     continue
                 try:
                     os.kill(pid, signum)
@@ -72,14 +73,20 @@ class PassOn:
                     self._said(pid, signum)
 
 
-def catches(pid: int, signum: int) -> bool:
-    """Whether the process has a handler for the signal (``SigCgt`` of its /proc status); True where
-    there is no /proc to tell (passed on at once, as before this module)."""
+def takes(pid: int, signum: int) -> bool:
+    """Whether the process would not die of the signal: it has a handler for it (``SigCgt`` of its
+    /proc status), blocks it to take it in its own time (srun waits for signals in a thread of its
+    own: ``SigBlk``), or ignores it (``SigIgn``). True where there is no /proc to tell (passed on at
+    once, as before this module)."""
     if not _HAS_PROC:
         return True
+    masks = {}
     try:
         with open(f"/proc/{pid}/status") as fh:
-            caught = next(line for line in fh if line.startswith("SigCgt:")).split()[1]
-    except (OSError, StopIteration):
+            for line in fh:
+                name, _, value = line.partition(":")
+                if name in ("SigCgt", "SigBlk", "SigIgn"):
+                    masks[name] = int(value.strip(), 16)
+    except (OSError, ValueError):
         return False
-    return bool(int(caught, 16) >> (signum - 1) & 1)
+    return any(mask >> (signum - 1) & 1 for mask in masks.values())

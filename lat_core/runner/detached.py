@@ -5,7 +5,7 @@ the trainer in its own process group, waits, and writes the exit record atomical
 so the job's outcome survives the engine, the front end and an SSH drop. SIGTERM/SIGINT/SIGHUP
 sent to the runner are passed on to the trainer, whose exit then gets recorded as usual. SIGUSR1
 (Slurm's warning before a time limit) is caught from the runner's start and passed on once the
-trainer has its handler in place (:mod:`lat_core.signal_pass`): a warning that comes while the
+trainer takes it (a handler in place, or srun's blocked mask: :mod:`lat_core.signal_pass`): a warning that comes while the
 trainer starts is kept, not its death.
 
 ``--wait-pid PID`` is the warm-start form (:mod:`lat_core.train.warm`): the trainer was forked,
@@ -124,7 +124,7 @@ def own_rss() -> int:
 
 def _catch_the_warning() -> PassOn:
     """SIGUSR1 (a scheduler's warning before the time limit, the trainer's "save and stop") caught
-    from here on, and passed on to the trainer once it catches it too (none is started yet)."""
+    from here on, and passed on to the trainer once it takes it (signal_pass.takes; none is started yet)."""
     warning = PassOn(lambda: [], said=_said)
     signal.signal(signal.SIGUSR1, warning)
     return warning
@@ -135,7 +135,7 @@ def _said(pid: int, signum: int) -> None:
 
 
 def _forward_signals(send, warning: PassOn, pid: int | None) -> None:
-    """SIGTERM, SIGINT and SIGHUP to the trainer at once; SIGUSR1 once it can take it (``pid``: the
+    """SIGTERM, SIGINT and SIGHUP to the trainer at once; SIGUSR1 once it takes it (``pid``: the
     trainer; None: the trainer is gone, and its pid may be a stranger's)."""
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda signum, _frame: send(signum))
