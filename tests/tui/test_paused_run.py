@@ -46,12 +46,12 @@ async def test_the_status_line_says_why_the_breaker_paused_the_run(make_app, jou
     app = make_app()
     async with app.run_test(size=size) as pilot:
         await on_dashboard(pilot, app)
-        await wait_for(pilot, lambda: len(status_lines(app)) == 2)
+        status = app.screen.query_one(RunStatus)
+        # the text first, then the layout's second row: a later refresh under load
+        await wait_for(pilot, lambda: len(status_lines(app)) == 2 and status.region.height == 2)
         first, why = status_lines(app)
         assert "paused (p: resume)" in first
         assert why.startswith("why paused: breaker: the first 3 jobs all failed with hub_unreachable")
-        status = app.screen.query_one(RunStatus)
-        assert status.region.height == 2
         shown = status.render_line(1).text.rstrip()
         assert shown.startswith("why paused: breaker:")  # on screen, and cut with a mark where it is
         assert shown.endswith("…") == (len(why) > status.content_region.width)
