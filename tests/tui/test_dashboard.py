@@ -9,6 +9,7 @@ from pathlib import Path
 from textual.css.query import NoMatches
 from textual.geometry import Region
 from textual.widgets import Log
+from textual.widgets.data_table import CellDoesNotExist
 
 from lat_core.contract.commands import CancelJob, CancelRun, SkipCountdown
 from lat_tui.screens.dashboard import DashboardScreen
@@ -44,7 +45,7 @@ async def wait_for(pilot, predicate, timeout: float = HANG_S) -> None:
         try:
             if predicate():
                 return
-        except NoMatches:  # a screen pushed but not composed yet: its widgets come on a later frame
+        except (NoMatches, CellDoesNotExist):  # a screen or a table row not drawn yet: on a later frame
             pass
         await pilot.pause(0.1)
     raise AssertionError("condition not met in time")
