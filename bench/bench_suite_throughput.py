@@ -281,8 +281,14 @@ def group_loops(job_dirs: list[Path]) -> dict:
 def first_step_after(job_dirs: list[Path], start: float) -> float | None:
     """Seconds from the side's start (``lat-tui --plan``) to the first optimizer step any job logged:
     issue 26's cold-start figure (imports, kernel compiles, set-up). None: no step was logged."""
-    firsts = [steps[0].t for d in job_dirs if (steps := JobDir(d).read_events().of(Step))]
-    return round(min(firsts) - start, 1) if firsts else None
+    first = _first_step(job_dirs)
+    return round(first[0] - start, 1) if first else None
+
+
+def _first_step(job_dirs: list[Path]) -> tuple[float, Path] | None:
+    """(when, job) of the first optimizer step any of the jobs logged; None: none logged one."""
+    firsts = [(steps[0].t, d) for d in job_dirs if (steps := JobDir(d).read_events().of(Step))]
+    return min(firsts) if firsts else None
 
 
 def start_up(job_dirs: list[Path], start: float) -> dict:
@@ -292,10 +298,10 @@ def start_up(job_dirs: list[Path], start: float) -> dict:
     ...; a fused member's are its group's), when it was set up, its first step (graph capture and
     the first pass after that), and its kernels line. Seconds from the side's start; nothing where no
     job stepped."""
-    firsts = [(steps[0].t, d) for d in job_dirs if (steps := JobDir(d).read_events().of(Step))]
-    if not firsts:
+    first = _first_step(job_dirs)
+    if first is None:
         return {}
-    first_step, job = min(firsts)
+    first_step, job = first
     folder = JobDir(job)
     started = next(iter(folder.read_events().of(Started)), None)
     record = folder.latest_exit_record()
