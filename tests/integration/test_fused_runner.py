@@ -136,8 +136,16 @@ def test_a_plain_logging_steps_event_is_written_after_the_next_pass_is_queued(tm
         if m.pending is not None:
             order.append((m.run.cfg.name, m.pending.step))
         real_write(m)
+    real_evaluate = runner.evaluate_together
+
+    def evaluate_together(group, stepped):
+        due = sorted({m.run.step for m in stepped if runner.eval_due(m)})
+        if due:
+            order.append(("evaluation", *due))
+        return real_evaluate(group, stepped)
     monkeypatch.setattr(runner, "micro_step", micro_step)
     monkeypatch.setattr(runner, "write_step_log", write_step_log)
+    monkeypatch.setattr(runner, "evaluate_together", evaluate_together)
     dirs = folders(tmp_path, base, a={"batch_size": 8}, b={"batch_size": 8, "grad_accum": 1},
                    c={"batch_size": 8, "max_steps": 6})
     group, members = start_group(*open_members(parse_args([str(d) for d in dirs]), []), False)
@@ -145,6 +153,12 @@ def test_a_plain_logging_steps_event_is_written_after_the_next_pass_is_queued(tm
     passes_before = {entry: order[:i].count("pass") for i, entry in enumerate(order) if entry != "pass"}
     for name in "abc":   # one step a pass; evaluation and checkpoints at 3 and 6 (the last)
         assert [passes_before[(name, s)] for s in range(1, 7)] == [2, 3, 3, 5, 6, 6]
+    # the step events of an evaluating step come before the group's evaluation (the Trainer logs, then
+    # evaluates), so an event's time is its step's end: throughput windows do not take in the evaluation
+    evaluations = [i for i, entry in enumerate(order) if entry[0] == "evaluation"]
+    assert [order[i] for i in evaluations] == [("evaluation", 3), ("evaluation", 6)]
+    for name in "abc":
+        assert order.index((name, 3)) < evaluations[0] and order.index((name, 6)) < evaluations[1]
     for d in dirs:   # each step event before its step's evaluation and checkpoint; failed/finished last
         names = [(e.kind, getattr(e, "step", None)) for e in events_of(d) if e.kind in ("step", "eval", "checkpoint")]
         assert names[:4] == [("step", 1), ("step", 2), ("step", 3), ("eval", 3)]

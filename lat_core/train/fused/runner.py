@@ -109,21 +109,33 @@ def eval_due(m: Member) -> bool:
     return m.run.step % m.run.cfg.train.eval_every == 0 or m.run.step >= m.run.cfg.train.max_steps
 
 
-def after_step(m: Member, evaluated=None) -> None:
-    """Log, evaluate and save as the Trainer's DefaultFlowCallback would at this step.  evaluated:
-    the member's evaluation at this step when the group ran it (fused.evaluation.evaluate_due: its
-    results, or the exception it raised), else None.  A step that only logs leaves its event
+def saves_due(m: Member) -> bool:
+    """The Trainer's checkpoint cadence: every save_every steps and at the last."""
+    return m.run.step % m.run.cfg.train.save_every == 0 or m.run.step >= m.run.cfg.train.max_steps
+
+
+def log_step(m: Member) -> None:
+    """The step's loss to the trackers and, at a logging step, its step event: written now where
+    the member evaluates or saves at this step (before the group's evaluation, as the Trainer logs
+    before it evaluates, so the event's time is the step's end and not the evaluation's), else left
     pending (m.pending, written by write_step_logs after the next pass is queued)."""
     run, tr = m.run, m.run.cfg.train
     m.out.trackers.add_step_loss(run.step_loss)
-    step, last = run.step, run.step >= tr.max_steps
-    saves = step % tr.save_every == 0 or last
+    step = run.step
     if step == 1 or step % tr.log_every == 0:
         m.pending = StepLog(step, run.step_loss, run.step_tokens, m.lat.lr_of(step))
         run.step_tokens = 0
-        if eval_due(m) or saves:   # its events follow the step event, as the Trainer orders them
+        if eval_due(m) or saves_due(m):
             write_step_log(m)
     run.step_loss = None
+
+
+def after_step(m: Member, evaluated=None) -> None:
+    """Evaluate and save as the Trainer's DefaultFlowCallback would at this step (its step event
+    was written by log_step).  evaluated: the member's evaluation at this step when the group ran
+    it (fused.evaluation.evaluate_due: its results, or the exception it raised), else None."""
+    run, tr = m.run, m.run.cfg.train
+    step, saves = run.step, saves_due(m)
     t0 = time.perf_counter()
     if eval_due(m):
         if isinstance(evaluated, BaseException):
@@ -305,6 +317,13 @@ def _one_pass(group, members: list[Member], clock: GroupClock) -> None:
     by_run = {id(m.run): m for m in members}
     for run, exc in broken:
         fail(by_run[id(run)], exc)
+    stepped = [run for run in stepped if not by_run[id(run)].left]
+    with clock.part("bookkeeping"):
+        for run in stepped:
+            try:
+                log_step(by_run[id(run)])
+            except Exception as exc:  # noqa: BLE001 - its loss: its own failure
+                fail(by_run[id(run)], exc)
     stepped = [run for run in stepped if not by_run[id(run)].left]
     with clock.part("evaluation"):
         evaluated = evaluate_together(group, [by_run[id(run)] for run in stepped])
