@@ -37,7 +37,11 @@ def _forward(model, batch, need: int) -> tuple[torch.Tensor, int]:
     # label-position loss needs two, so a smaller N computes what the loss needs instead of failing.
     keep = need if setting == "auto" else (max(setting, need) if setting else 0)
     kwargs = {"logits_to_keep": keep} if keep and keep < width else {}
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
+    # No cache: scoring never decodes on. With one (the configs' use_cache default, in eval mode) fla
+    # stores each layer's final state, a kernel variant of its own that the kernel warm-up, which runs
+    # without a cache as training does, never compiles: 47 s of compiling at a fused group's first
+    # evaluation of 256-token rows on an H100 (bench/RESULTS.md, 2026-11-26, tenth session).
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False, **kwargs)
     return out.logits, out.logits.shape[1]
 
 
