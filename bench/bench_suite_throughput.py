@@ -70,6 +70,7 @@ sys.path.insert(0, str(ROOT))
 from bench.old_scripts import run_in_rounds  # noqa: E402
 from bench.side_stop import stop_side  # noqa: E402
 from bench.suite_data import write_sst2  # noqa: E402
+from bench.triton_cache import relocate  # noqa: E402
 from lat_core.contract.jobdir import JobDir, Started, Step  # noqa: E402
 from lat_core.front.jobs import materialize  # noqa: E402
 from lat_core.monitor.gpu import GpuProbe  # noqa: E402
@@ -159,13 +160,15 @@ class PeakSampler(threading.Thread):
 
 def side_triton_cache(out: Path, side: str) -> dict:
     """Each side starts from its own copy of the same Triton cache (``TRITON_CACHE_DIR`` as given),
-    so neither side runs on kernels the other compiled (or autotuned) before it."""
+    so neither side runs on kernels the other compiled (or autotuned) before it. The copy is
+    relocated (bench/triton_cache.py): else its kernels are found only while the original exists."""
     base = os.environ.get("TRITON_CACHE_DIR")
     if not base or not Path(base).is_dir():
         return {}
     copy = out / f"triton-cache-{side.replace('+', '-')}"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(base, copy)
+    relocate(copy)
     return {"TRITON_CACHE_DIR": str(copy)}
 
 

@@ -45,6 +45,7 @@ restore_cache() {
   [[ -d $work/tcache ]] && return 0
   if compgen -G "$here/.tcache/tc.xz.*" >/dev/null; then
     cat "$here"/.tcache/tc.xz.* | xz -d | tar -C "$work" -x
+    python3 "$here/bench/triton_cache.py" relocate "$work/tcache"   # its groups name the paths it was packed from
   else
     mkdir -p "$work/tcache"
   fi
