@@ -49,14 +49,14 @@ def warm_kernels(shapes: list[KernelShape], phase_path: Path | None = None, *,
     if phase_path is not None:
         write_phase(phase_path, WarmupPhase("compiling", widths))
     cache = triton_cache_dir(os.environ)
-    files_before, started = _count_files(cache), time.time()
+    started = time.time()
     try:
         for shape in shapes:
             _run_widths(shape, run_shape, out)
     except Exception as exc:  # noqa: BLE001 - any failure leaves the jobs to compile as before
         why = f"{type(exc).__name__}: {str(exc)[:300]}"
         return _finish(WarmupPhase("failed", widths, time.time() - started, why=why), phase_path, out)
-    seconds, cached = time.time() - started, _count_files(cache) == files_before
+    seconds, cached = time.time() - started, not _written_since(cache, started)
     return _finish(WarmupPhase("done", widths, seconds, cached=cached), phase_path, out)
 
 
@@ -83,8 +83,18 @@ def summary(phase: WarmupPhase) -> str:
     return f"kernels for {widths_phrase(phase.widths)} {where} in {phase.seconds:.1f} s"
 
 
-def _count_files(folder: Path) -> int:
-    return sum(len(files) for _, _, files in os.walk(folder))
+def _written_since(folder: Path, started: float) -> bool:
+    """Whether Triton wrote into its cache since ``started``. Not a count of files: a kernel whose
+    cache entry Triton cannot load (a cache copied from another path: its group files name the old
+    paths) is compiled again under the same file names."""
+    for where, _, files in os.walk(folder):
+        for name in files:
+            try:
+                if os.stat(os.path.join(where, name)).st_mtime >= started:
+                    return True
+            except OSError:
+                continue   # gone meanwhile (a temporary file of a writer): not a kernel
+    return False
 
 
 def gpu_missing() -> str | None:

@@ -1,5 +1,5 @@
 """The kernel warm-up's bookkeeping on the CPU: every shape at every width, its phase for the engine,
-"cached" only when Triton's cache did not grow, failures reported and never raised, and the
+"cached" only when Triton wrote nothing into its cache, failures reported and never raised, and the
 warm-start process's child that runs it within a limit. (The real compile: tests/gpu.)"""
 import os
 import signal
@@ -46,6 +46,26 @@ def test_every_shape_runs_at_every_width_while_the_phase_says_compiling(tmp_path
 def test_a_cache_that_does_not_grow_means_the_kernels_were_cached(tmp_path, cache):
     phase = W.warm_kernels(SHAPES, None, run_shape=lambda shape, width: None, out=lambda *a, **k: None)
     assert phase.cached and phase.job_line().startswith("kernels: cached")
+
+
+def test_kernels_compiled_again_under_their_old_names_are_not_cached(tmp_path, cache):
+    """A copied cache's group files name the paths it came from: Triton misses and compiles each
+    kernel again, replacing its files under the same names. The count stays; the warm-up compiled."""
+    kernel = cache / "KEY" / "chunk_fwd_kernel_h.cubin"
+    kernel.parent.mkdir()
+    kernel.write_bytes(b"old")
+    os.utime(kernel, (time.time() - 3600, time.time() - 3600))
+
+    def compile_again(shape, width):
+        temporary = cache / "KEY" / "tmp.pid_1" / kernel.name
+        temporary.parent.mkdir(exist_ok=True)
+        temporary.write_bytes(b"new")
+        os.replace(temporary, kernel)
+        temporary.parent.rmdir()
+
+    phase = W.warm_kernels(SHAPES, None, run_shape=compile_again, out=lambda *a, **k: None)
+    assert sum(len(files) for _, _, files in os.walk(cache)) == 1
+    assert phase.state == "done" and not phase.cached and "compiled in" in W.summary(phase)
 
 
 def test_a_failing_warm_up_is_reported_not_raised(tmp_path, cache):
