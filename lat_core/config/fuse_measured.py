@@ -62,11 +62,11 @@ MEASURED: tuple[FuseMeasurement, ...] = (
              "GPU peak 12.5 vs 48.8 GiB; bench/RESULTS.md 2026-11-26 (eighth session). Before: 9.1x on an H100 "
              "(2026-11-25, 300 steps, 19,765 vs 2,162)"),
     FuseMeasurement(
-        "gla", Rows.LONG, 1.13, "H200", "2026-11-26",
-        "bench/bench_suite_throughput.py --gpu 0 --steps 100 --data long, sides lat vs lat-eager",
-        note="steady 36,565 vs 32,283 tokens/s, GPU peak 38.3 vs 60.7 GiB; bench/RESULTS.md 2026-11-26 (eighth "
-             "session). Before, on an H100: 1.58x at 40 steps on warm kernels (47,733 vs 30,296), 0.93x at 100 steps "
-             "on a machine compiling these shapes (27,790 vs 29,999)"),
+        "gla", Rows.LONG, 1.79, "H100 80GB HBM3", "2026-11-26",
+        "bench/bench_suite_throughput.py --gpu 0 --steps 40 --data long, sides lat-eager,lat",
+        note="steady 53,417 vs 29,798 tokens/s, GPU peak 34.4 vs 60.7 GiB, loss check within 6.4e-3; bench/RESULTS.md "
+             "2026-11-26 (tenth session). Before that day's fix the steady window took in the group's last "
+             "evaluation (1.13x on an H200 at 100 steps; 1.58x and 0.93x on H100s on 2026-11-25)"),
     FuseMeasurement(
         "mamba", Rows.SHORT, 1.75, "H200", "2026-11-26",
         "bench/bench_suite_throughput.py --gpu 0 --suite mamba_lora --sweep train.lr=1e-3,5e-4,2e-4,1e-4 "
