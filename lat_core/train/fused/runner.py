@@ -11,7 +11,9 @@ the group fails with it.
 
 A step event is written one pass late where nothing else happens at that step (StepLog): reading a
 loss waits for the GPU, and reading it after the next pass is queued lets the host build that pass
-while the GPU runs the last one, instead of the two taking turns at every logged step.
+while the GPU runs the last one, instead of the two taking turns at every logged step. The loss is
+copied to the host at its step's end (host_copy.HostCopy), so that read waits for its own pass and
+not for the one queued after it.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from lat_core.contract.jobdir import CheckpointSaved, Eval, Finished, Step
 from ..events import log, memory_event, ranking_of, started_event
 from ..loop import lr_schedule
 from .clock import GroupClock
+from .host_copy import HostCopy
 from lat_core.contract.jobdir.names import checkpoint_folder
 from lat_core.contract.jobdir.outcome import CANCELLED_RC
 from .member_io import MemberOut, MemberView, trainer_state
@@ -37,10 +40,11 @@ from .trackers import model_facts
 
 @dataclass
 class StepLog:
-    """A logged step whose event waits for the next pass to be queued: its loss (on the device),
-    learning rate and the tokens trained since the member's previous step event."""
+    """A logged step whose event waits for the next pass to be queued: its loss (copied to the host
+    behind the step's own pass: HostCopy), learning rate and the tokens trained since the member's
+    previous step event."""
     step: int
-    loss: torch.Tensor
+    loss: HostCopy
     tokens: int
     lr: float
 
@@ -123,7 +127,8 @@ def log_step(m: Member) -> None:
     m.out.trackers.add_step_loss(run.step_loss)
     step = run.step
     if step == 1 or step % tr.log_every == 0:
-        m.pending = StepLog(step, run.step_loss, run.step_tokens, m.lat.lr_of(step))
+        m.pending = StepLog(step, HostCopy(run.step_loss), run.step_tokens, m.lat.lr_of(step))
+        m.out.trackers.hold_loss()   # its loss since its last logging step, copied as this step's
         run.step_tokens = 0
         if eval_due(m) or saves_due(m):
             write_step_log(m)
@@ -159,7 +164,7 @@ def write_step_log(m: Member) -> None:
     entry, m.pending = m.pending, None
     if entry is None:
         return
-    value = float(entry.loss)
+    value = entry.loss.value()
     if not math.isfinite(value):
         raise FloatingPointError(f"loss is {value} at step {entry.step}")
     now = time.perf_counter()

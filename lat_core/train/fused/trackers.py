@@ -40,6 +40,7 @@ from pathlib import Path
 from lat_core.contract.jobdir.names import JOB_YAML, TRAIN_LOG
 from ..tracker_run import TrackerRun
 from ..tracking import Trackers
+from .host_copy import HostCopy
 
 CRASHED = {"returncode": 1, "why": "the group process ended without closing the run"}
 
@@ -63,6 +64,7 @@ class MemberTrackers:
         self.ready = False                          # the writer said it opened them
         self.log_path: Path | None = None
         self.loss_sum = None          # step losses since the last logging step (on the device)
+        self.held: list[HostCopy] = []   # loss sums of logging steps, on their way to the host
         self.total_loss = 0.0         # every logged interval's sum, for train_loss
         self.start = self.last_logged = 0
         self.t0 = time.time()
@@ -88,6 +90,13 @@ class MemberTrackers:
         """A finished optimizer step's loss (a device tensor; read only at logging steps)."""
         if self.open and loss is not None:
             self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss
+
+    def hold_loss(self) -> None:
+        """At a logging step, before the next pass is queued: the loss since the last one starts its
+        way to the host (HostCopy), so reading it waits for no later pass."""
+        if self.loss_sum is not None:
+            self.held.append(HostCopy(self.loss_sum))
+            self.loss_sum = None
 
     def log_step(self, step: int, lr: float, tokens_per_s: float) -> None:
         """The Trainer's logging-step logs: the mean loss since its last log, the rate, the epoch."""
@@ -153,8 +162,9 @@ class MemberTrackers:
             self._writer_failed(f"exited with {self.proc.wait()}")
 
     def _take_loss(self) -> float:
-        loss_sum, self.loss_sum = self.loss_sum, None
-        return 0.0 if loss_sum is None else float(loss_sum)
+        self.hold_loss()
+        held, self.held = self.held, []
+        return sum(h.value() for h in held)
 
     def _log(self, step: int, logs: dict) -> None:
         epoch = (step - self.start) / max(self.cfg.train.max_steps - self.start, 1)   # the Trainer's, its loader from `start`
