@@ -30,12 +30,8 @@ IR_SUFFIXES = frozenset({".ptx", ".llir", ".ttgir", ".ttir", ".source"})
 
 def strip(root: pathlib.Path) -> tuple[int, int]:
     """Remove the IR files under ``root`` and from its group files; (files removed, bytes freed)."""
-    for group in root.rglob("__grp__*.json"):
-        data = json.loads(group.read_text())
-        children = data.get("child_paths")
-        if isinstance(children, dict):
-            data["child_paths"] = {k: v for k, v in children.items() if pathlib.Path(k).suffix not in IR_SUFFIXES}
-            group.write_text(json.dumps(data))
+    _rewrite_groups(root, lambda group, children: {
+        name: path for name, path in children.items() if pathlib.Path(name).suffix not in IR_SUFFIXES})
     removed = freed = 0
     for path in list(root.rglob("*")):
         if path.is_file() and path.suffix in IR_SUFFIXES:
@@ -47,18 +43,26 @@ def strip(root: pathlib.Path) -> tuple[int, int]:
 
 def relocate(root: pathlib.Path) -> int:
     """Point every group file under ``root`` at the files beside it; the number of groups changed."""
+    return _rewrite_groups(root, lambda group, children: {
+        name: str(group.parent / pathlib.Path(path).name) for name, path in children.items()})
+
+
+def _rewrite_groups(root: pathlib.Path, new_children) -> int:
+    """Each group file's ``child_paths`` replaced by ``new_children(group file, child_paths)`` where that
+    differs; the number of groups rewritten. A torn group file is left: Triton takes it as missing
+    and compiles, as it would anyway."""
     changed = 0
     for group in root.rglob("__grp__*.json"):
         try:
             data = json.loads(group.read_text())
         except (OSError, ValueError):
-            continue   # a torn group file: Triton takes it as missing and compiles, as before
+            continue
         children = data.get("child_paths") if isinstance(data, dict) else None
         if not isinstance(children, dict):
             continue
-        here = {name: str(group.parent / pathlib.Path(path).name) for name, path in children.items()}
-        if here != children:
-            group.write_text(json.dumps({**data, "child_paths": here}))
+        wanted = new_children(group, children)
+        if wanted != children:
+            group.write_text(json.dumps({**data, "child_paths": wanted}))
             changed += 1
     return changed
 
