@@ -184,6 +184,7 @@ class Engine:
         if run.paused:  # every queued job says why it waits, in one statement
             self.store.set_waiting_after(run.id, 0, self.store.pause_reason(run.id))
             return
+        self._warm.begin_pass()
         on_host = self._running_on_host(run)
         running, busy = list(on_host), self._groups.busy_slots(on_host, slots_used(on_host))
         no_slot = f"no free slot on {'/'.join(d.id for d in run.devices)}"

@@ -234,6 +234,7 @@ class WarmStarts:
         self._starter: WarmStarter | None = None
         self._told: dict[int, str] = {}  # run id -> the status its history last got
         self._cold: set[tuple[int, int]] = set()  # (job id, attempts) of queued jobs that cannot fork
+        self._pass_status: str | None = None  # the process's status as this admission pass first read it
 
     def close(self) -> None:
         if self._starter is not None:
@@ -299,10 +300,21 @@ class WarmStarts:
             detail = f"not used: {warm.failure}"
         self.store.add_transition(run_id, None, HistoryKind.WARM_START, detail)
 
+    def begin_pass(self) -> None:
+        """An admission pass begins: :meth:`hold` reads the process's status once for the whole pass.
+        Read live, a process that got ready in the middle of a pass let a later job start while the
+        earlier ones were held: it took their slot and formed a group without them."""
+        self._pass_status = None
+
     def hold(self, job) -> str | None:
-        """Why a job waits for the preloaded process: it is importing what the job would import."""
+        """Why a job waits for the preloaded process: it is importing what the job would import.
+        Every job of one admission pass gets the same answer (:meth:`begin_pass`)."""
         warm = self._for(job)
-        if warm is None or warm.status() != "starting":
+        if warm is None:
+            return None
+        if self._pass_status is None:
+            self._pass_status = warm.status()
+        if self._pass_status != "starting":
             return None
         phase = warm.kernel_phase()
         if phase is not None and phase.state == "compiling":

@@ -279,6 +279,29 @@ def test_jobs_waiting_on_the_kernel_warm_up_say_so_and_are_waited_for_longer(tmp
         assert [h for h in history(store, run_id) if "compiling" in h] == [
             "warm start: compiling GPU kernels for 16-, 32-, 64-token rows (first run on this machine), once for every job"]
         now[0] += KERNEL_WARMUP_LIMIT_S  # a hang: given up on, jobs start cold
+        starts.begin_pass()
         assert starts.hold(job) is None and "still compiling GPU kernels" in starter.failure
+    finally:
+        starts.close()
+
+
+def test_every_job_of_one_admission_pass_sees_the_same_status_of_the_preloaded_process(tmp_path):
+    """A process that gets ready in the middle of a pass must not let a later job start before the
+    earlier ones it held: that job took their slot and fused without them (a group split in two)."""
+    store, run_id, _ = missing_config_run(tmp_path)
+    starts = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(), backend_of=lambda _: LocalBackend())
+    job = store.jobs(run_id)[0]
+    starter = starts._for(job)
+    starter.dir.mkdir(parents=True)
+    starter._proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    starter._started_at = starter._progress_at = time.time()
+    try:
+        starts.begin_pass()
+        assert starts.hold(job).startswith("waiting for the warm-start process to import")
+        Path(starter.socket_path).touch()  # ready now, in the middle of the pass
+        assert starter.status() == "ready"
+        assert starts.hold(job).startswith("waiting for the warm-start process to import")
+        starts.begin_pass()  # the next pass sees it ready: every job may fork
+        assert starts.hold(job) is None
     finally:
         starts.close()
