@@ -158,22 +158,28 @@ class PeakSampler(threading.Thread):
         return self.peak
 
 
-def side_triton_cache(out: Path, side: str) -> dict:
+def side_triton_cache(out: Path, side: str, keep: bool = False) -> dict:
     """Each side starts from its own copy of the same Triton cache (``TRITON_CACHE_DIR`` as given),
     so neither side runs on kernels the other compiled (or autotuned) before it. The copy is
-    relocated (bench/triton_cache.py): else its kernels are found only while the original exists."""
+    relocated (bench/triton_cache.py): else its kernels are found only while the original exists.
+
+    ``keep`` (``--side-caches keep``): a copy an earlier call left in ``out`` is used as it is, with
+    what that side compiled then. Why: a warm wall time is each side on its own kernels. Run once
+    from an empty cache (the cold walls), then again with ``keep`` into the same ``--out`` (the warm
+    ones); copying a shared cache both sides had filled would give each side the other's kernels."""
     base = os.environ.get("TRITON_CACHE_DIR")
     if not base or not Path(base).is_dir():
         return {}
     copy = out / f"triton-cache-{side.replace('+', '-')}"
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(base, copy)
+    if not (keep and copy.is_dir()):
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(base, copy)
     relocate(copy)
     return {"TRITON_CACHE_DIR": str(copy)}
 
 
 def run_side(args, side: str, out: Path, data: Path | None) -> dict:
-    mapping = plan_mapping(args, side, out, data, side_triton_cache(out, side))
+    mapping = plan_mapping(args, side, out, data, side_triton_cache(out, side, args.side_caches == "keep"))
     if side == "lat+mps":
         mapping["mps"] = True  # the engine starts a private MPS daemon for the run (lat_core.engine.mps)
     sampler = PeakSampler(args.gpu)
@@ -371,6 +377,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "as researchers run); long: synthetic SST-2 files whose examples all fill max_seq_len")
     parser.add_argument("--out", default="/tmp/lat-suite-bench")
     parser.add_argument("--mps", action="store_true", help="also run lat+mps (a private CUDA MPS daemon)")
+    parser.add_argument("--side-caches", choices=("fresh", "keep"), default="fresh",
+                        help="fresh: each side a new copy of TRITON_CACHE_DIR; keep: a side's copy left in --out "
+                             "by an earlier call is kept (a cold call, then a warm one with keep: each side on "
+                             "the kernels it compiled itself)")
     parser.add_argument("--sides", default="", help="comma-separated, from " + ",".join(SPEED))
     parser.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2",
                         help="a grid over the suite's jobs (a plan's sweep: grid), e.g. train.lr=1e-4,2e-4: "

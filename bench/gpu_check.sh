@@ -32,7 +32,9 @@ install_wheels() {
   mkdir -p "$work/site"
   local wheels=${LAT_GPU_CHECK_WHEELS:-$here/.whl}
   if compgen -G "$wheels/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" "$wheels"/*.whl
+    # with their bytecode, as pip installs them for a user: else the first import on a fresh machine
+    # compiles fla's sources (up to ~10 s measured), inside the cold start this check times
+    python3 -m pip install -q --no-index --no-deps --target "$work/site" "$wheels"/*.whl
   fi
   local missing
   missing=$(PYTHONPATH=$work/site python3 -c "

@@ -48,3 +48,25 @@ def test_each_suite_side_gets_a_relocated_copy(tmp_path, monkeypatch):
     assert env == {"TRITON_CACHE_DIR": str(tmp_path / "out" / "triton-cache-lat-fuse")}
     shutil.rmtree(tmp_path / "shared")
     assert _manager(env["TRITON_CACHE_DIR"], monkeypatch).get_group("chunk_fwd_kernel_h.json")
+
+
+def test_a_kept_side_cache_keeps_what_that_side_compiled(tmp_path, monkeypatch):
+    """--side-caches keep: the warm call runs each side on its own copy from the cold call, not on a
+    new copy of the shared cache."""
+    from bench.bench_suite_throughput import side_triton_cache
+
+    shared, out = tmp_path / "shared", tmp_path / "out"
+    _write_kernel(shared, monkeypatch)
+
+    def side(keep: bool) -> str:
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))   # as the bench is started
+        return side_triton_cache(out, "old", keep)["TRITON_CACHE_DIR"]
+
+    copy = side(keep=False)
+    own = _manager(copy, monkeypatch, key="OLDSIDE")   # what the old side compiled in its copy
+    own.put_group("k.json", {"k.json": own.put('{"name": "k"}', "k.json")})
+    assert side(keep=True) == copy
+    assert _manager(copy, monkeypatch, key="OLDSIDE").get_group("k.json")
+    assert side(keep=False) == copy   # fresh: a new copy of the shared cache, without it
+    assert _manager(copy, monkeypatch, key="OLDSIDE").get_group("k.json") is None
+    assert _manager(copy, monkeypatch).get_group("chunk_fwd_kernel_h.json")
