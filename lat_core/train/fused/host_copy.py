@@ -19,7 +19,7 @@ class HostCopy:
     def __init__(self, value: torch.Tensor):
         self._ready: torch.cuda.Event | None = None
         if value.device.type != "cuda":
-            self._host = value
+            self._host = value.detach()   # as the GPU copy: a value, never part of a graph
             return
         self._host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
         self._host.copy_(value.detach(), non_blocking=True)
