@@ -33,22 +33,28 @@ def lat_tui_command() -> str:
 
 
 class Tmux:
+    """One tmux session on a server of its own (``-L name``): another tmux on the machine (a person's,
+    or one that runs ``kill-server``) neither sees nor stops it, and it leaves nothing in theirs."""
+
     def __init__(self, name: str):
         self.name = name
 
+    def command(self, *args: str) -> list[str]:
+        return ["tmux", "-L", self.name, *args]
+
     def start(self, command: str, env: dict[str, str], cwd: Path) -> None:
-        args = ["tmux", "new-session", "-d", "-s", self.name, "-x", "100", "-y", "30", "-c", str(cwd)]
+        args = self.command("new-session", "-d", "-s", self.name, "-x", "100", "-y", "30", "-c", str(cwd))
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
         subprocess.run([*args, command], check=True)
 
     def keys(self, *keys: str, literal: bool = False) -> None:
         for key in keys:
-            subprocess.run(["tmux", "send-keys", "-t", self.name, *(["-l"] if literal else []), key], check=True)
+            subprocess.run(self.command("send-keys", "-t", self.name, *(["-l"] if literal else []), key), check=True)
             time.sleep(KEY_PAUSE)
 
     def screen(self) -> str:
-        out = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
+        out = subprocess.run(self.command("capture-pane", "-p", "-t", self.name), capture_output=True, text=True)
         return out.stdout
 
     def wait_for(self, predicate, what: str, timeout: float = HANG_S) -> str:
@@ -61,7 +67,7 @@ class Tmux:
         raise AssertionError(f"timed out waiting for {what}; screen:\n{self.screen()}")
 
     def kill(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+        subprocess.run(self.command("kill-session", "-t", self.name), capture_output=True)
 
 
 @pytest.fixture

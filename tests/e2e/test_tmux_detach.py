@@ -46,7 +46,7 @@ def start_demo_run(tmux: Tmux, tmp_path: Path, env: dict) -> None:
 
 def tui_process(tmux: Tmux) -> psutil.Process:
     """The lat-tui process in the pane (a child of the pane's shell)."""
-    out = subprocess.run(["tmux", "display-message", "-p", "-t", tmux.name, "#{pane_pid}"],
+    out = subprocess.run(tmux.command("display-message", "-p", "-t", tmux.name, "#{pane_pid}"),
                          capture_output=True, text=True, check=True)
     shell = psutil.Process(int(out.stdout.strip()))
     candidates = [shell, *shell.children(recursive=True)]

@@ -161,7 +161,17 @@ def every_job_resumed(store: Store, run_id: int, jobs: int) -> None:
     ``SAVED_AT_THE_LIMIT``)."""
     def resumed() -> bool:
         return len(found := store.jobs(run_id)) == jobs and all(any(resumed_from(j.job_dir)) for j in found)
-    wait_until(resumed, "every job resumed", every=LOOK_EVERY_S)
+    wait_until(resumed, "every job resumed", every=LOOK_EVERY_S, explain=lambda: where_jobs_stand(store, run_id))
+
+
+def where_jobs_stand(store: Store, run_id: int) -> str:
+    """Each job's state, attempts, waiting reason, error and resume steps, and the run's last history
+    lines: what a hung wait prints."""
+    lines = [f"job {j.id} {j.stem}: {j.state}, {j.attempts} attempts, waiting {j.waiting!r}, error {j.error!r}, "
+             f"resumed from {resumed_from(j.job_dir)}" for j in store.jobs(run_id)]
+    lines += [f"history: {t.job_id} {t.new_state}: {t.detail}" for t in store.transitions(run_id)[-30:]]
+    queue = subprocess.run(["squeue", "--all", "-o", "%i %j %T %r %M %l"], capture_output=True, text=True, timeout=60)
+    return "\n".join([*lines, "squeue:", queue.stdout + queue.stderr])
 
 
 def resumed_then_cancelled(tmp_path: Path, front: subprocess.Popen, jobs: int) -> tuple[Store, int]:

@@ -17,10 +17,13 @@ HANG_S = float(os.environ.get("LAT_TEST_HANG_S", "600"))
 Found = TypeVar("Found")
 
 
-def wait_until(predicate: Callable[[], Found], what: str, *, timeout: float = HANG_S, every: float = 0.1) -> Found:
-    """Return what ``predicate()`` found once it is true; fail naming ``what`` after ``timeout`` seconds."""
+def wait_until(predicate: Callable[[], Found], what: str, *, timeout: float = HANG_S, every: float = 0.1,
+               explain: Callable[[], str] | None = None) -> Found:
+    """Return what ``predicate()`` found once it is true; fail naming ``what`` after ``timeout`` seconds,
+    with ``explain()``'s account of where things stood (a hang seen once in CI is then readable)."""
     deadline = time.monotonic() + timeout
     while not (found := predicate()):
-        assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s (a hang?)"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no {what} after {timeout:.0f} s (a hang?)" + (f"\n{explain()}" if explain else ""))
         time.sleep(every)
     return found
