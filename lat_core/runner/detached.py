@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     set_title(runner_title(args.exit_file, command))
-    if args.wait_pid:
+    if args.wait_pid:  # exec'd with SIGUSR1 held (lat_core.train.warm.become_runner): caught now, so let it in
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
         containment = Containment.from_json(json.loads(args.containment)) if args.containment else None
         return _wait_for_child(args.wait_pid, args.exit_file, args.started or time.time(), containment, warning)
     if not command:

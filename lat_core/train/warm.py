@@ -186,8 +186,13 @@ def become_runner(request: dict) -> None:
             os.environ[KERNELS_ENV] = kernel_phase.job_line().removeprefix("kernels: ")
         print(f"[lat] containment: {containment.describe()}", flush=True)
         os.environ.update(containment.child_env())
+        # SIGUSR1 (Slurm's warning, forwarded here by a warm pack) held from now until the exec'd runner
+        # catches it: an exec resets the handler, and the warning in that window was the runner's death
+        # (its trainer orphaned, never told). Held, it stays pending across the exec and reaches the runner.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
         trainer = os.fork()
         if trainer == 0:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # the trainer's own handler takes it
             enter(containment)
             _run_trainer(request["module"], request["args"])  # never returns
         os.execv(sys.executable, [sys.executable, "-m", "lat_core.runner", "--exit-file", request["exit_file"],

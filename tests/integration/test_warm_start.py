@@ -7,6 +7,7 @@ with the reason in the run's history.
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -305,3 +306,40 @@ def test_every_job_of_one_admission_pass_sees_the_same_status_of_the_preloaded_p
         assert starts.hold(job) is None
     finally:
         starts.close()
+
+
+def test_slurms_warning_while_the_warm_runner_starts_reaches_the_trainer(tmp_path):
+    """A warm pack forwards Slurm's SIGUSR1 to each member's runner. The runner is exec'd after the
+    trainer's fork, and an exec resets the handler: a warning then, before the new runner caught it,
+    killed the runner and left its trainer orphaned and never told (seen in CI under load). Here the
+    runner's start is slowed (a sitecustomize that sleeps) and the warning comes in that window."""
+    from lat_core.contract.jobdir import AttemptFiles
+    from lat_core.train import save_request
+    from lat_core.train.warm import become_runner
+
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(4)  # the exec'd runner's start, made long\n")
+    job = tmp_path / "job"
+    exit_file = JobDir(job).attempt(1).exit_path
+    exit_file.parent.mkdir(parents=True)
+    trainer_pid = tmp_path / "trainer.pid"
+    request = {"log": str(job / "train.log"), "cwd": str(job), "exit_file": str(exit_file), "show_env": "",
+               "env": {**os.environ, "PYTHONPATH": str(slow), "LAT_JOB_ID": "1", "LAT_ATTEMPT": "1"},
+               "module": "tests.helpers.usr1_trainer", "args": [str(trainer_pid)]}
+    runner = os.fork()
+    if runner == 0:  # as lat_core.train.pack.start forks a member
+        save_request.install()
+        become_runner(request)  # never returns
+    try:
+        wait_until(lambda: trainer_pid.is_file() and trainer_pid.read_text(), "the trainer forked")
+        os.kill(runner, signal.SIGUSR1)  # while the exec'd runner still sleeps in its start
+        _, status = os.waitpid(runner, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, \
+            f"the runner died: {status}\n{(job / 'train.log').read_text()}"
+        record = AttemptFiles(exit_file).read_exit()
+        assert record is not None and record.returncode == save_request.EXIT_SAVED_TO_RESUME
+        assert "SIGUSR1 passed on to the trainer" in (job / "train.log").read_text()
+    finally:
+        if trainer_pid.is_file() and psutil.pid_exists(int(trainer_pid.read_text() or 0)):
+            os.kill(int(trainer_pid.read_text()), signal.SIGKILL)
