@@ -257,17 +257,22 @@ class _Plan:
     warm_start = True
 
 
+def never_ready(starts: WarmStarts, job, now: float) -> WarmStarter:
+    """The run's preloaded process as a process that never gets ready (no socket), started at ``now``."""
+    starter = starts._for(job)
+    starter.dir.mkdir(parents=True)
+    starter._proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    starter._started_at = starter._progress_at = now
+    return starter
+
+
 def test_jobs_waiting_on_the_kernel_warm_up_say_so_and_are_waited_for_longer(tmp_path):
     store, run_id, _ = missing_config_run(tmp_path)
     now = [1000.0]
     starts = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(), backend_of=lambda _: LocalBackend(),
                         clock=lambda: now[0])
     job = store.jobs(run_id)[0]
-    starter = starts._for(job)
-    starter.dir.mkdir(parents=True)
-    # a process that never gets ready, standing in for a preload that is still compiling
-    starter._proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    starter._started_at = starter._progress_at = now[0]
+    starter = never_ready(starts, job, now[0])  # standing in for a preload that is still compiling
     try:
         assert starts.hold(job).startswith("waiting for the warm-start process to import")
         write_phase(starter.phase_path, WarmupPhase("compiling", (16, 32, 64)))
@@ -292,10 +297,7 @@ def test_every_job_of_one_admission_pass_sees_the_same_status_of_the_preloaded_p
     store, run_id, _ = missing_config_run(tmp_path)
     starts = WarmStarts(store, allowed=True, plan_of=lambda _: _Plan(), backend_of=lambda _: LocalBackend())
     job = store.jobs(run_id)[0]
-    starter = starts._for(job)
-    starter.dir.mkdir(parents=True)
-    starter._proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    starter._started_at = starter._progress_at = time.time()
+    starter = never_ready(starts, job, time.time())
     try:
         starts.begin_pass()
         assert starts.hold(job).startswith("waiting for the warm-start process to import")
