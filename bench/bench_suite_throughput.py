@@ -178,7 +178,15 @@ def side_triton_cache(out: Path, side: str, keep: bool = False) -> dict:
     return {"TRITON_CACHE_DIR": str(copy)}
 
 
+def clear_side_outputs(out: Path, side: str) -> None:
+    """A side's jobs and journal from an earlier call into the same ``--out`` go: else its engine finds
+    the jobs already succeeded and trains nothing (its Triton-cache copy is ``side_triton_cache``'s)."""
+    for leftover in (out / side, out / f"state-{side.replace('+', '-')}"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
 def run_side(args, side: str, out: Path, data: Path | None) -> dict:
+    clear_side_outputs(out, side)
     mapping = plan_mapping(args, side, out, data, side_triton_cache(out, side, args.side_caches == "keep"))
     if side == "lat+mps":
         mapping["mps"] = True  # the engine starts a private MPS daemon for the run (lat_core.engine.mps)
@@ -435,7 +443,7 @@ def compare_sides(results: list[dict]) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     exit_on_signals()
-    root = Path(args.out)
+    root = Path(args.out).resolve()  # the lat sides run lat-tui from the repository root
     done: list[dict] = []
     for data in args.data:
         out = root / data if len(args.data) > 1 else root
