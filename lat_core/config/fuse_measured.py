@@ -75,7 +75,8 @@ MEASURED: tuple[FuseMeasurement, ...] = (
              "8 jobs on the SST-2 sample: steady 5,267 vs 3,009 tokens/s, wall 28.4 vs 40.6 s, GPU peak "
              "17.6 vs 27.1 GiB; bench/RESULTS.md 2026-11-26 (seventh session)"),
     # 256-token Mamba rows: not measured; the process-per-job side ran out of the H200's memory
-    # (8 slow-path jobs of about 40 GiB each; bench/RESULTS.md 2026-11-26, seventh session)
+    # (8 slow-path jobs of about 40 GiB each, all admitted at once: the bench's long rows pass as SST-2,
+    # whose prior is short sentences; bench/RESULTS.md 2026-11-26, seventh and twelfth sessions)
     FuseMeasurement("mamba", Rows.LONG, None),
 )
 
