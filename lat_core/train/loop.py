@@ -24,6 +24,7 @@ from .checkpoints import checkpoints, load_checkpoint, save_final
 from .portable import moves_base_weights, save_initial_adapter
 from .record import add_data, write_env
 from .setup_phases import SetupPhases
+from .first_step_watch import FirstStepWatch
 from . import save_request
 from .evaluation import (  # noqa: F401 (batch_loss is used by tests through loop)
     batch_loss, mean_loss_fn, set_logits_to_keep,
@@ -285,7 +286,8 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
         f"batch {tr.batch_size} x accum {tr.grad_accum}, setup {setup}")
 
     if start < tr.max_steps:   # resuming a run that already reached max_steps trains nothing
-        trainer.train()
+        with FirstStepWatch(lambda: trainer.state.global_step > start, log if is_main else lambda _line: None):
+            trainer.train()
     step, best = max(trainer.state.global_step, start), run_state.best
     if stopping and stopping.stopped_at is not None and is_main:
         log(stopping.line(tr.max_steps))

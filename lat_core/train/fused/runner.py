@@ -30,6 +30,7 @@ from lat_core.contract.jobdir import CheckpointSaved, Eval, Finished, Step
 from ..events import log, memory_event, ranking_of, started_event
 from ..loop import lr_schedule
 from .clock import GroupClock
+from ..first_step_watch import FirstStepWatch
 from .host_copy import HostCopy
 from lat_core.contract.jobdir.names import checkpoint_folder
 from lat_core.contract.jobdir.outcome import CANCELLED_RC
@@ -289,19 +290,28 @@ def train_group(group, members: list[Member]) -> None:
         for m in members:
             if m.run.done and not m.left:   # resumed at max_steps: nothing to train
                 finish_or_fail(m)
-        while any(not m.left for m in members):
-            for m in members:
-                if not m.left and (stop["signal"] or m.out.cancel_requested()):
-                    cancel(m, "SIGTERM to the group" if stop["signal"] else "its cancel marker")
-            if all(m.left for m in members):
-                break
-            _one_pass(group, members, clock)
+        with FirstStepWatch(lambda: clock.passes > 0, lambda line: log_to_members(members, line)):
+            while any(not m.left for m in members):
+                for m in members:
+                    if not m.left and (stop["signal"] or m.out.cancel_requested()):
+                        cancel(m, "SIGTERM to the group" if stop["signal"] else "its cancel marker")
+                if all(m.left for m in members):
+                    break
+                _one_pass(group, members, clock)
     finally:
         signal.signal(signal.SIGTERM, old)
         for m in members:   # their tracker writers close the runs before the job's process tree is stopped
             if m.out.trackers is not None:
                 m.out.trackers.wait()
         log(clock.line())
+
+
+def log_to_members(members: list[Member], line: str) -> None:
+    """A line about the whole group in each member's log still training: each is a job, and its log
+    pane is where its user looks."""
+    for m in members:
+        if not m.left:
+            m.out.log(line)
 
 
 def _one_pass(group, members: list[Member], clock: GroupClock) -> None:

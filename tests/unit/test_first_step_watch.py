@@ -1,0 +1,101 @@
+"""While a job's first step is late, its log says what the trainer is doing: Triton autotuning or
+compiling GPU kernels (named by the fla function that asked), else, past a long wait, where it is.
+
+The stacks are real: modules laid out on disk as Triton's and fla's are, their functions called."""
+import importlib.util
+import sys
+import threading
+
+import pytest
+
+from lat_core.train.first_step_watch import FirstStepWatch, doing
+from tests.helpers.waits import HANG_S
+
+FILES = {
+    "triton/runtime/autotuner.py": "def _bench(then):\n    return then()\n",
+    "triton/compiler/compiler.py": "def compile(then):\n    return then()\n",
+    "fla/ops/common/chunk_h.py": "def chunk_fwd_h(kernel, then):\n    return kernel(then)\n",
+    "trainer/loop.py": "def train(then):\n    return then()\n",
+}
+
+
+@pytest.fixture
+def code(tmp_path):
+    """Each file above, loaded as a module of its own (a name that clashes with no installed package)."""
+    mods = {}
+    for rel, text in FILES.items():
+        path = tmp_path / "site" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(f"watch_fixture_{len(mods)}", path)
+        mods[rel.split("/")[-1].removesuffix(".py")] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return mods
+
+
+def here():
+    """What the watch would find with the main thread here."""
+    return doing(sys._getframe())
+
+
+def test_inside_the_autotuner_under_an_fla_function_it_is_autotuning_that_function(code):
+    found = code["chunk_h"].chunk_fwd_h(code["autotuner"]._bench, here)
+    assert (found.kind, found.where) == ("autotuning", "fla chunk_fwd_h")
+    assert "Triton is autotuning GPU kernels (fla chunk_fwd_h)" in found.line(45)
+    assert found.line(45).startswith("[lat] no step after 45 s")
+
+
+def test_inside_the_compiler_it_is_compiling(code):
+    found = code["chunk_h"].chunk_fwd_h(code["compiler"].compile, here)
+    assert (found.kind, found.where) == ("compiling", "fla chunk_fwd_h")
+
+
+def test_a_compile_an_autotuner_asked_for_is_autotuning(code):
+    found = code["autotuner"]._bench(lambda: code["compiler"].compile(here))
+    assert (found.kind, found.where) == ("autotuning", "outside fla")
+
+
+def test_anything_else_is_named_by_its_innermost_function_and_line(code):
+    found = code["loop"].train(here)
+    assert found.kind == "other"
+    assert found.where.startswith("here (test_first_step_watch.py:")
+    assert doing(None) is None
+
+
+def watched(code, stepped, blocked_in, **timing):
+    """Runs ``blocked_in`` on this (the main) thread under a watch, until the watch logs or HANG_S."""
+    lines, logged = [], threading.Event()
+
+    def log(line):
+        lines.append(line)
+        logged.set()
+
+    with FirstStepWatch(stepped, log, **timing):
+        blocked_in(lambda: logged.wait(HANG_S))
+    return lines
+
+
+def test_a_late_first_step_inside_the_autotuner_is_logged_as_such(code):
+    lines = watched(code, lambda: False, lambda wait: code["chunk_h"].chunk_fwd_h(code["autotuner"]._bench, wait),
+                    after_s=0.05, every_s=0.05)
+    assert lines and "Triton is autotuning GPU kernels (fla chunk_fwd_h)" in lines[0]
+
+
+def test_elsewhere_nothing_is_logged_before_the_long_wait_then_where_the_trainer_is(code):
+    clock = iter(range(0, 10**6, 10))   # 10 s a reading: the start, then 10 s, 20 s, ...
+    lines = watched(code, lambda: False, lambda wait: code["loop"].train(wait),
+                    after_s=0.01, every_s=0.01, quiet_s=60, clock=lambda: next(clock))
+    assert len(lines) == 1 and lines[0].startswith("[lat] no step after 60 s; the trainer is in ")
+
+
+def test_once_the_first_step_is_taken_nothing_is_logged(code):
+    lines = []
+    done = threading.Event()
+
+    def stepped():
+        done.set()   # the watch asked: the next wait ends the block
+        return True
+
+    with FirstStepWatch(stepped, lines.append, after_s=0.01, every_s=0.01):
+        code["chunk_h"].chunk_fwd_h(code["autotuner"]._bench, lambda: done.wait(HANG_S))
+    assert lines == []
