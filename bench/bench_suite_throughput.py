@@ -8,7 +8,8 @@ The suite is ``gla_rank_sweep`` (8 GLA LoRA jobs, ranks 4-32) on the GLA-1.3B ar
 random weights (``--suite``: another suite, on its family's shape in MODELS: a Mamba suite on the
 Mamba-130m architecture), its hyperparameters unchanged (gla_rank_sweep: batch 8 x accumulation 2, lr
 2e-4, seq 256, bf16; mamba_lora: batch 16, lr 1e-3, seq 256, bf16) except a fixed number of optimizer steps, on the shipped SST-2 sample (short GLUE sentences;
-``--data long``: synthetic SST-2 files whose examples all fill the sequence; ``--data tiny,long``:
+``--data long``: synthetic GLUE RTE files whose examples all fill the sequence (a sentence-pair task, so the
+engine judges the rows long: bench/suite_data.py's LONG_ROWS_DATA); ``--data tiny,long``:
 both in turn, each in its own folder under ``--out``). Sides, each from an empty output tree and
 its own copy of the (warm) Triton cache named by TRITON_CACHE_DIR (SPEED lists each side's settings):
 
@@ -69,7 +70,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.old_scripts import run_in_rounds  # noqa: E402
 from bench.side_stop import stop_side  # noqa: E402
-from bench.suite_data import write_sst2  # noqa: E402
+from bench.suite_data import LONG_ROWS_DATA, write_rte  # noqa: E402
 from bench.triton_cache import relocate  # noqa: E402
 from lat_core.contract.jobdir import JobDir, Started, Step  # noqa: E402
 from lat_core.front.jobs import materialize  # noqa: E402
@@ -118,7 +119,7 @@ def plan_mapping(args, side: str, out: Path, data: Path | None, extra_env: dict)
     env = {**({"GLUE_LOCAL_DIR": str(data)} if data else {}), **extra_env}
     if side == "old":
         env["GRADIENT_CHECKPOINTING"] = "1"
-    mapping = {"suites": [{"name": args.suite, "rounds": "all"}], "pairs": ["1:glue-tvt_sst2" if data else "1:tiny-sst2"],
+    mapping = {"suites": [{"name": args.suite, "rounds": "all"}], "pairs": [f"1:{LONG_ROWS_DATA}" if data else "1:tiny-sst2"],
                "gpus": [args.gpu] if args.gpu >= 0 else "cpu", "env": env, "output_root": str(out / side),
                "overrides": {"model": suite_model(args.suite, args.gpu), "train": {"max_steps": steps, "eval_every": steps,
                                                        "save_every": steps, "log_every": 1}}}
@@ -382,7 +383,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--suite", default="gla_rank_sweep")
     parser.add_argument("--data", default="tiny",
                         help="comma-separated, run in turn: tiny: the shipped SST-2 sample (short GLUE sentences, "
-                             "as researchers run); long: synthetic SST-2 files whose examples all fill max_seq_len")
+                             "as researchers run); long: synthetic RTE files whose examples all fill max_seq_len")
     parser.add_argument("--out", default="/tmp/lat-suite-bench")
     parser.add_argument("--mps", action="store_true", help="also run lat+mps (a private CUDA MPS daemon)")
     parser.add_argument("--side-caches", choices=("fresh", "keep"), default="fresh",
@@ -447,7 +448,7 @@ def main(argv=None) -> None:
     done: list[dict] = []
     for data in args.data:
         out = root / data if len(args.data) > 1 else root
-        files = write_sst2(out / "glue") if data == "long" else None
+        files = write_rte(out / "glue") if data == "long" else None
         results = []
         for side in args.sides:
             print(f"== {data}: {side}", flush=True)

@@ -12,9 +12,10 @@ Row width: what a fused pass costs depends on the padded width of its rows, whic
 tokenizer, no data loading) cannot read from the data. It judges from the config: ``max_seq_len``
 of at most SHORT_ROW_TOKENS, or a single-sentence dataset (lat_core.config.datasets.SINGLE_SENTENCE_DATA), gives short rows (tens
 of tokens: the SST-2 sample's are 12-14); anything else may fill ``max_seq_len`` and counts as
-long. Files put in a named dataset's place (``GLUE_LOCAL_DIR``) count as that dataset: the
-bench's synthetic 256-token SST-2 files (``--data long``) are judged short rows, so its ``lat``
-side follows the short-row entry; ``lat+fuse`` forces fusion to measure the long-row entry.
+long. Files put in a named dataset's place (``GLUE_LOCAL_DIR``) count as that dataset, so the
+bench's synthetic 256-token rows (``--data long``) are RTE files, a sentence-pair task judged long
+(bench/suite_data.py's LONG_ROWS_DATA; until 2026-11-26 they were SST-2 files, judged short);
+``lat+fuse`` forces fusion to measure an entry.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class Rows(Enum):
     """The row-width buckets the measurements were taken at."""
 
     SHORT = "short"  # single sentences: the shipped SST-2 sample, rows of 12-14 tokens
-    LONG = "256-token"  # rows that fill max_seq_len (bench/suite_data.py's synthetic SST-2 files)
+    LONG = "256-token"  # rows that fill max_seq_len (bench/suite_data.py's synthetic files)
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,8 @@ MEASURED: tuple[FuseMeasurement, ...] = (
              "8 jobs on the SST-2 sample: steady 5,267 vs 3,009 tokens/s, wall 28.4 vs 40.6 s, GPU peak "
              "17.6 vs 27.1 GiB; bench/RESULTS.md 2026-11-26 (seventh session)"),
     # 256-token Mamba rows: not measured; the process-per-job side ran out of the H200's memory
-    # (8 slow-path jobs of about 40 GiB each, all admitted at once: the bench's long rows pass as SST-2,
-    # whose prior is short sentences; bench/RESULTS.md 2026-11-26, seventh and twelfth sessions)
+    # (8 slow-path jobs of about 40 GiB each, all admitted at once: the bench's long rows passed as SST-2,
+    # whose prior is short sentences; now RTE, judged long; bench/RESULTS.md 2026-11-26, seventh and twelfth sessions)
     FuseMeasurement("mamba", Rows.LONG, None),
 )
 

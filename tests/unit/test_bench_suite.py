@@ -4,6 +4,8 @@ from pathlib import Path
 
 from bench.bench_suite_throughput import EARLY_STEPS, compare_losses, plan_mapping
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _side(losses: dict) -> dict:
     return {"losses": losses}
@@ -149,3 +151,30 @@ def test_a_sides_row_says_where_the_time_before_its_first_step_went(tmp_path):
     assert row == {"start_up": {"job": "first", "launched_s": 30.0, "set_up_s": 38.5, "setup_phases": phases,
                                 "first_step_s": 39.2, "kernels": "warmed in the preload process in 12 s"}}
     assert start_up([tmp_path / "none"], 1000.0) == {}
+
+
+def test_the_long_rows_are_a_task_the_engine_judges_long_and_the_trainer_reads(tmp_path):
+    """--data long: admission's prior and fuse: auto must see 256-token rows (under SST-2's name a Mamba job's
+    prior was 15.8 GiB for about 40 GiB of use, and 8 jobs admitted at once ran out of an H200's memory)."""
+    import yaml
+
+    from bench.suite_data import write_rte
+    from lat_core.config.fuse_measured import Rows, rows_of
+    from lat_core.config.job import parse_config
+    from lat_core.config.memory_prior import estimate
+    from lat_core.train.datasets import load_glue
+
+    glue = write_rte(tmp_path / "glue", n_train=10, n_dev=4)
+    mapping = plan_mapping(Namespace(steps=2, suite="mamba_lora", gpu=0, sweep=[]), "lat-eager", tmp_path, glue, {})
+    raw = yaml.safe_load((ROOT / "configs/experiments/mamba130m/lora_proj_r8.yaml").read_text())
+    raw["model"].update(mapping["overrides"]["model"])
+    raw["train"].update(mapping["overrides"]["train"])
+    raw["data"] = mapping["pairs"][0].split(":", 1)[1]   # the plan's pair: seed 1 on the bench's data
+    raw["output_dir"] = str(tmp_path / "job")
+    cfg = parse_config(raw, environ={})
+    assert rows_of(cfg) is Rows.LONG
+    assert estimate(cfg, {}).peak(False)[0] > 35 * 2**30   # Mamba-130m's slow path, 16 x 256 tokens: ~40 GiB
+
+    data = load_glue("rte", "", {"GLUE_LOCAL_DIR": str(glue)})
+    assert len(data.train) + len(data.validation) == 10 and len(data.test) == 4
+    assert len(data.train[0]["text"].split()) > 300   # fills any max_seq_len up to 300 word tokens
