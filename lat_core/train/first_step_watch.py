@@ -23,7 +23,8 @@ from types import FrameType
 from typing import Callable
 
 AUTOTUNER = "/triton/runtime/autotuner.py"
-COMPILERS = ("/triton/compiler/", "/triton/backends/")
+COMPILER = "/triton/compiler/"
+BACKEND_COMPILER = ("/triton/backends/", "/compiler.py")  # e.g. nvidia/compiler.py's make_llir; not driver.py's launches
 JIT = "/triton/runtime/jit.py"
 FLA = ("/fla/ops/", "/fla/modules/", "/fla/layers/")
 
@@ -47,6 +48,12 @@ def _path(frame: FrameType) -> str:
     return frame.f_code.co_filename.replace("\\", "/")
 
 
+def _compiling(frame: FrameType, path: str) -> bool:
+    backend, file = BACKEND_COMPILER
+    return (COMPILER in path or (backend in path and path.endswith(file))
+            or (path.endswith(JIT) and frame.f_code.co_name == "_do_compile"))
+
+
 def doing(frame: FrameType | None) -> Doing | None:
     """Classifies a thread's stack from its innermost ``frame``; None without one."""
     if frame is None:
@@ -56,8 +63,7 @@ def doing(frame: FrameType | None) -> Doing | None:
         path = _path(frame)
         if path.endswith(AUTOTUNER):
             kind = "autotuning"
-        elif kind == "other" and (any(c in path for c in COMPILERS) or
-                                  (path.endswith(JIT) and frame.f_code.co_name == "_do_compile")):
+        elif kind == "other" and _compiling(frame, path):
             kind = "compiling"
         if fla_caller is None and any(part in path for part in FLA):
             fla_caller = frame.f_code.co_name

@@ -14,6 +14,8 @@ from tests.helpers.waits import HANG_S
 FILES = {
     "triton/runtime/autotuner.py": "def _bench(then):\n    return then()\n",
     "triton/compiler/compiler.py": "def compile(then):\n    return then()\n",
+    "triton/backends/nvidia/compiler.py": "def make_llir(then):\n    return then()\n",
+    "triton/backends/nvidia/driver.py": "def launch(then):\n    return then()\n",
     "fla/ops/common/chunk_h.py": "def chunk_fwd_h(kernel, then):\n    return kernel(then)\n",
     "trainer/loop.py": "def train(then):\n    return then()\n",
 }
@@ -28,7 +30,7 @@ def code(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         spec = importlib.util.spec_from_file_location(f"watch_fixture_{len(mods)}", path)
-        mods[rel.split("/")[-1].removesuffix(".py")] = module = importlib.util.module_from_spec(spec)
+        mods["/".join(rel.split("/")[-2:]).removesuffix(".py")] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     return mods
 
@@ -39,24 +41,31 @@ def here():
 
 
 def test_inside_the_autotuner_under_an_fla_function_it_is_autotuning_that_function(code):
-    found = code["chunk_h"].chunk_fwd_h(code["autotuner"]._bench, here)
+    found = code["common/chunk_h"].chunk_fwd_h(code["runtime/autotuner"]._bench, here)
     assert (found.kind, found.where) == ("autotuning", "fla chunk_fwd_h")
     assert "Triton is autotuning GPU kernels (fla chunk_fwd_h)" in found.line(45)
     assert found.line(45).startswith("[lat] no step after 45 s")
 
 
 def test_inside_the_compiler_it_is_compiling(code):
-    found = code["chunk_h"].chunk_fwd_h(code["compiler"].compile, here)
+    found = code["common/chunk_h"].chunk_fwd_h(code["compiler/compiler"].compile, here)
     assert (found.kind, found.where) == ("compiling", "fla chunk_fwd_h")
 
 
+def test_the_backends_compile_stages_are_compiling_and_its_kernel_launches_are_not(code):
+    found = code["common/chunk_h"].chunk_fwd_h(code["nvidia/compiler"].make_llir, here)
+    assert (found.kind, found.where) == ("compiling", "fla chunk_fwd_h")
+    found = code["common/chunk_h"].chunk_fwd_h(code["nvidia/driver"].launch, here)
+    assert found.kind == "other"   # a launch is training, not compiling
+
+
 def test_a_compile_an_autotuner_asked_for_is_autotuning(code):
-    found = code["autotuner"]._bench(lambda: code["compiler"].compile(here))
+    found = code["runtime/autotuner"]._bench(lambda: code["compiler/compiler"].compile(here))
     assert (found.kind, found.where) == ("autotuning", "outside fla")
 
 
 def test_anything_else_is_named_by_its_innermost_function_and_line(code):
-    found = code["loop"].train(here)
+    found = code["trainer/loop"].train(here)
     assert found.kind == "other"
     assert found.where.startswith("here (test_first_step_watch.py:")
     assert doing(None) is None
@@ -76,14 +85,14 @@ def watched(code, stepped, blocked_in, **timing):
 
 
 def test_a_late_first_step_inside_the_autotuner_is_logged_as_such(code):
-    lines = watched(code, lambda: False, lambda wait: code["chunk_h"].chunk_fwd_h(code["autotuner"]._bench, wait),
+    lines = watched(code, lambda: False, lambda wait: code["common/chunk_h"].chunk_fwd_h(code["runtime/autotuner"]._bench, wait),
                     after_s=0.05, every_s=0.05)
     assert lines and "Triton is autotuning GPU kernels (fla chunk_fwd_h)" in lines[0]
 
 
 def test_elsewhere_nothing_is_logged_before_the_long_wait_then_where_the_trainer_is(code):
     clock = iter(range(0, 10**6, 10))   # 10 s a reading: the start, then 10 s, 20 s, ...
-    lines = watched(code, lambda: False, lambda wait: code["loop"].train(wait),
+    lines = watched(code, lambda: False, lambda wait: code["trainer/loop"].train(wait),
                     after_s=0.01, every_s=0.01, quiet_s=60, clock=lambda: next(clock))
     assert len(lines) == 1 and lines[0].startswith("[lat] no step after 60 s; the trainer is in ")
 
@@ -97,5 +106,5 @@ def test_once_the_first_step_is_taken_nothing_is_logged(code):
         return True
 
     with FirstStepWatch(stepped, lines.append, after_s=0.01, every_s=0.01):
-        code["chunk_h"].chunk_fwd_h(code["autotuner"]._bench, lambda: done.wait(HANG_S))
+        code["common/chunk_h"].chunk_fwd_h(code["runtime/autotuner"]._bench, lambda: done.wait(HANG_S))
     assert lines == []
