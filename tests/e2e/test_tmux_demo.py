@@ -38,9 +38,10 @@ class Tmux:
 
     def __init__(self, name: str):
         self.name = name
+        self.servers = 0   # a killed server is not started again: a new one is, on a socket of its own
 
     def command(self, *args: str) -> list[str]:
-        return ["tmux", "-L", self.name, *args]
+        return ["tmux", "-L", f"{self.name}-{self.servers}", *args]
 
     def start(self, command: str, env: dict[str, str], cwd: Path) -> None:
         args = self.command("new-session", "-d", "-s", self.name, "-x", "100", "-y", "30", "-c", str(cwd))
@@ -67,7 +68,10 @@ class Tmux:
         raise AssertionError(f"timed out waiting for {what}; screen:\n{self.screen()}")
 
     def kill(self) -> None:
-        subprocess.run(self.command("kill-session", "-t", self.name), capture_output=True)
+        """Ends the session and its server. The next ``start`` is on a new server: one started on the
+        socket of a server still exiting fails ("server exited unexpectedly", seen in CI)."""
+        subprocess.run(self.command("kill-server"), capture_output=True)
+        self.servers += 1
 
 
 @pytest.fixture
