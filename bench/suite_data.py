@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Callable
 
 
 def write_sst2(root: Path, *, n_train: int = 400, n_dev: int = 32, words: int = 300, vocab: int = 4000,
                seed: int = 0) -> Path:
     """Write ``root/SST-2/{train,dev}.tsv`` and return ``root`` (what GLUE_LOCAL_DIR points at)."""
-    rng = random.Random(seed)
-    lexicon = [f"w{i}" for i in range(vocab)]
-    folder = root / "SST-2"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, count in (("train.tsv", n_train), ("dev.tsv", n_dev)):
-        lines = ["sentence\tlabel"]
-        for _ in range(count):
-            lines.append(" ".join(rng.choices(lexicon, k=words)) + f"\t{rng.randint(0, 1)}")
-        (folder / name).write_text("\n".join(lines) + "\n")
-    return root
+    return _write_splits(root / "SST-2", "sentence\tlabel", lambda i, text, rng: f"{text(words)}\t{rng.randint(0, 1)}",
+                         n_train=n_train, n_dev=n_dev, vocab=vocab, seed=seed)
 
 
 #: The dataset the suite bench's long rows stand in for (``--data long``). A sentence-pair task, so the engine
@@ -38,14 +31,25 @@ def write_rte(root: Path, *, n_train: int = 400, n_dev: int = 32, words: int = 3
               seed: int = 0) -> Path:
     """Write ``root/RTE/{train,dev}.tsv`` (a premise of ``words`` words, a 3-word hypothesis) and return
     ``root`` (what GLUE_LOCAL_DIR points at)."""
+    def row(i: int, text: Callable[[int], str], rng: random.Random) -> str:
+        premise, hypothesis = text(words), text(3)
+        return f"{i}\t{premise}\t{hypothesis}\t{rng.choice(('entailment', 'not_entailment'))}"
+    return _write_splits(root / "RTE", "index\tsentence1\tsentence2\tlabel", row,
+                         n_train=n_train, n_dev=n_dev, vocab=vocab, seed=seed)
+
+
+def _write_splits(folder: Path, header: str, row: Callable[[int, Callable[[int], str], random.Random], str], *,
+                  n_train: int, n_dev: int, vocab: int, seed: int) -> Path:
+    """``folder``'s train.tsv and dev.tsv: ``header``, then ``row(i, text, rng)`` per example, where ``text(k)``
+    is k words of a fixed synthetic vocabulary; returns ``folder``'s parent (what GLUE_LOCAL_DIR points at)."""
     rng = random.Random(seed)
     lexicon = [f"w{i}" for i in range(vocab)]
-    folder = root / "RTE"
+
+    def text(k: int) -> str:
+        return " ".join(rng.choices(lexicon, k=k))
+
     folder.mkdir(parents=True, exist_ok=True)
     for name, count in (("train.tsv", n_train), ("dev.tsv", n_dev)):
-        lines = ["index\tsentence1\tsentence2\tlabel"]
-        for i in range(count):
-            premise, hypothesis = " ".join(rng.choices(lexicon, k=words)), " ".join(rng.choices(lexicon, k=3))
-            lines.append(f"{i}\t{premise}\t{hypothesis}\t{rng.choice(('entailment', 'not_entailment'))}")
+        lines = [header] + [row(i, text, rng) for i in range(count)]
         (folder / name).write_text("\n".join(lines) + "\n")
-    return root
+    return folder.parent
