@@ -336,7 +336,13 @@ def packed_batch(examples: list[dict]) -> dict:
     where each starts (fla's varlen path resets the recurrent state there), `keep` the positions
     whose logits the loss needs and `targets` the tokens they predict: the label token for
     classification, the target tokens for generation (a target token that is an example's first
-    token has no position before it and is not scored)."""
+    token has no position before it and is not scored).
+
+    `cu_seqlens` is int32, as fla's own unpadding makes it (``prepare_cu_seqlens_from_mask``): Triton's
+    autotuner keys a kernel by its tensor arguments' dtypes too, so int64 bounds gave every varlen
+    kernel keys that neither the kernel warm-up nor the shipped table holds, and each packed job
+    autotuned them itself (8 at once on an H100: no step in 300 s, then out of memory while
+    autotuning; bench/RESULTS.md, 2026-11-27)."""
     ids, keep, targets, bounds = [], [], [], [0]
     for e in examples:
         start, seq = bounds[-1], e["input_ids"]
@@ -346,7 +352,7 @@ def packed_batch(examples: list[dict]) -> dict:
         targets.extend(seq[first:])
         ids.extend(seq)
         bounds.append(start + len(seq))
-    return {"input_ids": torch.tensor([ids]), "cu_seqlens": torch.tensor(bounds, dtype=torch.long),
+    return {"input_ids": torch.tensor([ids]), "cu_seqlens": torch.tensor(bounds, dtype=torch.int32),
             "keep": torch.tensor(keep, dtype=torch.long), "targets": torch.tensor([targets]),
             "n_scored": len(targets)}
 

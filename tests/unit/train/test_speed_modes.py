@@ -120,6 +120,21 @@ def test_packed_examples_keep_each_label_loss(tiny):
     assert total == pytest.approx(ref.sum().item(), rel=1e-5)
 
 
+def test_packed_bounds_have_the_dtype_of_flas_own_unpadding(tiny):
+    """Triton's autotuner keys a kernel by its arguments' dtypes: packed rows must reach fla's varlen
+    kernels with the cu_seqlens dtype its unpadding of a masked batch (what the kernel warm-up runs)
+    uses, or every packed job autotunes them again."""
+    from fla.ops.utils.index import prepare_cu_seqlens_from_mask
+    tok, _ = tiny
+    examples, _ = _cls_examples(tok)
+    batch = D.packed_batch(examples)
+    lengths = [len(e["input_ids"]) for e in examples]
+    mask = torch.tensor([[0] * (max(lengths) - n) + [1] * n for n in lengths], dtype=torch.bool)
+    from_mask = prepare_cu_seqlens_from_mask(mask)
+    assert batch["cu_seqlens"].dtype == from_mask.dtype
+    assert batch["cu_seqlens"].tolist() == from_mask.tolist()
+
+
 def test_generation_targets_same_loss_in_every_layout(tiny):
     from lat_core.train.evaluation import batch_loss, packed_loss
     from lat_core.train.graphs import PadKeyMask, masked_static_loss
