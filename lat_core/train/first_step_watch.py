@@ -7,8 +7,10 @@ compiles and autotunes fla's kernels inside the job, minutes on a fresh machine,
 job's log ended at "started ...". On a GPU (2026-11-26, bench/RESULTS.md) eight packed eager jobs sat
 150 s like that, with nothing to tell a compile from a hang.
 
-How: a daemon thread samples the main thread's stack (``sys._current_frames``, as py-spy would from
-outside) while no step has been taken. Inside Triton's autotuner it says "autotuning", inside its
+How: a daemon thread samples every thread's stack (``sys._current_frames``, as py-spy would from
+outside) while no step has been taken: a backward pass runs in autograd's device thread, where its
+kernels autotune while the main thread waits in ``_engine_run_backward`` (seen on an H100,
+2026-11-27: "the trainer is in _engine_run_backward" for minutes of autotuning). Inside Triton's autotuner it says "autotuning", inside its
 compiler "compiling", naming the innermost fla function (the kernel's caller, e.g. ``chunk_fwd_h``).
 Anything else is only reported once the wait is long (``quiet_s``), with the function and line the
 main thread is in. Stdlib only: it runs beside the training stack and imports none of it.
@@ -31,7 +33,7 @@ FLA = ("/fla/ops/", "/fla/modules/", "/fla/layers/")
 
 @dataclass(frozen=True)
 class Doing:
-    """What the main thread was found doing: ``kind`` autotuning, compiling or other; ``where`` the fla
+    """What a thread was found doing: ``kind`` autotuning, compiling or other; ``where`` the fla
     function that asked for the kernel (autotuning, compiling) or the innermost frame (other)."""
     kind: str
     where: str
@@ -73,9 +75,20 @@ def doing(frame: FrameType | None) -> Doing | None:
     return Doing(kind, f"fla {fla_caller}" if fla_caller else "outside fla")
 
 
+def busiest(frames: dict[int, FrameType], main: int | None, skip: int | None = None) -> Doing | None:
+    """What the trainer is doing, from every thread's innermost frame: a Triton autotune or compile in
+    any thread (autotuning first), else what the ``main`` thread is in; ``skip``: the watch's own."""
+    found = [d for ident, frame in frames.items() if ident != skip and (d := doing(frame)) is not None]
+    for kind in ("autotuning", "compiling"):
+        hit = next((d for d in found if d.kind == kind), None)
+        if hit is not None:
+            return hit
+    return doing(frames.get(main or 0))
+
+
 class FirstStepWatch:
     """``with FirstStepWatch(stepped, log):`` around training. Every ``every_s`` from ``after_s`` on,
-    until ``stepped()`` is true or the block ends, logs what the main thread is doing: a compile or
+    until ``stepped()`` is true or the block ends, logs what the trainer is doing (:func:`busiest`): a compile or
     autotune at once, anything else only past ``quiet_s`` and then every ``quiet_s``."""
 
     def __init__(self, stepped: Callable[[], bool], log: Callable[[str], None], *, after_s: float = 20.0,
@@ -102,7 +115,7 @@ class FirstStepWatch:
             wait = self._every_s
             if self._stepped():
                 return
-            found = doing(sys._current_frames().get(self._main or 0))
+            found = busiest(sys._current_frames(), self._main, threading.get_ident())
             waited = self._clock() - self._t0
             if found is None or (found.kind == "other" and (waited < self._quiet_s or waited - last_other < self._quiet_s)):
                 continue

@@ -108,3 +108,18 @@ def test_once_the_first_step_is_taken_nothing_is_logged(code):
     with FirstStepWatch(stepped, lines.append, after_s=0.01, every_s=0.01):
         code["common/chunk_h"].chunk_fwd_h(code["runtime/autotuner"]._bench, lambda: done.wait(HANG_S))
     assert lines == []
+
+
+def test_a_backward_autotuning_in_autograds_thread_is_logged_as_autotuning(code):
+    """On a GPU the backward runs in autograd's device thread: the main thread waits in the autograd
+    engine while another thread autotunes (seen on an H100, 2026-11-27)."""
+    release = threading.Event()
+    worker = threading.Thread(target=lambda: code["common/chunk_h"].chunk_fwd_h(
+        code["runtime/autotuner"]._bench, lambda: release.wait(HANG_S)), daemon=True)
+    worker.start()
+    try:
+        lines = watched(code, lambda: False, lambda wait: code["trainer/loop"].train(wait), after_s=0.05, every_s=0.05)
+    finally:
+        release.set()
+        worker.join(HANG_S)
+    assert lines and "Triton is autotuning GPU kernels (fla chunk_fwd_h)" in lines[0]
