@@ -62,6 +62,8 @@ class GroupStarts:
         self._fuse_keys: dict[tuple[int, int], tuple[tuple | None, str | None, int]] = {}
         # (job id, attempts) -> (its group's process, its mates' job ids) where it saved to resume in a group
         self._saved_in_group: dict[tuple[int, int], tuple[int | str, tuple[int, ...]] | None] = {}
+        # job id -> why a queued job that shares its fuse key did not join it (admission), for alone_reason
+        self._mate_refused: dict[int, str] = {}
 
     def resume_hold(self, job: JobRow) -> str | None:
         """Why a member that saved to be resumed (its time limit's warning) waits: the warning reached
@@ -107,10 +109,11 @@ class GroupStarts:
         if not fuses_on(self._state.plan_of(run.id), jobs_see_no_gpu(device)) \
                 or not self._state.backend(run.id).runs_fused_groups:
             return []
+        self._mate_refused.pop(job.id, None)  # an earlier pass's
         key, _, cap = self._fuse_info(job)
         if key is None:
             return []
-        group = [job]
+        group, refused = [job], None
         for other in self.store.queued_jobs(run.id, limit=MATE_SCAN, after_seq=job.seq):
             if len(group) >= cap:
                 break
@@ -120,9 +123,14 @@ class GroupStarts:
             if self._warm.hold(other) or backoff_hold(other, self._clock()) is not None \
                     or self._waits(other) or self.resume_hold(other):
                 continue
-            if self._admission.group_blocker([*group, other], device, running) is None:
+            blocker = self._admission.group_blocker([*group, other], device, running)
+            if blocker is None:
                 group.append(other)
                 cap = min(cap, other_cap)
+            elif refused is None:
+                refused = f"job {other.id} shares its base, data and settings, but not in one group now: {blocker}"
+        if len(group) == 1 and refused is not None:  # alone_reason says it, not "no queued job shares..."
+            self._mate_refused[job.id] = refused
         return group[1:]
 
     def pack_mates(self, run: RunRow, job: JobRow, device: Device, taken: set[int]) -> list[JobRow]:
@@ -155,6 +163,9 @@ class GroupStarts:
         _, why, _ = self._fuse_info(job)  # a group limit of 1 after an OOM, or what keeps it out
         if why is not None:
             return f"trains alone: {why}"
+        refused = self._mate_refused.pop(job.id, None)  # e.g. two slow-path Mamba members on an 80 GiB GPU
+        if refused is not None:
+            return f"trains alone: {refused}"
         return "trains alone: no queued job shares its base, data and settings now"
 
     def start(self, jobs: list[JobRow], device: Device, *, pack: bool = False) -> None:

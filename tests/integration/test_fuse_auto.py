@@ -94,9 +94,9 @@ def test_auto_fuses_only_a_family_measured_to_win_and_says_why_the_others_train_
     assert {j.state for j in store.jobs(run_id)} == {"succeeded"} and grouped(store, run_id) == [True, True]
 
 
-def test_a_fused_slow_path_mamba_group_takes_only_the_members_that_fit(tmp_path, monkeypatch):
-    """8 Mamba-130m jobs on 256-token rows under ``fuse: true`` on a 140 GiB GPU: each member's
-    slow-path activations (~40 GiB, from the static prior) let only 3 share the group."""
+def slow_path_mamba(tmp_path, monkeypatch, gpu_gib: int):
+    """8 Mamba-130m jobs on 256-token rows under ``fuse: true`` on a GPU of ``gpu_gib``, one engine tick
+    in: slow-path activations (~40 GiB a member, from the static prior)."""
     import lat_core.config.memory_prior as memory_prior
     from tests.integration.test_admission import MAMBA_130M
 
@@ -113,12 +113,33 @@ def test_a_fused_slow_path_mamba_group_takes_only_the_members_that_fit(tmp_path,
                       "dataset": "tiny-sst2", "job_dir": str(folder), "env": {},
                       "argv": [sys.executable, "-m", "lat_core.train", "--cfg", str(folder / "job.yaml")]})
     store.add_jobs(run_id, specs)
-    engine = Engine(store, gpu_probe=GpuProbe(FakeNvml.with_gpus(1, total=140 * GiB)), launch_fn=stand_in_launch,
+    engine = Engine(store, gpu_probe=GpuProbe(FakeNvml.with_gpus(1, total=gpu_gib * GiB)), launch_fn=stand_in_launch,
                     policy=AdmissionPolicy(settle_s=600, gpu_margin=GiB))
     engine._admission._host = lambda: HostSnapshot(512 * GiB, 0, 512 * GiB, 0, 0, 0.0, 16)
     engine.tick()
+    return store, run_id, engine
+
+
+def test_a_fused_slow_path_mamba_group_takes_only_the_members_that_fit(tmp_path, monkeypatch):
+    """On a 140 GiB GPU only 3 members share the group."""
+    store, run_id, engine = slow_path_mamba(tmp_path, monkeypatch, 140)
     running = [j for j in store.jobs(run_id) if j.state == "running"]
     groups = store.groups_of(j.id for j in running)
     assert len(running) == 3 and len(set(groups.values())) == 1 and len(groups) == 3, (running, groups)
+    store.add_command(run_id, CancelRun())
+    drain(engine)
+
+
+def test_a_job_whose_mate_does_not_fit_beside_it_says_so_when_it_trains_alone(tmp_path, monkeypatch):
+    """On an 80 GiB GPU two members do not fit (seen on an H100, 2026-11-27): the job alone says that,
+    not that no queued job shares its base, data and settings."""
+    store, run_id, engine = slow_path_mamba(tmp_path, monkeypatch, 80)
+    running = [j for j in store.jobs(run_id) if j.state == "running"]
+    assert len(running) == 1 and not store.groups_of(j.id for j in running)
+    said = fused_lines(store, run_id)[running[0].key]
+    mate = next(j for j in store.jobs(run_id) if j.state != "running")
+    assert said.startswith(f"trains alone: job {mate.id} shares its base, data and settings, but not in one group "
+                           "now: needs "), said
+    assert "GPU memory" in said and "free on gpu0" in said, said
     store.add_command(run_id, CancelRun())
     drain(engine)
