@@ -129,13 +129,25 @@ def run_on_gpu(shape: KernelShape, width: int) -> None:
     mask = torch.ones_like(ids)
     mask[: shape.rows // 2, : width // 2] = 0  # half the rows left-padded
     if shape.eager:   # an eager step's rows, unpadded by fla: the varlen kernels' own autotune keys
-        model(input_ids=ids, attention_mask=mask).logits.float().mean().backward()
+        for step_mask in (mask, _odd_total(mask)):
+            model(input_ids=ids, attention_mask=step_mask).logits.float().mean().backward()
     else:             # a graphed step's static rows, unmasked
         model(input_ids=ids).logits.float().mean().backward()
     with torch.no_grad():
         model(input_ids=ids)
         model(input_ids=ids, attention_mask=mask)
+        model(input_ids=ids, attention_mask=_odd_total(mask))
     torch.cuda.synchronize()
+
+
+def _odd_total(mask):
+    """``mask`` with one more token padded, so the unpadded total is not a multiple of 16. Triton
+    compiles a kernel once per divisibility of its integer arguments (by 16 or not): an eager job's
+    real rows have any total, and on an H100 (2026-11-27) a job after the warm-up still compiled
+    fla's ``layer_norm_bwd_kernel_row`` variants for its own totals."""
+    odd = mask.clone()
+    odd[-1, 0] = 0
+    return odd
 
 
 def _one_layer_model(shape: KernelShape):

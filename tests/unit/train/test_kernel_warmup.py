@@ -151,3 +151,15 @@ def test_saving_tunings_autotunes_every_kernel(tmp_path, cache, monkeypatch, sav
     write_shapes(tmp_path / "shapes.json", SHAPES[:1], {})
     assert W.main(["--shapes", str(tmp_path / "shapes.json"), *(["--save-tunings"] if save else [])]) == 0
     assert seen["switch"] == ("off" if save else "on")
+
+
+@pytest.mark.parametrize("width", [16, 32, 64, 128, 256])
+def test_an_eager_shape_is_warmed_on_an_unpadded_total_of_each_divisibility(width):
+    """Triton compiles a kernel per divisibility by 16 of its integer arguments: the warm-up's left-padded
+    rows unpad to a multiple of 16 tokens, its second mask to a total that is not one, still left-padded."""
+    mask = torch.ones(8, width, dtype=torch.long)
+    mask[:4, : width // 2] = 0
+    odd = W._odd_total(mask)
+    assert int(mask.sum()) % 16 == 0 and int(odd.sum()) % 16 != 0
+    assert all(row.tolist() == sorted(row.tolist()) for row in odd)  # zeros, then ones: left-padded
+    assert int(mask.sum()) == 6 * width  # the mask itself is untouched
