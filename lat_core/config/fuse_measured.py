@@ -75,9 +75,10 @@ MEASURED: tuple[FuseMeasurement, ...] = (
         note="Mamba-130m shape, random weights, transformers' slow path (no mamba_ssm on the machine), "
              "8 jobs on the SST-2 sample: steady 5,267 vs 3,009 tokens/s, wall 28.4 vs 40.6 s, GPU peak "
              "17.6 vs 27.1 GiB; bench/RESULTS.md 2026-11-26 (seventh session)"),
-    # 256-token Mamba rows: not measured; the process-per-job side ran out of the H200's memory
-    # (8 slow-path jobs of about 40 GiB each, all admitted at once: the bench's long rows passed as SST-2,
-    # whose prior is short sentences; now RTE, judged long; bench/RESULTS.md 2026-11-26, seventh and twelfth sessions)
+    # 256-token Mamba rows: no group measured. On an H100 80GB (2026-11-27, slow path) a job peaks at 39.8 GiB
+    # and trains ~520 tokens/s; two members do not fit in one group, so `lat+fuse` trained them alone as well
+    # (wall 223.0 vs 219.3 s, losses equal). On the H200 (2026-11-26) the process-per-job side ran out of memory:
+    # the bench's long rows then passed as SST-2 (short-sentence prior); now RTE, judged long. bench/RESULTS.md
     FuseMeasurement("mamba", Rows.LONG, None),
 )
 
