@@ -29,6 +29,7 @@ COMPILER = "/triton/compiler/"
 BACKEND_COMPILER = ("/triton/backends/", "/compiler.py")  # e.g. nvidia/compiler.py's make_llir; not driver.py's launches
 JIT = "/triton/runtime/jit.py"
 FLA = ("/fla/ops/", "/fla/modules/", "/fla/layers/")
+FLA_AUTOTUNE_WRAPPER = "/fla/ops/utils/cache.py"  # its ``run`` is no kernel's caller: name the one above it
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def doing(frame: FrameType | None) -> Doing | None:
             kind = "autotuning"
         elif kind == "other" and _compiling(frame, path):
             kind = "compiling"
-        if fla_caller is None and any(part in path for part in FLA):
+        if fla_caller is None and any(part in path for part in FLA) and not path.endswith(FLA_AUTOTUNE_WRAPPER):
             fla_caller = frame.f_code.co_name
         frame = frame.f_back
     if kind == "other":
