@@ -10,8 +10,9 @@ job's log ended at "started ...". On a GPU (2026-11-26, bench/RESULTS.md) eight 
 How: a daemon thread samples every thread's stack (``sys._current_frames``, as py-spy would from
 outside) while no step has been taken: a backward pass runs in autograd's device thread, where its
 kernels autotune while the main thread waits in ``_engine_run_backward`` (seen on an H100,
-2026-11-27: "the trainer is in _engine_run_backward" for minutes of autotuning). Inside Triton's autotuner it says "autotuning", inside its
-compiler "compiling", naming the innermost fla function (the kernel's caller, e.g. ``chunk_fwd_h``).
+2026-11-27: "the trainer is in _engine_run_backward" for minutes of autotuning). Inside Triton's
+autotuner it says "autotuning", inside its compiler "compiling", naming the innermost fla function
+(the kernel's caller, e.g. ``chunk_fwd_h``).
 Anything else is only reported once the wait is long (``quiet_s``), with the function and line the
 main thread is in. Stdlib only: it runs beside the training stack and imports none of it.
 """
