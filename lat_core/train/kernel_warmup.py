@@ -128,15 +128,16 @@ def run_on_gpu(shape: KernelShape, width: int) -> None:
     ids = torch.randint(0, WARMUP_VOCAB, (shape.rows, width), device="cuda")
     mask = torch.ones_like(ids)
     mask[: shape.rows // 2, : width // 2] = 0  # half the rows left-padded
+    odd = _odd_total(mask)
     if shape.eager:   # an eager step's rows, unpadded by fla: the varlen kernels' own autotune keys
-        for step_mask in (mask, _odd_total(mask)):
+        for step_mask in (mask, odd):
             model(input_ids=ids, attention_mask=step_mask).logits.float().mean().backward()
     else:             # a graphed step's static rows, unmasked
         model(input_ids=ids).logits.float().mean().backward()
     with torch.no_grad():
         model(input_ids=ids)
         model(input_ids=ids, attention_mask=mask)
-        model(input_ids=ids, attention_mask=_odd_total(mask))
+        model(input_ids=ids, attention_mask=odd)
     torch.cuda.synchronize()
 
 
