@@ -113,9 +113,9 @@ def gpu_missing() -> str | None:
 
 def run_on_gpu(shape: KernelShape, width: int) -> None:
     """At this width, on the GPU, the shape's one-layer model: a training forward and backward (no
-    mask, as a graphed step; left-padded rows for an eager shape), then the evaluation forwards (no
-    gradients, so fla's recurrent kernel for short rows; unmasked, and left-padded with a mask, which
-    fla unpads to variable lengths)."""
+    mask, as a graphed step; left-padded rows for an eager shape, at every width up to this one),
+    then the evaluation forwards (no gradients, so fla's recurrent kernel for short rows; unmasked,
+    and left-padded with a mask, which fla unpads to variable lengths)."""
     import torch
 
     from .fla_gla import train_short_rows_in_chunks
@@ -125,27 +125,59 @@ def run_on_gpu(shape: KernelShape, width: int) -> None:
     model = _one_layer_model(shape).to(device="cuda", dtype=DTYPES[shape.dtype])
     train_short_rows_in_chunks()
     seed_tuned_configs()  # fla's kernel modules are imported now
-    ids = torch.randint(0, WARMUP_VOCAB, (shape.rows, width), device="cuda")
-    mask = torch.ones_like(ids)
-    mask[: shape.rows // 2, : width // 2] = 0  # half the rows left-padded
-    odd = _odd_total(mask)
-    if shape.eager:   # an eager step's rows, unpadded by fla: the varlen kernels' own autotune keys
-        for step_mask in (mask, odd):
-            model(input_ids=ids, attention_mask=step_mask).logits.float().mean().backward()
+    if shape.eager:
+        train_eager_widths(model, shape.rows, eager_widths(shape.widths, width), "cuda")
     else:             # a graphed step's static rows, unmasked
+        ids = _ids(shape.rows, width, "cuda")
         model(input_ids=ids).logits.float().mean().backward()
+    ids = _ids(shape.rows, width, "cuda")
+    mask = _left_padded(ids)
     with torch.no_grad():
         model(input_ids=ids)
         model(input_ids=ids, attention_mask=mask)
-        model(input_ids=ids, attention_mask=odd)
+        model(input_ids=ids, attention_mask=_odd_total(mask))
     torch.cuda.synchronize()
+
+
+def eager_widths(bucket_widths: tuple[int, ...], width: int) -> range:
+    """The row widths an eager job's micro-batches take up to ``width`` and above the bucket below it.
+    An eager batch is padded to its longest row, so it has any width; fla's norm kernels take
+    constants computed from the row count (``layer_norm_bwd``'s ``BS``, ``GS``), so each count
+    compiles a kernel of its own (on an H200, 2026-11-27, a job after a warm-up of the bucket widths
+    alone still compiled ``layer_norm_bwd_kernel_row`` variants)."""
+    below = max((w for w in bucket_widths if w < width), default=0)
+    return range(below + 1, width + 1)
+
+
+def train_eager_widths(model, rows: int, widths: range, device: str) -> None:
+    """A training forward and backward at each width, on left-padded rows as an eager step has them
+    (fla unpads them: the varlen kernels autotune under keys of their own); at the widest also on an
+    unpadded total of the other divisibility by 16 (:func:`_odd_total`)."""
+    for width in widths:
+        ids = _ids(rows, width, device)
+        mask = _left_padded(ids)
+        masks = (mask, _odd_total(mask)) if width == widths[-1] else (mask,)
+        for step_mask in masks:
+            model(input_ids=ids, attention_mask=step_mask).logits.float().mean().backward()
+
+
+def _ids(rows: int, width: int, device: str):
+    import torch
+    return torch.randint(0, WARMUP_VOCAB, (rows, width), device=device)
+
+
+def _left_padded(ids):
+    """A mask with half the rows left-padded over half their width."""
+    import torch
+    mask = torch.ones_like(ids)
+    mask[: ids.shape[0] // 2, : ids.shape[1] // 2] = 0
+    return mask
 
 
 def _odd_total(mask):
     """``mask`` with one more token padded, so the unpadded total is not a multiple of 16. Triton
-    compiles a kernel once per divisibility of its integer arguments (by 16 or not): an eager job's
-    real rows have any total, and on an H100 (2026-11-27) a job after the warm-up still compiled
-    fla's ``layer_norm_bwd_kernel_row`` variants for its own totals."""
+    compiles a kernel once per divisibility of its integer arguments (by 16 or not), and an eager
+    job's real rows have any total."""
     odd = mask.clone()
     odd[-1, 0] = 0
     return odd

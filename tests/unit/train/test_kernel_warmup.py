@@ -157,9 +157,40 @@ def test_saving_tunings_autotunes_every_kernel(tmp_path, cache, monkeypatch, sav
 def test_an_eager_shape_is_warmed_on_an_unpadded_total_of_each_divisibility(width):
     """Triton compiles a kernel per divisibility by 16 of its integer arguments: the warm-up's left-padded
     rows unpad to a multiple of 16 tokens, its second mask to a total that is not one, still left-padded."""
-    mask = torch.ones(8, width, dtype=torch.long)
-    mask[:4, : width // 2] = 0
+    mask = W._left_padded(torch.ones(8, width, dtype=torch.long))
     odd = W._odd_total(mask)
     assert int(mask.sum()) % 16 == 0 and int(odd.sum()) % 16 != 0
     assert all(row.tolist() == sorted(row.tolist()) for row in odd)  # zeros, then ones: left-padded
     assert int(mask.sum()) == 6 * width  # the mask itself is untouched
+
+
+def test_an_eager_shape_is_warmed_at_every_width_its_batches_can_take():
+    """An eager batch is padded to its longest row, and fla's norm kernels compile per row count: the
+    bucket widths' calls together cover every width from 1 to the widest, each once."""
+    buckets = (16, 32, 256)
+    assert list(W.eager_widths(buckets, 16)) == list(range(1, 17))
+    assert list(W.eager_widths(buckets, 256)) == list(range(33, 257))
+    assert sorted(w for b in buckets for w in W.eager_widths(buckets, b)) == list(range(1, 257))
+
+
+class RecordingModel:
+    """Stands for the one-layer model on the CPU: what each training call got, and that it backpropagated."""
+
+    def __init__(self):
+        self.weight = torch.ones((), requires_grad=True)
+        self.calls = []
+
+    def __call__(self, input_ids, attention_mask):
+        self.calls.append((tuple(input_ids.shape), attention_mask.clone()))
+        return type("Out", (), {"logits": self.weight * input_ids.float()})()
+
+
+def test_eager_widths_train_on_left_padded_rows_and_the_widest_on_an_odd_total_too():
+    model = RecordingModel()
+    W.train_eager_widths(model, 8, range(17, 33), "cpu")
+    shapes = [shape for shape, _ in model.calls]
+    assert shapes == [(8, w) for w in range(17, 33)] + [(8, 32)]
+    for _, mask in model.calls:  # rows are left-padded: zeros, then ones
+        assert all(row.tolist() == sorted(row.tolist()) for row in mask) and 0 < int(mask.sum()) < mask.numel()
+    assert int(model.calls[-2][1].sum()) % 16 == 0 and int(model.calls[-1][1].sum()) % 16 != 0
+    assert model.weight.grad is not None
