@@ -135,8 +135,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     from .graphs import GraphedAdamW, GraphedSteps, layout_for, resolve_modes, set_optimizer_mode
     from .hf_trainer import (LatTrainer, build_scheduler, finish_distributed, training_arguments, user_arguments,
                              world_size)
-    from .models import (build_base_model, count_params, load_tokenizer, mamba_fast_path_available,
-                         mamba_fast_path_note, wrap_peft)
+    from .models import build_base_model, count_params, load_tokenizer, mamba_path, wrap_peft
     from .tracker_run import attach as attach_tracker_run
     from .tracking import Trackers, public_config
 
@@ -166,8 +165,7 @@ def run(cfg: JobConfig, events: EventWriter, resume: bool, debug: bool = False,
     else:
         tokenizer.padding_side = "left"
     base = build_base_model(cfg, tokenizer)
-    mamba_fast = mamba_fast_path_available() if cfg.model.family == "mamba" else None
-    fast_note = mamba_fast_path_note(cfg.model.family, device.type, bool(mamba_fast))
+    mamba_fast, fast_note = mamba_path(cfg.model.family, device.type)
     if fast_note and is_main:
         log(fast_note)
     setup.lap("model")

@@ -64,6 +64,14 @@ def mamba_fast_path_note(family: str, device_type: str, available: bool) -> str 
             "environment: pip install mamba-ssm causal-conv1d")
 
 
+def mamba_path(family: str, device_type: str) -> tuple[bool | None, str | None]:
+    """A job's Mamba kernels, as its started event and log say them, alone or as a fused member:
+    whether the fast kernels are usable (None: not a Mamba job) and the slow-path note (None: none
+    due)."""
+    fast = mamba_fast_path_available() if family == "mamba" else None
+    return fast, mamba_fast_path_note(family, device_type, bool(fast))
+
+
 def _tiny_model(cfg: JobConfig, tokenizer) -> nn.Module:
     """A randomly initialised small model sized from model.tiny, vocab from the tokenizer."""
     family = cfg.model.family

@@ -76,10 +76,9 @@ class Event:
 @dataclass(frozen=True, kw_only=True)
 class Started(Event):
     """The job began training: what it is, where it runs and how it was set up. A job alone and a
-    fused member share every field but these: ``gradient_checkpointing``, ``dataloader``,
-    ``setup_s``, ``mamba_fast_path`` and ``slow_path_warning`` are a job alone's (a member has no
-    loader or set-up of its own: its group's), ``fused_group`` (the group's size) only a member's;
-    ``world`` and ``pretrain`` (the resolved preset) are the pretraining trainer's."""
+    fused member share every field but these: ``gradient_checkpointing`` and ``dataloader`` are a
+    job alone's (a member has no loader of its own: its group's), ``fused_group`` (the group's size)
+    only a member's; ``world`` and ``pretrain`` (the resolved preset) are the pretraining trainer's."""
 
     kind: ClassVar[str] = "started"
     pid: int | None = None

@@ -86,6 +86,10 @@ def started(m: Member, group, resumed: bool, setup_s: dict | None = None) -> Non
     tracked = m.out.trackers
     for note in tracked.notes:   # a tracker skipped (not installed), as a job alone logs it
         m.out.log(note)
+    from ..models import mamba_path
+    mamba_fast, slow_note = mamba_path(cfg.model.family, group.device.type)
+    if slow_note:   # the group's kernels are the member's: it says so as a job alone does
+        m.out.log(slow_note)
     optimizer_state = None if not resumed else \
         ("restored" if group.data[run.member.index].resumed["optimizer_restored"] else "fresh")
     m.out.events.write(started_event(
@@ -93,7 +97,7 @@ def started(m: Member, group, resumed: bool, setup_s: dict | None = None) -> Non
         train_examples=len(run.train_ex), lr_scheduler=sched_name, warmup_steps=warm,
         logits_to_keep=m.view._lat_ltk[0], resumed_from=run.step if resumed else None,
         optimizer_state=optimizer_state, report_to=tracked.active, modes=group.modes, fused_group=len(group.runs),
-        setup_s=setup_s))
+        setup_s=setup_s, mamba_fast_path=mamba_fast, slow_path_warning=slow_note))
     m.out.log(f"started {cfg.name} in a fused group of {len(group.runs)}: {cfg.model.family} "
               f"{cfg.model.name_or_path} on {group.device.type}, {cfg.peft.method} r{cfg.peft.r} trainable "
               f"{trainable:,} params, data {cfg.data_name} ({len(run.train_ex)} train), batch {tr.batch_size} x "
