@@ -2,6 +2,8 @@
 from argparse import Namespace
 from pathlib import Path
 
+import pytest
+
 from bench.bench_suite_throughput import EARLY_STEPS, compare_losses, plan_mapping
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,6 +19,8 @@ def test_the_loss_check_asks_1e_2_of_the_early_steps_and_reports_the_whole_curve
     check = compare_losses(_side({"a": ref}), _side({"a": close}))
     assert check["ok"] and check["step1_rel_diff"] == 5e-3 and check["max_rel_diff"] == 1.5
     assert check["worst_job"] == "a"
+    late = abs(0.02 - 0.05) / 0.02   # the mean: every step's difference, the early ones 5e-3 each
+    assert check["mean_rel_diff"] == pytest.approx((EARLY_STEPS * 5e-3 + late) / (EARLY_STEPS + 2), abs=1e-6)
     off = list(close)
     off[EARLY_STEPS - 1] = ref[EARLY_STEPS - 1] * 1.02
     assert not compare_losses(_side({"a": ref}), _side({"a": off}))["ok"]
