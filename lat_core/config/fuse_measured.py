@@ -74,12 +74,17 @@ MEASURED: tuple[FuseMeasurement, ...] = (
         "--steps 30 --sides lat-eager,lat+fuse",
         note="Mamba-130m shape, random weights, transformers' slow path (no mamba_ssm on the machine), "
              "8 jobs on the SST-2 sample: steady 5,267 vs 3,009 tokens/s, wall 28.4 vs 40.6 s, GPU peak "
-             "17.6 vs 27.1 GiB; bench/RESULTS.md 2026-11-26 (seventh session)"),
-    # 256-token Mamba rows: no group measured. On an H100 80GB (2026-11-27, slow path) a job peaks at 39.8 GiB
-    # and trains ~520 tokens/s; two members do not fit in one group, so `lat+fuse` trained them alone as well
-    # (wall 223.0 vs 219.3 s, losses equal). On the H200 (2026-11-26) the process-per-job side ran out of memory:
-    # the bench's long rows then passed as SST-2 (short-sentence prior); now RTE, judged long. bench/RESULTS.md
-    FuseMeasurement("mamba", Rows.LONG, None),
+             "17.6 vs 27.1 GiB; bench/RESULTS.md 2026-11-26 (seventh session). With the fast kernels (H200, "
+             "2026-11-27, fourteenth session): 11,994 vs 7,903 tokens/s (1.52x), GPU peak 3.0 vs 12.2 GiB"),
+    FuseMeasurement(
+        "mamba", Rows.LONG, 1.33, "H200", "2026-11-27",
+        "bench/bench_suite_throughput.py --gpu 0 --suite mamba_lora --sweep train.lr=1e-3,5e-4,2e-4,1e-4 "
+        "--steps 40 --data long --sides lat-eager,lat+fuse",
+        note="Mamba-130m shape, random weights, 8 jobs at 16 x 256 tokens, the fast kernels (mamba_ssm 2.3.2.post1, "
+             "causal_conv1d 1.7.0, built for sm_90): steady 106,629 vs 79,941 tokens/s, wall 33.2 vs 36.0 s, GPU "
+             "peak 14.8 vs 22.6 GiB. On the slow path the group also won where it fit (H200, 4 jobs, 6 steps: "
+             "wall 156.3 vs 171.2 s, 3 members a group); on an H100 80GB two slow-path members do not fit, so "
+             "admission trains them alone whatever this says. bench/RESULTS.md 2026-11-27 (fourteenth session)"),
 )
 
 
