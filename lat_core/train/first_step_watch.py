@@ -31,6 +31,7 @@ BACKEND_COMPILER = ("/triton/backends/", "/compiler.py")  # e.g. nvidia/compiler
 JIT = "/triton/runtime/jit.py"
 FLA = ("/fla/ops/", "/fla/modules/", "/fla/layers/")
 FLA_AUTOTUNE_WRAPPER = "/fla/ops/utils/cache.py"  # its ``run`` is no kernel's caller: name the one above it
+AFTER_S, EVERY_S, QUIET_S = 20.0, 30.0, 120.0  # the first line's wait, between lines, before "other" is said
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,13 @@ class FirstStepWatch:
     until ``stepped()`` is true or the block ends, logs what the trainer is doing (:func:`busiest`): a compile or
     autotune at once, anything else only past ``quiet_s`` and then every ``quiet_s``."""
 
-    def __init__(self, stepped: Callable[[], bool], log: Callable[[str], None], *, after_s: float = 20.0,
-                 every_s: float = 30.0, quiet_s: float = 120.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, stepped: Callable[[], bool], log: Callable[[str], None], *, after_s: float | None = None,
+                 every_s: float | None = None, quiet_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self._stepped, self._log, self._clock = stepped, log, clock
-        self._after_s, self._every_s, self._quiet_s = after_s, every_s, quiet_s
+        self._after_s = AFTER_S if after_s is None else after_s
+        self._every_s = EVERY_S if every_s is None else every_s
+        self._quiet_s = QUIET_S if quiet_s is None else quiet_s
         self._main = threading.main_thread().ident
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="lat-first-step-watch", daemon=True)

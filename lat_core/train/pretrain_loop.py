@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import resource
@@ -13,6 +14,7 @@ import torch.distributed as dist
 
 from lat_core.contract.jobdir import CheckpointSaved, Eval, Event, EventWriter, Finished, JobDir, Memory, Started, Step
 from lat_core.contract.jobdir.names import checkpoint_folder
+from lat_core.train.first_step_watch import FirstStepWatch
 from lat_core.train.pretrain_config import VOCAB, PretrainConfig
 
 
@@ -90,8 +92,11 @@ def run(cfg: PretrainConfig, accum: int, out: Path) -> int:
         print(f"pretrain: {params / 1e6:.1f}M params, world {world}, grad_accum {accum}, "
               f"{cfg.total_batch_size} tokens/step, torch.compile {'on' if cfg.compile else 'off'}, "
               f"W&B run {cfg.wandb_run if cfg.uses_wandb else 'none (WANDB_RUN=dummy)'}", flush=True)
+    say = (lambda line: print(line, flush=True)) if rank == 0 else (lambda _line: None)
     for step in range(cfg.num_iterations):
-        loss, seconds = _train_step(ddp, opt, tokens, step, rank, world, accum, cfg, device)
+        # the first step compiles fla's kernels (minutes on a fresh machine): the log says so meanwhile
+        with FirstStepWatch(lambda: False, say) if step == 0 else contextlib.nullcontext():
+            loss, seconds = _train_step(ddp, opt, tokens, step, rank, world, accum, cfg, device)
         tok_s = cfg.total_batch_size / seconds
         _write(events, Step(step=step + 1, loss=loss, lr=lr_at(cfg, step), tokens_per_s=tok_s))
         if tracker is not None:

@@ -2,38 +2,19 @@
 compiling GPU kernels (named by the fla function that asked), else, past a long wait, where it is.
 
 The stacks are real: modules laid out on disk as Triton's and fla's are, their functions called."""
-import importlib.util
 import sys
 import threading
 
 import pytest
 
 from lat_core.train.first_step_watch import FirstStepWatch, doing
+from tests.helpers.fake_stacks import fake_stacks
 from tests.helpers.waits import HANG_S
-
-FILES = {
-    "triton/runtime/autotuner.py": "def _bench(then):\n    return then()\n",
-    "triton/compiler/compiler.py": "def compile(then):\n    return then()\n",
-    "triton/backends/nvidia/compiler.py": "def make_llir(then):\n    return then()\n",
-    "triton/backends/nvidia/driver.py": "def launch(then):\n    return then()\n",
-    "fla/ops/common/chunk_h.py": "def chunk_fwd_h(kernel, then):\n    return kernel(then)\n",
-    "fla/ops/utils/cache.py": "def run(kernel, then):\n    return kernel(then)\n",
-    "trainer/loop.py": "def train(then):\n    return then()\n",
-}
 
 
 @pytest.fixture
 def code(tmp_path):
-    """Each file above, loaded as a module of its own (a name that clashes with no installed package)."""
-    mods = {}
-    for rel, text in FILES.items():
-        path = tmp_path / "site" / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        spec = importlib.util.spec_from_file_location(f"watch_fixture_{len(mods)}", path)
-        mods["/".join(rel.split("/")[-2:]).removesuffix(".py")] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return mods
+    return fake_stacks(tmp_path)
 
 
 def here():
