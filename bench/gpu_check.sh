@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU check on a bare GPU machine that has torch (the lent device; any server of ours):
-#   bash bench/gpu_check.sh start [--tests-only | --bench-only] [--steps N] [-- PYTEST_ARGS...]
+#   bash bench/gpu_check.sh start [--tests-only | --bench-only | --contention-only] [--steps N] [-- PYTEST_ARGS...]
 #   bash bench/gpu_check.sh poll SECONDS     # wait until done or SECONDS passed; the logs' tails
 #   bash bench/gpu_check.sh finish [DIR]     # logs, JSON and the Triton cache into DIR (default $OUT)
 #
@@ -11,6 +11,8 @@
 # for 6-12 minutes on a fresh machine: once per machine and shape, not once per call), then runs,
 # detached (setsid): `pytest -m gpu tests/gpu` (the OOM and monitor tests alone on the card first:
 # the OOM test fills it), then the suite bench on both data sets (sides old, lat-eager, lat).
+# --contention-only: bench/autotune_contention.py instead (fla's autotune picks under eight processes
+# against one alone; about 15 minutes), its contention.json among the logs.
 # Everything it writes is under $LAT_GPU_CHECK_DIR (default /tmp/lat-gpu-check): tree/, site/,
 # tcache/, logs/. finish packs the cache as xz pieces under 15 MB (tcache/tc.xz.*), keeping only
 # what Triton loads (bench/triton_cache.py), so the next call can carry it back as .tcache/.
@@ -60,6 +62,7 @@ start() {
     case $1 in
       --tests-only) what=tests ;;
       --bench-only) what=bench ;;
+      --contention-only) what=contention ;;
       --steps) steps=$2; shift ;;
       --) shift; pytest_args=("$@"); break ;;
       *) echo "gpu_check start: unknown option $1" >&2; exit 2 ;;
@@ -85,7 +88,7 @@ run() {
   local what=$1 steps=$2 pytest=(python3 -m pytest -v -rA -p no:cacheprovider --timeout 1800 --durations=0 -m gpu)
   environment
   cd "$work/tree"
-  if [[ $what != bench ]]; then
+  if [[ $what == all || $what == tests ]]; then
     eval "set -- $(cat "$work/pytest_args")"
     local alone=() rest=()
     for arg in "$@"; do [[ $arg == tests/gpu || $arg == tests/gpu/ ]] && alone+=(tests/gpu/test_monitor_and_oom_gpu.py); done
@@ -93,9 +96,13 @@ run() {
     ((${#alone[@]})) && { "${pytest[@]}" "${alone[@]}" > "$logs/tests_alone.log" 2>&1 || true; }
     "${pytest[@]}" "${rest[@]}" > "$logs/tests.log" 2>&1 || true
   fi
-  if [[ $what != tests ]]; then
+  if [[ $what == all || $what == bench ]]; then
     python3 bench/bench_suite_throughput.py --gpu 0 --steps "$steps" --data tiny,long --sides old,lat-eager,lat \
       --out "$work/suite" --json "$logs/suite.json" > "$logs/suite.log" 2>&1 || true
+  fi
+  if [[ $what == contention ]]; then
+    python3 bench/autotune_contention.py --out "$work/contention" > "$logs/contention.log" 2>&1 || true
+    cp "$work/contention/contention.json" "$logs/" 2>/dev/null || true
   fi
   echo "gpu_check: done $(date -u +%FT%TZ)" >> "$logs/driver.log"
 }
@@ -125,5 +132,5 @@ case ${1:-} in
   run) shift; run "$@" ;;
   poll) shift; poll "$@" ;;
   finish) shift; finish "$@" ;;
-  *) echo "usage: bash bench/gpu_check.sh start [--tests-only|--bench-only] [--steps N] [-- PYTEST_ARGS] | poll SECONDS | finish [DIR]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu_check.sh start [--tests-only|--bench-only|--contention-only] [--steps N] [-- PYTEST_ARGS] | poll SECONDS | finish [DIR]" >&2; exit 2 ;;
 esac

@@ -67,3 +67,14 @@ def test_a_second_start_while_one_runs_is_refused_and_bad_options_are_usage_erro
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_the_contention_check_runs_alone_and_on_the_cpu_says_there_is_nothing_to_measure(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "no-wheels").mkdir(parents=True)
+    (work / "tcache").mkdir()
+    assert gpu_check(work, "start", "--contention-only").returncode == 0
+    assert "not running" in gpu_check(work, "poll", "240").stdout
+    assert gpu_check(work, "finish", str(out)).returncode == 0
+    assert "no GPU on this machine: nothing to measure" in (out / "contention.log").read_text()
+    assert not (out / "tests.log").exists() and not (out / "suite.log").exists()
