@@ -49,12 +49,17 @@ def suite_shape(width: int, rows: int) -> KernelShape:
 
 def tune(shapes: Path, name: str, out: Path) -> subprocess.Popen:
     """A warm-up that autotunes every kernel and saves its picks as a table in out/tables/name."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "TRITON_CACHE_DIR": str(out / "caches" / name), "LAT_KERNEL_TUNINGS_DIR": str(out / "tables" / name)}
     (out / "tables" / name).mkdir(parents=True, exist_ok=True)
-    log = open(out / f"tune-{name}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "lat_core.train.kernel_warmup", "--shapes", str(shapes),
-                             "--save-tunings"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(out / f"tune-{name}.log", "w") as log:   # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "lat_core.train.kernel_warmup", "--shapes", str(shapes),
+                                 "--save-tunings"], env=child_env(out, name, name), stdout=log,
+                                stderr=subprocess.STDOUT)
+
+
+def child_env(out: Path, cache: str, table: str) -> dict[str, str]:
+    """A child's environment: this tree importable, Triton's cache out/caches/cache, tunings out/tables/table."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "TRITON_CACHE_DIR": str(out / "caches" / cache), "LAT_KERNEL_TUNINGS_DIR": str(out / "tables" / table)}
 
 
 def finish(procs: dict[str, subprocess.Popen], started: float) -> dict[str, float]:
@@ -104,10 +109,8 @@ def distinct_tables(alone: dict[str, str], contended: dict[str, dict[str, str]])
 def time_step(shapes: Path, table: str, out: Path, repeats: int) -> float:
     """Median milliseconds of the layer's forward and backward, seeded from out/tables/table, in a
     fresh process and Triton cache (so it compiles exactly those picks)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "TRITON_CACHE_DIR": str(out / "caches" / f"time-{table}"), "LAT_KERNEL_TUNINGS_DIR": str(out / "tables" / table)}
     done = subprocess.run([sys.executable, __file__, "--time-one", str(shapes), "--repeats", str(repeats)],
-                          env=env, capture_output=True, text=True)
+                          env=child_env(out, f"time-{table}", table), capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"autotune_contention: timing {table} failed: {done.stderr[-2000:]}")
     return float(done.stdout.strip().splitlines()[-1])
