@@ -271,6 +271,13 @@ def processes_under(folder: Path) -> list[psutil.Process]:
     return found
 
 
+def titles_still_running(procs: list[psutil.Process]) -> list[str]:
+    """The titles of those of ``procs`` that have not begun to exit. A process listed a moment ago
+    may be exiting since: once the kernel has freed its memory its cmdline reads "" (then it is a
+    zombie, then gone), which says nothing of what it was; the wait that follows sees it end."""
+    return [title for title in (title_of(p.pid) for p in procs) if title]
+
+
 def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_slot(tmp_path, base):
     store, run_id = make_run(tmp_path, base, "true", **{k: LONG for k in MEMBERS})
     engine = Engine(store)
@@ -283,7 +290,7 @@ def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_sl
     assert all(j.error == "cancelled by user" and j.last_step < 400 for j in jobs_.values())
     assert store.run(run_id).state == "cancelled" and not store.open_attempts(run_id)
     left = processes_under(tmp_path)  # the trainer is gone; its runner may still be exiting after its record
-    assert all(title_of(p.pid).startswith("lat runner: ") for p in left), [title_of(p.pid) for p in left]
+    assert all(title.startswith("lat runner: ") for title in titles_still_running(left)), titles_still_running(left)
     assert not psutil.wait_procs(left, timeout=HANG_S)[1]
     store.add_command(run_id, AddJobs((fake_job(tmp_path, "z", sleep=0.1),)))
     drain(engine)
@@ -310,7 +317,7 @@ def test_a_group_process_that_outlives_its_last_member_is_killed_before_the_slot
     assert told(store, run_id, store.job(last.job_id)).count(
         "the group's process was still running 2 s after its last member left: killed") == 1
     left = processes_under(tmp_path)
-    assert all(title_of(p.pid).startswith("lat runner: ") for p in left), [title_of(p.pid) for p in left]
+    assert all(title.startswith("lat runner: ") for title in titles_still_running(left)), titles_still_running(left)
     assert not psutil.wait_procs(left, timeout=HANG_S)[1]
 
 
