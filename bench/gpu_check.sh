@@ -12,7 +12,8 @@
 # detached (setsid): `pytest -m gpu tests/gpu` (the OOM and monitor tests alone on the card first:
 # the OOM test fills it), then the suite bench on both data sets (sides old, lat-eager, lat).
 # --contention-only: bench/autotune_contention.py instead (fla's autotune picks under eight processes
-# against one alone; about 15 minutes), its contention.json among the logs.
+# against one alone, each set of picks timed as a graphed and an eager step; 15-20 minutes), its
+# contention.json among the logs (written after each stage: the picks stand if the timings fail).
 # Everything it writes is under $LAT_GPU_CHECK_DIR (default /tmp/lat-gpu-check): tree/, site/,
 # tcache/, logs/. finish packs the cache as xz pieces under 15 MB (tcache/tc.xz.*), keeping only
 # what Triton loads (bench/triton_cache.py), so the next call can carry it back as .tcache/.
