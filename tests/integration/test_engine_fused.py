@@ -290,7 +290,8 @@ def test_cancelling_the_run_cancels_every_member_ends_the_group_and_frees_the_sl
     assert all(j.error == "cancelled by user" and j.last_step < 400 for j in jobs_.values())
     assert store.run(run_id).state == "cancelled" and not store.open_attempts(run_id)
     left = processes_under(tmp_path)  # the trainer is gone; its runner may still be exiting after its record
-    assert all(title.startswith("lat runner: ") for title in titles_still_running(left)), titles_still_running(left)
+    titles = titles_still_running(left)
+    assert all(title.startswith("lat runner: ") for title in titles), titles
     assert not psutil.wait_procs(left, timeout=HANG_S)[1]
     store.add_command(run_id, AddJobs((fake_job(tmp_path, "z", sleep=0.1),)))
     drain(engine)
@@ -317,7 +318,8 @@ def test_a_group_process_that_outlives_its_last_member_is_killed_before_the_slot
     assert told(store, run_id, store.job(last.job_id)).count(
         "the group's process was still running 2 s after its last member left: killed") == 1
     left = processes_under(tmp_path)
-    assert all(title.startswith("lat runner: ") for title in titles_still_running(left)), titles_still_running(left)
+    titles = titles_still_running(left)
+    assert all(title.startswith("lat runner: ") for title in titles), titles
     assert not psutil.wait_procs(left, timeout=HANG_S)[1]
 
 
