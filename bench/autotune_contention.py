@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_suite_throughput import MODEL_1B3  # noqa: E402
 from lat_core.config.job import GlaSection  # noqa: E402
-from lat_core.contract.kernel_tunings import DIR_VARIABLE, VARIABLES  # noqa: E402
+from lat_core.contract.kernel_tunings import DIR_VARIABLE, VARIABLES, read_table  # noqa: E402
 from lat_core.contract.kernel_warmup import KernelShape, read_shapes, write_shapes  # noqa: E402
 
 
@@ -115,7 +115,8 @@ def picks(table_dir: Path) -> dict[str, str]:
 
 
 def table_picks(table: Path) -> dict[str, str]:
-    kernels = json.loads(table.read_text())["kernels"]
+    """``kernel|key`` -> config text of a table as tuned_kernels writes it (read and checked by the contract)."""
+    kernels = read_table(table)
     return {f"{kernel}|{json.dumps(e['key'])}": json.dumps(e["config"], sort_keys=True)
             for kernel, entries in kernels.items() for e in entries}
 
@@ -218,8 +219,9 @@ def run(args, *, tune_fn=tune, time_fn=time_step, shipped: Path | None = None) -
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     shapes = out / "shapes.json"
-    write_shapes(shapes, [suite_shape(args.width, args.rows)])
-    result: dict = {"shape": suite_shape(args.width, args.rows).describe(), "processes": args.processes}
+    shape = suite_shape(args.width, args.rows)
+    write_shapes(shapes, [shape])
+    result: dict = {"shape": shape.describe(), "processes": args.processes}
     started = time.time()
     alone_wall = finish({"alone": tune_fn(shapes, "alone", out)}, started)["alone"]
     started = time.time()
