@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU check on a bare GPU machine that has torch (the lent device; any server of ours):
-#   bash bench/gpu_check.sh start [--tests-only | --bench-only | --contention-only] [--steps N] [-- PYTEST_ARGS...]
+#   bash bench/gpu_check.sh start [--tests-only | --bench-only | --contention-only [--width W]] [--steps N] [-- PYTEST_ARGS...]
 #   bash bench/gpu_check.sh poll SECONDS     # wait until done or SECONDS passed; the logs' tails
 #   bash bench/gpu_check.sh finish [DIR]     # logs, JSON and the Triton cache into DIR (default $OUT)
 #
@@ -13,7 +13,8 @@
 # the OOM test fills it), then the suite bench on both data sets (sides old, lat-eager, lat).
 # --contention-only: bench/autotune_contention.py instead (fla's autotune picks under eight processes
 # against one alone, each set of picks timed as a graphed and an eager step; 15-20 minutes), its
-# contention.json among the logs (written after each stage: the picks stand if the timings fail).
+# contention.json among the logs (written after each stage: the picks stand if the timings fail);
+# --width: its row width (default 16, the SST-2 suite's; 256 for --data long's rows).
 # Everything it writes is under $LAT_GPU_CHECK_DIR (default /tmp/lat-gpu-check): tree/, site/,
 # tcache/, logs/. finish packs the cache as xz pieces under 15 MB (tcache/tc.xz.*), keeping only
 # what Triton loads (bench/triton_cache.py), so the next call can carry it back as .tcache/.
@@ -58,13 +59,14 @@ restore_cache() {
 }
 
 start() {
-  local what=all steps=100 pytest_args=()
+  local what=all steps=100 width=16 pytest_args=()
   while (($#)); do
     case $1 in
       --tests-only) what=tests ;;
       --bench-only) what=bench ;;
       --contention-only) what=contention ;;
       --steps) steps=$2; shift ;;
+      --width) width=$2; shift ;;
       --) shift; pytest_args=("$@"); break ;;
       *) echo "gpu_check start: unknown option $1" >&2; exit 2 ;;
     esac
@@ -79,14 +81,17 @@ start() {
   environment
   ((${#pytest_args[@]})) || pytest_args=(tests/gpu)
   printf '%q ' "${pytest_args[@]}" > "$work/pytest_args"
-  (cd "$work/tree" && setsid nohup bash "$work/tree/bench/gpu_check.sh" run "$what" "$steps" \
-     > "$logs/driver.log" 2>&1 < /dev/null & echo $! > "$pidfile")
-  echo "gpu_check: started (pid $(cat "$pidfile")); logs in $logs"
+  rm -f "$pidfile"
+  (cd "$work/tree" && setsid nohup bash "$work/tree/bench/gpu_check.sh" run "$what" "$steps" "$width" \
+     > "$logs/driver.log" 2>&1 < /dev/null &)
+  for _ in $(seq 50); do [[ -s $pidfile ]] && break; sleep 0.2; done   # run writes its own pid
+  echo "gpu_check: started (pid $(cat "$pidfile" 2>/dev/null || echo '?')); logs in $logs"
 }
 
 # The detached part, run from the tree's copy.
 run() {
-  local what=$1 steps=$2 pytest=(python3 -m pytest -v -rA -p no:cacheprovider --timeout 1800 --durations=0 -m gpu)
+  echo $$ > "$pidfile"   # its own pid: setsid may fork, so the pid of start's child exits at once (poll then saw nothing)
+  local what=$1 steps=$2 width=$3 pytest=(python3 -m pytest -v -rA -p no:cacheprovider --timeout 1800 --durations=0 -m gpu)
   environment
   cd "$work/tree"
   if [[ $what == all || $what == tests ]]; then
@@ -102,7 +107,7 @@ run() {
       --out "$work/suite" --json "$logs/suite.json" > "$logs/suite.log" 2>&1 || true
   fi
   if [[ $what == contention ]]; then
-    python3 bench/autotune_contention.py --out "$work/contention" > "$logs/contention.log" 2>&1 || true
+    python3 bench/autotune_contention.py --out "$work/contention" --width "$width" > "$logs/contention.log" 2>&1 || true
     cp "$work/contention/contention.json" "$logs/" 2>/dev/null || true
   fi
   echo "gpu_check: done $(date -u +%FT%TZ)" >> "$logs/driver.log"
@@ -133,5 +138,5 @@ case ${1:-} in
   run) shift; run "$@" ;;
   poll) shift; poll "$@" ;;
   finish) shift; finish "$@" ;;
-  *) echo "usage: bash bench/gpu_check.sh start [--tests-only|--bench-only|--contention-only] [--steps N] [-- PYTEST_ARGS] | poll SECONDS | finish [DIR]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu_check.sh start [--tests-only|--bench-only|--contention-only [--width W]] [--steps N] [-- PYTEST_ARGS] | poll SECONDS | finish [DIR]" >&2; exit 2 ;;
 esac
