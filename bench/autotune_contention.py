@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -217,7 +218,7 @@ def shipped_table() -> Path | None:
 def run(args, *, tune_fn=tune, time_fn=time_step, shipped: Path | None = None) -> dict:
     """The stages in order, writing contention.json after each; the result."""
     out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    fresh_start(out)
     shapes = out / "shapes.json"
     shape = suite_shape(args.width, args.rows)
     write_shapes(shapes, [shape])
@@ -239,6 +240,15 @@ def run(args, *, tune_fn=tune, time_fn=time_step, shipped: Path | None = None) -
     result["step_ms"] = time_tables(distinct_tables(alone, others), shapes, out, args.repeats, time_fn)
     save(out, result)
     return result
+
+
+def fresh_start(out: Path) -> None:
+    """``out`` without a former run's tables, caches and JSON: a tuning that saved nothing must not
+    be read as a former one's picks, and a warm Triton cache would skip the autotuning measured."""
+    for stale in ("tables", "caches"):
+        shutil.rmtree(out / stale, ignore_errors=True)
+    (out / "contention.json").unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
 
 
 def time_tables(groups: dict[str, str], shapes: Path, out: Path, repeats: int, time_fn) -> dict[str, dict]:

@@ -121,3 +121,16 @@ def test_children_tune_and_time_with_their_own_cache_and_tables_whatever_the_cal
     assert "LAT_KERNEL_TUNINGS" not in env
     assert "LAT_KERNEL_TUNINGS_DIR" not in A.child_env(tmp_path / "cache", None)   # the shipped tables
     assert str(A.ROOT) in env["PYTHONPATH"].split(os.pathsep)
+
+
+def test_a_rerun_into_the_same_folder_reads_only_its_own_tunings(tmp_path):
+    stale = tmp_path / "tables" / "contended-1" / "NVIDIA_H100.json"   # a former run's, of another GPU name
+    stale.parent.mkdir(parents=True)
+    stale.write_text(_table({"k1": [_entry(16, 2)]}))
+    warm = tmp_path / "caches" / "alone" / "kernel.cubin"
+    warm.parent.mkdir(parents=True)
+    warm.write_text("compiled")
+    args = argparse.Namespace(out=str(tmp_path), processes=2, width=16, rows=8, repeats=5)
+    result = A.run(args, tune_fn=FakeTunings().tune, time_fn=FakeTunings().time)
+    assert not stale.exists() and not warm.exists()
+    assert result["picks"]["differ_per_process"] == {"contended-0": 0, "contended-1": 1}
