@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU check on a bare GPU machine that has torch (the lent device; any server of ours):
-#   bash bench/gpu_check.sh start [--tests-only | --bench-only | --contention-only [--width W]] [--steps N] [-- PYTEST_ARGS...]
+#   bash bench/gpu_check.sh start [--tests-only | --bench-only | --contention-only [--width W]] [--steps N]
+#                                 [--data D] [--sides S] [-- PYTEST_ARGS...]
 #   bash bench/gpu_check.sh poll SECONDS     # wait until done or SECONDS passed; the logs' tails
 #   bash bench/gpu_check.sh finish [DIR]     # logs, JSON and the Triton cache into DIR (default $OUT)
 #
@@ -10,7 +11,8 @@
 # device removes after each call), restores the Triton cache carried in .tcache/ (kernels compile
 # for 6-12 minutes on a fresh machine: once per machine and shape, not once per call), then runs,
 # detached (setsid): `pytest -m gpu tests/gpu` (the OOM and monitor tests alone on the card first:
-# the OOM test fills it), then the suite bench on both data sets (sides old, lat-eager, lat).
+# the OOM test fills it), then the suite bench on both data sets (sides old, lat-eager, lat; --data and
+# --sides choose others, as the bench's own options: --data long --sides lat-eager).
 # --contention-only: bench/autotune_contention.py instead (fla's autotune picks under eight processes
 # against one alone, each set of picks timed as a graphed and an eager step; 15-20 minutes), its
 # contention.json among the logs (written after each stage: the picks stand if the timings fail);
@@ -59,7 +61,7 @@ restore_cache() {
 }
 
 start() {
-  local what=all steps=100 width=16 pytest_args=()
+  local what=all steps=100 width=16 data=tiny,long sides=old,lat-eager,lat pytest_args=()
   while (($#)); do
     case $1 in
       --tests-only) what=tests ;;
@@ -67,6 +69,8 @@ start() {
       --contention-only) what=contention ;;
       --steps) steps=$2; shift ;;
       --width) width=$2; shift ;;
+      --data) data=$2; shift ;;
+      --sides) sides=$2; shift ;;
       --) shift; pytest_args=("$@"); break ;;
       *) echo "gpu_check start: unknown option $1" >&2; exit 2 ;;
     esac
@@ -81,6 +85,7 @@ start() {
   environment
   ((${#pytest_args[@]})) || pytest_args=(tests/gpu)
   printf '%q ' "${pytest_args[@]}" > "$work/pytest_args"
+  printf '%q ' --data "$data" --sides "$sides" > "$work/bench_args"
   rm -f "$pidfile"
   (cd "$work/tree" && setsid nohup bash "$work/tree/bench/gpu_check.sh" run "$what" "$steps" "$width" \
      > "$logs/driver.log" 2>&1 < /dev/null &)
@@ -103,7 +108,8 @@ run() {
     "${pytest[@]}" "${rest[@]}" > "$logs/tests.log" 2>&1 || true
   fi
   if [[ $what == all || $what == bench ]]; then
-    python3 bench/bench_suite_throughput.py --gpu 0 --steps "$steps" --data tiny,long --sides old,lat-eager,lat \
+    eval "set -- $(cat "$work/bench_args")"
+    python3 bench/bench_suite_throughput.py --gpu 0 --steps "$steps" "$@" \
       --out "$work/suite" --json "$logs/suite.json" > "$logs/suite.log" 2>&1 || true
   fi
   if [[ $what == contention ]]; then
@@ -138,5 +144,5 @@ case ${1:-} in
   run) shift; run "$@" ;;
   poll) shift; poll "$@" ;;
   finish) shift; finish "$@" ;;
-  *) echo "usage: bash bench/gpu_check.sh start [--tests-only|--bench-only|--contention-only [--width W]] [--steps N] [-- PYTEST_ARGS] | poll SECONDS | finish [DIR]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu_check.sh start [--tests-only|--bench-only|--contention-only [--width W]] [--steps N] [--data D] [--sides S] [-- PYTEST_ARGS] | poll SECONDS | finish [DIR]" >&2; exit 2 ;;
 esac
