@@ -23,9 +23,9 @@ row width, graphed (unmasked) rows:
    lone picks are timed first and again last, so the JSON shows the timing's own noise.
 The timing processes share the lone tuning's Triton cache, which holds every candidate compiled.
 Writes DIR/contention.json after each stage (picks first, then timings) and prints it at the end.
-Needs a GPU and fla; elsewhere it says so and exits 2. Expected cost: the lone tuning of the
-16-token shape took 256 s on an H200 (bench/RESULTS.md, 2026-11-26), eight at once some minutes
-more, the timings about 20 s each: 15-20 minutes of GPU time; run it detached
+Needs a GPU and fla; elsewhere it says so and exits 2. Cost at 16 tokens on an H100 (bench/RESULTS.md,
+2026-11-27): the lone tuning 341 s, eight at once 496 s, eleven timings about 3 minutes: 17 minutes of
+GPU time; at 256 tokens the lone tuning alone passed 520 s. Run it detached
 (``bash bench/gpu_check.sh start --contention-only``).
 """
 from __future__ import annotations
