@@ -87,7 +87,10 @@ start() {
   printf '%q ' "${pytest_args[@]}" > "$work/pytest_args"
   printf '%q ' --data "$data" --sides "$sides" > "$work/bench_args"
   rm -f "$pidfile"
-  (cd "$work/tree" && setsid nohup bash "$work/tree/bench/gpu_check.sh" run "$what" "$steps" "$width" \
+  # only the run goes to the background: a backgrounded `cd && setsid ...` list would wait on it in a
+  # subshell that keeps the caller's stdout open (a caller reading it waited for the whole check)
+  (cd "$work/tree" || exit 1
+   setsid nohup bash "$work/tree/bench/gpu_check.sh" run "$what" "$steps" "$width" \
      > "$logs/driver.log" 2>&1 < /dev/null &)
   for _ in $(seq 50); do [[ -s $pidfile ]] && break; sleep 0.2; done   # run writes its own pid
   echo "gpu_check: started (pid $(cat "$pidfile" 2>/dev/null || echo '?')); logs in $logs"

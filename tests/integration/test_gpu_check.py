@@ -78,3 +78,33 @@ def test_the_contention_check_runs_alone_and_on_the_cpu_says_there_is_nothing_to
     assert gpu_check(work, "finish", str(out)).returncode == 0
     assert "no GPU on this machine: nothing to measure" in (out / "contention.log").read_text()
     assert not (out / "tests.log").exists() and not (out / "suite.log").exists()
+
+
+def test_poll_waits_on_the_detached_run_itself_until_it_ends(tmp_path):
+    work, out, release = tmp_path / "work", tmp_path / "out", tmp_path / "release"
+    (work / "no-wheels").mkdir(parents=True)
+    (work / "tcache").mkdir()
+    held = tmp_path / "test_held.py"   # a GPU test that runs until this test releases it
+    held.write_text("import pathlib, time, pytest\n\n@pytest.mark.gpu\ndef test_held():\n"
+                    f"    while not pathlib.Path({str(release)!r}).exists():\n        time.sleep(0.1)\n")
+    assert gpu_check(work, "start", "--tests-only", "--", str(held)).returncode == 0   # returns while it runs
+    try:
+        pid = int((work / "run.pid").read_text())
+        assert "gpu_check.sh\x00run" in Path(f"/proc/{pid}/cmdline").read_text()   # the run, not a launcher
+        assert "still running" in gpu_check(work, "poll", "1").stdout
+    finally:
+        release.touch()
+    assert "not running" in gpu_check(work, "poll", "240").stdout
+    assert gpu_check(work, "finish", str(out)).returncode == 0
+    assert "1 passed" in (out / "tests.log").read_text()
+
+
+def test_the_bench_runs_the_data_and_sides_asked_for(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "no-wheels").mkdir(parents=True)
+    (work / "tcache").mkdir()
+    assert gpu_check(work, "start", "--bench-only", "--data", "long", "--sides", "lat-eager", "--steps", "2").returncode == 0
+    assert "not running" in gpu_check(work, "poll", "240").stdout
+    assert gpu_check(work, "finish", str(out)).returncode == 0
+    log = (out / "suite.log").read_text()
+    assert "== long: lat-eager" in log and "tiny" not in log and "== long: old" not in log, log
