@@ -87,8 +87,8 @@ start() {
   printf '%q ' "${pytest_args[@]}" > "$work/pytest_args"
   printf '%q ' --data "$data" --sides "$sides" > "$work/bench_args"
   rm -f "$pidfile"
-  # only the run goes to the background: a backgrounded `cd && setsid ...` list would wait on it in a
-  # subshell that keeps the caller's stdout open (a caller reading it waited for the whole check)
+  # only the run goes to the background: no launcher subshell outlives this call holding the caller's
+  # stdout, and the pid poll waits on is the run's own (run writes it)
   (cd "$work/tree" || exit 1
    setsid nohup bash "$work/tree/bench/gpu_check.sh" run "$what" "$steps" "$width" \
      > "$logs/driver.log" 2>&1 < /dev/null &)
@@ -98,7 +98,7 @@ start() {
 
 # The detached part, run from the tree's copy.
 run() {
-  echo $$ > "$pidfile"   # its own pid: setsid may fork, so the pid of start's child exits at once (poll then saw nothing)
+  echo $$ > "$pidfile"   # its own pid: the launcher's (setsid may fork) was gone after start's call, and poll saw nothing
   local what=$1 steps=$2 width=$3 pytest=(python3 -m pytest -v -rA -p no:cacheprovider --timeout 1800 --durations=0 -m gpu)
   environment
   cd "$work/tree"
