@@ -52,14 +52,25 @@ def test_no_jobs_gives_no_usage():
 
 
 def test_without_proc_the_parents_come_from_psutil(monkeypatch):
-    from_proc = parent_pids()
-    real_listdir = os.listdir
-    monkeypatch.setattr(os, "listdir", lambda path: (_ for _ in ()).throw(OSError("no /proc"))
-                        if path == "/proc" else real_listdir(path))
-    from_psutil = parent_pids()
-    assert os.getpid() in from_psutil and from_psutil[os.getpid()] == os.getppid()
-    stable = set(from_proc) & set(from_psutil)  # processes may come and go between the two listings
-    assert len(stable) > 1 and all(from_proc[p] == from_psutil[p] for p in stable)
+    # A tree of our own (this test -> runner -> its child): other processes on a busy machine may exit or be
+    # reparented between two listings, these two stay put while the test holds them.
+    runner = subprocess.Popen([sys.executable, "-c", PARENT])
+    try:
+        child = wait_for_child(runner.pid)
+        from_proc = parent_pids()
+        real_listdir = os.listdir
+        monkeypatch.setattr(os, "listdir", lambda path: (_ for _ in ()).throw(OSError("no /proc"))
+                            if path == "/proc" else real_listdir(path))
+        from_psutil = parent_pids()
+        for parents in (from_proc, from_psutil):
+            assert parents[os.getpid()] == os.getppid()
+            assert parents[runner.pid] == os.getpid() and parents[child] == runner.pid
+        assert len(set(from_proc) & set(from_psutil)) > 3   # the whole host, not only our tree
+    finally:
+        for proc in psutil.Process(runner.pid).children(recursive=True):
+            proc.kill()
+        runner.kill()
+        runner.wait()
 
 
 def test_a_forked_trainers_inherited_memory_is_not_counted():
