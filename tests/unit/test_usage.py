@@ -26,6 +26,14 @@ def wait_for_child(pid: int) -> int:
     raise AssertionError("the child never started")
 
 
+def kill_tree(runner: subprocess.Popen) -> None:
+    """The runner and every process under it, killed and reaped."""
+    for child in psutil.Process(runner.pid).children(recursive=True):
+        child.kill()
+    runner.kill()
+    runner.wait()
+
+
 def test_each_job_sums_its_own_tree_and_gpu_memory_of_its_members():
     trees = [subprocess.Popen([sys.executable, "-c", PARENT]) for _ in range(2)]
     try:
@@ -41,10 +49,7 @@ def test_each_job_sums_its_own_tree_and_gpu_memory_of_its_members():
         assert usage[12].rss_bytes == usage[12].gpu_bytes == 0
     finally:
         for p in trees:
-            for child in psutil.Process(p.pid).children(recursive=True):
-                child.kill()
-            p.kill()
-            p.wait()
+            kill_tree(p)
 
 
 def test_no_jobs_gives_no_usage():
@@ -67,10 +72,7 @@ def test_without_proc_the_parents_come_from_psutil(monkeypatch):
             assert parents[runner.pid] == os.getpid() and parents[child] == runner.pid
         assert len(set(from_proc) & set(from_psutil)) > 3   # the whole host, not only our tree
     finally:
-        for proc in psutil.Process(runner.pid).children(recursive=True):
-            proc.kill()
-        runner.kill()
-        runner.wait()
+        kill_tree(runner)
 
 
 def test_a_forked_trainers_inherited_memory_is_not_counted():
@@ -83,7 +85,4 @@ def test_a_forked_trainers_inherited_memory_is_not_counted():
         assert abs(whole - inherited - less) < (8 << 20)  # the tree's memory less what it had at fork
         assert job_usage({1: tree.pid}, GpuSnapshot(()), inherited={1: whole * 2})[1].rss_bytes == 0
     finally:
-        for child in psutil.Process(tree.pid).children(recursive=True):
-            child.kill()
-        tree.kill()
-        tree.wait()
+        kill_tree(tree)
