@@ -21,6 +21,14 @@ def gpu_check(work: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=HANG_S)
 
 
+def a_work_folder(tmp_path: Path) -> Path:
+    """gpu_check's folder with no wheels to install and an empty Triton cache already in place."""
+    work = tmp_path / "work"
+    (work / "no-wheels").mkdir(parents=True)
+    (work / "tcache").mkdir()
+    return work
+
+
 def a_cache(root: Path) -> None:
     kernel = root / "tcache" / "ab12"
     kernel.mkdir(parents=True)
@@ -54,9 +62,7 @@ def test_a_check_runs_detached_and_brings_back_logs_and_a_stripped_cache(tmp_pat
 
 
 def test_a_second_start_while_one_runs_is_refused_and_bad_options_are_usage_errors(tmp_path):
-    work = tmp_path / "work"
-    (work / "no-wheels").mkdir(parents=True)
-    (work / "tcache").mkdir()
+    work = a_work_folder(tmp_path)
     assert gpu_check(work, "start", "--fast").returncode == 2
     assert gpu_check(work, "nonsense").returncode == 2
     sleeper = subprocess.Popen(["sleep", "30"])
@@ -70,9 +76,7 @@ def test_a_second_start_while_one_runs_is_refused_and_bad_options_are_usage_erro
 
 
 def test_the_contention_check_runs_alone_and_on_the_cpu_says_there_is_nothing_to_measure(tmp_path):
-    work, out = tmp_path / "work", tmp_path / "out"
-    (work / "no-wheels").mkdir(parents=True)
-    (work / "tcache").mkdir()
+    work, out = a_work_folder(tmp_path), tmp_path / "out"
     assert gpu_check(work, "start", "--contention-only").returncode == 0
     assert "not running" in gpu_check(work, "poll", "240").stdout
     assert gpu_check(work, "finish", str(out)).returncode == 0
@@ -81,9 +85,7 @@ def test_the_contention_check_runs_alone_and_on_the_cpu_says_there_is_nothing_to
 
 
 def test_poll_waits_on_the_detached_run_itself_until_it_ends(tmp_path):
-    work, out, release = tmp_path / "work", tmp_path / "out", tmp_path / "release"
-    (work / "no-wheels").mkdir(parents=True)
-    (work / "tcache").mkdir()
+    work, out, release = a_work_folder(tmp_path), tmp_path / "out", tmp_path / "release"
     held = tmp_path / "test_held.py"   # a GPU test that runs until this test releases it
     held.write_text("import pathlib, time, pytest\n\n@pytest.mark.gpu\ndef test_held():\n"
                     f"    while not pathlib.Path({str(release)!r}).exists():\n        time.sleep(0.1)\n")
@@ -100,9 +102,7 @@ def test_poll_waits_on_the_detached_run_itself_until_it_ends(tmp_path):
 
 
 def test_the_bench_runs_the_data_and_sides_asked_for(tmp_path):
-    work, out = tmp_path / "work", tmp_path / "out"
-    (work / "no-wheels").mkdir(parents=True)
-    (work / "tcache").mkdir()
+    work, out = a_work_folder(tmp_path), tmp_path / "out"
     assert gpu_check(work, "start", "--bench-only", "--data", "long", "--sides", "lat-eager", "--steps", "2").returncode == 0
     assert "not running" in gpu_check(work, "poll", "240").stdout
     assert gpu_check(work, "finish", str(out)).returncode == 0
